@@ -1,0 +1,407 @@
+"""Tests of the mbarrier model, the ring protocol checker, the bug gallery and the timing model."""
+import time
+
+import pytest
+
+from feedbeast.sim import (MBarrier, MBarrierMisuse, RingModel, StepFunctionError, bug_variants,
+                           check_ring, reference_ring, ring_cases, simulate_pipeline)
+from feedbeast.sim import checker as ck
+from feedbeast.sim.mbarrier import MAX_TX
+from feedbeast.sim.rings import consumer, producer
+
+
+# --------------------------------------------------------------------------- mbarrier
+def test_phase_flips_after_expected_arrivals():
+    bar = MBarrier("b", count=2)
+    assert (bar.parity, bar.phase, bar.pending_count, bar.tx_count) == (0, 0, 2, 0)
+    assert bar.arrive() == 0
+    assert (bar.parity, bar.pending_count) == (0, 1)
+    assert bar.arrive() == 0
+    assert (bar.parity, bar.phase, bar.pending_count) == (1, 1, 2)
+    bar.arrive(2)
+    assert (bar.parity, bar.phase, bar.pending_count) == (0, 2, 2)
+
+
+def test_parity_waits():
+    bar = MBarrier("b", count=1)
+    # fresh barrier: phase 0 open; "the phase with parity 1" counts as completed
+    assert bar.test_wait(1) and bar.try_wait(1)
+    assert not bar.test_wait(0) and not bar.try_wait(0)
+    tok = bar.arrive()
+    assert bar.test_wait(0) and not bar.test_wait(1)
+    assert bar.phase_done(tok)
+    bar.arrive()
+    assert bar.test_wait(1) and not bar.test_wait(0)
+
+
+def test_transaction_bytes_hold_the_phase_open():
+    bar = MBarrier("full", count=1)
+    bar.arrive_expect_tx(1000)
+    assert (bar.pending_count, bar.tx_count, bar.parity) == (0, 1000, 0)
+    bar.complete_tx(400)
+    assert (bar.tx_count, bar.parity) == (600, 0)
+    assert not bar.test_wait(0)
+    bar.complete_tx(600)
+    assert (bar.parity, bar.tx_count, bar.pending_count) == (1, 0, 1)
+    assert bar.test_wait(0)
+    # expect_tx alone, then a plain arrive
+    bar.expect_tx(64)
+    bar.arrive()
+    assert bar.parity == 1 and bar.tx_count == 64
+    bar.complete_tx(64)
+    assert bar.parity == 0
+
+
+def test_bytes_may_land_before_they_are_announced():
+    bar = MBarrier("full", count=1)
+    bar.complete_tx(256)              # allowed: the arrival is still pending
+    assert bar.tx_count == -256 and bar.parity == 0
+    bar.arrive_expect_tx(256)
+    assert bar.parity == 1 and bar.tx_count == 0
+
+
+@pytest.mark.parametrize("what", [
+    "use_before_init", "reinit", "too_many_arrivals", "arrive_while_waiting_bytes",
+    "complete_more_than_announced", "last_arrival_with_negative_tx", "tx_overflow",
+    "tx_underflow", "bad_count", "use_after_inval", "bad_parity"])
+def test_misuse_raises(what):
+    bar = MBarrier("b")
+    if what == "use_before_init":
+        with pytest.raises(MBarrierMisuse, match="before init"):
+            bar.arrive()
+        with pytest.raises(MBarrierMisuse, match="before init"):
+            bar.test_wait(0)
+        return
+    if what == "bad_count":
+        for c in (0, -1, 1 << 20, 1.5):
+            with pytest.raises(MBarrierMisuse, match="arrival count"):
+                MBarrier("b").init(c)
+        return
+    bar.init(2)
+    if what == "reinit":
+        with pytest.raises(MBarrierMisuse, match="in use"):
+            bar.init(2)
+        bar.inval()
+        bar.init(3)                   # fine after inval
+        assert bar.pending_count == 3
+    elif what == "too_many_arrivals":
+        bar.arrive()
+        with pytest.raises(MBarrierMisuse, match="only 1 of 2"):
+            bar.arrive(2)
+        assert bar.pending_count == 1   # the failed operation changed nothing
+    elif what == "arrive_while_waiting_bytes":
+        bar.arrive_expect_tx(128)
+        bar.arrive()
+        assert bar.pending_count == 0 and bar.parity == 0
+        with pytest.raises(MBarrierMisuse, match="already in"):
+            bar.arrive()
+    elif what == "complete_more_than_announced":
+        bar.arrive_expect_tx(100)
+        bar.arrive()
+        with pytest.raises(MBarrierMisuse, match="nobody\\s+announced|that nobody"):
+            bar.complete_tx(150)
+    elif what == "last_arrival_with_negative_tx":
+        bar.complete_tx(100)
+        bar.arrive_expect_tx(50)
+        with pytest.raises(MBarrierMisuse, match="more bytes landed"):
+            bar.arrive()
+    elif what == "tx_overflow":
+        bar.expect_tx(MAX_TX)
+        with pytest.raises(MBarrierMisuse, match="limit"):
+            bar.expect_tx(1)
+    elif what == "tx_underflow":
+        bar.complete_tx(MAX_TX)
+        with pytest.raises(MBarrierMisuse, match="limit"):
+            bar.complete_tx(1)
+    elif what == "use_after_inval":
+        bar.inval()
+        with pytest.raises(MBarrierMisuse, match="before init"):
+            bar.arrive()
+    elif what == "bad_parity":
+        with pytest.raises(MBarrierMisuse, match="parity"):
+            bar.test_wait(2)
+
+
+# --------------------------------------------------------------------------- checker
+def test_reference_ring_exhaustive_4_stages_2_consumers_fast():
+    t0 = time.perf_counter()
+    res = check_ring(producer, [consumer, consumer], stages=4, tiles=8)
+    elapsed = time.perf_counter() - t0
+    print(res, f"(wall {elapsed:.3f} s)")
+    assert res.ok, str(res)
+    assert res.kind == "ok" and str(res).startswith("ok:")
+    assert elapsed < 10.0
+    # Every thread's program has 24 steps; the consumers can drift up to a full
+    # ring apart from each other and the producer can run a ring ahead, so
+    # thousands of distinct states exist.  A checker that followed only a few
+    # schedules would see ~75 states per schedule.
+    assert res.states > 2000
+    # the deepest state is the end of one complete run: 72 thread steps + 8 landings
+    assert res.depth == 3 * 24 + 8
+
+
+def _brute_force_states(model):
+    """All reachable states by plain DFS (an independent search, no BFS, no parents)."""
+    seen = set()
+    stack = [model.initial_state()]
+    while stack:
+        st = stack.pop()
+        if st in seen:
+            continue
+        seen.add(st)
+        for ev in model.events(st):
+            try:
+                stack.append(model.apply(st, ev))
+            except ck._Bug as bug:  # pragma: no cover - the reference ring has none
+                raise AssertionError(bug.message)
+    return seen
+
+
+def test_state_count_matches_independent_search():
+    model = RingModel(producer, [consumer, consumer], stages=2, tiles=4)
+    res = model.explore()
+    assert res.ok
+    assert res.states == len(_brute_force_states(model))
+
+
+def test_more_tiles_more_states_and_still_ok():
+    small = check_ring(producer, [consumer, consumer], stages=4, tiles=4)
+    big = check_ring(producer, [consumer, consumer, consumer], stages=4, tiles=10)
+    assert small.ok and big.ok
+    assert big.states > small.states
+
+
+def test_whole_program_step_functions():
+    def prod(ring):
+        for it in range(ring.tiles):
+            s, ph = ring.stage(it), ring.phase(it)
+            yield ring.empty[s].wait(ph ^ 1)
+            yield ring.full[s].arrive_expect_tx(ring.tile_bytes)
+            yield ring.copy(s, tile=it)
+
+    def cons(ring):
+        for it in range(ring.tiles):
+            s, ph = ring.stage(it), ring.phase(it)
+            yield ring.full[s].wait(ph)
+            yield ring.read(s, tile=it)
+            yield ring.empty[s].arrive()
+
+    res = check_ring(prod, [cons, cons], stages=4, tiles=8)
+    ref = check_ring(producer, [consumer, consumer], stages=4, tiles=8)
+    assert res.ok and res.states == ref.states
+
+
+def _no_bug_within(model, limit):
+    """Depth-limited DFS: True if no bug and no stuck state is reachable in < limit steps."""
+    best = {}
+
+    def dfs(st, d):
+        if best.get(st, 1 << 30) <= d:
+            return True
+        best[st] = d
+        evs = model.events(st)
+        if not evs and not model.is_final(st) and d < limit:
+            return False
+        if d + 1 >= limit:          # a bug on the next step would have length d + 1 >= limit
+            return True
+        for ev in evs:
+            try:
+                ns = model.apply(st, ev)
+            except ck._Bug:
+                return False
+            if not dfs(ns, d + 1):
+                return False
+        return True
+
+    return dfs(model.initial_state(), 0)
+
+
+@pytest.mark.parametrize("case", bug_variants(), ids=lambda c: c.name)
+def test_each_bug_is_found_with_shortest_trace(case):
+    res = case.check(stages=4, tiles=8)
+    print(res)
+    assert not res.ok
+    assert res.kind == case.expected, str(res)
+    text = str(res)
+    assert text.startswith(f"BUG {case.expected}")
+    if case.name == "producer_wrong_parity":
+        # stuck in the very first state: the report says where everyone waits
+        assert res.events == [] and len(res.blocked) == 3
+        assert "wait empty[0] parity 0" in text
+        return
+    assert len(res.events) > 0 and len(res.trace) == len(res.events) + (res.kind != "deadlock")
+    assert len(res.events) == res.depth
+    # the trace really leads to the bug ...
+    model = RingModel(case.producer, case.consumers, stages=4, tiles=8, init=case.init)
+    lines, state, bug = model.replay(res.events)
+    if res.kind == "deadlock":
+        assert bug is None and model.events(state) == [] and not model.is_final(state)
+    else:
+        assert bug is not None and bug.kind == res.kind
+        # ... and only at its last step
+        lines2, _, bug2 = model.replay(res.events[:-1])
+        assert bug2 is None
+    # ... and nothing shorter does
+    assert _no_bug_within(model, res.depth)
+
+
+def test_trace_reads_like_the_protocol():
+    res = [c for c in bug_variants() if c.name == "missing_expect_tx"][0].check()
+    text = str(res)
+    assert "P: wait empty[0] parity 1" in text
+    assert "P: arrive full[0]" in text
+    assert "C0: read stage 0 tile 0" in text or "C1: read stage 0 tile 0" in text
+    res = reference_ring().check()
+    model = RingModel(producer, [consumer, consumer], stages=4, tiles=8)
+    # a landing line, as printed
+    st = model.initial_state()
+    for ev in [("t", 0), ("t", 0), ("t", 0)]:
+        st = model.apply(st, ev)
+    (land,) = [e for e in model.events(st) if e[0] == "l"]
+    assert model.describe(st, land) == "copy tile 0 -> stage 0 lands (complete_tx 16384 on full[0])"
+
+
+def test_release_before_read_is_an_overwrite():
+    def early_release(ring, it):
+        s, ph = ring.stage(it), ring.phase(it)
+        yield ring.full[s].wait(ph)
+        yield ring.empty[s].arrive()      # hands the stage back too early
+        yield ring.read(s, tile=it)
+
+    res = check_ring(producer, [early_release, consumer], stages=2, tiles=4)
+    assert res.kind == "stage_overwritten", str(res)
+    assert "C0 has not read" in res.message
+
+
+def test_too_many_consumers_counted_is_a_deadlock():
+    def init(ring):
+        for s in range(ring.stages):
+            ring.full[s].init(1)
+            ring.empty[s].init(3)
+
+    res = check_ring(producer, [consumer, consumer], stages=2, tiles=4, init=init)
+    assert res.kind == "deadlock"
+
+
+def test_misuse_inside_the_protocol_and_init():
+    def init(ring):
+        ring.full[0].init(1)          # the rest never initialised
+
+    res = check_ring(producer, [consumer], stages=2, tiles=2, init=init)
+    assert res.kind == "mbarrier_misuse" and "before init" in res.message
+
+    def init_twice(ring):
+        ck.default_init(ring)
+        ring.full[0].init(1)
+
+    res = check_ring(producer, [consumer], stages=2, tiles=2, init=init_twice)
+    assert res.kind == "mbarrier_misuse" and "in use" in res.message
+
+    def double_arrive(ring, it):
+        s, ph = ring.stage(it), ring.phase(it)
+        yield ring.empty[s].wait(ph ^ 1)
+        yield ring.full[s].arrive_expect_tx(ring.tile_bytes)
+        yield ring.full[s].arrive()       # one arrival too many while bytes are pending
+        yield ring.copy(s, tile=it)
+
+    res = check_ring(double_arrive, [consumer], stages=2, tiles=2)
+    assert res.kind == "mbarrier_misuse" and "already in" in res.message
+    assert len(res.events) == 3
+
+
+def test_step_function_mistakes_are_explained():
+    def forgot_yield(ring, it):
+        s = ring.stage(it)
+        ring.empty[s].wait(ring.phase(it) ^ 1)      # no yield
+        yield ring.copy(s, tile=it)
+
+    with pytest.raises(StepFunctionError, match="never yielded"):
+        check_ring(forgot_yield, [consumer], stages=2, tiles=2)
+
+    def forgot_call(ring, it):
+        yield ring.empty[0].arrive
+
+    with pytest.raises(StepFunctionError, match="forget the"):
+        check_ring(forgot_call, [consumer], stages=2, tiles=2)
+
+    def not_a_generator(ring, it):
+        return None
+
+    with pytest.raises(StepFunctionError, match="generator"):
+        check_ring(not_a_generator, [consumer], stages=2, tiles=2)
+
+    def bad_stage(ring, it):
+        yield ring.full[7].arrive()
+
+    with pytest.raises(StepFunctionError, match="stages 0..1"):
+        check_ring(bad_stage, [consumer], stages=2, tiles=2)
+
+
+def test_ring_cases_listing():
+    cases = ring_cases()
+    names = [c.name for c in cases]
+    assert names[0] == "reference" and cases[0].expected == "ok"
+    for needed in ("wrong_initial_parity", "missing_expect_tx", "missing_empty_arrive",
+                   "arrival_count_mismatch"):
+        assert needed in names
+    kinds = {c.expected for c in cases}
+    assert {"ok", "deadlock", "stage_overwritten", "read_before_arrival", "wrong_data",
+            "mbarrier_misuse"} <= kinds
+    for c in cases:
+        assert c.description and callable(c.producer) and len(c.consumers) == 2
+
+
+# --------------------------------------------------------------------------- timing
+def test_compute_bound_more_stages_do_not_help():
+    runs = {S: simulate_pipeline(latency_ns=500, stage_bytes=16384, bandwidth=32,
+                                 compute_ns=10_000, stages=S, tiles=64) for S in (2, 3, 4, 8)}
+    t2 = runs[2].total_ns
+    for S, r in runs.items():
+        assert abs(r.total_ns - t2) / t2 < 0.01, (S, r.summary())
+        assert r.idle_fraction < 0.01
+    # and the total is the compute time plus one exposed load
+    assert runs[8].total_ns == pytest.approx(64 * 10_000 + 500 + 16384 / 32)
+
+
+def test_latency_bound_throughput_grows_until_littles_law_limit():
+    lat, nbytes, bw = 2000.0, 4096, 32.0
+    compute = 20.0
+    # Little's law: a stage is held latency + transfer + compute, so ~16.8 stages fill the pipe
+    bound_stages = bw * (lat + nbytes / bw + compute) / nbytes
+    res = {S: simulate_pipeline(latency_ns=lat, stage_bytes=nbytes, bandwidth=bw, compute_ns=compute,
+                                stages=S, tiles=2000) for S in range(1, 25)}
+    thr = [res[S].bytes_per_ns for S in range(1, 25)]
+    idle = [res[S].idle_fraction for S in range(1, 25)]
+    below = [S for S in range(1, 25) if S < bound_stages]
+    for S in below[1:]:
+        assert res[S].bytes_per_ns > res[S - 1].bytes_per_ns * 1.02
+        assert res[S].idle_fraction < res[S - 1].idle_fraction
+        # and it tracks the Little's-law bound S * bytes / (latency + transfer + compute)
+        assert res[S].littles_bound == pytest.approx(S * nbytes / (lat + nbytes / bw + compute))
+        assert res[S].bytes_per_ns == pytest.approx(res[S].littles_bound, rel=0.02)
+    for S in range(int(bound_stages) + 1, 25):
+        assert res[S].bytes_per_ns <= bw * 1.0001
+        assert res[S].bytes_per_ns == pytest.approx(bw, rel=0.02)
+    assert all(a >= b - 1e-12 for a, b in zip(idle, idle[1:]))
+    assert max(thr) <= bw * 1.0001
+
+
+def test_timing_spans_are_consistent():
+    r = simulate_pipeline(latency_ns=300, stage_bytes=2048, bandwidth=8, compute_ns=200,
+                          stages=3, tiles=12)
+    lanes = {s.lane for s in r.spans}
+    assert lanes <= set(r.lanes())
+    assert {"stage 0", "stage 1", "stage 2", "memory", "consumer"} <= lanes
+    assert all(s.end >= s.start for s in r.spans)
+    comp = sorted((s for s in r.spans if s.kind == "compute"), key=lambda s: s.start)
+    assert len(comp) == 12
+    assert all(a.end <= b.start + 1e-9 for a, b in zip(comp, comp[1:]))
+    xfer = sorted((s for s in r.spans if s.kind == "transfer"), key=lambda s: s.start)
+    assert all(a.end <= b.start + 1e-9 for a, b in zip(xfer, xfer[1:]))   # serialized
+    bubbles = sum(s.duration for s in r.spans if s.kind == "bubble")
+    assert bubbles / r.total_ns == pytest.approx(r.idle_fraction)
+    assert r.total_ns == pytest.approx(comp[-1].end)
+    # each tile is computed only after its load arrived
+    loads = {s.label: s for s in r.spans if s.kind == "load"}
+    for c in comp:
+        assert c.start >= loads[c.label].end - 1e-9
