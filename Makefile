@@ -1,0 +1,80 @@
+# Feeding the Beast. `make lab` to learn, `make test` to check everything.
+#   CUDA=12        use the CUDA 12 driver pins (default 13)
+#   ENV=current    use the Python environment you are in; install nothing (offline GPU hosts)
+#   WHEELS=dir     install from a wheel bundle with no index (air-gapped hosts; see make wheelhouse)
+#   PYTHON3=...    the interpreter that creates .venv (3.10 or newer)
+PYTHON3 ?= python3
+PY      ?= 3.12
+CUDA    ?= 13
+ENV     ?= venv
+VENV    ?= .venv
+WHEELS  ?=
+SET     ?= full
+NB_TIMEOUT ?= 900
+
+ifeq ($(ENV),current)
+PYTHON  := $(PYTHON3)
+STAMP   :=
+else
+PYTHON  := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-cu$(CUDA)
+endif
+REQS    := requirements/base.txt requirements/cu$(CUDA).txt
+PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
+
+.PHONY: help lab test test-fast bench labs reset-labs wheelhouse clean
+help:
+	@sed -n 's/^## //p' Makefile
+
+$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt pyproject.toml
+	$(PYTHON3) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt
+	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
+	rm -f $(VENV)/.installed-cu*
+	touch $@
+
+## make lab        set up .venv and open JupyterLab on chapter 00
+lab: $(STAMP)
+	$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/lab.txt
+	$(PYTHON) -m jupyter lab chapters/00-feeding-the-beast.ipynb
+
+## make test       the whole suite: toolkit, notebooks (nbval), labs in sync, notebook format
+test: $(STAMP)
+	$(PYTHON) -m pytest -q tests chapters solutions --nbval-lax --nbval-current-env \
+	  --nbval-cell-timeout=$(NB_TIMEOUT) -p no:cacheprovider
+
+## make test-fast  toolkit and format tests only (no notebooks)
+test-fast: $(STAMP)
+	$(PYTHON) -m pytest -q tests -p no:cacheprovider
+
+## make bench      run every chapter and solution at full size on this GPU; results/<gpu>/
+bench: $(STAMP)
+	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.bench_run chapters solutions
+
+## make labs       regenerate labs/ from solutions/ (solution regions stripped)
+labs: $(STAMP)
+	$(PYTHON) -m feedbeast.labs build solutions labs
+
+## make reset-labs restore labs/ from solutions/, keeping a backup of any lab you edited
+reset-labs: $(STAMP)
+	$(PYTHON) -m feedbeast.labs reset solutions labs
+
+## make wheelhouse PY=3.12 [SET=notebook]   wheels for an offline install (see README)
+wheelhouse:
+	rm -rf wheelhouse && mkdir -p wheelhouse
+	$(PYTHON3) -m pip wheel -q --no-deps -w wheelhouse .
+ifeq ($(SET),notebook)
+	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -r requirements/notebook.txt
+	$(PYTHON3) -m pip download -q -d wheelhouse --no-deps --only-binary=:all: numba-cuda==0.30.4
+else
+	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt
+endif
+	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
+
+clean:
+	rm -rf $(VENV) wheelhouse build

@@ -1,0 +1,34 @@
+"""feedbeast: the toolkit of the course "Feeding the Beast".
+
+One way to do each thing:
+    describe() / gpu()                 the GPU here (or its absence)
+    compile(src, arch) -> Module       NVRTC to cubin; .resources, .sass(), .expect_sass(...)
+    %load_ext feedbeast; %%cuda        compile a cell, kernels become callable by name
+    to_device / empty / random         device arrays, poisoned outputs, random inputs
+    kernel.launch(grid, block, *args, shared=, cluster=)
+    tensor_map(array, box, swizzle=)   TMA descriptors, checked before the driver sees them
+    check(out, ref)                    against a float64 reference
+    bench(fn, name=, nbytes=|flops=, ceiling=)   CUDA-event timing vs a same-run ceiling
+On a machine that cannot run a kernel, launch/check/bench return a Skipped that says why.
+"""
+from .bench import BenchResult, bench
+from .ceilings import ceiling, gemm
+from .check import CheckResult, check
+from .compile import Module, compile
+from .device import describe, gpu, runs_on
+from .errors import (BarrierTimeout, CheckFailed, CompileError, FeedbeastError, LaunchError, SassMismatch,
+                     TensorMapError)
+from .launch import Kernel, launch
+from .memory import DeviceArray, bfloat16, empty, empty_like, random, sync, to_device
+from .sass import expect_sass
+from .skip import Skipped, needs, needs_gpu
+from .tensormap import TensorMap, tensor_map
+from .magic import load_ipython_extension
+from . import ceilings, results, sass  # noqa: E402  (modules a notebook reaches as fb.sass...)
+
+__version__ = "0.1.0"
+
+
+def pick(gpu_value, cpu_value):
+    """A size for this machine: the full one with a GPU, a small one without (simulator, compile-only)."""
+    return gpu_value if gpu() else cpu_value

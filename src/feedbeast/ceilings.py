@@ -1,0 +1,105 @@
+"""The ceilings every kernel is measured against, measured on this GPU in this process.
+
+- "copy": device-to-device copy bandwidth (cuMemcpyDtoD), counting bytes read plus bytes written.
+- "bf16", "fp16", "tf32", "fp32": cuBLAS matrix-product rate (cublasGemmEx) on n x n x n.
+
+cuBLAS is called through ctypes from the library the CUDA toolkit or the nvidia-cublas wheel provides
+(`pip install feedbeast[cublas]`); with neither, the matrix ceilings are skipped by name.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from .device import _check
+from .skip import Skipped, needs_gpu
+
+COPY_BYTES = 1 << 30   # 1 GiB each way: far beyond any L2
+
+
+@functools.lru_cache(maxsize=None)
+def copy_bandwidth(nbytes: int = COPY_BYTES):
+    from cuda.bindings import driver
+    from .bench import bench
+    from .memory import empty
+    skip = needs_gpu("copy ceiling")
+    if skip is not None:
+        return skip
+    src = empty(nbytes, np.uint8, poison=False).fill_bytes(0x5A)
+    dst = empty(nbytes, np.uint8, poison=False)
+    return bench(lambda: _check(driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, driver.CUstream(0))),
+                 name="ceiling/copy", nbytes=2 * nbytes, reps=20, sizes={"bytes": nbytes})
+
+
+# cuBLAS constants (cublas_api.h, library_types.h)
+_CUDA_R = {"fp32": 0, "fp16": 2, "bf16": 14}
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
+
+
+@functools.lru_cache(maxsize=None)
+def _cublas():
+    import cuda.pathfinder as pf
+    lib = ctypes.CDLL(pf.load_nvidia_dynamic_lib("cublas").abs_path)
+    handle = ctypes.c_void_p()
+    if lib.cublasCreate_v2(ctypes.byref(handle)):
+        raise RuntimeError("cublasCreate failed")
+    return lib, handle
+
+
+def cublas_available() -> bool:
+    try:
+        _cublas()
+        return True
+    except Exception:
+        return False
+
+
+def gemm(a, b, c, *, mode: str = "bf16"):
+    """c = a @ b on row-major device arrays through cuBLAS (fp32 accumulation).
+
+    mode: "bf16"/"fp16" (inputs of that type), "fp32" (strict fp32), "tf32" (fp32 inputs, tf32 math).
+    """
+    lib, handle = _cublas()
+    m, k = a.shape
+    k2, n = b.shape
+    if k != k2 or c.shape != (m, n):
+        raise ValueError(f"gemm shapes {a.shape} @ {b.shape} -> {c.shape} do not match")
+    in_t = _CUDA_R["fp32" if mode == "tf32" else mode]
+    out_t = _CUDA_R["fp32"] if c.dtype == np.float32 else in_t
+    compute = _COMPUTE_32F_FAST_TF32 if mode == "tf32" else _COMPUTE_32F
+    one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+    # Row-major C = A B is column-major C^T = B^T A^T: swap the operands, no transposes.
+    st = lib.cublasGemmEx(handle, 0, 0, n, m, k, ctypes.byref(one), ctypes.c_void_p(b.ptr), in_t, n,
+                          ctypes.c_void_p(a.ptr), in_t, k, ctypes.byref(zero), ctypes.c_void_p(c.ptr),
+                          out_t, n, compute, -1)
+    if st:
+        raise RuntimeError(f"cublasGemmEx failed with status {st}")
+
+
+@functools.lru_cache(maxsize=None)
+def matmul_rate(mode: str = "bf16", n: int = 8192):
+    from .bench import bench
+    from .memory import bfloat16, empty, to_device, random
+    skip = needs_gpu(f"{mode} cuBLAS ceiling")
+    if skip is not None:
+        return skip
+    if not cublas_available():
+        return Skipped("needs cuBLAS (a CUDA toolkit or `pip install feedbeast[cublas]`), none found",
+                       f"{mode} cuBLAS ceiling")
+    dt = {"bf16": bfloat16, "fp16": np.float16, "fp32": np.float32, "tf32": np.float32}[mode]
+    a, b = to_device(random((n, n), dt, seed=1)), to_device(random((n, n), dt, seed=2))
+    c = empty((n, n), np.float32 if mode in ("fp32", "tf32") else dt, poison=False)
+    return bench(lambda: gemm(a, b, c, mode=mode), name=f"ceiling/cublas-{mode}", flops=2.0 * n ** 3,
+                 reps=10, sizes={"n": n})
+
+
+def ceiling(which: str, size: int | None = None):
+    """'copy' -> copy bandwidth (GB/s, size in bytes); 'bf16' | 'fp16' | 'tf32' | 'fp32' -> cuBLAS
+    TFLOP/s on size x size x size."""
+    if which == "copy":
+        return copy_bandwidth(*([size] if size else []))
+    if which in ("bf16", "fp16", "tf32", "fp32"):
+        return matmul_rate(which, *([size] if size else []))
+    raise ValueError(f"unknown ceiling {which!r}: use 'copy', 'bf16', 'fp16', 'tf32' or 'fp32'")

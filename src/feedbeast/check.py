@@ -1,0 +1,116 @@
+"""Is the kernel right? Compare against a float64 reference, element by element.
+
+    check(out, ref)              # out: DeviceArray or numpy; ref: float64 numpy
+    check(out, ref, tol="tf32")
+
+Passes when the relative error ||out - ref|| / ||ref|| is under the dtype's threshold AND no element
+is NaN or still holds the poison the output was filled with. Fails with the worst elements named.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .errors import CheckFailed
+from .skip import Skipped
+
+# Relative-error thresholds by the output's storage type (or by name for tensor-core math modes).
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 3e-4, "float16": 2e-3, "bfloat16": 1e-2,
+             "bf16": 1e-2, "int": 0.0}
+
+
+def tolerance_for(dtype, tol=None) -> float:
+    if isinstance(tol, (int, float)) and not isinstance(tol, bool):
+        return float(tol)
+    if isinstance(tol, str):
+        if tol not in TOLERANCE:
+            raise ValueError(f"unknown tolerance name {tol!r}: use one of {', '.join(TOLERANCE)} or a number")
+        return TOLERANCE[tol]
+    dt = np.dtype(dtype)
+    if dt.kind in "iub":
+        return 0.0
+    return TOLERANCE.get(dt.name, 1e-2)
+
+
+@dataclasses.dataclass
+class CheckResult:
+    name: str
+    passed: bool
+    rel_error: float
+    tolerance: float
+    n_bad: int
+    detail: str = ""
+
+    def __bool__(self):
+        return self.passed
+
+    def __repr__(self):
+        verdict = "passed" if self.passed else "FAILED"
+        return (f"{self.name}: {verdict}: relative error {self.rel_error:.2e} "
+                f"(limit {self.tolerance:.0e}){self.detail and chr(10) + self.detail}")
+
+
+def _poisoned(out: np.ndarray) -> np.ndarray:
+    """Elements whose bytes are all 0xFF: never written since the array was poisoned."""
+    b = out.view(np.uint8).reshape(out.shape + (out.dtype.itemsize,))
+    return np.all(b == 0xFF, axis=-1)
+
+
+def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True, show: int = 5):
+    """Compare `out` with the float64 reference `ref`. Returns a CheckResult (or a Skipped)."""
+    from .memory import DeviceArray
+    if isinstance(out, Skipped):
+        return out
+    if isinstance(out, DeviceArray):
+        if not out.on_gpu:
+            return Skipped("needs a GPU, this machine has none", name)
+        out = out.to_host()
+    out = np.asarray(out)
+    ref = np.asarray(ref)
+    if out.shape != ref.shape:
+        raise CheckFailed(f"{name}: output has shape {out.shape} but the reference has {ref.shape}")
+    if ref.dtype.kind == "f" and ref.dtype != np.float64:
+        raise CheckFailed(f"{name}: the reference is {ref.dtype}; compute it in float64 "
+                          "(e.g. a.astype(np.float64) @ b.astype(np.float64)) so that it is the exact one")
+    if out.dtype.kind not in "fiubV" and out.dtype.name != "bfloat16":
+        raise CheckFailed(f"{name}: cannot compare an output of dtype {out.dtype}")
+    limit = tolerance_for(out.dtype, tol)
+    unwritten = _poisoned(out) if out.dtype.itemsize > 1 else np.zeros(out.shape, bool)
+    if out.dtype.kind in "iu":
+        unwritten &= (ref != -1)   # all-ones is a legitimate signed value when the reference says so
+    got = out.astype(np.float64)
+    nan = np.isnan(got) & ~unwritten
+    diff = np.abs(got - ref)
+    denom = np.linalg.norm(ref.ravel())
+    finite = ~(unwritten | nan)
+    rel = float(np.linalg.norm(np.where(finite, diff, 0).ravel()) / (denom if denom else 1.0))
+    if unwritten.any() or nan.any():
+        rel = float("inf")
+    # An element is "bad" when its own error is far beyond what the global threshold allows.
+    scale = max(float(np.abs(ref).max(initial=0.0)), 1e-30)
+    elem_bad = finite & (diff > max(limit, 1e-12) * scale * 10)
+    bad = unwritten | nan | elem_bad
+    passed = rel <= limit and not bad.any() if limit > 0 else not bad.any() and rel == 0.0
+    lines = []
+    if unwritten.any():
+        lines.append(f"  {int(unwritten.sum())} of {out.size} elements were never written (still poison), "
+                     f"first at {_idx(np.argwhere(unwritten)[:show])}")
+    if nan.any():
+        lines.append(f"  {int(nan.sum())} elements are NaN, first at {_idx(np.argwhere(nan)[:show])}")
+    if not passed and finite.any():
+        worst = np.argsort(np.where(finite, diff, -1).ravel())[::-1][:show]
+        for flat in worst:
+            i = np.unravel_index(flat, out.shape)
+            if diff[i] == 0:
+                break
+            lines.append(f"  at {tuple(int(x) for x in i)}: got {got[i]:.6g}, expected {ref[i]:.6g} "
+                         f"(off by {diff[i]:.3g})")
+    result = CheckResult(name, bool(passed), rel, limit, int(bad.sum()), "\n".join(lines))
+    if not passed and raise_on_fail:
+        raise CheckFailed(repr(result))
+    return result
+
+
+def _idx(rows):
+    return ", ".join(str(tuple(int(x) for x in r)) for r in rows)

@@ -1,0 +1,257 @@
+"""CUDA C++ -> cubin through NVRTC (cuda.core), with the toolkit's headers on the include path.
+
+    mod = compile(src, arch="sm_90a")
+    mod.resources["my_kernel"]      # registers, shared memory, stack, spills (from ptxas)
+    mod.expect_sass("LDGSTS", "DEPBAR")
+    mod.my_kernel.launch(grid, block, *args)
+
+Compilation needs no GPU and no driver. Results are cached on disk by source, options and
+NVRTC version, so re-running a notebook does not recompile.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import os
+import re
+import struct
+from pathlib import Path
+
+from .device import current_arch, nvrtc_version, parse_arch
+from .errors import CompileError, FeedbeastError
+
+INCLUDE_DIR = Path(__file__).parent / "include"
+DEFAULT_ARCH = "sm_90a"   # the course's main target when no GPU says otherwise
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("FEEDBEAST_CACHE", Path.home() / ".cache" / "feedbeast")) / "cubin"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def include_path() -> list[str]:
+    """Our headers, then CCCL (cuda::ptx, cuda::barrier...) and the CUDA runtime headers (cuda_bf16.h)."""
+    import cuda.pathfinder as pf
+    paths = [str(INCLUDE_DIR)]
+    for lib in ("cccl", "cudart"):
+        try:
+            p = pf.find_nvidia_header_directory(lib)
+        except Exception:
+            p = None
+        if p:
+            paths.append(str(p))
+    return paths
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What ptxas reported for one kernel."""
+    registers: int
+    shared_static: int     # bytes of __shared__ declared in the source
+    stack: int             # bytes of stack frame (local memory)
+    spill_stores: int
+    spill_loads: int
+    barriers: int
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+    def __str__(self):
+        return (f"{self.registers} registers, {self.shared_static} B static shared, {self.stack} B stack, "
+                f"{self.spill_stores}/{self.spill_loads} B spill stores/loads, {self.barriers} barriers")
+
+
+def _int(pattern, text, default=0):
+    m = re.search(pattern, text)
+    return int(m.group(1)) if m else default
+
+
+def parse_ptxas_log(log: str) -> dict[str, Resources]:
+    """The ptxas -v report, one Resources per entry function."""
+    out = {}
+    blocks = re.split(r"ptxas info\s*: (?:Compiling entry function|Function properties for) ", log)
+    current = {}
+    for block in blocks[1:]:
+        name = re.match(r"'?([\w$]+)'?", block).group(1)
+        current.setdefault(name, "")
+        current[name] += block
+    for name, text in current.items():
+        if "Used" not in text:
+            continue
+        out[name] = Resources(
+            registers=_int(r"Used (\d+) registers", text),
+            shared_static=_int(r"(\d+) bytes smem", text),
+            stack=_int(r"(\d+) bytes stack frame", text),
+            spill_stores=_int(r"(\d+) bytes spill stores", text),
+            spill_loads=_int(r"(\d+) bytes spill loads", text),
+            barriers=_int(r"used (\d+) barriers", text),
+        )
+    return out
+
+
+def kernel_names(cubin: bytes) -> list[str]:
+    """Entry functions (kernels) in a cubin, read from its ELF symbol table."""
+    if cubin[:4] != b"\x7fELF":
+        raise FeedbeastError("not a cubin (ELF) image")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names = []
+    for sh in sections:
+        if sh[1] != 2:   # SHT_SYMTAB
+            continue
+        strtab = sections[sh[6]]
+        for off in range(sh[4], sh[4] + sh[5], sh[9]):
+            st_name, st_info, st_other, _, _, _ = struct.unpack_from("<IBBHQQ", cubin, off)
+            if st_info & 0xF == 2 and st_other & 0x10:   # STT_FUNC with the CUDA entry flag
+                end = cubin.index(b"\0", strtab[4] + st_name)
+                names.append(cubin[strtab[4] + st_name:end].decode())
+    return names
+
+
+_DIAG = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)\s*:?\s*(?P<msg>.*)$",
+                   re.MULTILINE)
+
+
+def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[dict]]:
+    lines = src.splitlines()
+    diags, parts = [], []
+    for m in _DIAG.finditer(log):
+        d = {"file": m["file"], "line": int(m["line"]), "kind": m["kind"], "message": m["msg"].strip()}
+        diags.append(d)
+        if m["kind"] == "warning" or m["file"] != filename:
+            continue
+        n = d["line"]
+        parts.append(f"{filename}:{n}: {d['kind']}: {d['message']}")
+        for i in range(max(1, n - 1), min(len(lines), n + 1) + 1):
+            parts.append(f"{'>' if i == n else ' '} {i:4d} | {lines[i - 1]}")
+    if not parts:   # an error outside the cell (a header) or one NVRTC did not attribute to a line
+        parts = [log.strip() or "NVRTC failed without a message"]
+    return "\n".join(parts), diags
+
+
+@dataclasses.dataclass
+class Module:
+    """A compiled translation unit: cubin bytes, the compiler's log, and its kernels."""
+    source: str
+    arch: str
+    cubin: bytes
+    log: str
+    options: tuple = ()
+    _loaded: object = None
+    _kernels: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return kernel_names(self.cubin)
+
+    @property
+    def resources(self) -> dict[str, Resources]:
+        return parse_ptxas_log(self.log)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [ln.strip() for ln in self.log.splitlines() if "warning" in ln.lower()]
+
+    def kernel(self, name: str):
+        from .launch import Kernel
+        if name not in self._kernels:
+            if name not in self.kernel_names:
+                raise FeedbeastError(f"no kernel named {name!r} in this module; it has: "
+                                     f"{', '.join(self.kernel_names) or 'none'} (declare kernels "
+                                     "extern \"C\" __global__ so their names are not mangled)")
+            self._kernels[name] = Kernel(self, name)
+        return self._kernels[name]
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self.kernel(name)
+        except FeedbeastError as e:
+            raise AttributeError(str(e)) from None
+
+    def __getitem__(self, name):
+        return self.kernel(name)
+
+    # SASS inspection lives in sass.py; these are the short forms a notebook uses.
+    def sass(self, kernel: str | None = None) -> str:
+        from .sass import sass_text
+        return sass_text(self.cubin, kernel)
+
+    def histogram(self, kernel: str | None = None):
+        from .sass import opcode_histogram
+        return opcode_histogram(self.sass(kernel))
+
+    def expect_sass(self, *opcodes: str, kernel: str | None = None, forbid: tuple = ()):
+        from .sass import expect_sass
+        return expect_sass(self, *opcodes, kernel=kernel, forbid=forbid)
+
+    def report(self) -> str:
+        """Resource usage per kernel, and the compiler's warnings."""
+        rows = [f"{self.arch}:"] + [f"  {k}: {r}" for k, r in self.resources.items()]
+        rows += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(rows)
+
+    def __repr__(self):
+        return f"<Module {self.arch}: {', '.join(self.kernel_names)}>"
+
+
+def compile(source: str, arch: str | None = None, *, defines: dict | None = None, options=(),
+            name: str = "kernel.cu", debug: bool = False, use_cache: bool = True) -> Module:
+    """Compile CUDA C++ to a cubin for `arch` (default: this GPU's arch, else sm_90a).
+
+    defines: -D macros; debug: defines FB_DEBUG=1 (bounded barrier waits that report, see
+    include/fb/debug.cuh); options: extra NVRTC flags. Raises CompileError showing the failing lines.
+    """
+    from cuda.core import Program, ProgramOptions
+    arch = arch or current_arch() or DEFAULT_ARCH
+    parse_arch(arch)
+    defs = dict(defines or {})
+    if debug:
+        defs.setdefault("FB_DEBUG", 1)
+    define_flags = [f"{k}={v}" if v is not None else str(k) for k, v in sorted(defs.items())]
+    key_material = "\0".join([source, arch, repr(define_flags), repr(tuple(options)), repr(nvrtc_version()),
+                              _headers_digest()])
+    key = hashlib.sha256(key_material.encode()).hexdigest()[:32]
+    cached = cache_dir() / f"{key}.cubin"
+    if use_cache and cached.exists():
+        log_file = cached.with_suffix(".log")
+        return Module(source, arch, cached.read_bytes(), log_file.read_text() if log_file.exists() else "",
+                      tuple(options))
+    opts = ProgramOptions(arch=arch, std="c++17", include_path=include_path(), ptxas_options=["-v"],
+                          define_macro=define_flags or None, name=name, lineinfo=True)
+    logbuf = io.StringIO()
+    try:
+        prog = Program(source, "c++", opts)
+        obj = prog.compile("cubin", logs=logbuf)
+    except Exception as e:   # cuda.core raises with the NVRTC log in the message
+        log = (logbuf.getvalue() + "\n" + str(e)).strip()
+        msg, diags = _format_diagnostics(source, log, name)
+        raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{msg}", log, diags) from None
+    log = logbuf.getvalue().replace("\x00", "")
+    mod = Module(source, arch, bytes(obj.code), log, tuple(options))
+    if use_cache:
+        tmp = cached.with_suffix(".tmp")
+        tmp.write_bytes(mod.cubin)
+        tmp.replace(cached)
+        cached.with_suffix(".log").write_text(log)
+    return mod
+
+
+_HEADERS_DIGEST = None
+
+
+def _headers_digest() -> str:
+    """Our headers are part of the cache key: editing one recompiles what includes it."""
+    global _HEADERS_DIGEST
+    if _HEADERS_DIGEST is None:
+        h = hashlib.sha256()
+        for p in sorted(INCLUDE_DIR.rglob("*")):
+            if p.is_file():
+                h.update(p.name.encode() + p.read_bytes())
+        _HEADERS_DIGEST = h.hexdigest()
+    return _HEADERS_DIGEST

@@ -1,0 +1,162 @@
+"""Device arrays: numpy in, numpy out, with poison fill so unwritten outputs are caught.
+
+    a = to_device(x)              # copy a numpy array to the GPU
+    out = empty_like(ref, poison=True)
+    out.to_host()
+
+bf16 arrays use `ml_dtypes.bfloat16` on the host (numpy has no bf16 of its own).
+On a machine with no GPU, arrays are placeholders that keep their shape and dtype: launches that
+receive them are skipped, so a notebook still runs to the end.
+`__cuda_array_interface__` lets Numba, CuPy and PyTorch use these arrays without a copy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import device as _device
+from .device import _check, gpu
+from .errors import FeedbeastError
+
+try:
+    import ml_dtypes
+    bfloat16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:   # pragma: no cover - ml_dtypes is a pinned dependency
+    bfloat16 = None
+
+POISON_BYTE = 0xFF   # all-ones: NaN for every float type, -1 for signed integers
+
+
+def _typestr(dtype: np.dtype) -> str:
+    if bfloat16 is not None and dtype == bfloat16:
+        return "<V2"   # the interface has no bf16 code; consumers that know bf16 take the descr
+    return dtype.str
+
+
+class DeviceArray:
+    """A C-contiguous array in GPU memory (or, with no GPU, a placeholder with the same shape)."""
+
+    def __init__(self, shape, dtype, ptr: int | None, owner: bool = True):
+        self.shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+        self.dtype = np.dtype(dtype)
+        self.ptr = ptr
+        self._owner = owner
+        self._gen = _device.generation   # arrays die with the context (see launch.reset_context)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.ptr is not None
+
+    @property
+    def strides_bytes(self) -> tuple[int, ...]:
+        s, out = self.dtype.itemsize, []
+        for n in reversed(self.shape):
+            out.append(s)
+            s *= n
+        return tuple(reversed(out))
+
+    @property
+    def __cuda_array_interface__(self):
+        if not self.on_gpu:
+            raise FeedbeastError("this array has no GPU memory behind it (no GPU on this machine)")
+        return {"shape": self.shape, "typestr": _typestr(self.dtype), "data": (self.ptr, False),
+                "version": 3, "strides": None}
+
+    def __int__(self):
+        return self.ptr or 0
+
+    def copy_from(self, host: np.ndarray) -> "DeviceArray":
+        host = np.ascontiguousarray(host)
+        if host.shape != self.shape or host.dtype != self.dtype:
+            raise FeedbeastError(f"copy_from: array is {host.shape} {host.dtype}, device array is "
+                                 f"{self.shape} {self.dtype}")
+        if self.on_gpu and self.nbytes:
+            from cuda.bindings import driver
+            _check(driver.cuMemcpyHtoD(self.ptr, host.ctypes.data, self.nbytes))
+        return self
+
+    def to_host(self) -> np.ndarray:
+        if not self.on_gpu:
+            raise FeedbeastError("no GPU on this machine: this array was never on a device "
+                                 "(check() and bench() return 'skipped' for such arrays)")
+        from cuda.bindings import driver
+        sync()
+        out = np.empty(self.shape, self.dtype)
+        if self.nbytes:
+            _check(driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes))
+        return out
+
+    def fill_bytes(self, byte: int) -> "DeviceArray":
+        if self.on_gpu and self.nbytes:
+            from cuda.bindings import driver
+            _check(driver.cuMemsetD8(self.ptr, byte, self.nbytes))
+        return self
+
+    def poison(self) -> "DeviceArray":
+        """Fill with all-ones bytes (NaN for floats) so that check() can see unwritten elements."""
+        return self.fill_bytes(POISON_BYTE)
+
+    def free(self):
+        if self.on_gpu and self._owner:
+            from cuda.bindings import driver
+            driver.cuMemFree(self.ptr)
+        self.ptr = None
+
+    def __del__(self):
+        try:
+            if self._owner and self.ptr is not None and self._gen == _device.generation:
+                from cuda.bindings import driver
+                driver.cuMemFree(self.ptr)
+        except Exception:
+            pass
+
+    def __repr__(self):
+        where = f"0x{self.ptr:x}" if self.on_gpu else "no GPU"
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, {where})"
+
+
+def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
+    """Uninitialised device memory, poisoned unless told otherwise."""
+    dtype = np.dtype(dtype)
+    shape = (shape,) if np.isscalar(shape) else tuple(shape)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if gpu() is None:
+        return DeviceArray(shape, dtype, None)
+    from cuda.bindings import driver
+    ptr = int(_check(driver.cuMemAlloc(max(nbytes, 1))))
+    arr = DeviceArray(shape, dtype, ptr)
+    return arr.poison() if poison else arr
+
+
+def empty_like(a, *, poison: bool = True) -> DeviceArray:
+    return empty(a.shape, a.dtype, poison=poison)
+
+
+def to_device(host: np.ndarray) -> DeviceArray:
+    host = np.ascontiguousarray(host)
+    return empty(host.shape, host.dtype, poison=False).copy_from(host)
+
+
+def sync():
+    """Wait for the GPU; raise the error of any kernel that failed since the last sync."""
+    if gpu() is None:
+        return
+    from cuda.bindings import driver
+    from .launch import raise_pending_debug_report
+    err, = driver.cuCtxSynchronize()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise_pending_debug_report()
+        _check((err,))
+
+
+def random(shape, dtype=np.float32, *, seed=None, low=-1.0, high=1.0) -> np.ndarray:
+    """Random host data (never zeros): uniform in [low, high), rounded to `dtype`."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(low, high, size=shape).astype(dtype)

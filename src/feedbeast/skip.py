@@ -1,0 +1,38 @@
+"""What a GPU-only step returns on a machine that cannot run it.
+
+A `Skipped` prints `skipped: <what>: needs sm_90a, this machine has none`, is falsy, and is never a pass:
+`check` on a skipped result stays skipped, and the test suite reports it by name.
+"""
+from __future__ import annotations
+
+from .device import gpu, runs_on
+
+
+class Skipped:
+    def __init__(self, reason: str, what: str = ""):
+        self.reason = reason
+        self.what = what
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return f"skipped: {self.what + ': ' if self.what else ''}{self.reason}"
+
+    __str__ = __repr__
+
+    def _repr_html_(self):
+        return f"<b>skipped</b>: {self.what + ': ' if self.what else ''}{self.reason}"
+
+
+def needs(arch: str, what: str = "") -> Skipped | None:
+    """None when this machine can run `arch` code, else the Skipped that says why not."""
+    g = gpu()
+    if runs_on(arch, g.cc if g else None):
+        return None
+    has = g.arch if g else "none"
+    return Skipped(f"needs {arch}, this machine has {has}", what)
+
+
+def needs_gpu(what: str = "") -> Skipped | None:
+    return None if gpu() else Skipped("needs a GPU, this machine has none", what)

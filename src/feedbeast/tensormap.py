@@ -1,0 +1,161 @@
+"""Tensor maps (CUtensorMap) for TMA, checked against the driver's rules before the driver sees them.
+
+    tmap = tensor_map(a, box=(64, 64), swizzle=128)    # a: 2-D DeviceArray, shapes in numpy order
+
+Shapes, boxes and strides are given in numpy order (outermost first); the driver wants them
+innermost first, and this module does the reversal. Every rule of cuTensorMapEncodeTiled that a
+learner can break is checked here with a message naming the rule (CUDA Driver API, "Tensor Map
+Object Management"). The map is a 128-byte, 64-byte aligned value passed to a kernel as a
+`const __grid_constant__ CUtensorMap` (our headers declare it as `fb::TensorMap`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .errors import TensorMapError
+
+SWIZZLES = (0, 32, 64, 128)
+OOB_FILL = ("zero", "nan")
+L2_PROMOTION = (0, 64, 128, 256)
+
+
+def _dtype_code(dtype):
+    from cuda.bindings import driver
+    from .memory import bfloat16
+    T = driver.CUtensorMapDataType
+    table = {np.dtype(np.uint8): T.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+             np.dtype(np.uint16): T.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+             np.dtype(np.uint32): T.CU_TENSOR_MAP_DATA_TYPE_UINT32,
+             np.dtype(np.int32): T.CU_TENSOR_MAP_DATA_TYPE_INT32,
+             np.dtype(np.uint64): T.CU_TENSOR_MAP_DATA_TYPE_UINT64,
+             np.dtype(np.int64): T.CU_TENSOR_MAP_DATA_TYPE_INT64,
+             np.dtype(np.float16): T.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             np.dtype(np.float32): T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+             np.dtype(np.float64): T.CU_TENSOR_MAP_DATA_TYPE_FLOAT64}
+    if bfloat16 is not None:
+        table[bfloat16] = T.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+    return table[np.dtype(dtype)]
+
+
+SUPPORTED_DTYPES = ("uint8", "uint16", "uint32", "int32", "uint64", "int64", "float16", "bfloat16",
+                    "float32", "float64")
+
+
+@dataclasses.dataclass
+class TensorMap:
+    """A checked tensor map; `raw` holds its 128 bytes once a driver has encoded it."""
+    shape: tuple
+    dtype: np.dtype
+    box: tuple
+    strides_bytes: tuple
+    swizzle: int
+    oob_fill: str
+    l2_promotion: int
+    element_strides: tuple
+    raw: bytes | None = None
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes one TMA load of a full box writes to shared memory: what expect_tx must announce."""
+        return int(np.prod(self.box)) * self.dtype.itemsize
+
+    def __repr__(self):
+        return (f"TensorMap({'x'.join(map(str, self.shape))} {self.dtype}, box "
+                f"{'x'.join(map(str, self.box))} ({self.box_bytes} B), swizzle {self.swizzle or 'none'}, "
+                f"OOB fill {self.oob_fill}{'' if self.raw else ', not encoded: no GPU'})")
+
+
+def check_rules(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, element_strides=None,
+                oob_fill="zero", l2_promotion=0):
+    """Raise TensorMapError for the first rule the description breaks. Pure Python: no GPU needed."""
+    dtype = np.dtype(dtype)
+    rank = len(shape)
+    if dtype.name not in SUPPORTED_DTYPES:
+        raise TensorMapError(f"dtype {dtype} has no TMA data type; use one of {', '.join(SUPPORTED_DTYPES)}")
+    if not 1 <= rank <= 5:
+        raise TensorMapError(f"rank {rank}: tiled tensor maps have 1 to 5 dimensions")
+    if len(box) != rank:
+        raise TensorMapError(f"box has {len(box)} dimensions but the tensor has {rank}: give one box "
+                             "size per tensor dimension, outermost first")
+    element_strides = tuple(element_strides or (1,) * rank)
+    if address % 16:
+        raise TensorMapError(f"base address 0x{address:x} is not 16-byte aligned (it is {address % 16} B "
+                             "past a boundary): TMA needs a 16 B aligned global address; allocate the "
+                             "tensor on its own or offset it by a multiple of 16 B")
+    for i, n in enumerate(shape):
+        if not 1 <= n <= 2**32:
+            raise TensorMapError(f"dimension {i} has size {n}: sizes must be 1 to 2^32")
+    for i, s in enumerate(strides_bytes[:-1]):   # the innermost stride is the element size, implied
+        if s % 16:
+            raise TensorMapError(f"stride of dimension {i} is {s} B, not a multiple of 16 B: pad the rows "
+                                 f"(e.g. to {-(-s // 16) * 16} B) so that every row starts 16 B aligned")
+        if s >= 2**40:
+            raise TensorMapError(f"stride of dimension {i} is {s} B: strides must be below 2^40 B")
+    for i, (b, n) in enumerate(zip(box, shape)):
+        if not 1 <= b <= 256:
+            raise TensorMapError(f"box dimension {i} is {b}: each box dimension must be 1 to 256 elements")
+        if b > n:
+            raise TensorMapError(f"box dimension {i} is {b} but the tensor has only {n} elements there: "
+                                 "use a box no larger than the tensor")
+    for i, e in enumerate(element_strides):
+        if not 1 <= e <= 8:
+            raise TensorMapError(f"element stride {i} is {e}: element strides must be 1 to 8")
+    inner_bytes = box[-1] * dtype.itemsize
+    if inner_bytes % 16:
+        raise TensorMapError(f"the innermost box dimension is {inner_bytes} B ({box[-1]} x {dtype.itemsize} B): "
+                             "it must be a multiple of 16 B")
+    if swizzle not in SWIZZLES:
+        raise TensorMapError(f"swizzle {swizzle!r}: use 0 (none), 32, 64 or 128 (bytes)")
+    if swizzle and inner_bytes > swizzle:
+        raise TensorMapError(f"the innermost box dimension is {inner_bytes} B but a {swizzle} B swizzle spans "
+                             f"only {swizzle} B: make box[-1] at most {swizzle // dtype.itemsize} elements or "
+                             "use a wider swizzle")
+    if oob_fill not in OOB_FILL:
+        raise TensorMapError(f"oob_fill {oob_fill!r}: use 'zero' or 'nan' (NaN fill needs a float type)")
+    if oob_fill == "nan" and dtype.kind != "f" and dtype.name != "bfloat16":
+        raise TensorMapError("oob_fill='nan' needs a floating-point dtype")
+    if l2_promotion not in L2_PROMOTION:
+        raise TensorMapError(f"l2_promotion {l2_promotion!r}: use 0, 64, 128 or 256 (bytes)")
+
+
+def tensor_map(array, box, *, swizzle: int = 0, oob_fill: str = "zero", l2_promotion: int = 0,
+               element_strides=None, shape=None, strides_bytes=None) -> TensorMap:
+    """A tiled tensor map over `array` (a DeviceArray), checked, and encoded when a GPU is present.
+
+    shape/strides_bytes override the array's own (to view a padded buffer as a smaller tensor).
+    """
+    shape = tuple(shape or array.shape)
+    strides = tuple(strides_bytes or array.strides_bytes)
+    box = tuple(int(b) for b in box)
+    address = array.ptr if array.ptr is not None else 0
+    check_rules(shape, array.dtype, strides, box, address=address, swizzle=swizzle,
+                element_strides=element_strides, oob_fill=oob_fill, l2_promotion=l2_promotion)
+    tm = TensorMap(shape, array.dtype, box, strides, swizzle, oob_fill, l2_promotion,
+                   tuple(element_strides or (1,) * len(shape)))
+    if array.ptr is not None:
+        tm.raw = _encode(tm, array.ptr)
+    return tm
+
+
+def _encode(tm: TensorMap, address: int) -> bytes:
+    from cuda.bindings import driver
+    from .device import _check
+    rank = len(tm.shape)
+    sw = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[tm.swizzle]
+    l2 = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}[tm.l2_promotion]
+    fill = {"zero": "NONE", "nan": "NAN_REQUEST_ZERO_FMA"}[tm.oob_fill]
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    cmap = _check(driver.cuTensorMapEncodeTiled(
+        _dtype_code(tm.dtype), rank, address,
+        [u64(n) for n in reversed(tm.shape)],
+        [u64(s) for s in reversed(tm.strides_bytes[:-1])],
+        [u32(b) for b in reversed(tm.box)],
+        [u32(e) for e in reversed(tm.element_strides)],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{sw}"),
+        getattr(driver.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2}"),
+        getattr(driver.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{fill}")))
+    import struct
+    return struct.pack("<16Q", *[int(v) for v in cmap.opaque])

@@ -1,0 +1,80 @@
+"""check(): float64 reference, thresholds by dtype, poison and NaN never pass."""
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast.check import tolerance_for
+
+
+def ref_and_out(dtype, shape=(37, 53), seed=0):
+    ref = fb.random(shape, np.float64, seed=seed)
+    return ref, ref.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, fb.bfloat16])
+def test_rounded_reference_passes(dtype):
+    ref, out = ref_and_out(dtype)
+    r = fb.check(out, ref)
+    assert r.passed and r.rel_error <= tolerance_for(dtype)
+
+
+def test_wrong_element_fails_and_is_named():
+    ref, out = ref_and_out(np.float32)
+    out[5, 7] += 0.5
+    with pytest.raises(fb.CheckFailed) as e:
+        fb.check(out, ref)
+    assert "at (5, 7)" in str(e.value)
+
+
+def test_unwritten_poison_fails_even_if_tiny():
+    ref, out = ref_and_out(np.float32, (64, 64))
+    out.view(np.uint32)[63, 63] = 0xFFFFFFFF
+    r = fb.check(out, ref, raise_on_fail=False)
+    assert not r.passed and r.n_bad == 1 and "never written" in r.detail and "(63, 63)" in r.detail
+
+
+def test_nan_fails():
+    ref, out = ref_and_out(np.float32)
+    out[0, 0] = np.nan
+    r = fb.check(out, ref, raise_on_fail=False)
+    assert not r.passed and "NaN" in r.detail
+
+
+def test_bf16_error_over_threshold_fails_under_passes():
+    ref, _ = ref_and_out(np.float64)
+    noisy = (ref * (1 + 0.05 * np.random.default_rng(1).standard_normal(ref.shape))).astype(fb.bfloat16)
+    assert not fb.check(noisy, ref, raise_on_fail=False).passed
+    assert fb.check(ref.astype(fb.bfloat16), ref).passed
+
+
+def test_tf32_tolerance_by_name_and_unknown_name():
+    ref, out = ref_and_out(np.float32)
+    out = (out * (1 + 1e-4)).astype(np.float32)
+    assert not fb.check(out, ref, raise_on_fail=False).passed
+    assert fb.check(out, ref, tol="tf32").passed
+    with pytest.raises(ValueError, match="unknown tolerance"):
+        fb.check(out, ref, tol="fp8")
+
+
+def test_shape_and_reference_dtype_mismatch():
+    ref, out = ref_and_out(np.float32)
+    with pytest.raises(fb.CheckFailed, match="shape"):
+        fb.check(out[:, :-1], ref)
+    with pytest.raises(fb.CheckFailed, match="compute it in float64"):
+        fb.check(out, ref.astype(np.float32))
+
+
+def test_integers_are_exact():
+    ref = np.arange(100, dtype=np.int64)
+    out = ref.astype(np.int32)
+    assert fb.check(out, ref).passed
+    out[3] = 4
+    assert not fb.check(out, ref, raise_on_fail=False).passed
+
+
+def test_placeholder_array_without_gpu_is_skipped_not_passed():
+    if fb.gpu() is not None:
+        pytest.skip("skipped: this machine has a GPU; the no-GPU path is tested on CPU machines")
+    out = fb.empty((4, 4))
+    r = fb.check(out, np.ones((4, 4)))
+    assert isinstance(r, fb.Skipped) and not r and "needs a GPU" in str(r)

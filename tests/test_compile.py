@@ -1,0 +1,124 @@
+"""compile(): cubins without a GPU, resources, SASS, errors that show the line, the cache."""
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast.compile import kernel_names, parse_ptxas_log
+
+CP_ASYNC = r"""
+#include <cuda/std/cstdint>
+extern "C" __global__ void stage(const float* __restrict__ in, float* out, int n) {
+  __shared__ __align__(16) float tile[4 * 128];
+  int i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(tile + threadIdx.x * 4));
+  int bytes = i + 4 <= n ? 16 : 0;   // zero-fill past the end
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(in + (bytes ? i : 0)), "r"(bytes));
+  asm volatile("cp.async.commit_group;");
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();
+  if (i < n) out[i] = 2.f * tile[threadIdx.x * 4];
+}
+extern "C" __global__ void other(int* x) { x[threadIdx.x] = threadIdx.x; }
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
+def test_compiles_for_every_target_without_a_gpu(arch):
+    mod = fb.compile(CP_ASYNC, arch)
+    assert mod.cubin[:4] == b"\x7fELF"
+    assert sorted(mod.kernel_names) == ["other", "stage"]
+    r = mod.resources["stage"]
+    assert r.registers > 0 and r.shared_static == 4 * 128 * 4 and r.spills == 0
+    mod.expect_sass("LDGSTS", "LDGDEPBAR", "DEPBAR", kernel="stage")
+
+
+def test_expect_sass_names_the_missing_instruction():
+    mod = fb.compile(CP_ASYNC, "sm_90a")
+    with pytest.raises(fb.SassMismatch, match="missing HGMMA, UTMALDG"):
+        mod.expect_sass("LDGSTS", "HGMMA", "UTMALDG")
+    with pytest.raises(fb.SassMismatch, match="should not contain LDGSTS"):
+        mod.expect_sass(kernel="stage", forbid=("LDGSTS",))
+    hist = mod.histogram("stage")
+    assert hist["LDGSTS.E.BYPASS.128.ZFILL"] + hist["LDGSTS.E.BYPASS.128"] >= 1
+
+
+def test_sass_text_and_highlight():
+    mod = fb.compile(CP_ASYNC, "sm_90a")
+    text = mod.sass("stage")
+    assert text.startswith("// stage") and "LDGSTS" in text and "// other" not in text
+    hl = fb.sass.highlight(text, "LDGSTS")
+    assert ">> " in hl and "LDGSTS" in hl
+
+
+def test_compile_error_shows_the_failing_line():
+    bad = CP_ASYNC.replace("2.f * tile", "2.f * tiles")
+    with pytest.raises(fb.CompileError) as e:
+        fb.compile(bad, "sm_90a", name="lab.cu")
+    msg = str(e.value)
+    assert "lab.cu:12" in msg and 'identifier "tiles" is undefined' in msg
+    assert ">   12 |   if (i < n) out[i] = 2.f * tiles" in msg
+    assert e.value.diagnostics[0]["line"] == 12
+
+
+def test_unknown_arch_is_refused_with_the_accepted_list():
+    with pytest.raises(fb.FeedbeastError, match="unknown arch 'sm_91'.*sm_90a"):
+        fb.compile(CP_ASYNC, "sm_91")
+
+
+def test_cache_returns_the_same_cubin_and_defines_change_the_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEEDBEAST_CACHE", str(tmp_path))
+    a = fb.compile(CP_ASYNC, "sm_90a")
+    assert len(list((tmp_path / "cubin").glob("*.cubin"))) == 1
+    b = fb.compile(CP_ASYNC, "sm_90a")
+    assert a.cubin == b.cubin and b.resources == a.resources
+    fb.compile(CP_ASYNC, "sm_90a", defines={"X": 1})
+    assert len(list((tmp_path / "cubin").glob("*.cubin"))) == 2
+
+
+def test_ptxas_log_parser():
+    log = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+           "ptxas info    : Function properties for k\n"
+           "    24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+           "ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]\n")
+    r = parse_ptxas_log(log)["k"]
+    assert (r.registers, r.stack, r.spill_stores, r.spill_loads, r.shared_static, r.barriers) == \
+        (168, 24, 8, 12, 1024, 1)
+
+
+def test_kernel_names_rejects_non_elf():
+    with pytest.raises(fb.FeedbeastError):
+        kernel_names(b"not a cubin")
+
+
+def test_unknown_kernel_name_lists_the_real_ones():
+    mod = fb.compile(CP_ASYNC, "sm_90a")
+    with pytest.raises(fb.FeedbeastError, match="has: .*stage"):
+        mod.kernel("stag")
+
+
+def test_cccl_and_our_headers_are_on_the_include_path():
+    src = r"""
+    #include <cuda/ptx>
+    #include <cuda/barrier>
+    #include <cuda_bf16.h>
+    #include <fb/debug.cuh>
+    extern "C" __global__ void k(__nv_bfloat16* x) { x[threadIdx.x] = __float2bfloat16(1.0f); }
+    """
+    assert fb.compile(src, "sm_90a").kernel_names == ["k"]
+
+
+def test_magic_compiles_a_cell_into_the_namespace(capsys):
+    from feedbeast.magic import cuda_cell
+    ns = {"stages": 3}
+    cuda_cell("--arch sm_90a --name m -D STAGES={stages}",
+              'extern "C" __global__ void ring(int* x) { x[0] = STAGES; }', ns)
+    assert isinstance(ns["m"], fb.Module) and isinstance(ns["ring"], fb.Kernel)
+    out = capsys.readouterr().out
+    assert "compiled for sm_90a" in out and "ring" in out
+
+
+def test_arch_compatibility_rules():
+    assert fb.runs_on("sm_80", (8, 6)) and fb.runs_on("sm_80", (8, 9))
+    assert not fb.runs_on("sm_90a", (8, 9)) and fb.runs_on("sm_90a", (9, 0))
+    assert not fb.runs_on("sm_90a", (10, 0)) and not fb.runs_on("sm_100a", (9, 0))
+    assert not fb.runs_on("sm_90a", None)

@@ -1,0 +1,159 @@
+"""The toolkit on a real GPU: launch, shared-memory opt-in, tensor maps, bounded waits, bench.
+
+Every test here skips by name on a machine without the GPU it needs.
+"""
+import numpy as np
+import pytest
+
+import feedbeast as fb
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void big_smem(float* out, int n) {
+  extern __shared__ float buf[];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = float(i);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = buf[n - 1 - i];
+}
+extern "C" __global__ void widths(long long* out, long long a, int b, double c) {
+  out[0] = a; out[1] = b; out[2] = (long long)c;
+}
+"""
+
+# One thread waits on an mbarrier whose phase can never complete (it expects 2 arrivals, gets 0).
+HANG = r"""
+#include <cuda/std/cstdint>
+#include <fb/debug.cuh>
+extern "C" __global__ void hang(int* out) {
+  __shared__ __align__(8) cuda::std::uint64_t bar;
+  unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(&bar));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 2;" :: "r"(a));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  unsigned long long t0 = fb::globaltimer_ns();
+  while (true) {
+    unsigned done;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(a), "r"(0) : "memory");
+    if (done) break;
+    unsigned long long waited = fb::globaltimer_ns() - t0;
+    if (waited > FB_WAIT_TIMEOUT_NS) fb::report_timeout("full", 3, 0, waited);
+  }
+  out[0] = 1;
+}
+"""
+
+TMA = r"""
+#include <cuda/std/cstdint>
+struct alignas(64) TensorMap { unsigned long long v[16]; };
+extern "C" __global__ void tma_tile(const __grid_constant__ TensorMap tmap, float* out, int row0, int col0) {
+  __shared__ alignas(128) float tile[32][32];
+  __shared__ alignas(8) cuda::std::uint64_t bar;
+  unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(&bar));
+  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(&tile[0][0]));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(32 * 32 * 4));
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(s), "l"(&tmap), "r"(col0), "r"(row0), "r"(b) : "memory");
+  }
+  __syncthreads();
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(b) : "memory");
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) out[i] = tile[i / 32][i % 32];
+}
+"""
+
+
+def test_tma_kernel_compiles_to_utmaldg():
+    fb.compile(TMA, "sm_90a").expect_sass("UTMALDG", "SYNCS")
+
+
+def test_launch_and_check_ragged(anygpu):
+    mod = fb.compile(SAXPY)
+    n = 100_003
+    x, y = fb.random(n, seed=1), fb.random(n, seed=2)
+    dy = fb.to_device(y)
+    assert mod.saxpy.launch((n + 255) // 256, 256, dy, fb.to_device(x), 2.5, n) is None
+    fb.check(dy, 2.5 * x.astype(np.float64) + y)
+
+
+def test_argument_widths_follow_the_kernel_signature(anygpu):
+    mod = fb.compile(SAXPY)
+    out = fb.empty(3, np.int64)
+    mod.widths.launch(1, 1, out, 2**40 + 5, -7, 9.0)
+    assert out.to_host().tolist() == [2**40 + 5, -7, 9]
+    with pytest.raises(fb.LaunchError, match="takes 4 arguments, got 3"):
+        mod.widths.launch(1, 1, out, 1, 2)
+    with pytest.raises(fb.LaunchError, match="does not fit a 4-byte"):
+        mod.widths.launch(1, 1, out, 1, 2**40, 1.0)
+
+
+def test_dynamic_shared_memory_above_48k_and_over_the_limit(anygpu):
+    mod = fb.compile(SAXPY)
+    n = 150 * 1024 // 4
+    out = fb.empty(n)
+    mod.big_smem.launch(1, 256, out, n, shared=n * 4)
+    fb.check(out, np.arange(n - 1, -1, -1, dtype=np.float64))
+    too_much = anygpu.smem_per_block_optin + 4
+    with pytest.raises(fb.LaunchError, match="use fewer stages or smaller tiles"):
+        mod.big_smem.launch(1, 256, out, n, shared=too_much)
+    with pytest.raises(fb.LaunchError, match="at most 1024"):
+        mod.big_smem.launch(1, 2048, out, n)
+
+
+def test_tma_load_of_a_ragged_tile_fills_zero_past_the_edge(gpu90):
+    rows, cols = 50, 36   # 36 floats = 144 B per row: a multiple of 16 B
+    host = fb.random((rows, cols), seed=3)
+    a = fb.to_device(host)
+    tm = fb.tensor_map(a, (32, 32))
+    out = fb.empty((32, 32))
+    fb.compile(TMA, "sm_90a").tma_tile.launch(1, 128, tm, out, 32, 16)
+    expect = np.zeros((32, 32))
+    expect[:rows - 32, :cols - 16] = host[32:, 16:]
+    fb.check(out, expect)
+
+
+def test_a_hung_barrier_wait_reports_and_the_gpu_recovers(anygpu):
+    mod = fb.compile(HANG, debug=True, defines={"FB_WAIT_TIMEOUT_NS": "200000000ull"})
+    out = fb.empty(1, np.int32)
+    mod.hang.launch(1, 32, out)
+    with pytest.raises(fb.BarrierTimeout, match="barrier 'full' stage 3 for phase parity 0"):
+        fb.sync()
+    # The context was reset: new work runs.
+    m2 = fb.compile(SAXPY)
+    y = fb.to_device(np.ones(10, np.float32))
+    m2.saxpy.launch(1, 32, y, fb.to_device(np.ones(10, np.float32)), 1.0, 10)
+    fb.check(y, np.full(10, 2.0))
+
+
+def test_bench_and_ceilings(anygpu, tmp_path, monkeypatch):
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    copy = fb.ceiling("copy")
+    assert copy.gbps > 100   # any GPU of the last decade; the real figure is printed below
+    mod = fb.compile(SAXPY)
+    n = 1 << 26
+    x, y = fb.to_device(fb.random(n, seed=1)), fb.to_device(fb.random(n, seed=2))
+    r = fb.bench(lambda: mod.saxpy.launch(n // 256, 256, y, x, 1.0001, n), name="test/saxpy",
+                 nbytes=3 * 4 * n, ceiling="copy", sizes={"n": n})
+    print(copy, r, sep="\n")
+    assert r.pct is not None and r.median_ms > 0 and len(r.times_ms) == 30
+    rec = fb.results.load(tmp_path / anygpu.slug / "bench.jsonl")
+    assert [x["name"] for x in rec] == ["ceiling/copy", "test/saxpy"]
+    assert rec[1]["gpu"] == anygpu.name and rec[1]["sizes"] == {"n": n}
+
+
+def test_cublas_gemm_is_right_and_rated(anygpu):
+    if not fb.ceilings.cublas_available():
+        pytest.skip("skipped: needs cuBLAS, none found")
+    n = 300
+    a, b = fb.random((n, n + 1), fb.bfloat16, seed=4), fb.random((n + 1, n - 2), fb.bfloat16, seed=5)
+    c = fb.empty((n, n - 2), np.float32)
+    fb.gemm(fb.to_device(a), fb.to_device(b), c, mode="bf16")
+    fb.check(c, a.astype(np.float64) @ b.astype(np.float64), tol=1e-3)
+    print(fb.ceiling("bf16", 4096))

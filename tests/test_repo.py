@@ -1,0 +1,103 @@
+"""The repository's promises: pins agree, notebooks are well-formed, labs are generated and clean."""
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from feedbeast import labs
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")) + \
+    sorted(ROOT.glob("labs/*.ipynb"))
+
+
+def read_pins(path: Path, seen=None) -> dict:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            pins.update(read_pins(path.parent / line[3:].strip()))
+        elif "==" in line:
+            name, ver = line.split("==")
+            pins[re.sub(r"\[.*\]", "", name).strip().lower()] = ver.strip()
+    return pins
+
+
+def test_environment_yml_has_the_same_pins_as_requirements():
+    want = read_pins(ROOT / "requirements/cu13.txt") | read_pins(ROOT / "requirements/lab.txt")
+    text = (ROOT / "environment.yml").read_text()
+    got = {}
+    for m in re.finditer(r"^\s*-\s*([A-Za-z0-9_.\-\[\],]+)==(\S+)\s*$", text, re.MULTILINE):
+        got[re.sub(r"\[.*\]", "", m.group(1)).lower()] = m.group(2)
+    assert got == want
+
+
+def test_cuda12_switch_differs_only_in_the_cuda_packages():
+    a, b = read_pins(ROOT / "requirements/cu13.txt"), read_pins(ROOT / "requirements/cu12.txt")
+    assert {k for k in a if a[k] != b.get(k)} == {"cuda-bindings", "cuda-toolkit"}
+    assert b["cuda-bindings"].startswith("12.") and b["cuda-toolkit"].startswith("12.")
+
+
+def test_there_are_notebooks():
+    assert (ROOT / "chapters/00-feeding-the-beast.ipynb").exists()
+    assert len(list(ROOT.glob("solutions/*.ipynb"))) >= 1
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_notebook_format(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert all("id" in c for c in nb.cells), "cells need ids (nbformat >= 4.5)"
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    text = path.read_text()
+    for bad in ("/work/", "/home/", "/root/", "/Users/", "C:\\\\"):
+        assert bad not in text, f"absolute path {bad!r} in {path.name}"
+    if path.parent.name in ("labs", "solutions"):
+        assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+            f"{path.name} must carry no outputs"
+
+
+def test_every_lab_is_generated_from_its_solution():
+    assert labs.stale(ROOT / "solutions", ROOT / "labs") == []
+    sols = {p.name for p in ROOT.glob("solutions/*.ipynb")}
+    assert {p.name for p in ROOT.glob("labs/*.ipynb")} == sols
+
+
+def test_solutions_mark_the_learners_part_and_labs_hide_it():
+    for sol in ROOT.glob("solutions/*.ipynb"):
+        text = sol.read_text()
+        assert "BEGIN SOLUTION" in text, f"{sol.name} marks no solution region"
+        lab = (ROOT / "labs" / sol.name).read_text()
+        assert "BEGIN SOLUTION" not in lab and "TODO: your code here" in lab
+
+
+def test_strip_source_keeps_indentation_and_rejects_unbalanced_markers():
+    src = "a\n    // BEGIN SOLUTION\n    x = 1;\n    // END SOLUTION\nb"
+    assert labs.strip_source(src) == "a\n    // TODO: your code here (see the hints below)\nb"
+    with pytest.raises(ValueError):
+        labs.strip_source("# BEGIN SOLUTION\nx")
+    with pytest.raises(ValueError):
+        labs.strip_source("# END SOLUTION")
+
+
+def test_reset_labs_backs_up_an_edited_lab(tmp_path):
+    sol_dir, lab_dir = tmp_path / "solutions", tmp_path / "labs"
+    sol_dir.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# BEGIN SOLUTION\nx = 1\n# END SOLUTION")])
+    nbformat.write(nb, sol_dir / "01-x.ipynb")
+    labs.build(sol_dir, lab_dir)
+    edited = (lab_dir / "01-x.ipynb").read_text().replace("TODO: your code here", "my attempt")
+    (lab_dir / "01-x.ipynb").write_text(edited)
+    (lab_dir / "notes.txt").write_text("mine")
+    labs.reset(sol_dir, lab_dir)
+    backups = list((lab_dir / "backup").glob("01-x.*.ipynb"))
+    assert len(backups) == 1 and backups[0].read_text() == edited
+    assert "TODO: your code here" in (lab_dir / "01-x.ipynb").read_text()
+    assert (lab_dir / "notes.txt").read_text() == "mine"
+
+
+def test_readme_shows_the_test_command_and_ci_runs_it():
+    assert "make test" in (ROOT / "README.md").read_text()
+    assert "make test" in (ROOT / ".ci/run").read_text()
