@@ -68,7 +68,8 @@ ifeq ($(SET),notebook)
 	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -r requirements/notebook.txt
-	$(PYTHON3) -m pip download -q -d wheelhouse --no-deps --only-binary=:all: numba-cuda==0.30.4
+	$(PYTHON3) -m pip download -q -d wheelhouse --no-deps --only-binary=:all: --python-version $(PY) \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 numba-cuda==0.30.4
 else
 	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -24,7 +24,7 @@ from .sass import expect_sass
 from .skip import Skipped, needs, needs_gpu
 from .tensormap import TensorMap, tensor_map
 from .magic import load_ipython_extension
-from . import ceilings, results, sass  # noqa: E402  (modules a notebook reaches as fb.sass...)
+from . import ceilings, examples, results, sass  # noqa: E402  (reached as fb.sass, fb.examples...)
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,47 @@
+"""The course's two running examples, carried through every chapter, with their float64 references.
+
+1. **rowsum** (memory-bound): y[r] = sum over c of x[r, c], for a float32 matrix streamed once.
+   Each block takes rows, streams tiles of them through shared memory and adds them up: one add per
+   4-byte element read, far below any ridge point, so its ceiling is memory bandwidth.
+2. **matmul** (compute-bound): C = A @ B with fp32 accumulation; fp32 operands in chapters 01-02,
+   bf16 operands from chapter 03 on. Its ceiling is cuBLAS at the same size and precision.
+
+Sizes used on a GPU are large (rowsum: 512 MiB; matmul: 4096^3 and 8192^3); on a CPU small and ragged,
+never tile multiples.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .memory import random
+
+ROWSUM_GPU_SHAPE = (16384, 8192)      # 512 MiB of float32: far past any L2
+ROWSUM_CPU_SHAPE = (37, 1000)         # ragged: no tile multiple
+MATMUL_GPU_SIZES = (4096, 8192)
+MATMUL_RAGGED = (4000, 4104, 3992)    # M, N, K: not multiples of any tile
+
+
+def rowsum_inputs(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    return random((rows, cols), np.float32, seed=seed)
+
+
+def rowsum_reference(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64).sum(axis=1)
+
+
+def rowsum_bytes(rows: int, cols: int, itemsize: int = 4) -> int:
+    """DRAM bytes the kernel must move: the matrix read once, the sums written once."""
+    return rows * cols * itemsize + rows * 4
+
+
+def matmul_inputs(m: int, n: int, k: int, dtype=np.float32, seed: int = 0):
+    """A (m x k) and B (k x n), random in [-1, 1), rounded to `dtype` (fb.bfloat16 from chapter 03)."""
+    return random((m, k), dtype, seed=seed), random((k, n), dtype, seed=seed + 1)
+
+
+def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def matmul_flops(m: int, n: int, k: int) -> float:
+    return 2.0 * m * n * k
