@@ -73,15 +73,23 @@ def raise_pending_debug_report():
 
 
 def reset_context():
-    """Destroy and recreate the primary context after a kernel trapped (its errors are sticky)."""
+    """Destroy and recreate the primary context after a kernel trapped (its errors are sticky).
+
+    Everything tied to the old context is dropped: loaded modules reload on their next launch,
+    the cached ceilings and cuBLAS handle are rebuilt, old device arrays refuse to be used.
+    """
     global _debug
     from cuda.bindings import driver
-    from cuda.core import Device
+    from . import bench, ceilings
     g = gpu()
-    _check(driver.cuDevicePrimaryCtxReset(_check(driver.cuDeviceGet(g.index))))
-    Device(g.index).set_current()
+    dev = _check(driver.cuDeviceGet(g.index))
+    _check(driver.cuDevicePrimaryCtxReset(dev))
+    _check(driver.cuCtxSetCurrent(_check(driver.cuDevicePrimaryCtxRetain(dev))))
     _device.generation += 1
     _debug = None
+    bench._flush_buf = None
+    for cached in (ceilings._cublas, ceilings.copy_bandwidth, ceilings.matmul_rate):
+        cached.cache_clear()
 
 
 class Kernel:
