@@ -91,7 +91,7 @@ def matmul_rate(mode: str = "bf16", n: int = 8192):
     dt = {"bf16": bfloat16, "fp16": np.float16, "fp32": np.float32, "tf32": np.float32}[mode]
     a, b = to_device(random((n, n), dt, seed=1)), to_device(random((n, n), dt, seed=2))
     c = empty((n, n), np.float32 if mode in ("fp32", "tf32") else dt, poison=False)
-    return bench(lambda: gemm(a, b, c, mode=mode), name=f"ceiling/cublas-{mode}", flops=2.0 * n ** 3,
+    return bench(lambda: gemm(a, b, c, mode=mode), name=f"ceiling/cublas-{mode}/n={n}", flops=2.0 * n ** 3,
                  reps=10, sizes={"n": n})
 
 
