@@ -157,3 +157,31 @@ def test_cublas_gemm_is_right_and_rated(anygpu):
     fb.gemm(fb.to_device(a), fb.to_device(b), c, mode="bf16")
     fb.check(c, a.astype(np.float64) @ b.astype(np.float64), tol=1e-3)
     print(fb.ceiling("bf16", 4096))
+
+
+CLUSTER = r"""
+extern "C" __global__ void cluster_rank(int* out) {
+  unsigned rank, size;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(size));
+  if (threadIdx.x == 0) out[blockIdx.x] = int(rank * 100 + size);
+}
+"""
+
+
+def test_cluster_launch(gpu90):
+    mod = fb.compile(CLUSTER, "sm_90a")
+    out = fb.empty(8, np.int32)
+    mod.cluster_rank.launch(8, 32, out, cluster=(2, 1, 1))
+    assert out.to_host().tolist() == [2, 102] * 4
+    with pytest.raises(fb.LaunchError, match="not a multiple of cluster"):
+        mod.cluster_rank.launch(7, 32, out, cluster=(2, 1, 1))
+
+
+def test_a_kernel_for_another_arch_is_skipped_by_name(anygpu):
+    other = "sm_100a" if anygpu.cc != (10, 0) else "sm_90a"
+    mod = fb.compile(SAXPY, other)
+    y = fb.to_device(np.ones(4, np.float32))
+    r = mod.saxpy.launch(1, 32, y, y, 1.0, 4)
+    assert isinstance(r, fb.Skipped) and f"needs {other}, this machine has {anygpu.arch}" in str(r)
+    assert isinstance(fb.check(r, np.ones(4)), fb.Skipped)
