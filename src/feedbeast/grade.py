@@ -137,7 +137,7 @@ def parse_notebook(nb) -> tuple[list[Outcome], str]:
                 outcomes += parse_text(out.get("data", {}).get("text/plain", ""), i)
             elif kind == "error":
                 ename, evalue = out.get("ename", "Error"), ANSI.sub("", out.get("evalue", ""))
-                name = f"cell {i + 1} ({_cell_label(cell)})"
+                name = f"code cell {i + 1} ({_cell_label(cell)})"
                 label = ename if ename in CHECK_ERRORS else f"{ename} (the notebook broke here)"
                 outcomes.append(Outcome("failed", name, f"{label}: {evalue}".strip(), i))
                 error = error or f"{name}: {ename}"

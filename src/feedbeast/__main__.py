@@ -1,0 +1,36 @@
+"""python -m feedbeast COMMAND ...
+
+    grade labs/00-*.ipynb            execute lab notebooks and report each check (exit 1 on a failure)
+    sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck
+    stress [--n 100]                 the GPU tests with random ragged sizes and repeated runs
+    build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.labs)
+"""
+from __future__ import annotations
+
+import sys
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "grade":
+        from .grade import main as run
+        return run(rest)
+    if cmd == "sanitize":
+        from .sanitize import main as run
+        return run(rest)
+    if cmd == "stress":
+        from .stress import main as run
+        return run(rest)
+    if cmd in ("build", "check", "reset"):
+        from .labs import main as run
+        return run([cmd, *(rest or ["solutions", "labs"])])
+    print(f"unknown command {cmd!r}\n{__doc__}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""`make sanitize`: every chapter and solution notebook under compute-sanitizer, one tool at a time.
+
+    python -m feedbeast sanitize [--tools memcheck,racecheck,synccheck] [--strict] [chapters solutions]
+    python -m feedbeast.sanitize run chapters/00-feeding-the-beast.ipynb   # the inner runner
+
+For each notebook and tool this runs
+
+    compute-sanitizer --tool T --error-exitcode 1 python -m feedbeast.sanitize run NOTEBOOK
+
+and prints a table of the reports found; zero everywhere is the bar. Logs go to build/sanitize/.
+
+How a notebook runs under the sanitizer: `run` executes the notebook's code cells in order inside
+this one Python process, with an IPython shell (so `%load_ext feedbeast` and `%%cuda` cells behave
+as in Jupyter). A Jupyter kernel would be a second process behind ZeroMQ that the sanitizer only
+follows with `--target-processes all`, with the client's own process attached for nothing, and a
+script exported by nbconvert would need nbconvert; one process with the shell needs neither. Inside
+the sanitized run, fb.bench and fb.ceiling call the timed function once and return a Skipped:
+timing under instrumentation means nothing, and one run of each kernel is what the tools check.
+
+Without a GPU, or without compute-sanitizer, every pair is reported as skipped and the exit status
+is 0, unless --strict (or FEEDBEAST_SANITIZE_STRICT=1), which the GPU CI uses.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TOOLS = ("memcheck", "racecheck", "synccheck")
+TIMED_OFF = "timing is off under compute-sanitizer"
+
+
+def find_sanitizer() -> str | None:
+    """compute-sanitizer from the CUDA wheels, PATH, $CUDA_HOME/bin or /usr/local/cuda/bin."""
+    try:
+        import cuda.pathfinder as pf
+        p = pf.find_nvidia_binary_utility("compute-sanitizer")
+        if p:
+            return p
+    except Exception:
+        pass
+    p = shutil.which("compute-sanitizer")
+    if p:
+        return p
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            for cand in (Path(root) / "bin" / "compute-sanitizer",
+                         Path(root) / "compute-sanitizer" / "compute-sanitizer"):
+                if cand.is_file() and os.access(cand, os.X_OK):
+                    return str(cand)
+    return None
+
+
+def notebooks(paths) -> list[Path]:
+    out = []
+    for p in paths:
+        p = Path(p)
+        out += sorted(p.glob("*.ipynb")) if p.is_dir() else [p]
+    return out
+
+
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
+_RACE = re.compile(r"RACECHECK SUMMARY:\s*(\d+) hazards? displayed\s*\((\d+) errors?,\s*(\d+) warnings?\)")
+
+
+def count_reports(log: str, tool: str) -> int | None:
+    """Reports in a sanitizer log: errors (and, for racecheck, hazards of any severity). None if no summary."""
+    if tool == "racecheck":
+        m = _RACE.findall(log)
+        if m:
+            return int(m[-1][0])
+    m = _SUMMARY.findall(log)
+    return int(m[-1]) if m else None
+
+
+def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int) -> tuple[str, int]:
+    """Run one notebook under one tool. Returns (cell text for the table, 1 when it is a failure)."""
+    cmd = [sanitizer, "--tool", tool, "--error-exitcode", "1", "--print-limit", "100",
+           sys.executable, "-m", "feedbeast.sanitize", "run", str(nb)]
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    logdir.mkdir(parents=True, exist_ok=True)
+    log_path = logdir / f"{nb.parent.name}-{nb.stem}.{tool}.log"
+    t = time.time()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        log, rc = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        log = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        log_path.write_text(log + f"\n(timed out after {timeout} s)\n")
+        return f"timed out ({timeout} s)", 1
+    log_path.write_text(" ".join(cmd) + "\n" + log)
+    n = count_reports(log, tool)
+    secs = f"{time.time() - t:.0f} s"
+    if n:
+        return f"{n} reports ({secs})", 1
+    if rc != 0:
+        failed = [ln for ln in log.splitlines() if ln.startswith("sanitize run: ")]
+        why = failed[-1][len("sanitize run: "):] if failed else f"exit status {rc}"
+        return f"notebook failed: {why[:80]}", 1
+    return f"0 ({secs})", 0
+
+
+def table(rows: dict, tools) -> str:
+    head = "| notebook | " + " | ".join(tools) + " |"
+    sep = "|---|" + "---|" * len(tools)
+    body = [f"| {nb} | " + " | ".join(cells[t] for t in tools) + " |" for nb, cells in rows.items()]
+    return "\n".join([head, sep, *body])
+
+
+def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/sanitize")) -> int:
+    from .device import gpu
+    nbs = notebooks(paths)
+    g = gpu()
+    sanitizer = find_sanitizer()
+    skip, short = None, None
+    if g is None:
+        skip = short = "skipped: no GPU"
+    elif sanitizer is None:
+        short = "skipped: no compute-sanitizer"
+        skip = short + " (put a CUDA toolkit's bin/ on PATH or set CUDA_HOME)"
+    print(f"compute-sanitizer: {sanitizer or 'not found'}; GPU: {g.name if g else 'none'}", flush=True)
+    rows, failures = {}, 0
+    for nb in nbs:
+        name = f"{nb.parent.name}/{nb.name}"
+        rows[name] = {}
+        for tool in tools:
+            if skip:
+                print(f"{skip}: {tool} {name}")
+                rows[name][tool] = short
+                continue
+            print(f"{tool} {name} ...", flush=True)
+            cell, bad = sanitize_one(sanitizer, nb, tool, Path(logdir), timeout)
+            print(f"  {cell}", flush=True)
+            rows[name][tool] = cell
+            failures += bad
+    text = table(rows, tools)
+    print(text)
+    if g is not None and not skip:
+        from .results import results_root
+        out = results_root() / g.slug
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sanitize.md").write_text(f"# compute-sanitizer on {g.name}\n\n{text}\n\n"
+                                         f"A cell is the number of reports; logs in {logdir}/.\n")
+        print(f"wrote {out / 'sanitize.md'}")
+    if failures:
+        print(f"sanitize: {failures} notebook runs with reports or failures (logs in {logdir}/)")
+        return 1
+    if skip and strict:
+        print(f"sanitize: --strict and nothing was checked ({skip})")
+        return 1
+    return 0
+
+
+# ---- the inner runner: one notebook, in this process --------------------------------------------
+
+def _timing_off():
+    """fb.bench / fb.ceiling run the timed function once and return a Skipped."""
+    import feedbeast
+    from . import ceilings
+    from .memory import sync
+    from .skip import Skipped
+
+    def bench(fn, *, name: str, **kw):
+        import inspect
+        first = fn(0) if len(inspect.signature(fn).parameters) >= 1 else fn()
+        if isinstance(first, Skipped):
+            return Skipped(first.reason, f"bench {name}")
+        sync()
+        return Skipped(TIMED_OFF, f"bench {name}")
+
+    def ceiling(which: str, size=None):
+        return Skipped(TIMED_OFF, f"{which} ceiling")
+
+    feedbeast.bench = bench
+    feedbeast.ceiling = ceiling
+    ceilings.ceiling = ceiling
+
+
+def run(path) -> int:
+    """Execute the code cells of one notebook in this process, as Jupyter would. 0 when all ran."""
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+    path = Path(path).resolve()
+    nb = nbformat.read(path, as_version=4)
+    os.chdir(path.parent)
+    shell = InteractiveShell.instance()
+    _timing_off()
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        res = shell.run_cell(cell.source, store_history=False)
+        if not res.success:
+            err = res.error_in_exec or res.error_before_exec
+            print(f"sanitize run: code cell {i + 1} of {path.name} raised {type(err).__name__}: "
+                  f"{str(err).splitlines()[0] if str(err) else ''}", flush=True)
+            return 1
+    print(f"sanitize run: {path.name}: every cell ran", flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        if len(argv) != 2:
+            print("usage: python -m feedbeast.sanitize run NOTEBOOK")
+            return 2
+        return run(argv[1])
+    ap = argparse.ArgumentParser(prog="python -m feedbeast sanitize",
+                                 description="Run notebooks under compute-sanitizer tools.")
+    ap.add_argument("paths", nargs="*", default=["chapters", "solutions"])
+    ap.add_argument("--tools", default=",".join(TOOLS), help="comma-separated (default: all three)")
+    ap.add_argument("--strict", action="store_true", default=os.environ.get("FEEDBEAST_SANITIZE_STRICT") == "1",
+                    help="a skip (no GPU, no compute-sanitizer) fails")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per notebook and tool")
+    ap.add_argument("--logs", default="build/sanitize")
+    args = ap.parse_args(argv)
+    tools = [t for t in args.tools.split(",") if t]
+    bad = [t for t in tools if t not in TOOLS + ("initcheck",)]
+    if bad:
+        ap.error(f"unknown tool {bad[0]}: use {', '.join(TOOLS)}")
+    return sweep(args.paths, tools, args.strict, args.timeout, Path(args.logs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

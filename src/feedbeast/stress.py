@@ -1,0 +1,154 @@
+"""Stress mode: random ragged sizes and repeated runs compared bit for bit.
+
+    FEEDBEAST_STRESS=100 pytest tests -k gpu        # what `make stress` runs
+    python -m feedbeast stress [--n 100] [pytest args]
+
+A GPU test opts in with two helpers:
+
+    for n in stress.sizes(10_000_019, multiple_of=8):       # the base size, then N random ragged ones
+        ...
+    out = stress.repeat_identical(lambda: run_and_copy_back(), n=3)   # bitwise-equal every time
+
+With FEEDBEAST_STRESS unset (or 0), `sizes` yields only the base shape and `repeat_identical` runs
+twice, so the normal suite stays fast. FEEDBEAST_STRESS_SEED fixes the random sizes (default 0), so
+a failing size comes back on the next run.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+
+def level() -> int:
+    """FEEDBEAST_STRESS as a number of extra random cases (0 when unset)."""
+    raw = os.environ.get("FEEDBEAST_STRESS", "").strip()
+    if not raw:
+        return 0
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise ValueError(f"FEEDBEAST_STRESS={raw!r}: give a number of random cases, e.g. 100") from None
+
+
+def _ragged(rng, hi: int, m: int) -> int:
+    """A size in 1..hi that is not a multiple of m (when m > 1 and such a size exists)."""
+    v = int(rng.integers(1, hi + 1))
+    if m > 1 and v % m == 0:
+        v = v - 1 if v > 1 else v + 1
+    return v
+
+
+def sizes(base_shape, multiple_of=1, n: int | None = None, seed: int | None = None):
+    """The base shape, then `n` random shapes (default: FEEDBEAST_STRESS) no larger than it.
+
+    base_shape: an int or a tuple. multiple_of: the tile size (an int, or one per dimension); each
+    random dimension is ragged, i.e. not a multiple of it. About one case in four draws every
+    dimension from the tiny end (below 2 tiles), where tail handling breaks first.
+    """
+    scalar = np.isscalar(base_shape)
+    base = (int(base_shape),) if scalar else tuple(int(d) for d in base_shape)
+    mult = (multiple_of,) * len(base) if np.isscalar(multiple_of) else tuple(multiple_of)
+    if len(mult) != len(base):
+        raise ValueError(f"multiple_of has {len(mult)} entries for a shape of {len(base)} dimensions")
+    if any(d < 1 for d in base):
+        raise ValueError(f"base shape {base_shape} has a dimension below 1")
+    n = level() if n is None else n
+    if seed is None:
+        seed = int(os.environ.get("FEEDBEAST_STRESS_SEED", "0"))
+    rng = np.random.default_rng(seed)
+    yield base_shape if scalar else base
+    for _ in range(n):
+        tiny = rng.random() < 0.25
+        shape = tuple(_ragged(rng, min(d, 2 * m) if tiny else d, m) for d, m in zip(base, mult))
+        yield shape[0] if scalar else shape
+
+
+def _host(x):
+    from .memory import DeviceArray
+    if isinstance(x, DeviceArray):
+        return x.to_host()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_host(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _host(v) for k, v in x.items()}
+    return np.asarray(x)
+
+
+def _leaves(x, path=""):
+    if isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            yield from _leaves(v, f"{path}[{i}]")
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from _leaves(v, f"{path}[{k!r}]")
+    else:
+        yield path or "output", x
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
+    ab, bb = np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8)
+    flat_bytes = np.flatnonzero(ab.ravel() != bb.ravel())
+    n_el = len(np.unique(flat_bytes // max(a.dtype.itemsize, 1)))
+    i = np.unravel_index(int(flat_bytes[0]) // max(a.dtype.itemsize, 1), a.shape) if a.ndim else ()
+    at = tuple(int(k) for k in i)
+    return f"{n_el} elements differ, first at {at}: {a[at]!r} then {b[at]!r}"
+
+
+def repeat_identical(fn, n: int | None = None):
+    """Run fn() n times (default 2, or FEEDBEAST_STRESS when set) and assert bitwise-identical outputs.
+
+    fn returns a numpy array, a DeviceArray (copied back), or a list/tuple/dict of them; a Skipped
+    is returned as is (nothing ran, so nothing is compared). Returns the first run's output (on the
+    host). Raises CheckFailed naming the run, the output and the first element that differs.
+    """
+    from .errors import CheckFailed
+    from .skip import Skipped
+    n = n if n is not None else max(2, level())
+    if n < 1:
+        raise ValueError("repeat_identical needs n >= 1")
+    first = fn()
+    if isinstance(first, Skipped):
+        return first
+    first = _host(first)
+    ref = list(_leaves(first))
+    for run in range(1, n):
+        got = list(_leaves(_host(fn())))
+        if len(got) != len(ref):
+            raise CheckFailed(f"run {run + 1} of {n} returned {len(got)} outputs, run 1 returned {len(ref)}")
+        for (where, a), (_, b) in zip(ref, got):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                raise CheckFailed(f"run {run + 1} of {n}: {where} is {b.dtype}{list(b.shape)}, "
+                                  f"run 1 gave {a.dtype}{list(a.shape)}")
+            if a.tobytes() != b.tobytes():
+                raise CheckFailed(f"run {run + 1} of {n}: {where} is not bitwise identical to run 1: "
+                                  f"{_first_difference(a, b)}")
+    return first
+
+
+def main(argv=None) -> int:
+    """`make stress`: the GPU tests with FEEDBEAST_STRESS random cases each."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m feedbeast stress",
+                                 description="Run the GPU tests with random ragged sizes and repeats.")
+    ap.add_argument("--n", type=int, default=100, help="random cases per stressed test (default 100)")
+    ap.add_argument("--seed", type=int, default=None, help="FEEDBEAST_STRESS_SEED (default 0)")
+    ap.add_argument("pytest_args", nargs=argparse.REMAINDER, help="more pytest arguments")
+    args = ap.parse_args(argv)
+    env = dict(os.environ, FEEDBEAST_STRESS=str(args.n))
+    if args.seed is not None:
+        env["FEEDBEAST_STRESS_SEED"] = str(args.seed)
+    cmd = [sys.executable, "-m", "pytest", "-q", "tests", "-k", "gpu", "-p", "no:cacheprovider",
+           *args.pytest_args]
+    print(f"FEEDBEAST_STRESS={args.n} {' '.join(cmd[1:])}", flush=True)
+    rc = subprocess.call(cmd, env=env)
+    if rc == 5:     # pytest: no test selected
+        print("stress: no GPU test was selected")
+        return 0
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
