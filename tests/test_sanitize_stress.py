@@ -1,0 +1,155 @@
+"""The safety net on a CPU: stress helpers, the sanitizer sweep's skip path and parser, the book build."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from feedbeast import errors, sanitize, stress
+from feedbeast.skip import Skipped
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- stress.sizes -----------------------------------------------------------------------------------
+
+def test_sizes_without_stress_is_the_base_shape_only(monkeypatch):
+    monkeypatch.delenv("FEEDBEAST_STRESS", raising=False)
+    assert list(stress.sizes(1000, multiple_of=8)) == [1000]
+    assert list(stress.sizes((64, 96), multiple_of=16)) == [(64, 96)]
+
+
+def test_sizes_reads_feedbeast_stress(monkeypatch):
+    monkeypatch.setenv("FEEDBEAST_STRESS", "25")
+    got = list(stress.sizes(10_000, multiple_of=8))
+    assert len(got) == 26 and got[0] == 10_000
+
+
+def test_random_sizes_are_ragged_bounded_and_reproducible():
+    got = list(stress.sizes((1000, 300), multiple_of=(64, 16), n=200, seed=3))
+    assert got == list(stress.sizes((1000, 300), multiple_of=(64, 16), n=200, seed=3))
+    assert got != list(stress.sizes((1000, 300), multiple_of=(64, 16), n=200, seed=4))
+    for m, k in got[1:]:
+        assert 1 <= m <= 1000 and 1 <= k <= 300
+        assert m % 64 and k % 16, (m, k)
+    assert any(m < 128 for m, _ in got[1:]), "some cases must be tiny (below two tiles)"
+    assert all(isinstance(d, int) for shape in got for d in shape)
+
+
+def test_sizes_rejects_bad_input(monkeypatch):
+    with pytest.raises(ValueError):
+        list(stress.sizes((10, 10), multiple_of=(2, 2, 2), n=1))
+    monkeypatch.setenv("FEEDBEAST_STRESS", "lots")
+    with pytest.raises(ValueError, match="FEEDBEAST_STRESS"):
+        stress.level()
+
+
+# ---- stress.repeat_identical ------------------------------------------------------------------------
+
+def test_repeat_identical_runs_n_times_and_returns_the_first_output():
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return np.arange(10, dtype=np.float32) / 3
+    out = stress.repeat_identical(fn, n=5)
+    assert len(calls) == 5 and out.dtype == np.float32 and out[3] == np.float32(1.0)
+
+
+def test_repeat_identical_names_the_first_element_that_differs():
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal(1000).astype(np.float32)
+    bumped = base.copy()
+    bumped[417] = np.nextafter(base[417], np.float32(np.inf))    # one unit in the last place
+    runs = iter([base.copy(), base.copy(), bumped])
+    with pytest.raises(errors.CheckFailed, match=r"run 3 of 3: output .*first at \(417,\)"):
+        stress.repeat_identical(lambda: next(runs), n=3)
+
+
+def test_repeat_identical_is_bitwise_not_numeric():
+    """-0.0 == 0.0 numerically; a reduction that flips the sign of a zero is not deterministic."""
+    runs = iter([np.array([0.0, 1.0]), np.array([-0.0, 1.0])])
+    with pytest.raises(errors.CheckFailed, match="not bitwise identical"):
+        stress.repeat_identical(lambda: next(runs), n=2)
+
+
+def test_repeat_identical_compares_every_output_and_passes_skips_through(monkeypatch):
+    runs = iter([(np.zeros(3), {"s": np.ones(2)}), (np.zeros(3), {"s": np.array([1.0, 2.0])})])
+    with pytest.raises(errors.CheckFailed, match=r"\[1\]\['s'\]"):
+        stress.repeat_identical(lambda: next(runs), n=2)
+    s = Skipped("needs a GPU, this machine has none", "launch k")
+    assert stress.repeat_identical(lambda: s) is s
+    monkeypatch.setenv("FEEDBEAST_STRESS", "7")
+    calls = []
+    stress.repeat_identical(lambda: calls.append(1) or np.zeros(1))
+    assert len(calls) == 7
+
+
+# ---- sanitize ---------------------------------------------------------------------------------------
+
+def test_sanitizer_log_parsing():
+    assert sanitize.count_reports("========= ERROR SUMMARY: 0 errors\n", "memcheck") == 0
+    assert sanitize.count_reports("========= ERROR SUMMARY: 3 errors\n", "synccheck") == 3
+    log = "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n"
+    assert sanitize.count_reports(log, "racecheck") == 2
+    assert sanitize.count_reports("Traceback ...", "memcheck") is None
+
+
+def test_sanitize_without_a_gpu_prints_skips_and_exits_0(monkeypatch, capsys, tmp_path):
+    import feedbeast.device
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
+    assert sanitize.main(["chapters", "solutions", "--logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    n = len(sanitize.notebooks([ROOT / "chapters", ROOT / "solutions"]))
+    assert out.count("skipped: no GPU: ") == 3 * n
+    assert "| notebook | memcheck | racecheck | synccheck |" in out
+    assert sanitize.main(["chapters", "--strict", "--logs", str(tmp_path)]) == 1
+
+
+def test_sanitize_inner_runner_handles_magics():
+    """The in-process runner executes %load_ext and %%cuda cells (no sanitizer here: just the runner)."""
+    nb = ROOT / "solutions/00-copy-kernel.ipynb"
+    r = subprocess.run([sys.executable, "-m", "feedbeast", "sanitize", "run", str(nb)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "compiled for" in r.stdout and "every cell ran" in r.stdout
+
+
+# ---- python -m feedbeast ----------------------------------------------------------------------------
+
+def test_cli_passes_lab_commands_through():
+    r = subprocess.run([sys.executable, "-m", "feedbeast", "check"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and "in sync" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "feedbeast", "frobnicate"], capture_output=True, text=True)
+    assert r.returncode == 2
+
+
+# ---- the book -----------------------------------------------------------------------------------------
+
+def _book():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("feedbeast_book_build", ROOT / "book/build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_book_builds_with_no_broken_links(tmp_path):
+    pytest.importorskip("nbconvert", reason="nbconvert (requirements/book.txt) is not installed")
+    book = _book()
+    pages = book.build(ROOT, tmp_path / "book")
+    chapters = sorted(ROOT.glob("chapters/[0-9][0-9]-*.ipynb"))
+    assert len(pages) == len(chapters) >= 1
+    assert book.check_links(tmp_path / "book") == []
+    index = (tmp_path / "book/index.html").read_text()
+    for c in chapters:
+        assert f'href="chapters/{c.stem}.html"' in index
+
+
+def test_book_link_checker_catches_broken_links(tmp_path):
+    book = _book()
+    (tmp_path / "a.html").write_text('<h2 id="here">x</h2><a href="#here">ok</a><a href="b.html">missing</a>'
+                                     '<a href="a.html#nowhere">bad anchor</a><a href="https://x.org/y">ext</a>')
+    broken = book.check_links(tmp_path)
+    assert len(broken) == 2 and "no such file" in broken[0] and "no anchor #nowhere" in broken[1]
