@@ -22,7 +22,7 @@ endif
 REQS    := requirements/base.txt requirements/cu$(CUDA).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 
-.PHONY: help lab test test-fast bench labs reset-labs wheelhouse clean
+.PHONY: help lab test test-fast bench labs reset-labs wheelhouse clean grade book sanitize stress
 help:
 	@sed -n 's/^## //p' Makefile
 
@@ -79,3 +79,23 @@ endif
 
 clean:
 	rm -rf $(VENV) wheelhouse build
+
+## make grade [LAB=00]  execute labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
+LAB ?= [0-9][0-9]
+grade: $(STAMP)
+	$(PYTHON) -m feedbeast grade labs/$(LAB)-*.ipynb
+
+## make book       the readable edition: chapters/ with their saved outputs as HTML in _book/
+book: $(STAMP)
+	$(if $(STAMP),$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/book.txt)
+	$(PYTHON) book/build.py --out _book
+
+## make sanitize   chapters and solutions under compute-sanitizer memcheck, racecheck, synccheck
+SANITIZE_FLAGS ?=
+sanitize: $(STAMP)
+	$(PYTHON) -m feedbeast sanitize $(SANITIZE_FLAGS) chapters solutions
+
+## make stress     the GPU tests at 100 random ragged sizes each, repeated runs compared bit for bit
+STRESS ?= 100
+stress: $(STAMP)
+	$(PYTHON) -m feedbeast stress --n $(STRESS)
