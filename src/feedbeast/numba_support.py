@@ -1,0 +1,199 @@
+"""Numba CUDA kernels in the course (chapters 01-02): one switch, arrays, launches, resources.
+
+    import feedbeast.numba_support as fbn
+    SIM = fbn.setup()          # FIRST, before `from numba import cuda`
+    from numba import cuda
+
+`setup()` turns on Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) when this machine has no GPU. Numba
+reads that variable once, when `numba.cuda` is first imported, so `setup()` must run before that import;
+if `numba.cuda` was already imported in the other mode it raises, saying to restart the kernel.
+
+In the simulator a kernel really runs (every thread is a Python thread, very slowly) on numpy arrays, so
+chapters check their Numba kernels at small sizes with no GPU. Timings need a GPU: `launcher()` returns a
+function that `fb.bench` times on a GPU and that reports `skipped` in the simulator.
+
+    x = fbn.device_or_host(host_array)          # a DeviceArray seen by Numba, or a numpy copy
+    y = fbn.device_or_host((rows,), np.float32)  # an output, poisoned (NaN bytes) either way
+    kernel[grid, block](x, y); fb.check(fbn.to_host(y), ref)
+    fb.bench(fbn.launcher(kernel, grid, block, x, y), name=..., nbytes=..., ceiling="copy")
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+
+from .device import gpu
+from .errors import FeedbeastError
+from .memory import POISON_BYTE, DeviceArray, empty, to_device
+from .skip import Skipped
+
+_ENV = "NUMBA_ENABLE_CUDASIM"
+_keep = []   # feedbeast DeviceArrays behind the Numba views we hand out (kept alive with them)
+
+
+def _numba_cuda_mode() -> bool | None:
+    """True/False: numba.cuda is imported with/without the simulator; None: not imported yet."""
+    if "numba.cuda" not in sys.modules:
+        return None
+    from numba.cuda.core import config
+    return bool(config.ENABLE_CUDASIM)
+
+
+def setup(simulator: bool | None = None) -> bool:
+    """Choose how Numba runs CUDA kernels here; call it before importing numba.cuda. Returns True
+    when the simulator is on.
+
+    simulator: None (default) turns it on exactly when this machine has no GPU, or when the environment
+    already sets NUMBA_ENABLE_CUDASIM=1; True/False force it.
+    Raises FeedbeastError when numba.cuda was already imported in the other mode.
+    """
+    if simulator is None:
+        simulator = gpu() is None or os.environ.get(_ENV, "0") == "1"
+    mode = _numba_cuda_mode()
+    if mode is not None and mode != simulator:
+        want = "the CUDA simulator (no GPU here)" if simulator else "the real GPU"
+        raise FeedbeastError(
+            f"numba.cuda was imported before feedbeast.numba_support.setup(), in the wrong mode: it needs "
+            f"{want}. Restart the kernel and call setup() before `from numba import cuda`.")
+    os.environ[_ENV] = "1" if simulator else "0"
+    # The course launches one-block grids on purpose (latency); Numba would warn about occupancy.
+    os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+    return simulator
+
+
+def simulator() -> bool:
+    """Is Numba running kernels in its simulator? (setup() must have been called.)"""
+    return os.environ.get(_ENV, "0") == "1"
+
+
+def as_numba(a: DeviceArray):
+    """A Numba device array viewing a feedbeast DeviceArray (no copy), through __cuda_array_interface__."""
+    from numba import cuda
+    if not isinstance(a, DeviceArray):
+        raise FeedbeastError(f"as_numba expects a feedbeast DeviceArray, got {type(a).__name__}")
+    _keep.append(a)
+    return cuda.as_cuda_array(a)
+
+
+def device_or_host(data, dtype=None, *, poison: bool | None = None):
+    """An array a Numba kernel can take: on a GPU a DeviceArray viewed by Numba, in the simulator numpy.
+
+    data: a numpy array (copied in) or a shape (an output: uninitialised, poisoned with 0xFF bytes,
+    which is NaN for every float type, so `fb.check` catches elements the kernel never wrote).
+    poison: force poisoning on or off (default: outputs yes, copies of data no).
+    """
+    is_shape = np.isscalar(data) or (isinstance(data, tuple) and all(np.isscalar(s) for s in data))
+    if is_shape:
+        shape = (int(data),) if np.isscalar(data) else tuple(int(s) for s in data)
+        dtype = np.dtype(dtype or np.float32)
+        poison = True if poison is None else poison
+        if simulator():
+            host = np.empty(shape, dtype)
+            if poison:
+                host.view(np.uint8)[...] = POISON_BYTE
+            return host
+        return as_numba(empty(shape, dtype, poison=poison))
+    host = np.ascontiguousarray(data, dtype=dtype)
+    if simulator():
+        host = host.copy()
+        if poison:
+            host.view(np.uint8)[...] = POISON_BYTE
+        return host
+    dev = to_device(host)
+    if poison:
+        dev.poison()
+    return as_numba(dev)
+
+
+def to_host(a) -> np.ndarray:
+    """A numpy copy of what a kernel wrote (Numba device array, DeviceArray or numpy)."""
+    if isinstance(a, DeviceArray):
+        return a.to_host()
+    if hasattr(a, "copy_to_host"):
+        return a.copy_to_host()
+    return np.asarray(a)
+
+
+def launcher(kernel, grid, block, *args):
+    """A zero-argument function that launches `kernel[grid, block](*args)`: what fb.bench times.
+
+    In the simulator it launches nothing and returns a Skipped (there is nothing to time there).
+    """
+    if simulator():
+        name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "")
+        return lambda: Skipped("Numba runs in its CUDA simulator here, which has no timing", name)
+    configured = kernel[grid, block]
+    return lambda: configured(*args)
+
+
+def _compiled(kernel):
+    """The one compiled overload of a Numba kernel (it must have been launched once)."""
+    overloads = list(getattr(kernel, "overloads", {}).values())
+    if not overloads:
+        raise FeedbeastError("this kernel has not been compiled yet: launch it once first")
+    return overloads[-1]
+
+
+def regs(kernel):
+    """Registers per thread of a launched Numba kernel (needs a GPU), else a Skipped."""
+    if simulator():
+        return Skipped("register counts come from the GPU compiler; Numba runs in its simulator here",
+                       "registers")
+    return int(_compiled(kernel).regs_per_thread)
+
+
+def resources(kernel) -> dict | Skipped:
+    """Registers, static shared memory and local (stack/spill) memory per thread, from the driver."""
+    if simulator():
+        return Skipped("resources come from the GPU compiler; Numba runs in its simulator here",
+                       "resources")
+    k = _compiled(kernel)
+    return {"registers": int(k.regs_per_thread), "shared_bytes": int(k.shared_mem_per_block),
+            "local_bytes": int(k.local_mem_per_thread)}
+
+
+def sass(kernel) -> str | Skipped:
+    """SASS of a launched Numba kernel, read from its cubin with cuobjdump (needs a GPU)."""
+    if simulator():
+        return Skipped("Numba builds machine code only for a GPU it can see", "SASS")
+    from .sass import sass_text
+    lib = _compiled(kernel)._codelibrary
+    return sass_text(lib.get_cubin())
+
+
+def expect_sass(kernel, *opcodes: str):
+    """Like Module.expect_sass, for a launched Numba kernel: the count of each required opcode prefix.
+    Raises SassMismatch naming what is missing; a Skipped in the simulator."""
+    from .errors import SassMismatch
+    from .sass import matches, opcode_histogram
+    text = sass(kernel)
+    if isinstance(text, Skipped):
+        return text
+    hist = opcode_histogram(text)
+    missing = [p for p in opcodes if not any(matches(op, p) for op in hist)]
+    if missing:
+        top = ", ".join(f"{op}×{n}" for op, n in hist.most_common(12))
+        raise SassMismatch(f"SASS of {getattr(kernel, '__name__', 'kernel')}: missing {', '.join(missing)}; "
+                           f"most frequent instructions: {top}")
+    import collections
+    return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in opcodes})
+
+
+def ptx(kernel, signature: str, cc=(9, 0)) -> str | Skipped:
+    """PTX of a Numba kernel for `signature` (e.g. 'void(float32[:, ::1], float32[::1])'), made by NVVM.
+
+    Works without a GPU where Numba finds NVVM (a CUDA toolkit); otherwise a Skipped naming why.
+    """
+    from numba import cuda
+    fn = getattr(kernel, "py_func", kernel)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            text, _ = cuda.compile_ptx(fn, signature, cc=cc)
+        return text
+    except Exception as e:   # no NVVM on this machine, or the simulator's stand-in
+        return Skipped(f"Numba could not make PTX here ({type(e).__name__}: {str(e).splitlines()[0][:120]})",
+                       "PTX")
