@@ -1,0 +1,171 @@
+"""Chapter 04: fb/mbarrier.cuh, fb/trace.cuh + feedbeast.trace, the rowsum ring and its debug time-out.
+
+The kernel is read from the chapter's %%cuda cell, so the test and the book run the same code.
+GPU tests skip by name without an sm_90a GPU.
+"""
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast.sim import check_ring
+from feedbeast.sim.rings import producer
+from feedbeast.timeline import Span, spans_to_records
+from feedbeast.trace import KINDS, TraceBuffer, spans_of
+
+ROOT = Path(__file__).resolve().parents[1]
+CHUNK, THREADS = 4096, 160
+RELEASE = "if (lane == 0) fb::mbar::arrive(&ring.empty[s]);"
+
+
+def ring_source() -> str:
+    nb = nbformat.read(ROOT / "chapters/04-mbarrier.ipynb", as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code" and c.source.startswith("%%cuda") and "rowsum_ring(" in c.source:
+            return c.source.split("\n", 1)[1]
+    raise AssertionError("no rowsum_ring cell in chapter 04")
+
+
+@pytest.fixture(scope="module")
+def src():
+    return ring_source()
+
+
+def test_ring_sass_has_the_mbarrier_and_bulk_copy_instructions(src):
+    mod = fb.compile(src, "sm_90a")
+    found = mod.expect_sass("SYNCS.EXCH.64", "SYNCS.ARRIVE.TRANS64", "SYNCS.ARRIVE.TRANS64.A1T0",
+                            "SYNCS.PHASECHK.TRANS64.TRYWAIT", "UBLKCP", "LDS.128", kernel="rowsum_ring")
+    assert found["SYNCS.ARRIVE.TRANS64"] >= 2           # arrive.expect_tx and the plain arrive
+    assert mod.resources["rowsum_ring"].spills == 0
+    assert not [w for w in mod.warnings if "rowsum" in w]
+
+
+@pytest.mark.parametrize("defines", [{"STAGES": 1}, {"STAGES": 12}, {"FB_TRACE": 1, "FB_TRACE_PER_LANE": 64}],
+                         ids=["stages1", "stages12", "trace"])
+def test_ring_variants_compile_without_spills(src, defines):
+    mod = fb.compile(src, "sm_90a", defines=defines)
+    assert mod.resources["rowsum_ring"].spills == 0
+    if "FB_TRACE" in defines:
+        assert "GLOBALTIMER" in mod.sass("rowsum_ring").upper()
+    else:
+        assert "GLOBALTIMER" not in mod.sass("rowsum_ring").upper()
+
+
+def test_debug_build_bounds_the_wait_and_normal_build_does_not(src):
+    dbg = fb.compile(src, "sm_90a", debug=True)
+    assert "BPT.TRAP" in dbg.sass("rowsum_ring") or "report_timeout" in dbg.sass()
+    assert "GLOBALTIMER" in dbg.sass("rowsum_ring").upper()
+    assert "GLOBALTIMER" not in fb.compile(src, "sm_90a").sass("rowsum_ring").upper()
+
+
+def test_header_combines_with_the_other_chapters_headers(src):
+    fb.compile("#include <fb/cp_async.cuh>\n#include <fb/tma.cuh>\n" + src, "sm_90a")
+
+
+def test_header_wrappers_each_compile():
+    mod = fb.compile(r"""
+#include <fb/mbarrier.cuh>
+extern "C" __global__ void each(const float4* g, float* out) {
+  __shared__ __align__(8) cuda::std::uint64_t bar;
+  __shared__ __align__(16) float4 buf[4];
+  if (threadIdx.x == 0) { fb::mbar::init(&bar, 1); fb::mbar::fence_init(); }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fb::mbar::expect_tx(&bar, 32);
+    fb::mbar::arrive_expect_tx(&bar, 32);
+    fb::bulk_copy_g2s(buf, g, 64, &bar);
+  }
+  while (!fb::mbar::test_wait_parity(&bar, 0)) {}
+  fb::mbar::wait(&bar, 0, "bar", 0);
+  out[threadIdx.x] = buf[threadIdx.x % 4].x;
+}""", "sm_90a")
+    mod.expect_sass("SYNCS.EXCH.64", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64", "UBLKCP")
+
+
+def test_run_ahead_consumers_are_caught_by_the_checker():
+    def own_tiles(ring):
+        for it in range(ring.me, ring.tiles, ring.consumers):
+            s, ph = ring.stage(it), ring.phase(it)
+            yield ring.full[s].wait(ph)
+            yield ring.read(s, tile=it)
+            yield ring.empty[s].arrive()
+
+    def one(ring):
+        for s in range(ring.stages):
+            ring.full[s].init(1)
+            ring.empty[s].init(1)
+    assert check_ring(producer, [own_tiles] * 2, stages=4, tiles=8, init=one).ok
+    assert check_ring(producer, [own_tiles] * 2, stages=3, tiles=8, init=one).kind == "read_before_arrival"
+
+
+def test_trace_records_become_named_spans():
+    lanes = ["producer", "consumer 0", "stage 0"]
+    spans = [Span("producer", 0, 100, "wait"), Span("producer", 100, 150, "issue"),
+             Span("stage 0", 100, 900, "load"), Span("consumer 0", 900, 1300, "compute")]
+    rec = spans_to_records(spans, lanes, KINDS, t0=10**15)
+    rec = np.vstack([rec, np.zeros((3, 4), np.int64)])        # unwritten rows are dropped
+    back = spans_of(rec, lanes)
+    assert [(s.lane, s.kind, s.start, s.end) for s in back] == \
+        [(s.lane, s.kind, float(s.start), float(s.end)) for s in spans]
+
+
+def test_trace_kinds_match_the_header():
+    text = (ROOT / "src/feedbeast/include/fb/trace.cuh").read_text()
+    for i, k in enumerate(KINDS):
+        assert f"{k} = {i}" in text
+
+
+def test_trace_buffer_without_gpu_says_skipped():
+    tb = TraceBuffer(["a", "b"], per_lane=8)
+    assert tb.defines == {"FB_TRACE": 1, "FB_TRACE_PER_LANE": 8}
+    assert tb.array.shape == (16, 4) and tb.array.dtype == np.int64
+    if fb.gpu() is None:
+        assert not tb.spans() and "skipped" in str(tb.spans())
+
+
+# ----------------------------------------------------------------------------- GPU
+def _launch(kernel, x, y, rows, cols, stages, trace=0, grid=None):
+    g = fb.gpu()
+    return kernel.launch(grid or g.sm_count, THREADS, x, y, rows, cols, trace, shared=stages * CHUNK * 4)
+
+
+@pytest.mark.parametrize("rows,cols", [(10007, 8188), (1001, 20), (50, 4100)])
+def test_rowsum_ring_on_ragged_shapes(gpu90, src, rows, cols):
+    mod = fb.compile(src, "sm_90a", defines={"STAGES": 4})
+    x = fb.examples.rowsum_inputs(rows, cols, seed=rows)
+    y = fb.empty(rows, np.float32)
+    assert _launch(mod.rowsum_ring, fb.to_device(x), y, rows, cols, 4) is None
+    fb.check(y, fb.examples.rowsum_reference(x), name=f"rowsum_ring {rows}x{cols}")
+
+
+def test_broken_ring_times_out_naming_barrier_stage_and_parity(gpu90, src):
+    assert RELEASE in src
+    mod = fb.compile(src.replace(RELEASE, ""), "sm_90a", defines={"STAGES": 4, "FB_WAIT_TIMEOUT_NS": "300000000ull"},
+                     debug=True)
+    x, y = fb.to_device(fb.examples.rowsum_inputs(64, 8192)), fb.empty(64, np.float32)
+    _launch(mod.rowsum_ring, x, y, 64, 8192, 4, grid=1)
+    with pytest.raises(fb.BarrierTimeout, match=r"barrier '(empty|full)' stage [0-3] for phase parity [01]"):
+        fb.sync()
+    # the context was reset: the correct ring runs again
+    ok = fb.compile(src, "sm_90a", defines={"STAGES": 4})
+    xh = fb.examples.rowsum_inputs(64, 8192, seed=5)
+    y = fb.empty(64, np.float32)
+    _launch(ok.rowsum_ring, fb.to_device(xh), y, 64, 8192, 4)
+    fb.check(y, fb.examples.rowsum_reference(xh))
+
+
+def test_trace_build_records_every_role(gpu90, src):
+    lanes = ["producer"] + [f"consumer {w}" for w in range(4)] + [f"stage {s}" for s in range(4)]
+    tb = TraceBuffer(lanes, per_lane=128)
+    mod = fb.compile(src, "sm_90a", defines={"STAGES": 4, **tb.defines})
+    rows, cols = 2000, 8188
+    xh = fb.examples.rowsum_inputs(rows, cols, seed=2)
+    y = fb.empty(rows, np.float32)
+    _launch(mod.rowsum_ring, fb.to_device(xh), y, rows, cols, 4, trace=tb.array)
+    fb.check(y, fb.examples.rowsum_reference(xh))
+    spans = tb.spans()
+    assert {s.lane for s in spans} == set(lanes)
+    assert {"wait", "issue", "load", "compute", "bubble"} <= {s.kind for s in spans}
+    assert all(s.end >= s.start for s in spans)
