@@ -110,11 +110,13 @@ def test_parse_text_reads_every_kind_of_check_line():
             "copy n=3: passed: relative error 0.00e+00 (limit 1e-05)\n"
             "copy n=5: FAILED: relative error inf (limit 1e-05)\n"
             "SASS: {'LDG.E.128': 2}\n"
+            "model: ok, 94608 states explored\n"
+            "SASS: ok {'UBLKCP': 1}\n"
             "skipped: launch k: needs sm_90a, this machine has none\n"
             "skipped: needs a GPU, this machine has none\n")
     got = [(o.status, o.name) for o in g.parse_text(text)]
     assert got == [("passed", "copy n=3"), ("failed", "copy n=5"), ("passed", "SASS"),
-                   ("skipped", "launch k"), ("skipped", "(unnamed step)")]
+                   ("passed", "model"), ("passed", "SASS"), ("skipped", "launch k"), ("skipped", "(unnamed step)")]
 
 
 def test_a_notebook_with_no_check_is_not_ok():

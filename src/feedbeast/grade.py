@@ -8,6 +8,7 @@ toolkit already prints:
 
     copy_x2 n=3: passed: relative error 0.00e+00 (limit 1e-05)      fb.check -> passed
     copy_x2 n=3: FAILED: relative error inf (limit 1e-05)           fb.check(..., raise_on_fail=False)
+    model: ok, 94608 states explored                                 "ok" reads as "passed"
     SASS: {'LDG.E.128': 2, 'STG.E.128': 2}                           expect_sass's counts printed
     skipped: launch copy_x2: needs sm_90a, this machine has none    a Skipped, printed by name
     CheckFailed / SassMismatch / CompileError / any other error     the cell raised: failed
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-PASSED = re.compile(r"^(?P<name>[^\n:][^\n]*?): passed(?::\s*(?P<msg>.*))?$")
+PASSED = re.compile(r"^(?P<name>[^\n:][^\n]*?): (?:passed|ok)\b[:,]?\s*(?P<msg>.*)$")
 FAILED = re.compile(r"^(?P<name>[^\n:][^\n]*?): FAILED(?::\s*(?P<msg>.*))?$")
 SASS = re.compile(r"^(?P<name>SASS(?: of [^:]+)?): (?P<msg>\{.*\}|Counter\(\{.*\}\))$")
 SKIPPED = re.compile(r"^skipped: (?P<rest>.+)$")
