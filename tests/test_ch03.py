@@ -1,0 +1,327 @@
+"""Chapter 03 and lab 03: cp.async rings and the multistage mma.sync GEMM.
+
+CPU: every kernel compiles for sm_80 and sm_90a, shows the chapter's instructions in SASS and spills
+nothing; numpy models check the index math the kernels use (ldmatrix / mma.sync fragments after the PTX
+ISA tables, the GEMM's whole block tile with zero-fill, the ring's ragged-row chunks, bank groups).
+GPU: the ring, the CCCL pipeline, the lab and the GEMM against float64 references on ragged shapes.
+"""
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import feedbeast as fb
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = ROOT / "chapters/03-cp-async.ipynb"
+SOLUTION = ROOT / "solutions/03-cp-async-rowsum.ipynb"
+ARCHS = ("sm_80", "sm_90a")
+
+
+def cuda_cell(path: Path, name: str) -> str:
+    """The source of the %%cuda cell named `name` (without the magic line)."""
+    for c in nbformat.read(path, as_version=4).cells:
+        if c.cell_type == "code" and re.match(rf"%%cuda\b.*--name {name}\b", c.source):
+            return c.source.split("\n", 1)[1]
+    raise LookupError(f"no %%cuda --name {name} cell in {path.name}")
+
+
+KERNELS = {   # module name -> (notebook, kernel, stages, SASS that must be there)
+    "ring": (CHAPTER, "ring_rowsum", 4, ("LDGSTS.E.BYPASS.128", "LDGDEPBAR", "DEPBAR.LE", "BAR.SYNC")),
+    "piped": (CHAPTER, "pipeline_rowsum", 4, ("LDGSTS.E.BYPASS.128", "LDGDEPBAR", "DEPBAR.LE")),
+    "gemm": (CHAPTER, "gemm_bf16", 4, ("LDGSTS", "LDGDEPBAR", "DEPBAR", "LDSM.16.M88.4", "LDSM.16.MT88.4",
+                                       "HMMA.16816.F32.BF16")),
+    "lab": (SOLUTION, "ring3_rowsum", 3, ("LDGSTS", "LDGDEPBAR", "DEPBAR")),
+}
+
+
+def build(name, arch, stages=None):
+    path, kernel, default, _ = KERNELS[name]
+    return fb.compile(cuda_cell(path, name), arch, defines={"STAGES": stages or default})
+
+
+# ---------------------------------------------------------------- compile, SASS, resources (CPU)
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_compiles_with_the_chapter_instructions_and_no_spills(name, arch):
+    mod = build(name, arch)
+    _, kernel, _, sass = KERNELS[name]
+    mod.expect_sass(*sass, kernel=kernel, forbid=("STL", "LDL"))
+    res = mod.resources[kernel]
+    assert res.spills == 0 and res.stack == 0, f"{kernel} on {arch}: {res}"
+    assert res.registers <= 255
+
+
+@pytest.mark.parametrize("stages", [1, 2, 6])
+def test_ring_waits_for_the_oldest_of_its_groups(stages):
+    sass = build("ring", "sm_90a", stages).sass("ring_rowsum")
+    assert f"DEPBAR.LE SB0, 0x{stages - 1:x}" in sass
+
+
+def test_gemm_wait_count_and_zero_fill():
+    for s in (3, 4):
+        sass = build("gemm", "sm_80", s).sass("gemm_bf16")
+        assert f"DEPBAR.LE SB0, 0x{s - 2:x}" in sass
+        # the zero-fill is predicated: a last operand P (ignore-src) or the .ZFILL form (src-size)
+        assert re.search(r"LDGSTS\.E\.BYPASS\.128(\.ZFILL)? \[[^]]+\], [^;]*\], !?P\d", sass)
+
+
+def test_cccl_pipeline_compiles_to_the_same_copies():
+    raw, cccl = build("ring", "sm_90a"), build("piped", "sm_90a")
+    base = lambda m, k: {op.split(".ZFILL")[0] for op in fb.sass.opcode_histogram(m.sass(k))
+                         if op.split(".")[0] in ("LDGSTS", "LDGDEPBAR", "DEPBAR")}
+    assert base(raw, "ring_rowsum") == base(cccl, "pipeline_rowsum")
+    cccl.expect_sass("LDGSTS", forbid=("SYNCS",))   # thread scope: cp.async groups, not mbarriers
+
+
+# ---------------------------------------------------------------- fragments after the PTX ISA tables
+# Lane l, g = l // 4, t = l % 4. Each function returns, per lane, the (row, col) of every bf16 element of
+# each 32-bit register, low half first -- exactly the tables of "Matrix Fragments for mma.m16n8k16".
+
+def frag_a(l):   # 16 x 16
+    g, t = l // 4, l % 4
+    return [[(g, 2 * t), (g, 2 * t + 1)], [(g + 8, 2 * t), (g + 8, 2 * t + 1)],
+            [(g, 2 * t + 8), (g, 2 * t + 9)], [(g + 8, 2 * t + 8), (g + 8, 2 * t + 9)]]
+
+
+def frag_b(l):   # 16 x 8 (K x N)
+    g, t = l // 4, l % 4
+    return [[(2 * t, g), (2 * t + 1, g)], [(2 * t + 8, g), (2 * t + 9, g)]]
+
+
+def frag_c(l):   # 16 x 8 fp32, one element per register
+    g, t = l // 4, l % 4
+    return [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]
+
+
+def ldmatrix_x4(smem, addr, trans=False):
+    """PTX ldmatrix.m8n8.x4.b16: addr[l] = (row, col) of the 16-byte row lane l points at.
+    Returns regs[l][j] = the two b16 values register j of lane l receives."""
+    regs = [[None] * 4 for _ in range(32)]
+    for j in range(4):
+        rows = [smem[r, c:c + 8] for r, c in addr[8 * j:8 * j + 8]]    # matrix j: 8 rows of 8 values
+        m = np.stack(rows)
+        for l in range(32):
+            if not trans:
+                regs[l][j] = (m[l // 4, 2 * (l % 4)], m[l // 4, 2 * (l % 4) + 1])
+            else:
+                regs[l][j] = (m[2 * (l % 4), l // 4], m[2 * (l % 4) + 1, l // 4])
+    return regs
+
+
+def mma_16816(d, a, b0, b1):
+    """mma.sync m16n8k16 row.col: rebuild A, B from the lanes' registers, D += A @ B, scatter back."""
+    A, B = np.full((16, 16), np.nan), np.full((16, 8), np.nan)
+    for l in range(32):
+        for r, pairs in enumerate(frag_a(l)):
+            for h, (i, k) in enumerate(pairs):
+                A[i, k] = a[l][r][h]
+        for r, pairs in enumerate(frag_b(l)):
+            for h, (k, j) in enumerate(pairs):
+                B[k, j] = (b0 if r == 0 else b1)[l][h]
+    assert not np.isnan(A).any() and not np.isnan(B).any(), "fragments do not cover the operands"
+    D = A @ B
+    for l in range(32):
+        for e, (i, j) in enumerate(frag_c(l)):
+            d[l][e] += D[i, j]
+
+
+def test_fragment_tables_cover_each_element_once():
+    for frag, shape, per in ((frag_a, (16, 16), 8), (frag_b, (16, 8), 4), (frag_c, (16, 8), 4)):
+        seen = np.zeros(shape, int)
+        for l in range(32):
+            cells = frag(l)
+            flat = [x for p in cells for x in (p if isinstance(p, list) else [p])]
+            assert len(flat) == per
+            for i, j in flat:
+                seen[i, j] += 1
+        assert (seen == 1).all()
+
+
+# The kernel's index math, transcribed from <fb/mma.cuh> and the gemm cell.
+ldsm_row = lambda lane: (lane & 7) + 8 * ((lane >> 3) & 1)
+ldsm_col = lambda lane: 8 * (lane >> 4)
+BM, BN, BK, WM, WN, THREADS = 128, 128, 32, 64, 64, 128
+A_LD, B_LD = BK + 8, BN + 8
+
+
+def test_ldmatrix_addresses_give_the_mma_fragments():
+    rng = np.random.default_rng(0)
+    tile = rng.standard_normal((16, 16))
+    regs = ldmatrix_x4(tile, [(ldsm_row(l), ldsm_col(l)) for l in range(32)])
+    for l in range(32):   # A: register j of lane l holds the elements the A table names
+        for j in range(4):
+            assert regs[l][j] == tuple(tile[i, k] for i, k in frag_a(l)[j])
+    regs = ldmatrix_x4(tile, [(ldsm_row(l), ldsm_col(l)) for l in range(32)], trans=True)
+    for l in range(32):   # B (K x N row-major) with .trans: r0, r1 -> n8 tile 0; r2, r3 -> n8 tile 1
+        for half in range(2):
+            for r in range(2):
+                want = tuple(tile[k, 8 * half + n] for k, n in frag_b(l)[r])
+                assert regs[l][2 * half + r] == want
+
+
+def load_stage_model(A, B, M, N, K, m0, n0, k0):
+    """load_stage of the gemm cell: which global element lands where, zero-filled outside."""
+    sA, sB = np.full((BM, A_LD), np.nan), np.full((BK, B_LD), np.nan)
+    for tid in range(THREADS):
+        for c in range(4):
+            i = c * THREADS + tid
+            r, ch = i // 4, i % 4
+            gm, gk = m0 + r, k0 + 8 * ch
+            sA[r, 8 * ch:8 * ch + 8] = A[gm, gk:gk + 8] if (gm < M and gk < K) else 0
+            r, ch = i // 16, i % 16
+            gk, gn = k0 + r, n0 + 8 * ch
+            sB[r, 8 * ch:8 * ch + 8] = B[gk, gn:gn + 8] if (gk < K and gn < N) else 0
+    return sA, sB
+
+
+def block_tile_model(A, B, M, N, K, m0, n0):
+    """One block of gemm_bf16: every warp's ldmatrix / mma / store index math, emulated."""
+    C = np.full((M, N), np.nan)
+    acc = {w: [[[[0.0] * 4 for _ in range(32)] for _ in range(8)] for _ in range(4)] for w in range(4)}
+    for k0 in range(0, K, BK):
+        sA, sB = load_stage_model(A, B, M, N, K, m0, n0, k0)
+        assert not np.isnan(sA[:, :BK]).any() and not np.isnan(sB[:, :BN]).any()
+        for w in range(4):
+            wm, wn = w // 2, w % 2
+            for kk in (0, 16):
+                a = [ldmatrix_x4(sA, [(wm * WM + mi * 16 + ldsm_row(l), kk + ldsm_col(l)) for l in range(32)])
+                     for mi in range(4)]
+                b = [None] * 8
+                for nj in range(4):
+                    r = ldmatrix_x4(sB, [(kk + ldsm_row(l), wn * WN + nj * 16 + ldsm_col(l)) for l in range(32)],
+                                    trans=True)
+                    b[2 * nj] = ([r[l][0] for l in range(32)], [r[l][1] for l in range(32)])
+                    b[2 * nj + 1] = ([r[l][2] for l in range(32)], [r[l][3] for l in range(32)])
+                for mi in range(4):
+                    for ni in range(8):
+                        d = [acc[w][mi][ni][l] for l in range(32)]
+                        mma_16816(d, a[mi], *b[ni])
+    for w in range(4):   # store_c
+        wm, wn = w // 2, w % 2
+        for l in range(32):
+            g, t = l // 4, l % 4
+            for mi in range(4):
+                for ni in range(8):
+                    for h in range(2):
+                        r, c = m0 + wm * WM + mi * 16 + g + 8 * h, n0 + wn * WN + ni * 8 + 2 * t
+                        for e in range(2):
+                            if r < M and c + e < N:
+                                C[r, c + e] = acc[w][mi][ni][l][2 * h + e]
+    return C
+
+
+def test_gemm_block_tile_model_matches_numpy_on_a_ragged_edge():
+    # M, N, K not multiples of the tile; the block at (m0, n0) hangs over the bottom-right corner.
+    M, N, K = 150, 136, 40
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    m0, n0 = 128, 128
+    C = block_tile_model(A, B, M, N, K, m0, n0)
+    got, want = C[m0:, n0:], (A @ B)[m0:, n0:]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert np.isnan(C[:m0, :]).all() and np.isnan(C[:, :n0]).all()   # the block writes only its tile
+
+
+def bank_groups(addresses_bytes):
+    return [(a // 16) % 8 for a in addresses_bytes]
+
+
+def test_ldmatrix_rows_are_bank_conflict_free():
+    for lane0 in range(0, 32, 8):   # one 8x8 matrix = 8 lanes' 16-byte rows, read in one pass
+        for mi, kk in [(0, 0), (3, 16)]:
+            rows = [(mi * 16 + ldsm_row(l)) * A_LD * 2 + (kk + ldsm_col(l)) * 2 for l in range(lane0, lane0 + 8)]
+            assert sorted(bank_groups(rows)) == list(range(8))
+            rows = [(kk + ldsm_row(l)) * B_LD * 2 + (mi * 16 + ldsm_col(l)) * 2 for l in range(lane0, lane0 + 8)]
+            assert sorted(bank_groups(rows)) == list(range(8))
+    assert len(set(bank_groups([r * BK * 2 for r in range(8)]))) < 8   # unpadded A would conflict
+
+
+# ---------------------------------------------------------------- the ring's ragged rows (CPU model)
+
+def ring_rowsum_model(x, stages=4, blocks=5, threads=256, chunks_per_thread=2):
+    """ring_rowsum's tile walk, load_tile's zero-fill and sum_tile's mask, on a flat float array."""
+    rows, cols = x.shape
+    flat = np.concatenate([x.ravel(), np.zeros(4)])
+    tile = threads * chunks_per_thread
+    chunks = (cols + 3 + (3 if cols % 4 else 0)) // 4
+    per_row = (chunks + tile - 1) // tile
+    y = np.full(rows, np.nan)
+    for b in range(blocks):
+        my_rows = (rows - 1 - b) // blocks + 1 if rows > b else 0
+        acc = 0.0
+        for t in range(my_rows * per_row):
+            row, tl = b + (t // per_row) * blocks, t % per_row
+            end, base = (row + 1) * cols, ((row * cols) & ~3) + 4 * tl * tile
+            lead = (row * cols) & 3
+            for i in range(tile):
+                left = end - (base + 4 * i)
+                nbytes = 16 if left >= 4 else 4 * left if left > 0 else 0
+                v = np.zeros(4)
+                v[:nbytes // 4] = flat[base + 4 * i: base + 4 * i + nbytes // 4]
+                if tl == 0 and i == 0:
+                    v[:lead] = 0
+                acc += v.sum()
+            if tl == per_row - 1:
+                y[row], acc = acc, 0.0
+    return y
+
+
+@pytest.mark.parametrize("rows,cols", [(7, 1003), (6, 1000), (5, 2050), (3, 513)])
+def test_ring_rowsum_model_sums_every_row_once(rows, cols):
+    x = np.random.default_rng(cols).standard_normal((rows, cols))
+    np.testing.assert_allclose(ring_rowsum_model(x), x.sum(axis=1), rtol=1e-12)
+
+
+# ---------------------------------------------------------------- on the GPU
+
+def sm80_or_skip(gpu):
+    if gpu.cc[0] < 8:
+        pytest.skip(f"cp.async needs sm_80 or newer, this GPU is {gpu.arch}")
+
+
+@pytest.mark.parametrize("rows,cols", [(3001, 4099), (37, 1000), (1000, 8188), (2, 5)])
+def test_ring_rowsum_on_gpu(anygpu, rows, cols):
+    sm80_or_skip(anygpu)
+    for stages in (1, 3, 4, 6):
+        k = build("ring", anygpu.arch, stages).ring_rowsum
+        xh = fb.examples.rowsum_inputs(rows, cols, seed=stages)
+        y = fb.empty(rows, np.float32)
+        k.launch(min(rows, 3 * anygpu.sm_count), 256, fb.to_device(xh), y, rows, cols, shared=stages * 8192)
+        fb.check(y, fb.examples.rowsum_reference(xh), name=f"ring_rowsum {rows}x{cols} stages={stages}")
+
+
+@pytest.mark.parametrize("rows,cols", [(3001, 4100), (37, 1000)])
+def test_pipeline_rowsum_on_gpu(anygpu, rows, cols):
+    sm80_or_skip(anygpu)
+    k = build("piped", anygpu.arch).pipeline_rowsum
+    xh = fb.examples.rowsum_inputs(rows, cols, seed=1)
+    y = fb.empty(rows, np.float32)
+    k.launch(min(rows, 3 * anygpu.sm_count), 256, fb.to_device(xh), y, rows, cols, shared=4 * 8192)
+    fb.check(y, fb.examples.rowsum_reference(xh), name=f"pipeline_rowsum {rows}x{cols}")
+
+
+@pytest.mark.parametrize("rows,cols", [(2053, 8188), (13, 300)])
+def test_lab_ring3_rowsum_on_gpu(anygpu, rows, cols):
+    sm80_or_skip(anygpu)
+    k = build("lab", anygpu.arch).ring3_rowsum
+    xh = fb.examples.rowsum_inputs(rows, cols, seed=2)
+    y = fb.empty(rows, np.float32)
+    k.launch(min(rows, 4 * anygpu.sm_count), 256, fb.to_device(xh), y, rows, cols, shared=3 * 1024 * 4)
+    fb.check(y, fb.examples.rowsum_reference(xh), name=f"ring3_rowsum {rows}x{cols}")
+
+
+@pytest.mark.parametrize("shape", [(200, 136, 88), (1000, 1032, 1000), fb.examples.MATMUL_RAGGED, (1, 8, 8)])
+@pytest.mark.parametrize("stages", [3, 4])
+def test_gemm_bf16_on_gpu(anygpu, shape, stages):
+    sm80_or_skip(anygpu)
+    m, n, k = shape
+    kern = build("gemm", anygpu.arch, stages).gemm_bf16
+    ah, bh = fb.examples.matmul_inputs(m, n, k, dtype=fb.bfloat16, seed=m + stages)
+    c = fb.empty((m, n), np.float32)
+    kern.launch(((n + 127) // 128, (m + 127) // 128), 128, fb.to_device(ah), fb.to_device(bh), c, m, n, k,
+                shared=stages * (128 * 40 + 32 * 136) * 2)
+    fb.check(c, fb.examples.matmul_reference(ah, bh), name=f"gemm_bf16 {m}x{n}x{k} stages={stages}")
