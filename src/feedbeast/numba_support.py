@@ -31,7 +31,6 @@ from .memory import POISON_BYTE, DeviceArray, empty, to_device
 from .skip import Skipped
 
 _ENV = "NUMBA_ENABLE_CUDASIM"
-_keep = []   # feedbeast DeviceArrays behind the Numba views we hand out (kept alive with them)
 
 
 def _numba_cuda_mode() -> bool | None:
@@ -74,8 +73,7 @@ def as_numba(a: DeviceArray):
     from numba import cuda
     if not isinstance(a, DeviceArray):
         raise FeedbeastError(f"as_numba expects a feedbeast DeviceArray, got {type(a).__name__}")
-    _keep.append(a)
-    return cuda.as_cuda_array(a)
+    return cuda.as_cuda_array(a)   # the Numba array holds a reference to `a`: it lives as long
 
 
 def device_or_host(data, dtype=None, *, poison: bool | None = None):
