@@ -1,0 +1,303 @@
+"""Chapter 05 (TMA): the swizzle and descriptor models, the wgmma fragment map, tensor-map errors, the
+SASS and resources of every kernel (CPU), and the kernels themselves on ragged sizes (Hopper only).
+
+The kernels are read from the chapter and the lab solution, so that what is tested is what ships.
+"""
+import re
+import shlex
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast import swizzle as sw
+from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
+from feedbeast.tensormap import check_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = ROOT / "chapters/05-tma.ipynb"
+SOLUTION = ROOT / "solutions/05-tma-ring.ipynb"
+WGMMA_H = ROOT / "src/feedbeast/include/fb/wgmma.cuh"
+
+
+def cuda_cells(path):
+    """{name: (source, defines)} of the %%cuda cells of a notebook."""
+    out = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code" and cell.source.startswith("%%cuda"):
+            line, _, body = cell.source.partition("\n")
+            args = shlex.split(line)[1:]
+            name = args[args.index("--name") + 1]
+            defines = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-D")
+            out[name] = (body, defines)
+    return out
+
+
+_MODULES = {}
+
+
+def module(name, path=CHAPTER, **defines):
+    key = (name, path, tuple(sorted(defines.items())))
+    if key not in _MODULES:
+        src, d = cuda_cells(path)[name]
+        _MODULES[key] = fb.compile(src, "sm_90a", defines={**d, **defines})
+    return _MODULES[key]
+
+
+# ---- the swizzle model ----------------------------------------------------------------------------
+
+def test_128B_swizzle_moves_chunk_c_of_row_r_to_c_xor_r_mod_8():
+    for r in range(32):
+        for c in range(8):
+            assert sw.chunk_index(r, c, 128, 128) == 8 * r + (c ^ (r % 8))
+
+
+@pytest.mark.parametrize("mode, lines", [(32, 2), (64, 4), (128, 8)])
+def test_each_mode_xors_the_chunk_with_the_128B_line_index(mode, lines):
+    # rows as wide as the swizzle span: a 128-byte line holds 128 // mode rows
+    for r in range(64):
+        for c in range(mode // 16):
+            line, pos = divmod(r * mode + 16 * c, 128)
+            assert sw.swizzle(r * mode + 16 * c, mode) == 128 * line + (((pos // 16) ^ (line % lines)) * 16)
+    assert sw.period(mode) == 128 * lines
+
+
+@pytest.mark.parametrize("mode", sw.MODES)
+def test_swizzle_is_a_permutation_within_each_period_and_keeps_bytes_in_their_chunk(mode):
+    offs = np.arange(4 * sw.period(mode))
+    out = sw.swizzle(offs, mode)
+    assert sorted(out.tolist()) == offs.tolist()
+    assert np.all(out % 16 == offs % 16)
+    assert np.all(out // sw.period(mode) == offs // sw.period(mode))
+
+
+def test_bank_maps_columns_unique_only_with_128B_swizzle():
+    plain, swz = sw.bank_map(8, 128, 0), sw.bank_map(8, 128, 128)
+    assert all(len(set(plain[:, c])) == 1 for c in range(8))
+    assert all(len(set(swz[:, c])) == 8 for c in range(8))
+    assert all(len(set(swz[r, :])) == 8 for r in range(8))   # a row is still spread over all banks
+
+
+def test_wavefront_model():
+    assert sw.wavefronts([4 * lane for lane in range(32)], 4) == 1           # one word per bank
+    assert sw.wavefronts([0] * 32, 4) == 1                                    # broadcast
+    assert sw.wavefronts([128 * lane for lane in range(32)], 4) == 32         # one bank, 32 words
+    assert sw.wavefronts([16 * lane for lane in range(32)], 16) == 4          # contiguous 512 B
+    for c in range(8):
+        assert sw.wavefronts(sw.column_read_addresses(c, 0), 16) == 32
+        assert sw.wavefronts(sw.column_read_addresses(c, 128), 16) == 4
+
+
+def test_plot_bank_maps_draws_one_panel_per_mode():
+    axes = sw.plot_bank_maps((0, 128))
+    assert len(axes) == 2
+
+
+# ---- wgmma: descriptors and the accumulator fragment ------------------------------------------------
+
+def test_descriptor_fields_follow_the_matrix_descriptor_format():
+    d = sw.wgmma_descriptor(start=0x1_2340, lbo=16, sbo=1024, mode=128)
+    assert d & 0x3FFF == 0x1234                    # bits 0-13: address >> 4
+    assert (d >> 16) & 0x3FFF == 1                 # bits 16-29: LBO >> 4
+    assert (d >> 32) & 0x3FFF == 64                # bits 32-45: SBO >> 4
+    assert (d >> 49) & 7 == 0
+    assert d >> 62 == 1                            # 128-byte swizzle
+    assert sw.decode(d) == {"start": 0x12340, "lbo": 16, "sbo": 1024, "base_offset": 0, "swizzle": 128}
+    assert sw.decode(sw.wgmma_descriptor(0, 0, 0, 64))["swizzle"] == 64
+    assert sw.decode(sw.wgmma_descriptor(0, 0, 0, 32))["swizzle"] == 32
+
+
+def test_header_descriptor_uses_the_modelled_constants():
+    text = WGMMA_H.read_text()
+    body = text[text.index("descriptor_k_major_sw128(const void* tile)"):]
+    body = body[:body.index("}")]
+    for piece in ("descriptor_field(addr)", "descriptor_field(16) << 16", "descriptor_field(1024) << 32",
+                  "1ull << 62"):
+        assert piece in body
+    assert "return (bytes & 0x3FFFF) >> 4;" in text
+
+
+@pytest.mark.parametrize("base", [0x0, 0x400 * 9, 0x8000])
+def test_descriptor_addresses_equal_the_TMA_128B_swizzled_layout(base):
+    """Per K slice kk (16 bf16 = 32 B) and row half h, the kernel's descriptor start is
+    tile + 8192 h + 32 kk; every (row, value) it reads must be where TMA wrote A[64 h + m, 16 kk + k]."""
+    for h in range(2):
+        for kk in range(4):
+            desc = sw.wgmma_descriptor(base + h * 64 * 128 + 32 * kk, 16, 1024, 128)
+            for m in range(64):
+                for k in range(16):
+                    tma = base + int(sw.swizzle((64 * h + m) * 128 + 2 * (16 * kk + k), 128))
+                    assert sw.k_major_sw128_address(desc, m, 2 * k) == tma
+
+
+def _fragment_map_from_header():
+    """The (row, col) formulas of fb::wgmma::accumulator_row_col, evaluated as Python."""
+    text = WGMMA_H.read_text()
+    block = text[text.index("// BEGIN FRAGMENT MAP"):text.index("// END FRAGMENT MAP")]
+    exprs = dict(re.findall(r"(row|col) = (.*);", block))
+    py = {k: eval("lambda t, i: " + v.replace("/", "//")) for k, v in exprs.items()}   # ints >= 0: C / is //
+    return py["row"], py["col"]
+
+
+def _fragment_map_from_isa(n=128):
+    """The wgmma .m64nNk16 D fragment as the PTX ISA draws it: four warps stacked, 16 rows each; each
+    warp's 16 x N slab is N/8 blocks of 16 x 8; in a block, thread T of the warp holds (T/4, 2(T%4))
+    and its right neighbour in the upper 8 rows (registers 4j, 4j+1), the same 8 rows lower (4j+2, 4j+3)."""
+    owner = {}
+    for warp in range(4):
+        for j in range(n // 8):
+            for lane in range(32):
+                for half in range(2):
+                    for e in range(2):
+                        r = 16 * warp + 8 * half + lane // 4
+                        c = 8 * j + 2 * (lane % 4) + e
+                        owner[(r, c)] = (32 * warp + lane, 4 * j + 2 * half + e)
+    return owner
+
+
+def test_accumulator_map_in_the_header_matches_the_isa_layout():
+    row, col = _fragment_map_from_header()
+    isa = _fragment_map_from_isa(128)
+    assert len(isa) == 64 * 128
+    got = {(row(t, i), col(t, i)): (t, i) for t in range(128) for i in range(64)}
+    assert got == isa
+
+
+def test_store_code_writes_register_pairs_to_neighbouring_columns():
+    row, col = _fragment_map_from_header()
+    for t in range(128):
+        for i in range(0, 64, 2):
+            assert row(t, i + 1) == row(t, i) and col(t, i + 1) == col(t, i) + 1 and col(t, i) % 2 == 0
+
+
+# ---- tensor maps: bad inputs and the sizes the chapter uses ---------------------------------------------
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: fb.tensor_map(fb.DeviceArray((64, 64), np.float32, ptr=0x1008, owner=False), box=(32, 32)),
+     "not 16-byte aligned"),
+    (lambda: fb.tensor_map(fb.empty((64, 64), np.float32), box=(32, 32), shape=(64, 63),
+                           strides_bytes=(252, 4)), "not a multiple of 16 B"),
+    (lambda: fb.tensor_map(fb.empty((64, 1024), np.float32), box=(32, 512)), "must be 1 to 256"),
+    (lambda: fb.tensor_map(fb.empty((20, 1024), np.float32), box=(32, 64)), "only 20 elements"),
+    (lambda: fb.tensor_map(fb.empty((64, 1024), np.float32), box=(32, 64), swizzle=128), "spans only 128 B"),
+])
+def test_tensor_map_rules_the_chapter_shows(make, message):
+    with pytest.raises(fb.TensorMapError, match=message):
+        make()
+
+
+@pytest.mark.parametrize("m, n, k", [MATMUL_RAGGED, (300, 200, 136), (4096, 4096, 4096)])
+def test_gemm_sizes_satisfy_the_tma_rules(m, n, k):
+    for rows in (m, n):   # A is M x K, Bt is N x K: both K-contiguous bf16
+        check_rules((rows, k), fb.bfloat16, (2 * k, 2), (128, 64), address=0, swizzle=128)
+
+
+@pytest.mark.parametrize("rows, cols", [(37, 1000), (16381, 8188), (1000, 1004), (16384, 8192)])
+def test_rowsum_sizes_satisfy_the_tma_rules(rows, cols):
+    check_rules((rows, cols), np.float32, (4 * cols, 4), (16, 256), address=0)
+
+
+# ---- every kernel compiles for sm_90a with the SASS the chapter promises, and no spills -----------------
+
+KERNELS = [
+    ("raw", "load_box_raw", ("UTMALDG", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK"), {}),
+    ("scale", "scale_tiles", ("UTMALDG", "UTMASTG", "FENCE.VIEW.ASYNC.S"), {}),
+    ("bank", "columns_plain", ("UTMALDG", "LDS.128"), {}),
+    ("bank", "columns_swizzled", ("UTMALDG", "LDS.128"), {}),
+    ("ring", "rowsum_tma", ("UTMALDG", "UTMACCTL.PF", "SYNCS.ARRIVE.TRANS64"), {}),
+    ("ring", "rowsum_tma", ("UTMALDG",), {"STAGES": "6"}),
+    ("gemm", "gemm_tma_wgmma", ("UTMALDG", "UTMACCTL.PF", "HGMMA.64x128x16.F32.BF16", "WARPGROUP.ARRIVE"), {}),
+    ("gemm", "gemm_tma_wgmma", ("UTMALDG", "HGMMA"), {"STAGES": "3"}),
+]
+
+
+@pytest.mark.parametrize("name, kernel, opcodes, defines", KERNELS,
+                         ids=[f"{k}-{d or ''}" for _, k, _, d in KERNELS])
+def test_kernel_sass_and_resources(name, kernel, opcodes, defines):
+    mod = module(name, **defines)
+    mod.expect_sass(*opcodes, kernel=kernel, forbid=("LDG",) if name == "ring" else ())
+    res = mod.resources[kernel]
+    assert res.spills == 0 and res.stack == 0, str(res)
+    assert not any("C7515" in line for line in mod.log.splitlines()), "wgmma serialised"
+
+
+def test_gemm_keeps_one_wgmma_group_in_flight():
+    hist = module("gemm").histogram("gemm_tma_wgmma")
+    assert hist["HGMMA.64x128x16.F32.BF16"] == 8   # 4 K slices x 2 row halves per stage
+    sass = module("gemm").sass("gemm_tma_wgmma")
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass
+
+
+def test_lab_solution_kernel_compiles_to_utmaldg():
+    mod = module("lab", SOLUTION)
+    mod.expect_sass("UTMALDG", kernel="rowsum_lab", forbid=("LDG",))
+    assert mod.resources["rowsum_lab"].spills == 0
+
+
+# ---- on a Hopper GPU: the kernels on ragged sizes -----------------------------------------------------
+
+def _rowsum(mod, kernel, x, br, bc, warps, stages):
+    rows, cols = x.shape
+    xd, y = fb.to_device(x), fb.empty(rows, np.float32)
+    tm = fb.tensor_map(xd, box=(br, bc))
+    mod[kernel].launch(-(-rows // br), 32 * (warps + 1), tm, y, rows, cols, shared=stages * br * bc * 4 + 128)
+    return y
+
+
+@pytest.mark.parametrize("rows, cols", [(37, 1000), (1000, 1004), (16381, 8188), (257, 256)])
+@pytest.mark.parametrize("stages", [2, 4])
+def test_gpu_rowsum_tma_ragged(gpu90, rows, cols, stages):
+    x = rowsum_inputs(rows, cols, seed=rows + cols)
+    y = _rowsum(module("ring", STAGES=str(stages)), "rowsum_tma", x, 16, 256, 4, stages)
+    fb.check(y, rowsum_reference(x), name=f"rowsum_tma {rows}x{cols} stages={stages}")
+
+
+@pytest.mark.parametrize("rows, cols", [(37, 1000), (3001, 2004)])
+def test_gpu_rowsum_lab_solution_ragged(gpu90, rows, cols):
+    src, d = cuda_cells(SOLUTION)["lab"]
+    br, bc, warps, stages = (int(d[k]) for k in ("BOX_ROWS", "BOX_COLS", "CONSUMER_WARPS", "STAGES"))
+    x = rowsum_inputs(rows, cols, seed=5)
+    y = _rowsum(module("lab", SOLUTION), "rowsum_lab", x, br, bc, warps, stages)
+    fb.check(y, rowsum_reference(x), name=f"lab rowsum {rows}x{cols}")
+
+
+def test_gpu_load_and_store_ragged(gpu90):
+    rows, cols = 3001, 2004
+    host = fb.random((rows, cols), np.float32, seed=2)
+    xd, yd = fb.to_device(host), fb.empty((rows, cols), np.float32)
+    module("scale").scale_tiles.launch((-(-cols // 64), -(-rows // 32)), 256, fb.tensor_map(xd, box=(32, 64)),
+                                       fb.tensor_map(yd, box=(32, 64)))
+    fb.check(yd, 2 * host.astype(np.float64))
+
+
+def test_gpu_one_box_over_the_edge_is_zero_filled(gpu90):
+    host = fb.random((100, 36), np.float32, seed=1)
+    out = fb.empty((32, 32), np.float32)
+    module("raw").load_box_raw.launch(1, 128, fb.tensor_map(fb.to_device(host), box=(32, 32)), out, 80, 24)
+    expect = np.zeros((32, 32))
+    expect[:20, :12] = host[80:, 24:]
+    fb.check(out, expect)
+
+
+@pytest.mark.parametrize("kernel, mode", [("columns_plain", 0), ("columns_swizzled", 128)])
+def test_gpu_column_reads_see_the_tile(gpu90, kernel, mode):
+    tile = fb.random((64, 32), np.float32, seed=3)
+    td = fb.to_device(tile)
+    out = fb.empty(2 * 256, np.float32)
+    module("bank")[kernel].launch(2, 256, fb.tensor_map(td, box=(64, 32), swizzle=mode), out, 3, shared=9 * 1024)
+    t = np.arange(512) % 256
+    fb.check(out, 3 * tile.astype(np.float64).sum(axis=1)[(t // 32 % 2) * 32 + t % 32], tol=1e-5)
+
+
+@pytest.mark.parametrize("m, n, k", [MATMUL_RAGGED, (300, 200, 136), (128, 128, 64), (257, 391, 1032)])
+@pytest.mark.parametrize("stages", [3, 4])
+def test_gpu_gemm_tma_wgmma_ragged(gpu90, m, n, k, stages):
+    a, b = matmul_inputs(m, n, k, fb.bfloat16, seed=m + n + k)
+    ad, btd = fb.to_device(a), fb.to_device(np.ascontiguousarray(b.T))
+    maps = (fb.tensor_map(ad, box=(128, 64), swizzle=128), fb.tensor_map(btd, box=(128, 64), swizzle=128))
+    c = fb.empty((m, n), np.float32)
+    module("gemm", STAGES=str(stages)).gemm_tma_wgmma.launch(
+        (-(-n // 128), -(-m // 128)), 128, *maps, c, m, n, k, shared=stages * 32 * 1024 + 1024)
+    fb.check(c, matmul_reference(a, b), tol=1e-3, name=f"gemm {m}x{n}x{k} stages={stages}")
