@@ -185,3 +185,18 @@ def test_a_kernel_for_another_arch_is_skipped_by_name(anygpu):
     r = mod.saxpy.launch(1, 32, y, y, 1.0, 4)
     assert isinstance(r, fb.Skipped) and f"needs {other}, this machine has {anygpu.arch}" in str(r)
     assert isinstance(fb.check(r, np.ones(4)), fb.Skipped)
+
+
+def test_an_illegal_address_resets_the_context_and_work_goes_on(anygpu):
+    bad = fb.compile('extern "C" __global__ void wild(float* p) { p[1ll << 40] = 1.f; }')
+    bad.wild.launch(1, 1, fb.empty(1))
+    with pytest.raises(fb.KernelFault, match="CUDA_ERROR_ILLEGAL_ADDRESS.*context was reset"):
+        fb.sync()
+    y = fb.to_device(np.ones(10, np.float32))
+    fb.compile(SAXPY).saxpy.launch(1, 32, y, y, 1.0, 10)
+    fb.check(y, np.full(10, 2.0))
+
+
+def test_a_tensor_map_keeps_its_array_alive(gpu90):
+    tm = fb.tensor_map(fb.to_device(fb.random((64, 32), seed=0)), (32, 32))
+    assert tm.array is not None and tm.array.on_gpu

@@ -32,3 +32,7 @@ class CheckFailed(AssertionError, FeedbeastError):
 
 class BarrierTimeout(FeedbeastError):
     """A kernel gave up waiting on a barrier (a debug build's bounded wait fired)."""
+
+
+class KernelFault(FeedbeastError):
+    """A kernel failed on the GPU (illegal address, trap...). The context was reset to recover."""

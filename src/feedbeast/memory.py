@@ -144,16 +144,36 @@ def to_device(host: np.ndarray) -> DeviceArray:
     return empty(host.shape, host.dtype, poison=False).copy_from(host)
 
 
+# Errors after which the context is unusable until it is destroyed (CUDA Driver API, cuCtxSynchronize).
+STICKY = ("CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+          "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
+          "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ASSERT", "CUDA_ERROR_LAUNCH_TIMEOUT")
+
+
 def sync():
-    """Wait for the GPU; raise the error of any kernel that failed since the last sync."""
+    """Wait for the GPU; raise the error of any kernel that failed since the last sync.
+
+    A fault that poisons the context (an illegal address, a trap) resets it so that the notebook can
+    go on, and raises KernelFault (or BarrierTimeout when a debug build reported a hung wait).
+    """
     if gpu() is None:
         return
     from cuda.bindings import driver
-    from .launch import raise_pending_debug_report
+    from .errors import KernelFault
+    from .launch import raise_pending_debug_report, reset_context
     err, = driver.cuCtxSynchronize()
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise_pending_debug_report()
-        _check((err,))
+    if err == driver.CUresult.CUDA_SUCCESS:
+        return
+    raise_pending_debug_report()
+    if err.name in STICKY:
+        _, msg = driver.cuGetErrorString(err)
+        reset_context()
+        raise KernelFault(
+            f"a kernel failed: {err.name} ({msg.decode() if msg else ''}). The GPU context was reset so you "
+            "can go on: device arrays made before this point are gone, allocate them again. To find the "
+            "faulting access, run the kernel under compute-sanitizer (make sanitize) or check its indices "
+            "on a small size.")
+    _check((err,))
 
 
 def random(shape, dtype=np.float32, *, seed=None, low=-1.0, high=1.0) -> np.ndarray:

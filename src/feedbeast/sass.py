@@ -44,6 +44,8 @@ _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", re.IGNORECASE)
 
 def sass_text(cubin: bytes, kernel: str | None = None) -> str:
     """SASS of one kernel (or all), instructions only: '/*0040*/  LDGSTS.E.BYPASS.128 [R3], [R4.64] ;'."""
+    if hasattr(cubin, "code"):   # a cuda.core ObjectCode (what Numba hands back)
+        cubin = bytes(cubin.code)
     raw = _run([tool("cuobjdump"), "--dump-sass"], cubin)
     chunks = _FUNC.split(raw)   # [preamble, name1, body1, name2, body2...]
     out = []

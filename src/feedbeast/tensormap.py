@@ -55,6 +55,7 @@ class TensorMap:
     l2_promotion: int
     element_strides: tuple
     raw: bytes | None = None
+    array: object = dataclasses.field(default=None, repr=False, compare=False)   # kept alive with the map
 
     @property
     def box_bytes(self) -> int:
@@ -133,7 +134,7 @@ def tensor_map(array, box, *, swizzle: int = 0, oob_fill: str = "zero", l2_promo
     check_rules(shape, array.dtype, strides, box, address=address, swizzle=swizzle,
                 element_strides=element_strides, oob_fill=oob_fill, l2_promotion=l2_promotion)
     tm = TensorMap(shape, array.dtype, box, strides, swizzle, oob_fill, l2_promotion,
-                   tuple(element_strides or (1,) * len(shape)))
+                   tuple(element_strides or (1,) * len(shape)), array=array)
     if array.ptr is not None:
         tm.raw = _encode(tm, array.ptr)
     return tm
