@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 
 import numpy as np
 
@@ -180,18 +179,12 @@ def expect_sass(kernel, *opcodes: str):
     return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in opcodes})
 
 
-def ptx(kernel, signature: str, cc=(9, 0)) -> str | Skipped:
-    """PTX of a Numba kernel for `signature` (e.g. 'void(float32[:, ::1], float32[::1])'), made by NVVM.
-
-    Works without a GPU where Numba finds NVVM (a CUDA toolkit); otherwise a Skipped naming why.
-    """
+def resident_blocks(kernel, threads_per_block: int, dynamic_shared: int = 0):
+    """Blocks of a launched Numba kernel that fit on one SM at once (the driver's occupancy calculator,
+    cuOccupancyMaxActiveBlocksPerMultiprocessor: registers, shared memory, thread and block limits)."""
+    if simulator():
+        return Skipped("occupancy comes from the GPU driver; Numba runs in its simulator here", "occupancy")
     from numba import cuda
-    fn = getattr(kernel, "py_func", kernel)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            text, _ = cuda.compile_ptx(fn, signature, cc=cc)
-        return text
-    except Exception as e:   # no NVVM on this machine, or the simulator's stand-in
-        return Skipped(f"Numba could not make PTX here ({type(e).__name__}: {str(e).splitlines()[0][:120]})",
-                       "PTX")
+    fn = _compiled(kernel)._codelibrary.get_cufunc()
+    return int(cuda.current_context().get_active_blocks_per_multiprocessor(fn, int(threads_per_block),
+                                                                           int(dynamic_shared)))
