@@ -154,7 +154,8 @@ class Module:
 
     @property
     def warnings(self) -> list[str]:
-        return [ln.strip() for ln in self.log.splitlines() if "warning" in ln.lower()]
+        return [ln.strip() for ln in self.log.splitlines()
+                if "warning" in ln.lower() and not ln.strip().startswith("Remark")]
 
     def kernel(self, name: str):
         from .launch import Kernel

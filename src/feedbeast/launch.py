@@ -182,6 +182,33 @@ class Kernel:
         self._raw_launch(grid, block, shared, cluster, stream, ptrs)
         return None
 
+    def max_active_clusters(self, cluster, block, shared: int = 0) -> int:
+        """How many clusters of this shape can run at once on this GPU (cuOccupancyMaxActiveClusters).
+
+        A persistent kernel's grid must not exceed this times the cluster size, or the surplus
+        clusters wait for a second wave. It can be less than SMs / cluster size: a cluster must fit
+        inside one GPC, and GPCs do not all have the same number of SMs.
+        """
+        from cuda.bindings import driver
+        if needs(self.module.arch) is not None:
+            return 0
+        self._load()
+        if shared > self._dyn_limit:
+            _check(driver.cuFuncSetAttribute(
+                self._fn, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared))
+            self._dyn_limit = shared
+        c, b = _dim3(cluster, "cluster"), _dim3(block, "block")
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = c
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b
+        cfg.sharedMemBytes = shared
+        a = driver.CUlaunchAttribute()
+        a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = c
+        cfg.attrs = [a]
+        cfg.numAttrs = 1
+        return int(_check(driver.cuOccupancyMaxActiveClusters(self._fn, cfg)))
+
     def _raw_launch(self, grid, block, shared, cluster, stream, ptrs):
         from cuda.bindings import driver
         cfg = driver.CUlaunchConfig()
