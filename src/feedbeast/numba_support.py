@@ -56,10 +56,25 @@ def setup(simulator: bool | None = None) -> bool:
         raise FeedbeastError(
             f"numba.cuda was imported before feedbeast.numba_support.setup(), in the wrong mode: it needs "
             f"{want}. Restart the kernel and call setup() before `from numba import cuda`.")
+    if not simulator:
+        _require_nvvm()
     os.environ[_ENV] = "1" if simulator else "0"
     # The course launches one-block grids on purpose (latency); Numba would warn about occupancy.
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
     return simulator
+
+
+def _require_nvvm():
+    """Numba turns Python into PTX with NVVM (libnvvm); without it no kernel compiles for a GPU."""
+    try:
+        from cuda.bindings import nvvm
+        nvvm.version()
+    except Exception as e:
+        raise FeedbeastError(
+            f"Numba needs NVVM to compile kernels for this GPU, and none was found ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:160] if str(e) else ''}). Install the NVVM of your CUDA version, e.g. "
+            "`pip install \"cuda-toolkit[nvvm]==13.0.2\"` (CUDA 13) or a CUDA toolkit, then restart the "
+            "kernel.") from None
 
 
 def simulator() -> bool:
