@@ -26,10 +26,10 @@ PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 help:
 	@sed -n 's/^## //p' Makefile
 
-$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt pyproject.toml
+$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt
+	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/book.txt
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	rm -f $(VENV)/.installed-cu*
 	touch $@
@@ -73,7 +73,7 @@ ifeq ($(SET),notebook)
 else
 	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt
+	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt
 endif
 	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
 
@@ -87,7 +87,6 @@ grade: $(STAMP)
 
 ## make book       the readable edition: chapters/ with their saved outputs as HTML in _book/
 book: $(STAMP)
-	$(if $(STAMP),$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/book.txt)
 	$(PYTHON) book/build.py --out _book
 
 ## make sanitize   chapters and solutions under compute-sanitizer memcheck, racecheck, synccheck

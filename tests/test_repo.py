@@ -26,7 +26,8 @@ def read_pins(path: Path, seen=None) -> dict:
 
 
 def test_environment_yml_has_the_same_pins_as_requirements():
-    want = read_pins(ROOT / "requirements/cu13.txt") | read_pins(ROOT / "requirements/lab.txt")
+    want = read_pins(ROOT / "requirements/cu13.txt") | read_pins(ROOT / "requirements/lab.txt") | \
+        read_pins(ROOT / "requirements/book.txt")
     text = (ROOT / "environment.yml").read_text()
     got = {}
     for m in re.finditer(r"^\s*-\s*([A-Za-z0-9_.\-\[\],]+)==(\S+)\s*$", text, re.MULTILINE):
