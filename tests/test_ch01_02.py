@@ -253,3 +253,60 @@ def test_gpu_sass_shows_the_synchronous_pattern(anygpu):
     run_rowsum(rowsum_tiled, 19, 300)
     hist = fbn.expect_sass(rowsum_tiled, "LDG", "STS", "LDS", "BAR")
     assert all(hist.values())
+
+
+# The simulator runs kernels as Python, so it accepts code Numba's real compiler rejects. This compiles
+# every kernel of the chapter and lab notebooks to PTX with the real compiler (NVVM, no GPU needed), in a
+# separate process because numba.cuda can only be in one mode per process.
+_COMPILE_NOTEBOOK_KERNELS = r'''
+import ast, inspect, math, os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+import nbformat, numpy as np
+from numba import cuda, float32
+SIGS = {"chase": "void(uint32[::1], int64, uint32[::1])", "stream": "void(float32[::1], float32[::1])",
+        "matmul_tiled": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
+        "matmul_db": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"}
+for path in sys.argv[1:]:
+    ns = {"cuda": cuda, "float32": float32, "math": math, "np": np}
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "code" or "cuda.jit" not in cell.source and "TW = " not in cell.source:
+            continue
+        body = [n for n in ast.parse(cell.source).body if isinstance(n, ast.FunctionDef) or
+                isinstance(n, ast.Assign) and not any(w in ast.unparse(n) for w in ("fb", "ex.", "SIM"))]
+        try:
+            exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
+        except NameError:
+            pass
+    kernels = {k: v for k, v in ns.items() if hasattr(v, "py_func")}
+    for name, make in [(k, v) for k, v in ns.items() if k.startswith("make_") and callable(v)]:
+        kernels[name] = make(8)
+    for name, k in kernels.items():
+        sig = SIGS.get(k.py_func.__name__, "void(float32[:, ::1], float32[::1])")
+        ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=(9, 0))
+        local = ".local" in ptx
+        print(f"{os.path.basename(path)} {name} ok{' LOCAL' if local else ''}")
+'''
+
+
+def test_notebook_kernels_compile_with_the_real_numba_compiler(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    try:
+        from cuda.bindings import nvvm
+        nvvm.version()
+    except Exception as e:   # a skip, by name: NVVM is what turns Numba kernels into PTX
+        pytest.skip(f"needs NVVM (cuda-toolkit[nvvm] or a CUDA toolkit), none found: {e}")
+    root = Path(__file__).resolve().parents[1]
+    notebooks = [root / p for p in ("chapters/01-synchronous-loads.ipynb", "chapters/02-software-pipelining.ipynb",
+                                    "solutions/01-tiled-rowsum.ipynb", "solutions/02-double-buffered-rowsum.ipynb")]
+    script = tmp_path / "compile_kernels.py"
+    script.write_text(_COMPILE_NOTEBOOK_KERNELS)
+    r = subprocess.run([sys.executable, str(script), *map(str, notebooks)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.split("\n")
+    for name in ("chase", "make_stream", "matmul_tiled", "matmul_db", "rowsum_naive", "make_rowsum_tiled",
+                 "make_rowsum_db", "rowsum_tiled", "rowsum_db"):
+        assert any(f" {name} ok" in ln for ln in lines), f"{name} was not compiled:\n{r.stdout}"
+    assert "LOCAL" not in r.stdout, f"a kernel keeps an array in local memory:\n{r.stdout}"
