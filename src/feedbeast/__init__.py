@@ -18,6 +18,7 @@ from .compile import Module, compile
 from .device import describe, gpu, runs_on
 from .errors import (BarrierTimeout, CheckFailed, CompileError, FeedbeastError, KernelFault, LaunchError,
                      SassMismatch, TensorMapError)
+from .isolated import isolated
 from .launch import Kernel, launch
 from .memory import DeviceArray, bfloat16, empty, empty_like, random, sync, to_device
 from .sass import expect_sass

@@ -12,7 +12,7 @@ import re
 
 from .errors import FeedbeastError
 
-generation = 0   # bumped when the context is reset after a trapped kernel (launch.reset_context)
+lost = None   # why this process can no longer use the GPU (a sticky error), once that happened
 
 KNOWN_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120", "sm_120a")
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import device as _device
 from .device import _check, gpu, runs_on
-from .errors import BarrierTimeout, LaunchError
+from .errors import BarrierTimeout, KernelFault, LaunchError
 from .skip import Skipped, needs
 
 
@@ -62,34 +62,26 @@ def debug_channel():
 
 
 def raise_pending_debug_report():
-    """After a failed launch: raise BarrierTimeout if a debug kernel left a report; reset the GPU."""
+    """After a failed launch: raise BarrierTimeout if a debug kernel left a report."""
     if _debug is None:
         return
     msg = _debug.take()
     if msg:
-        reset_context()
-        raise BarrierTimeout(msg + ". The GPU context was reset: device arrays made before this point "
-                             "are gone; allocate them again.")
+        _device.lost = f"BarrierTimeout: {msg}"
+        raise BarrierTimeout(msg + ". " + LOST_HINT)
 
 
-def reset_context():
-    """Destroy and recreate the primary context after a kernel trapped (its errors are sticky).
+# A trapped or faulting kernel leaves a sticky error: every later CUDA call in this process fails, and
+# the driver offers no way back (resetting the primary context does not clear it). The process must end.
+LOST_HINT = ("The GPU can no longer be used from this process: restart the notebook's kernel (your "
+             "files are untouched). To demonstrate a failure without losing the session, run it with "
+             "fb.isolated(...), which uses a separate process.")
 
-    Everything tied to the old context is dropped: loaded modules reload on their next launch,
-    the cached ceilings and cuBLAS handle are rebuilt, old device arrays refuse to be used.
-    """
-    global _debug
-    from cuda.bindings import driver
-    from . import bench, ceilings
-    g = gpu()
-    dev = _check(driver.cuDeviceGet(g.index))
-    _check(driver.cuDevicePrimaryCtxReset(dev))
-    _check(driver.cuCtxSetCurrent(_check(driver.cuDevicePrimaryCtxRetain(dev))))
-    _device.generation += 1
-    _debug = None
-    bench._flush_buf = None
-    for cached in (ceilings._cublas, ceilings.copy_bandwidth, ceilings.matmul_rate):
-        cached.cache_clear()
+
+def ensure_usable():
+    if _device.lost:
+        raise KernelFault(f"the GPU is unusable in this process since an earlier failure ({_device.lost[:200]}). "
+                          + LOST_HINT)
 
 
 class Kernel:
@@ -99,7 +91,6 @@ class Kernel:
         self.module = module
         self.name = name
         self._fn = None
-        self._gen = -1
         self._params = None
         self._dyn_limit = 0
 
@@ -115,18 +106,16 @@ class Kernel:
 
     def _load(self):
         from cuda.bindings import driver
-        if self._fn is not None and self._gen == _device.generation:
+        if self._fn is not None:
             return
         mod = self.module
-        if getattr(mod, "_cu_gen", None) != _device.generation:
+        if getattr(mod, "_cu_module", None) is None:
             mod._cu_module = _check(driver.cuModuleLoadData(mod.cubin))
-            mod._cu_gen = _device.generation
             err, dptr, size = driver.cuModuleGetGlobal(mod._cu_module, b"fb_debug_report")
             if err == driver.CUresult.CUDA_SUCCESS:
                 chan = debug_channel()
                 _check(driver.cuMemcpyHtoD(dptr, struct.pack("<Q", chan.device), 8))
         self._fn = _check(driver.cuModuleGetFunction(mod._cu_module, self.name.encode()))
-        self._gen = _device.generation
         self._dyn_limit = 0
         self._params = []
         for i in range(4096):
@@ -163,10 +152,8 @@ class Kernel:
         grid, block = _dim3(grid, "grid"), _dim3(block, "block")
         if np.prod(block) > 1024:
             raise LaunchError(f"block {block} has {np.prod(block)} threads: at most 1024 per block")
+        ensure_usable()
         self._load()
-        for a in args:
-            if isinstance(a, DeviceArray) and getattr(a, "_gen", _device.generation) != _device.generation:
-                raise LaunchError("an argument was allocated before the GPU context was reset: allocate it again")
         g = gpu()
         static = self._attr("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES")
         if static + shared > g.smem_per_block_optin:

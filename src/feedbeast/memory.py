@@ -40,7 +40,6 @@ class DeviceArray:
         self.dtype = np.dtype(dtype)
         self.ptr = ptr
         self._owner = owner
-        self._gen = _device.generation   # arrays die with the context (see launch.reset_context)
 
     @property
     def size(self) -> int:
@@ -111,7 +110,7 @@ class DeviceArray:
 
     def __del__(self):
         try:
-            if self._owner and self.ptr is not None and self._gen == _device.generation:
+            if self._owner and self.ptr is not None and not _device.lost:
                 from cuda.bindings import driver
                 driver.cuMemFree(self.ptr)
         except Exception:
@@ -130,6 +129,8 @@ def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
     if gpu() is None:
         return DeviceArray(shape, dtype, None)
     from cuda.bindings import driver
+    from .launch import ensure_usable
+    ensure_usable()
     ptr = int(_check(driver.cuMemAlloc(max(nbytes, 1))))
     arr = DeviceArray(shape, dtype, ptr)
     return arr.poison() if poison else arr
@@ -153,26 +154,24 @@ STICKY = ("CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_
 def sync():
     """Wait for the GPU; raise the error of any kernel that failed since the last sync.
 
-    A fault that poisons the context (an illegal address, a trap) resets it so that the notebook can
-    go on, and raises KernelFault (or BarrierTimeout when a debug build reported a hung wait).
+    A fault that poisons the context (an illegal address, a trap) raises KernelFault, or BarrierTimeout
+    when a debug build reported a hung wait; either way the process can no longer use the GPU.
     """
     if gpu() is None:
         return
     from cuda.bindings import driver
     from .errors import KernelFault
-    from .launch import raise_pending_debug_report, reset_context
+    from .launch import LOST_HINT, ensure_usable, raise_pending_debug_report
+    ensure_usable()
     err, = driver.cuCtxSynchronize()
     if err == driver.CUresult.CUDA_SUCCESS:
         return
     raise_pending_debug_report()
     if err.name in STICKY:
         _, msg = driver.cuGetErrorString(err)
-        reset_context()
-        raise KernelFault(
-            f"a kernel failed: {err.name} ({msg.decode() if msg else ''}). The GPU context was reset so you "
-            "can go on: device arrays made before this point are gone, allocate them again. To find the "
-            "faulting access, run the kernel under compute-sanitizer (make sanitize) or check its indices "
-            "on a small size.")
+        _device.lost = f"{err.name} ({msg.decode() if msg else ''})"
+        raise KernelFault(f"a kernel failed: {_device.lost}. To find the faulting access, run it under "
+                          f"compute-sanitizer (make sanitize) or check its indices on a small size. {LOST_HINT}")
     _check((err,))
 
 
