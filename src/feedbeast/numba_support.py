@@ -44,12 +44,13 @@ def setup(simulator: bool | None = None) -> bool:
     """Choose how Numba runs CUDA kernels here; call it before importing numba.cuda. Returns True
     when the simulator is on.
 
-    simulator: None (default) turns it on exactly when this machine has no GPU, or when the environment
-    already sets NUMBA_ENABLE_CUDASIM=1; True/False force it.
+    simulator: None (default) turns it on exactly when this machine has no GPU (whatever
+    NUMBA_ENABLE_CUDASIM said before); True/False force it. The notebooks size their checks with
+    fb.pick, by the GPU's presence: forcing the simulator on a GPU machine runs them at full size, slowly.
     Raises FeedbeastError when numba.cuda was already imported in the other mode.
     """
     if simulator is None:
-        simulator = gpu() is None or os.environ.get(_ENV, "0") == "1"
+        simulator = gpu() is None
     mode = _numba_cuda_mode()
     if mode is not None and mode != simulator:
         want = "the CUDA simulator (no GPU here)" if simulator else "the real GPU"
