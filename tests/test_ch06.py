@@ -1,0 +1,166 @@
+"""Chapter 06 (warp specialization, setmaxnreg): SASS, resources and ptxas diagnostics of every kernel (CPU),
+and the cooperative and ping-pong GEMMs, the warp-specialized rowsum and the lab solution on ragged sizes
+(Hopper only). The kernels are read from the chapter and the lab solution, so that what is tested ships.
+"""
+import shlex
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = ROOT / "chapters/06-warp-specialization.ipynb"
+SOLUTION = ROOT / "solutions/06-warp-specialized-gemm.ipynb"
+SETMAXNREG = ("USETMAXREG.TRY_ALLOC.CTAPOOL", "USETMAXREG.DEALLOC.CTAPOOL")
+
+
+def cuda_cells(path):
+    """{name: (source, defines)} of the %%cuda cells of a notebook."""
+    out = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code" and cell.source.startswith("%%cuda"):
+            line, _, body = cell.source.partition("\n")
+            args = shlex.split(line)[1:]
+            name = args[args.index("--name") + 1]
+            defines = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-D")
+            out[name] = (body, defines)
+    return out
+
+
+_MODULES = {}
+
+
+def module(name, path=CHAPTER, replace=None, **defines):
+    key = (name, path, replace, tuple(sorted(defines.items())))
+    if key not in _MODULES:
+        src, d = cuda_cells(path)[name]
+        if replace:
+            assert replace[0] in src
+            src = src.replace(*replace)
+        _MODULES[key] = fb.compile(src, "sm_90a", defines={**d, **defines})
+    return _MODULES[key]
+
+
+# ---- CPU: SASS, resources, ptxas diagnostics ----------------------------------------------------
+
+@pytest.mark.parametrize("name, kernel, opcodes, defines", [
+    ("coop", "gemm_coop", SETMAXNREG + ("HGMMA.64x256x16.F32.BF16", "UTMALDG"), {}),
+    ("coop", "gemm_coop", SETMAXNREG + ("HGMMA.64x256x16.F32.BF16", "UTMALDG"),
+     {"PRODUCER_REGS": "24", "CONSUMER_REGS": "240"}),
+    ("coop", "gemm_coop", SETMAXNREG + ("HGMMA.64x256x16.F32.BF16", "UTMALDG"), {"FB_TRACE": "1"}),
+    ("pingpong", "gemm_pingpong", SETMAXNREG + ("HGMMA.64x128x16.F32.BF16", "UTMALDG"), {}),
+    ("pingpong", "gemm_pingpong", SETMAXNREG + ("HGMMA.64x128x16.F32.BF16", "UTMALDG"),
+     {"FB_TRACE": "1", "FB_TRACE_PER_LANE": "1024"}),
+    ("rowsum", "rowsum_ws", ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT"), {}),
+    ("rowsum", "rowsum_single", ("UTMALDG", "SYNCS.PHASECHK.TRANS64.TRYWAIT"), {}),
+])
+def test_kernel_sass_and_no_spills(name, kernel, opcodes, defines):
+    mod = module(name, **defines)
+    mod.expect_sass(*opcodes, kernel=kernel)
+    assert mod.resources[kernel].spills == 0, mod.report()
+    assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
+
+
+def test_rowsum_reads_global_memory_only_through_tma():
+    for k in ("rowsum_ws", "rowsum_single"):
+        module("rowsum").expect_sass("UTMALDG", kernel=k, forbid=("LDG",))
+
+
+def test_setmaxnreg_entry_count_is_the_block_budget():
+    # 384 threads at one block per SM: 65536 / 384 = 170 -> 168, and 128 * (40 + 2 * 232) fits in 65536
+    assert module("coop").resources["gemm_coop"].registers == 168
+    assert 128 * (40 + 2 * 232) <= 65536 and 128 * (24 + 2 * 240) <= 65536
+
+
+def test_without_launch_bounds_ptxas_ignores_setmaxnreg_with_C7508():
+    mod = module("coop", replace=("__launch_bounds__(THREADS, 1)", ""))
+    lines = [ln for ln in mod.log.splitlines() if "C7508" in ln]
+    assert lines and "setmaxnreg" in lines[0] and "ignored" in lines[0], mod.log
+    assert not any(op.startswith("USETMAXREG") for op in mod.histogram("gemm_coop"))
+
+
+def test_launch_bounds_without_min_blocks_still_honours_setmaxnreg():
+    mod = module("coop", replace=("__launch_bounds__(THREADS, 1)", "__launch_bounds__(THREADS)"))
+    mod.expect_sass(*SETMAXNREG, kernel="gemm_coop")
+    assert not any("C7508" in ln for ln in mod.log.splitlines())
+
+
+def test_setmaxnreg_compiled_out_leaves_no_usetmaxreg_and_no_spills():
+    mod = module("coop", USE_SETMAXNREG="0")
+    assert not any(op.startswith("USETMAXREG") for op in mod.histogram("gemm_coop"))
+    assert mod.resources["gemm_coop"].spills == 0
+
+
+def test_lab_solution_sass_and_resources():
+    mod = module("lab", SOLUTION)
+    mod.expect_sass(*SETMAXNREG, "HGMMA.64x128x16.F32.BF16", "UTMALDG", kernel="gemm_ws_lab")
+    assert mod.resources["gemm_ws_lab"].spills == 0
+    assert not any("C7508" in ln for ln in mod.log.splitlines())
+
+
+def test_ragged_gemm_sizes_satisfy_the_tma_rules():
+    for m, n, k in (MATMUL_RAGGED, (1000, 1032, 1000), (257, 264, 72), (300, 136, 64)):
+        assert k % 8 == 0 and n % 8 == 0            # 16-byte row strides of A (M x K) and Bt (N x K)
+        assert m >= 128 and n >= 128 and k >= 64     # boxes no larger than the tensor
+
+
+# ---- GPU (Hopper): the kernels on ragged sizes ---------------------------------------------------
+
+def _gemm(kind, m, n, k, seed, out=None):
+    a, b = matmul_inputs(m, n, k, fb.bfloat16, seed=seed)
+    a_d, bt_d = fb.to_device(a), fb.to_device(np.ascontiguousarray(b.T))
+    bn = 256 if kind == "coop" else 128
+    maps = (fb.tensor_map(a_d, box=(128, 64), swizzle=128), fb.tensor_map(bt_d, box=(bn, 64), swizzle=128))
+    c = fb.empty((m, n), fb.bfloat16)
+    if kind == "coop":
+        r = module("coop").gemm_coop.launch((-(-n // 256), -(-m // 128)), 384, *maps, c, m, n, k, 0,
+                                            shared=4 * (128 + 256) * 64 * 2 + 1024)
+    elif kind == "pingpong":
+        tiles = -(-m // 128) * -(-n // 128)
+        r = module("pingpong").gemm_pingpong.launch(min(fb.gpu().sm_count, -(-tiles // 2)), 384, *maps, c, m, n,
+                                                    k, 0, shared=6 * 2 * 128 * 64 * 2 + 1024)
+    else:
+        r = module("lab", SOLUTION).gemm_ws_lab.launch((-(-n // 128), -(-m // 128)), 384, *maps, c, m, n, k,
+                                                       shared=4 * 2 * 128 * 64 * 2 + 1024)
+    assert r is None, r
+    return a, b, c
+
+
+@pytest.mark.parametrize("kind", ["coop", "pingpong", "lab"])
+@pytest.mark.parametrize("m, n, k", [MATMUL_RAGGED, (1000, 1032, 1000), (257, 264, 72)])
+def test_gpu_gemm_ragged(gpu90, kind, m, n, k):
+    a, b, c = _gemm(kind, m, n, k, seed=m + n)
+    assert fb.check(c, matmul_reference(a, b), name=f"{kind} {m}x{n}x{k}")
+
+
+def test_gpu_pingpong_more_tiles_than_blocks_and_odd_tile_counts(gpu90):
+    for m, n, k in ((300, 136, 64), (1160, 1288, 200)):   # 6 tiles on 3 blocks; 10 x 11 = 110 tiles
+        a, b, c = _gemm("pingpong", m, n, k, seed=k)
+        assert fb.check(c, matmul_reference(a, b), name=f"pingpong {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("kind", ["coop", "pingpong"])
+def test_gpu_gemm_is_bit_for_bit_repeatable(gpu90, kind):
+    m, n, k = 1000, 1032, 1000
+    a, b = matmul_inputs(m, n, k, fb.bfloat16, seed=9)
+    outs = []
+    for _ in range(5):
+        _, _, c = _gemm(kind, m, n, k, seed=9)
+        outs.append(c.to_host().view(np.uint16).copy())
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize("kernel", ["rowsum_ws", "rowsum_single"])
+@pytest.mark.parametrize("rows, cols, stages", [(16381, 8188, 4), (37, 1000, 2), (16, 260, 8), (1001, 4100, 4)])
+def test_gpu_rowsum_ragged(gpu90, kernel, rows, cols, stages):
+    x = rowsum_inputs(rows, cols, seed=rows)
+    y = fb.empty(rows, np.float32)
+    k = module("rowsum", STAGES=str(stages))[kernel]
+    r = k.launch(-(-rows // 16), 160 if kernel == "rowsum_ws" else 128,
+                 fb.tensor_map(fb.to_device(x), box=(16, 256)), y, rows, cols, shared=stages * 16 * 256 * 4 + 128)
+    assert r is None, r
+    assert fb.check(y, rowsum_reference(x), name=f"{kernel} {rows}x{cols} stages={stages}")
