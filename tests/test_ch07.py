@@ -1,0 +1,156 @@
+"""Chapter 07 (persistent, clustered GEMM): tile orders (pure Python), every variant's SASS and resources
+(CPU), and on a Hopper GPU every variant on ragged and skinny shapes plus repeated runs compared bit for bit.
+
+The kernel and the host helpers are read from the chapter's cells, so what is tested is what ships.
+"""
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast import stress
+from feedbeast.examples import matmul_inputs, matmul_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = ROOT / "chapters/07-capstone-gemm.ipynb"
+SOLUTION = ROOT / "solutions/07-persistent-gemm.ipynb"
+
+
+def cells(path):
+    return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def cuda_cell(path, name):
+    for src in cells(path):
+        first, _, body = src.partition("\n")
+        if first.startswith("%%cuda") and re.search(rf"--name {name}\b", first):
+            defines = dict(d.split("=", 1) for d in re.findall(r"-D (\S+)", first))
+            return body, defines
+    raise LookupError(f"no %%cuda cell named {name} in {path.name}")
+
+
+@pytest.fixture(scope="module")
+def ch():
+    """The chapter's namespace: the order helpers, VARIANTS, MODS, prepare, run_check (compiled once)."""
+    import math
+    src, _ = cuda_cell(CHAPTER, "capstone")
+    ns = {"fb": fb, "np": np, "math": math, "matmul_inputs": matmul_inputs, "matmul_reference": matmul_reference,
+          "stress": stress, "g": fb.gpu(), "capstone": fb.compile(src, "sm_90a", name="capstone.cu")}
+    for code in cells(CHAPTER):
+        if code.startswith("def grouped_order") or code.startswith("BM, BN, BK = 128, 256, 64"):
+            exec(code.split("\ntiles_m, tiles_n")[0], ns)
+    return ns
+
+
+def test_orders_are_permutations_and_grouped_walks_down_first(ch):
+    for m_units, n_units in [(64, 32), (32, 32), (5, 7), (1, 32), (64, 1), (33, 17)]:
+        every = sorted((i, j) for i in range(m_units) for j in range(n_units))
+        for order in (ch["grouped_order"](m_units, n_units, 1), ch["grouped_order"](m_units, n_units, 16),
+                      ch["hilbert_order"](m_units, n_units)):
+            assert sorted(map(tuple, order)) == every
+    o = ch["grouped_order"](64, 32, 16)
+    assert [tuple(x) for x in o[:17]] == [(i, 0) for i in range(16)] + [(0, 1)]
+    row = ch["grouped_order"](4, 3, 1)
+    assert [tuple(x) for x in row[:4]] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+
+
+def test_hilbert_steps_are_neighbours_on_a_square():
+    import math
+    ns = {"np": np, "math": math}
+    for code in cells(CHAPTER):
+        if code.startswith("def grouped_order"):
+            exec(code.split("\ntiles_m, tiles_n")[0], ns)
+    o = ns["hilbert_order"](32, 32)
+    assert np.all(np.abs(np.diff(o, axis=0)).sum(axis=1) == 1)
+
+
+def test_grouped_first_wave_touches_fewer_panels(ch):
+    row = ch["panels_in_first_wave"](ch["grouped_order"](64, 32, 1))
+    grp = ch["panels_in_first_wave"](ch["grouped_order"](64, 32, 16))
+    assert sum(grp) < sum(row) and grp[1] < row[1]
+
+
+SASS_CASES = ["rowmajor+direct", "grouped16+tma-store", "hilbert+tma-store", "cuda-barrier+tma-store",
+              "inflight+tma-store", "cluster2+tma-store", "cluster2+mc/release", "cluster2+mc/relaxed",
+              "cluster2+mc/relaxed+inflight"]
+
+
+@pytest.mark.parametrize("name", SASS_CASES)
+def test_variant_sass_and_no_spills(ch, name):
+    v, mod = ch["VARIANTS"][name], ch["MODS"][name]
+    want = ["UTMALDG", "HGMMA.64x256x16.F32.BF16", "USETMAXREG.DEALLOC", "USETMAXREG.TRY_ALLOC", "SYNCS"]
+    forbid = []
+    if v.get("MULTICAST"):
+        want.append("UTMALDG.2D.MULTICAST")
+    else:
+        forbid.append("UTMALDG.2D.MULTICAST")
+    if v.get("EPI_TMA", 1):
+        want.append("UTMASTG")
+    else:
+        forbid.append("UTMASTG")
+    mod.expect_sass(*want, kernel="gemm_persistent", forbid=tuple(forbid))
+    res = mod.resources["gemm_persistent"]
+    assert res.spills == 0 and res.stack == 0, str(res)
+    assert not any("C7515" in w or "C7508" in w for w in mod.warnings), mod.warnings
+
+
+def test_release_cluster_arrive_puts_a_gpu_fence_in_the_loop_and_relaxed_does_not(ch):
+    def fences_before_remote_arrives(mod):
+        lines = mod.sass("gemm_persistent").splitlines()
+        return sum(1 for i, l in enumerate(lines) if "SYNCS.ARRIVE.TRANS64.RED" in l
+                   and any("MEMBAR.ALL.GPU" in x for x in lines[max(0, i - 4):i]))
+    assert fences_before_remote_arrives(ch["MODS"]["cluster2+mc/release"]) == 2
+    assert fences_before_remote_arrives(ch["MODS"]["cluster2+mc/relaxed"]) == 0
+    assert "CCTL.IVALL" in ch["MODS"]["cluster2+mc/relaxed+acquire"].histogram("gemm_persistent")
+
+
+def test_inflight_keeps_one_wgmma_batch_running(ch):
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in ch["MODS"]["inflight+tma-store"].sass("gemm_persistent")
+
+
+def test_cuda_barrier_ring_refuses_clusters(ch):
+    with pytest.raises(fb.CompileError, match="CLUSTER 1 only"):
+        fb.compile(ch["capstone"].source, "sm_90a", defines={"CUDA_BARRIER": "1", "CLUSTER": "2"})
+
+
+def test_lab_solution_sass():
+    src, d = cuda_cell(SOLUTION, "lab")
+    mod = fb.compile(src, "sm_90a", defines=d)
+    mod.expect_sass("UTMALDG", "UTMASTG", "HGMMA.64x256x16.F32.BF16", "USETMAXREG", kernel="gemm_lab")
+    assert mod.resources["gemm_lab"].spills == 0
+
+
+# ---- on a Hopper GPU ------------------------------------------------------------------------------------
+
+ALL = ["rowmajor+direct", "grouped8+direct", "grouped16+direct", "grouped16+tma-store", "hilbert+tma-store",
+       "cuda-barrier+tma-store", "inflight+tma-store", "cluster2+tma-store", "cluster2+mc/release",
+       "cluster2+mc/relaxed", "cluster2+mc/relaxed+acquire", "cluster2+mc/release+inflight",
+       "cluster2+mc/relaxed+inflight"]
+
+
+def test_the_gpu_lists_name_every_variant(ch):
+    assert sorted(ALL) == sorted(ch["VARIANTS"])
+
+
+@pytest.mark.parametrize("m, n, k", [(4000, 4104, 3992), (264, 264, 72), (1000, 1032, 1000),
+                                     (128, 8192, 4096), (8192, 256, 1024)])
+def test_gpu_every_variant_ragged_and_skinny(gpu90, ch, m, n, k):
+    for result in ch["run_check"](ALL, m, n, k, seed=m + n + k):
+        assert result, result
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_gpu_100_runs_bitwise_identical(gpu90, ch, name):
+    for m, n, k in stress.sizes((392, 520, 200), multiple_of=(128, 256, 64)):
+        a, b = matmul_inputs(m, n, k, fb.bfloat16, seed=5)
+        c, launch = ch["prepare"](name, fb.to_device(a), fb.to_device(np.ascontiguousarray(b.T)), m, n, k)
+
+        def once():
+            c.poison()
+            launch()
+            return c
+        first = stress.repeat_identical(once, n=100)
+        fb.check(first, matmul_reference(a, b), name=f"{name} {m}x{n}x{k}")
