@@ -31,7 +31,7 @@ def cuda_cell(path: Path, name: str) -> str:
 KERNELS = {   # module name -> (notebook, kernel, stages, SASS that must be there)
     "ring": (CHAPTER, "ring_rowsum", 4, ("LDGSTS.E.BYPASS.128", "LDGDEPBAR", "DEPBAR.LE", "BAR.SYNC")),
     "piped": (CHAPTER, "pipeline_rowsum", 4, ("LDGSTS.E.BYPASS.128", "LDGDEPBAR", "DEPBAR.LE")),
-    "gemm": (CHAPTER, "gemm_bf16", 4, ("LDGSTS", "LDGDEPBAR", "DEPBAR", "LDSM.16.M88.4", "LDSM.16.MT88.4",
+    "gemm": (CHAPTER, "gemm_bf16", 3, ("LDGSTS", "LDGDEPBAR", "DEPBAR", "LDSM.16.M88.4", "LDSM.16.MT88.4",
                                        "HMMA.16816.F32.BF16")),
     "lab": (SOLUTION, "ring3_rowsum", 3, ("LDGSTS", "LDGDEPBAR", "DEPBAR")),
 }
@@ -66,7 +66,8 @@ def test_gemm_wait_count_and_zero_fill():
         sass = build("gemm", "sm_80", s).sass("gemm_bf16")
         assert f"DEPBAR.LE SB0, 0x{s - 2:x}" in sass
         # the zero-fill is predicated: a last operand P (ignore-src) or the .ZFILL form (src-size)
-        assert re.search(r"LDGSTS\.E\.BYPASS\.128(\.ZFILL)? \[[^]]+\], [^;]*\], !?P\d", sass)
+        assert re.search(r"LDGSTS\.E\.BYPASS(\.LTC128B)?\.128(\.ZFILL)? \[[^]]+\], [^;]*\], !?P\d", sass)
+        assert sass.count("BAR.SYNC") == 2   # one before the loop, one per slice inside it
 
 
 def test_cccl_pipeline_compiles_to_the_same_copies():
@@ -144,7 +145,8 @@ def test_fragment_tables_cover_each_element_once():
 # The kernel's index math, transcribed from <fb/mma.cuh> and the gemm cell.
 ldsm_row = lambda lane: (lane & 7) + 8 * ((lane >> 3) & 1)
 ldsm_col = lambda lane: 8 * (lane >> 4)
-BM, BN, BK, WM, WN, THREADS = 128, 128, 32, 64, 64, 128
+BM, BN, BK, WM, WN, THREADS = 128, 256, 64, 64, 64, 256
+KSTEPS, WARPS_N = BK // 16, BN // WN
 A_LD, B_LD = BK + 8, BN + 8
 
 
@@ -167,27 +169,38 @@ def load_stage_model(A, B, M, N, K, m0, n0, k0):
     """load_stage of the gemm cell: which global element lands where, zero-filled outside."""
     sA, sB = np.full((BM, A_LD), np.nan), np.full((BK, B_LD), np.nan)
     for tid in range(THREADS):
-        for c in range(4):
-            i = c * THREADS + tid
-            r, ch = i // 4, i % 4
-            gm, gk = m0 + r, k0 + 8 * ch
-            sA[r, 8 * ch:8 * ch + 8] = A[gm, gk:gk + 8] if (gm < M and gk < K) else 0
-            r, ch = i // 16, i % 16
-            gk, gn = k0 + r, n0 + 8 * ch
-            sB[r, 8 * ch:8 * ch + 8] = B[gk, gn:gn + 8] if (gk < K and gn < N) else 0
+        ar, ac, br, bc = tid // 8, 8 * (tid % 8), tid // 32, 8 * (tid % 32)
+        for c in range(BM * BK // 8 // THREADS):          # A rows ar + 32c
+            gm, gk = m0 + ar + 32 * c, k0 + ac
+            sA[ar + 32 * c, ac:ac + 8] = A[gm, gk:gk + 8] if (gk < K and gm < M) else 0
+        for c in range(BK * BN // 8 // THREADS):          # B rows br + 8c
+            gk, gn = k0 + br + 8 * c, n0 + bc
+            sB[br + 8 * c, bc:bc + 8] = B[gk, gn:gn + 8] if (gn < N and gk < K) else 0
     return sA, sB
+
+
+def test_load_stage_covers_the_slices_once():
+    # every 16-byte chunk of the A and B slices is copied by exactly one (thread, c)
+    seen_a, seen_b = np.zeros((BM, BK // 8), int), np.zeros((BK, BN // 8), int)
+    for tid in range(THREADS):
+        for c in range(BM * BK // 8 // THREADS):
+            seen_a[tid // 8 + 32 * c, tid % 8] += 1
+        for c in range(BK * BN // 8 // THREADS):
+            seen_b[tid // 32 + 8 * c, tid % 32] += 1
+    assert (seen_a == 1).all() and (seen_b == 1).all()
 
 
 def block_tile_model(A, B, M, N, K, m0, n0):
     """One block of gemm_bf16: every warp's ldmatrix / mma / store index math, emulated."""
     C = np.full((M, N), np.nan)
-    acc = {w: [[[[0.0] * 4 for _ in range(32)] for _ in range(8)] for _ in range(4)] for w in range(4)}
+    warps = THREADS // 32
+    acc = {w: [[[[0.0] * 4 for _ in range(32)] for _ in range(8)] for _ in range(4)] for w in range(warps)}
     for k0 in range(0, K, BK):
         sA, sB = load_stage_model(A, B, M, N, K, m0, n0, k0)
         assert not np.isnan(sA[:, :BK]).any() and not np.isnan(sB[:, :BN]).any()
-        for w in range(4):
-            wm, wn = w // 2, w % 2
-            for kk in (0, 16):
+        for w in range(warps):
+            wm, wn = w // WARPS_N, w % WARPS_N
+            for kk in range(0, BK, 16):
                 a = [ldmatrix_x4(sA, [(wm * WM + mi * 16 + ldsm_row(l), kk + ldsm_col(l)) for l in range(32)])
                      for mi in range(4)]
                 b = [None] * 8
@@ -200,8 +213,8 @@ def block_tile_model(A, B, M, N, K, m0, n0):
                     for ni in range(8):
                         d = [acc[w][mi][ni][l] for l in range(32)]
                         mma_16816(d, a[mi], *b[ni])
-    for w in range(4):   # store_c
-        wm, wn = w // 2, w % 2
+    for w in range(warps):   # store_c
+        wm, wn = w // WARPS_N, w % WARPS_N
         for l in range(32):
             g, t = l // 4, l % 4
             for mi in range(4):
@@ -215,15 +228,99 @@ def block_tile_model(A, B, M, N, K, m0, n0):
 
 
 def test_gemm_block_tile_model_matches_numpy_on_a_ragged_edge():
-    # M, N, K not multiples of the tile; the block at (m0, n0) hangs over the bottom-right corner.
-    M, N, K = 150, 136, 40
+    # M, N, K not multiples of the tile; the block at (m0, n0) hangs over the bottom-right corner, and the
+    # second K slice is partly zero-filled.
+    M, N, K = 150, 280, 88
     rng = np.random.default_rng(1)
     A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
-    m0, n0 = 128, 128
+    m0, n0 = 128, 256
     C = block_tile_model(A, B, M, N, K, m0, n0)
     got, want = C[m0:, n0:], (A @ B)[m0:, n0:]
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     assert np.isnan(C[:m0, :]).all() and np.isnan(C[:, :n0]).all()   # the block writes only its tile
+
+
+# ---------------------------------------------------------------- the GEMM's pipeline schedule (CPU model)
+
+def gemm_schedule(slices, stages):
+    """The gemm cell's main loop as a list of block-wide events, in program order (every warp runs the same).
+    ("copy", stage, slice), ("commit",), ("wait", n), ("bar",), ("read", stage, slice, step)."""
+    ev = []
+    for s in range(stages - 1):                                   # prologue
+        if s < slices:
+            ev.append(("copy", s, s))
+        ev.append(("commit",))
+    ev += [("wait", stages - 2), ("bar",), ("read", 0, 0, 0)]
+    for kt in range(slices):
+        cur, nxt = kt % stages, (kt + 1) % stages
+        for ks in range(KSTEPS):
+            if ks == KSTEPS - 1:
+                ev += [("wait", stages - 2), ("bar",), ("read", nxt, kt + 1, 0)]
+            else:
+                ev.append(("read", cur, kt, ks + 1))
+            if ks == 0:
+                nk = kt + stages - 1
+                if nk < slices:
+                    ev.append(("copy", nk % stages, nk))
+                ev.append(("commit",))
+            # the mma of step ks uses registers only
+    return ev
+
+
+def check_schedule(ev, slices):
+    """cp.async groups and barrier semantics: a read needs its slice copied, waited for and published by a
+    barrier, with no copy into that stage still in flight; a copy must not land in a stage any warp may still
+    read, i.e. one read since the last barrier (warps between two barriers run in any order)."""
+    groups, open_group = [], []                   # committed, not yet waited for; copies since the last commit
+    landed, published, read_now, reads = [], {}, set(), []
+    for e in ev:
+        if e[0] == "copy":
+            _, st, sl = e
+            assert st not in read_now, f"slice {sl} copied into stage {st} while a warp may still read it"
+            open_group.append((st, sl))
+            published.pop(st, None)
+        elif e[0] == "commit":
+            groups.append(open_group)
+            open_group = []
+        elif e[0] == "wait":
+            done = len(groups) - e[1]
+            for g in groups[:max(done, 0)]:
+                landed += g
+            groups = groups[max(done, 0):]
+        elif e[0] == "bar":
+            for st, sl in landed:
+                published[st] = sl
+            landed, read_now = [], set()
+        elif e[0] == "read":
+            _, st, sl, step = e
+            if sl >= slices:
+                continue                              # past the end: loaded, never multiplied
+            in_flight = [c for g in groups + [open_group] for c in g] + landed
+            assert published.get(st) == sl and all(c[0] != st for c in in_flight), \
+                f"step {step} of slice {sl} read from stage {st} before its copy was published"
+            read_now.add(st)
+            reads.append((sl, step))
+    assert reads == [(sl, k) for sl in range(slices) for k in range(KSTEPS)]
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_gemm_schedule_reads_only_published_stages(stages):
+    for slices in range(1, 9):
+        check_schedule(gemm_schedule(slices, stages), slices)
+
+
+def test_gemm_schedule_model_catches_a_missing_wait():
+    ev = gemm_schedule(6, 3)
+    i = [k for k, e in enumerate(ev) if e == ("wait", 1)][2]
+    bad = [e if k != i else ("wait", 2) for k, e in enumerate(ev)]   # wait_group S-1: one slice too early
+    with pytest.raises(AssertionError, match="before its copy was published"):
+        check_schedule(bad, 6)
+    j = [k for k, e in enumerate(ev) if e[0] == "copy"][3]            # refill before the barrier: a race
+    early = ev[:j] + ev[j + 1:]
+    b = max(k for k in range(j) if early[k] == ("bar",))
+    early.insert(b, ev[j])
+    with pytest.raises(AssertionError, match="while a warp may still read it"):
+        check_schedule(early, 6)
 
 
 def bank_groups(addresses_bytes):
@@ -232,7 +329,7 @@ def bank_groups(addresses_bytes):
 
 def test_ldmatrix_rows_are_bank_conflict_free():
     for lane0 in range(0, 32, 8):   # one 8x8 matrix = 8 lanes' 16-byte rows, read in one pass
-        for mi, kk in [(0, 0), (3, 16)]:
+        for mi, kk in [(0, 0), (3, 48)]:
             rows = [(mi * 16 + ldsm_row(l)) * A_LD * 2 + (kk + ldsm_col(l)) * 2 for l in range(lane0, lane0 + 8)]
             assert sorted(bank_groups(rows)) == list(range(8))
             rows = [(kk + ldsm_row(l)) * B_LD * 2 + (mi * 16 + ldsm_col(l)) * 2 for l in range(lane0, lane0 + 8)]
@@ -318,10 +415,13 @@ def test_lab_ring3_rowsum_on_gpu(anygpu, rows, cols):
 @pytest.mark.parametrize("stages", [3, 4])
 def test_gemm_bf16_on_gpu(anygpu, shape, stages):
     sm80_or_skip(anygpu)
+    shared = stages * (BM * A_LD + BK * B_LD) * 2
+    if shared > anygpu.smem_per_block_optin:
+        pytest.skip(f"{stages} stages need {shared} B of shared memory, {anygpu.name} allows {anygpu.smem_per_block_optin}")
     m, n, k = shape
     kern = build("gemm", anygpu.arch, stages).gemm_bf16
     ah, bh = fb.examples.matmul_inputs(m, n, k, dtype=fb.bfloat16, seed=m + stages)
     c = fb.empty((m, n), np.float32)
-    kern.launch(((n + 127) // 128, (m + 127) // 128), 128, fb.to_device(ah), fb.to_device(bh), c, m, n, k,
-                shared=stages * (128 * 40 + 32 * 136) * 2)
+    kern.launch(((n + BN - 1) // BN, (m + BM - 1) // BM), THREADS, fb.to_device(ah), fb.to_device(bh), c, m, n, k,
+                shared=shared)
     fb.check(c, fb.examples.matmul_reference(ah, bh), name=f"gemm_bf16 {m}x{n}x{k} stages={stages}")
