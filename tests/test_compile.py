@@ -122,3 +122,13 @@ def test_arch_compatibility_rules():
     assert not fb.runs_on("sm_90a", (8, 9)) and fb.runs_on("sm_90a", (9, 0))
     assert not fb.runs_on("sm_90a", (10, 0)) and not fb.runs_on("sm_100a", (9, 0))
     assert not fb.runs_on("sm_90a", None)
+
+
+def test_ptxas_performance_notes_are_reported_as_warnings():
+    # No __launch_bounds__: ptxas cannot honour setmaxnreg and says so with C7508 in an info line.
+    src = r"""extern "C" __global__ void k(float* x) {
+      if (threadIdx.x < 128) { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;"); }
+      else { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;"); x[threadIdx.x] = 1.f; } }"""
+    mod = fb.compile(src, "sm_90a")
+    assert any("C7508" in w for w in mod.warnings)
+    assert "C7508" in mod.report()

@@ -154,8 +154,10 @@ class Module:
 
     @property
     def warnings(self) -> list[str]:
+        # ptxas reports some performance problems as "info" lines with a C75xx code (C7508: setmaxnreg
+        # ignored; C7515: wgmma serialised): they matter as much as warnings.
         return [ln.strip() for ln in self.log.splitlines()
-                if "warning" in ln.lower() and not ln.strip().startswith("Remark")]
+                if ("warning" in ln.lower() or re.search(r"\(C75\d\d\)", ln)) and not ln.strip().startswith("Remark")]
 
     def kernel(self, name: str):
         from .launch import Kernel
