@@ -132,3 +132,11 @@ def test_ptxas_performance_notes_are_reported_as_warnings():
     mod = fb.compile(src, "sm_90a")
     assert any("C7508" in w for w in mod.warnings)
     assert "C7508" in mod.report()
+
+
+def test_debug_waits_are_longer_under_a_sanitizer(monkeypatch):
+    src = '#include <fb/debug.cuh>\nextern "C" __global__ void k(unsigned long long* t) { t[0] = FB_WAIT_TIMEOUT_NS; }\n'
+    plain = fb.compile(src, "sm_90a", debug=True, defines={"FB_WAIT_TIMEOUT_NS": "500000000ull"})
+    monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
+    slow = fb.compile(src, "sm_90a", debug=True, defines={"FB_WAIT_TIMEOUT_NS": "500000000ull"})
+    assert plain.cubin != slow.cubin

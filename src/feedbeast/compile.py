@@ -216,6 +216,9 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     defs = dict(defines or {})
     if debug:
         defs.setdefault("FB_DEBUG", 1)
+        if os.environ.get("FEEDBEAST_UNDER_SANITIZER"):
+            # A sanitizer slows kernels 10-100x: a bounded wait must not mistake that for a hang.
+            defs["FB_WAIT_TIMEOUT_NS"] = f"({defs.get('FB_WAIT_TIMEOUT_NS', '2000000000ull')})*100"
     define_flags = [f"{k}={v}" if v is not None else str(k) for k, v in sorted(defs.items())]
     key_material = "\0".join([source, arch, repr(define_flags), repr(tuple(options)), repr(nvrtc_version()),
                               _headers_digest()])

@@ -187,6 +187,7 @@ def _timing_off():
 def run(path) -> int:
     """Execute the code cells of one notebook in this process, as Jupyter would. 0 when all ran."""
     os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ["FEEDBEAST_UNDER_SANITIZER"] = "1"   # debug builds then wait 100x longer (compile.py)
     import nbformat
     from IPython.core.interactiveshell import InteractiveShell
     path = Path(path).resolve()
