@@ -4,14 +4,13 @@ SASS and resources of every kernel (CPU), and the kernels themselves on ragged s
 The kernels are read from the chapter and the lab solution, so that what is tested is what ships.
 """
 import re
-import shlex
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast.magic import cuda_cells
 from feedbeast import swizzle as sw
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
 from feedbeast.tensormap import check_rules
@@ -20,19 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters/05-tma.ipynb"
 SOLUTION = ROOT / "solutions/05-tma-ring.ipynb"
 WGMMA_H = ROOT / "src/feedbeast/include/fb/wgmma.cuh"
-
-
-def cuda_cells(path):
-    """{name: (source, defines)} of the %%cuda cells of a notebook."""
-    out = {}
-    for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type == "code" and cell.source.startswith("%%cuda"):
-            line, _, body = cell.source.partition("\n")
-            args = shlex.split(line)[1:]
-            name = args[args.index("--name") + 1]
-            defines = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-D")
-            out[name] = (body, defines)
-    return out
 
 
 _MODULES = {}

@@ -2,33 +2,19 @@
 and the cooperative and ping-pong GEMMs, the warp-specialized rowsum and the lab solution on ragged sizes
 (Hopper only). The kernels are read from the chapter and the lab solution, so that what is tested ships.
 """
-import shlex
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast.magic import cuda_cells
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters/06-warp-specialization.ipynb"
 SOLUTION = ROOT / "solutions/06-warp-specialized-gemm.ipynb"
 SETMAXNREG = ("USETMAXREG.TRY_ALLOC.CTAPOOL", "USETMAXREG.DEALLOC.CTAPOOL")
-
-
-def cuda_cells(path):
-    """{name: (source, defines)} of the %%cuda cells of a notebook."""
-    out = {}
-    for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type == "code" and cell.source.startswith("%%cuda"):
-            line, _, body = cell.source.partition("\n")
-            args = shlex.split(line)[1:]
-            name = args[args.index("--name") + 1]
-            defines = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-D")
-            out[name] = (body, defines)
-    return out
 
 
 _MODULES = {}

@@ -12,6 +12,7 @@
 #include <cuda/ptx>
 #include <cuda/std/cstdint>
 #include <fb/debug.cuh>
+#include <fb/tma.cuh>
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
 #error "fb/tcgen05.cuh needs the arch-specific Blackwell target: compile with --arch sm_100a"
@@ -23,9 +24,13 @@ namespace tc {
 using u32 = cuda::std::uint32_t;
 using u64 = cuda::std::uint64_t;
 
-// The 128-byte CUtensorMap, passed by value: `const __grid_constant__ fb::tc::TensorMap tmap`
-// (its own name here, so that this header and fb/tma.cuh can be included together).
-struct alignas(64) TensorMap { unsigned long long v[16]; };
+// The tensor map, barriers and TMA loads are chapter 05's (fb/tma.cuh); they work unchanged on sm_100a.
+using fb::TensorMap;
+using fb::tma::arrive_expect_tx;
+using fb::tma::barrier_init;
+using fb::tma::fence_barrier_init;
+using fb::tma::prefetch_tensormap;
+using fb::tma::wait;
 
 __device__ inline u32 smem_addr(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
 
@@ -116,37 +121,9 @@ __device__ inline void ld_32x32b_x32(u32 taddr, u32 (&r)[32]) {
 // The registers of earlier tcgen05.ld are valid only after this.
 __device__ inline void wait_ld() { asm volatile("tcgen05.wait::ld.sync.aligned;" ::: "memory"); }
 
-// ---- mbarrier and TMA (CCCL cuda::ptx; chapters 04-05 teach them) -----------------------------------
-__device__ inline void barrier_init(u64* bar, u32 arrivals) { cuda::ptx::mbarrier_init(bar, arrivals); }
-__device__ inline void fence_barrier_init() {
-  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
-}
-__device__ inline void arrive_expect_tx(u64* bar, u32 bytes) {
-  cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
-                                       bar, bytes);
-}
-// Wait for the phase with this parity; with FB_DEBUG give up after FB_WAIT_TIMEOUT_NS and report.
-__device__ inline void wait(u64* bar, u32 parity, const char* what = "barrier", int stage = -1) {
-#ifdef FB_DEBUG
-  const unsigned long long t0 = fb::globaltimer_ns();
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-    const unsigned long long waited = fb::globaltimer_ns() - t0;
-    if (waited > FB_WAIT_TIMEOUT_NS) fb::report_timeout(what, stage, int(parity), waited);
-  }
-#else
-  (void)what; (void)stage;
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-  }
-#endif
-}
-__device__ inline void prefetch_tensormap(const TensorMap& map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(&map) : "memory");
-}
-// The box at (c0 innermost, c1) of `map` lands at `dst`; its bytes (out-of-bounds fill included)
-// complete_tx on `bar`.
+// ---- TMA load (chapter 05) ------------------------------------------------------------------------
 __device__ inline void tma_load_2d(void* dst, const TensorMap& map, int c0, int c1, u64* bar) {
-  const cuda::std::int32_t coords[2] = {c0, c1};
-  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, &map, coords, bar);
+  fb::tma::load_2d(dst, map, c0, c1, bar);
 }
 
 // ---- Cluster launch control (PTX ISA: "clusterlaunchcontrol") -------------------------------------
