@@ -124,7 +124,7 @@ def test_tma_load_of_a_ragged_tile_fills_zero_past_the_edge(gpu90):
 def test_a_hung_barrier_wait_reports_in_seconds(anygpu):
     # In a separate process: after a trap, a process cannot use the GPU again.
     t0 = time.perf_counter()
-    with pytest.raises(fb.BarrierTimeout, match="barrier 'full' stage 3 for phase parity 0.*restart"):
+    with pytest.raises(fb.BarrierTimeout, match="barrier 'full' stage 3 for phase parity 0.*separate process"):
         fb.isolated("""
             mod = fb.compile(HANG, debug=True, defines={"FB_WAIT_TIMEOUT_NS": "200000000ull"})
             out = fb.empty(1, np.int32)
@@ -190,7 +190,7 @@ def test_a_kernel_for_another_arch_is_skipped_by_name(anygpu):
 
 
 def test_an_illegal_address_is_a_kernel_fault_and_later_use_says_why(anygpu):
-    with pytest.raises(fb.KernelFault, match="CUDA_ERROR_ILLEGAL_ADDRESS.*restart"):
+    with pytest.raises(fb.KernelFault, match="CUDA_ERROR_ILLEGAL_ADDRESS.*separate process"):
         fb.isolated("""
             bad = fb.compile('extern "C" __global__ void wild(float* p) { p[1ll << 40] = 1.f; }')
             bad.wild.launch(1, 1, fb.empty(1))

@@ -48,7 +48,10 @@ def isolated(code: str, *, timeout: float = 300, **values) -> str:
     if marker in out:
         out, payload = out.split(marker, 1)
         info = json.loads(payload.strip().splitlines()[0])
-        raise getattr(errors, info["type"], errors.FeedbeastError)(info["message"])
+        from .launch import LOST_HINT
+        message = info["message"].replace(LOST_HINT, "It happened in a separate process (fb.isolated): "
+                                          "this one can go on using the GPU.")
+        raise getattr(errors, info["type"], errors.FeedbeastError)(message)
     if r.returncode:
         raise errors.FeedbeastError(f"the isolated process failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
     return out
