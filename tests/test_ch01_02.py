@@ -73,6 +73,21 @@ def matmul_db(a, b, c):
         c[row, col] = acc
 
 
+@cuda.jit(device=True)
+def reduce_rows(red, acc, w, lane, r0, rows, y):
+    """Each warp w holds one row's 32 partial sums: add them by halving, write y[r0 + w]."""
+    red[w, lane] = acc
+    cuda.syncthreads()
+    s = 16
+    while s > 0:
+        if lane < s:
+            red[w, lane] += red[w, lane + s]
+        cuda.syncthreads()
+        s //= 2
+    if lane == 0 and r0 + w < rows:
+        y[r0 + w] = red[w, 0]
+
+
 def make_rowsum_tiled(band):
     loads = TW // 32
 
@@ -94,16 +109,7 @@ def make_rowsum_tiled(band):
             for j in range(TW // 32):
                 acc += tile[w, lane + 32 * j]
             cuda.syncthreads()
-        red[w, lane] = acc
-        cuda.syncthreads()
-        s = 16
-        while s > 0:
-            if lane < s:
-                red[w, lane] += red[w, lane + s]
-            cuda.syncthreads()
-            s //= 2
-        if lane == 0 and r0 + w < rows:
-            y[r0 + w] = red[w, 0]
+        reduce_rows(red, acc, w, lane, r0, rows, y)
     return rowsum_tiled
 
 
@@ -137,16 +143,7 @@ def make_rowsum_db(band):
                 f = tid + j * 32 * band
                 tile[1 - cur, f // TW, f % TW] = regs[j]
             cuda.syncthreads()
-        red[w, lane] = acc
-        cuda.syncthreads()
-        s = 16
-        while s > 0:
-            if lane < s:
-                red[w, lane] += red[w, lane + s]
-            cuda.syncthreads()
-            s //= 2
-        if lane == 0 and r0 + w < rows:
-            y[r0 + w] = red[w, 0]
+        reduce_rows(red, acc, w, lane, r0, rows, y)
     return rowsum_db
 
 

@@ -380,35 +380,34 @@ def sm80_or_skip(gpu):
         pytest.skip(f"cp.async needs sm_80 or newer, this GPU is {gpu.arch}")
 
 
+
+def check_rowsum(kernel, rows, cols, blocks, shared, seed):
+    """Launch a 256-thread rowsum kernel on random rows x cols and check every row sum."""
+    xh = fb.examples.rowsum_inputs(rows, cols, seed=seed)
+    y = fb.empty(rows, np.float32)
+    kernel.launch(blocks, 256, fb.to_device(xh), y, rows, cols, shared=shared)
+    fb.check(y, fb.examples.rowsum_reference(xh), name=f"{kernel.name} {rows}x{cols} shared={shared}")
+
 @pytest.mark.parametrize("rows,cols", [(3001, 4099), (37, 1000), (1000, 8188), (2, 5)])
 def test_ring_rowsum_on_gpu(anygpu, rows, cols):
     sm80_or_skip(anygpu)
     for stages in (1, 3, 4, 6):
-        k = build("ring", anygpu.arch, stages).ring_rowsum
-        xh = fb.examples.rowsum_inputs(rows, cols, seed=stages)
-        y = fb.empty(rows, np.float32)
-        k.launch(min(rows, 3 * anygpu.sm_count), 256, fb.to_device(xh), y, rows, cols, shared=stages * 8192)
-        fb.check(y, fb.examples.rowsum_reference(xh), name=f"ring_rowsum {rows}x{cols} stages={stages}")
+        check_rowsum(build("ring", anygpu.arch, stages).ring_rowsum, rows, cols, min(rows, 3 * anygpu.sm_count),
+                     stages * 8192, seed=stages)
 
 
 @pytest.mark.parametrize("rows,cols", [(3001, 4100), (37, 1000)])
 def test_pipeline_rowsum_on_gpu(anygpu, rows, cols):
     sm80_or_skip(anygpu)
-    k = build("piped", anygpu.arch).pipeline_rowsum
-    xh = fb.examples.rowsum_inputs(rows, cols, seed=1)
-    y = fb.empty(rows, np.float32)
-    k.launch(min(rows, 3 * anygpu.sm_count), 256, fb.to_device(xh), y, rows, cols, shared=4 * 8192)
-    fb.check(y, fb.examples.rowsum_reference(xh), name=f"pipeline_rowsum {rows}x{cols}")
+    check_rowsum(build("piped", anygpu.arch).pipeline_rowsum, rows, cols, min(rows, 3 * anygpu.sm_count),
+                 4 * 8192, seed=1)
 
 
 @pytest.mark.parametrize("rows,cols", [(2053, 8188), (13, 300)])
 def test_lab_ring3_rowsum_on_gpu(anygpu, rows, cols):
     sm80_or_skip(anygpu)
-    k = build("lab", anygpu.arch).ring3_rowsum
-    xh = fb.examples.rowsum_inputs(rows, cols, seed=2)
-    y = fb.empty(rows, np.float32)
-    k.launch(min(rows, 4 * anygpu.sm_count), 256, fb.to_device(xh), y, rows, cols, shared=3 * 1024 * 4)
-    fb.check(y, fb.examples.rowsum_reference(xh), name=f"ring3_rowsum {rows}x{cols}")
+    check_rowsum(build("lab", anygpu.arch).ring3_rowsum, rows, cols, min(rows, 4 * anygpu.sm_count),
+                 3 * 1024 * 4, seed=2)
 
 
 @pytest.mark.parametrize("shape", [(200, 136, 88), (1000, 1032, 1000), fb.examples.MATMUL_RAGGED, (1, 8, 8)])
