@@ -4,6 +4,15 @@ import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+GPU_FIXTURES = {"gpu90", "anygpu"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark every test that asks for a GPU fixture `gpu`, so `pytest -m gpu` (make stress) runs exactly those."""
+    for item in items:
+        if GPU_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.gpu)
+
 
 @pytest.fixture
 def gpu90():

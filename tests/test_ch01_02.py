@@ -16,6 +16,7 @@ from numba import cuda, float32  # noqa: E402
 
 import feedbeast as fb  # noqa: E402
 from feedbeast import examples as ex  # noqa: E402
+from feedbeast import stress  # noqa: E402
 
 TILE, TW = 16, 128
 
@@ -150,18 +151,27 @@ def make_rowsum_db(band):
 rowsum_tiled, rowsum_db = make_rowsum_tiled(8), make_rowsum_db(8)
 
 
+def launch_rowsum(kern, x, band=8):
+    y = fbn.device_or_host((x.shape[0],), np.float32)
+    kern[math.ceil(x.shape[0] / band), (32, band)](fbn.device_or_host(x), y)
+    return fbn.to_host(y)
+
+
 def run_rowsum(kern, rows, cols, band=8, seed=0):
     x = ex.rowsum_inputs(rows, cols, seed=seed)
-    y = fbn.device_or_host((rows,), np.float32)
-    kern[math.ceil(rows / band), (32, band)](fbn.device_or_host(x), y)
-    return fb.check(fbn.to_host(y), ex.rowsum_reference(x), name=f"rowsum {rows}x{cols}")
+    return fb.check(launch_rowsum(kern, x, band), ex.rowsum_reference(x), name=f"rowsum {rows}x{cols}")
+
+
+def launch_matmul(kern, a, b):
+    (m, k), n = a.shape, b.shape[1]
+    c = fbn.device_or_host((m, n), np.float32)
+    kern[(math.ceil(n / TILE), math.ceil(m / TILE)), (TILE, TILE)](fbn.device_or_host(a), fbn.device_or_host(b), c)
+    return fbn.to_host(c)
 
 
 def run_matmul(kern, m, n, k):
     a, b = ex.matmul_inputs(m, n, k)
-    c = fbn.device_or_host((m, n), np.float32)
-    kern[(math.ceil(n / TILE), math.ceil(m / TILE)), (TILE, TILE)](fbn.device_or_host(a), fbn.device_or_host(b), c)
-    return fb.check(fbn.to_host(c), ex.matmul_reference(a, b), name=f"matmul {m}x{n}x{k}")
+    return fb.check(launch_matmul(kern, a, b), ex.matmul_reference(a, b), name=f"matmul {m}x{n}x{k}")
 
 
 def test_setup_matches_this_machine():
@@ -235,6 +245,23 @@ def test_gpu_rowsum_full_size(anygpu):
 def test_gpu_matmul_ragged_full_size(anygpu):
     for kern in (matmul_tiled, matmul_db):
         assert run_matmul(kern, *ex.MATMUL_RAGGED)
+
+
+@pytest.mark.parametrize("kern", [rowsum_tiled, rowsum_db], ids=["tiled", "double-buffered"])
+def test_gpu_rowsum_stress(anygpu, kern):
+    """make stress: random ragged shapes, then repeated runs bit for bit (one run per shape otherwise)."""
+    for rows, cols in stress.sizes((3001, 4099), multiple_of=(8, TW)):
+        assert run_rowsum(kern, rows, cols, seed=rows + cols)
+    x = ex.rowsum_inputs(1001, 1000, seed=3)
+    stress.repeat_identical(lambda: launch_rowsum(kern, x))
+
+
+@pytest.mark.parametrize("kern", [matmul_tiled, matmul_db], ids=["tiled", "double-buffered"])
+def test_gpu_matmul_stress(anygpu, kern):
+    for m, n, k in stress.sizes((300, 310, 290), multiple_of=TILE):
+        assert run_matmul(kern, m, n, k)
+    a, b = ex.matmul_inputs(300, 310, 290)
+    stress.repeat_identical(lambda: launch_matmul(kern, a, b))
 
 
 def test_gpu_prefetch_stays_in_registers(anygpu):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast import stress
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters/03-cp-async.ipynb"
@@ -381,12 +382,18 @@ def sm80_or_skip(gpu):
 
 
 
-def check_rowsum(kernel, rows, cols, blocks, shared, seed):
-    """Launch a 256-thread rowsum kernel on random rows x cols and check every row sum."""
+def check_rowsum(kernel, rows, cols, blocks, shared, seed, repeat=False):
+    """Launch a 256-thread rowsum kernel on random rows x cols and check every row sum.
+    repeat: also rerun it (2 times, FEEDBEAST_STRESS times under make stress), bit for bit."""
     xh = fb.examples.rowsum_inputs(rows, cols, seed=seed)
-    y = fb.empty(rows, np.float32)
-    kernel.launch(blocks, 256, fb.to_device(xh), y, rows, cols, shared=shared)
-    fb.check(y, fb.examples.rowsum_reference(xh), name=f"{kernel.name} {rows}x{cols} shared={shared}")
+    xd, y = fb.to_device(xh), fb.empty(rows, np.float32)
+
+    def once():
+        y.poison()
+        kernel.launch(blocks, 256, xd, y, rows, cols, shared=shared)
+        return y
+    out = stress.repeat_identical(once) if repeat else once()
+    fb.check(out, fb.examples.rowsum_reference(xh), name=f"{kernel.name} {rows}x{cols} shared={shared}")
 
 @pytest.mark.parametrize("rows,cols", [(3001, 4099), (37, 1000), (1000, 8188), (2, 5)])
 def test_ring_rowsum_on_gpu(anygpu, rows, cols):
@@ -410,17 +417,42 @@ def test_lab_ring3_rowsum_on_gpu(anygpu, rows, cols):
                  3 * 1024 * 4, seed=2)
 
 
+def check_gemm(gpu, m, n, k, stages, repeat=False):
+    shared = stages * (BM * A_LD + BK * B_LD) * 2
+    if shared > gpu.smem_per_block_optin:
+        pytest.skip(f"{stages} stages need {shared} B of shared memory, {gpu.name} allows {gpu.smem_per_block_optin}")
+    kern = build("gemm", gpu.arch, stages).gemm_bf16
+    ah, bh = fb.examples.matmul_inputs(m, n, k, dtype=fb.bfloat16, seed=m + stages)
+    ad, bd, c = fb.to_device(ah), fb.to_device(bh), fb.empty((m, n), np.float32)
+
+    def once():
+        c.poison()
+        kern.launch(((n + BN - 1) // BN, (m + BM - 1) // BM), THREADS, ad, bd, c, m, n, k, shared=shared)
+        return c
+    out = stress.repeat_identical(once) if repeat else once()
+    fb.check(out, fb.examples.matmul_reference(ah, bh), name=f"gemm_bf16 {m}x{n}x{k} stages={stages}")
+
+
 @pytest.mark.parametrize("shape", [(200, 136, 88), (1000, 1032, 1000), fb.examples.MATMUL_RAGGED, (1, 8, 8)])
 @pytest.mark.parametrize("stages", [3, 4])
 def test_gemm_bf16_on_gpu(anygpu, shape, stages):
     sm80_or_skip(anygpu)
-    shared = stages * (BM * A_LD + BK * B_LD) * 2
-    if shared > anygpu.smem_per_block_optin:
-        pytest.skip(f"{stages} stages need {shared} B of shared memory, {anygpu.name} allows {anygpu.smem_per_block_optin}")
-    m, n, k = shape
-    kern = build("gemm", anygpu.arch, stages).gemm_bf16
-    ah, bh = fb.examples.matmul_inputs(m, n, k, dtype=fb.bfloat16, seed=m + stages)
-    c = fb.empty((m, n), np.float32)
-    kern.launch(((n + BN - 1) // BN, (m + BM - 1) // BM), THREADS, fb.to_device(ah), fb.to_device(bh), c, m, n, k,
-                shared=shared)
-    fb.check(c, fb.examples.matmul_reference(ah, bh), name=f"gemm_bf16 {m}x{n}x{k} stages={stages}")
+    check_gemm(anygpu, *shape, stages)
+
+
+# make stress: random ragged shapes within each kernel's alignment rule, repeated runs bit for bit
+
+def test_gpu_stress_ring_rowsums(anygpu):
+    sm80_or_skip(anygpu)
+    n = anygpu.sm_count
+    for i, (rows, cols) in enumerate(stress.sizes((3001, 4099), multiple_of=(256, 1024))):
+        check_rowsum(build("ring", anygpu.arch, 4).ring_rowsum, rows, cols, min(rows, 3 * n), 4 * 8192, i, i == 0)
+    for i, (rows, cols) in enumerate(stress.sizes((3001, 4100), multiple_of=(256, 1024), align=(1, 4))):
+        check_rowsum(build("piped", anygpu.arch).pipeline_rowsum, rows, cols, min(rows, 3 * n), 4 * 8192, i, i == 0)
+        check_rowsum(build("lab", anygpu.arch).ring3_rowsum, rows, cols, min(rows, 4 * n), 3 * 1024 * 4, i, i == 0)
+
+
+def test_gpu_stress_gemm_bf16(anygpu):
+    sm80_or_skip(anygpu)
+    for i, (m, n, k) in enumerate(stress.sizes((1000, 1032, 1000), multiple_of=(BM, BN, BK), align=(1, 8, 8))):
+        check_gemm(anygpu, m, n, k, 3, repeat=i == 0)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast import stress
 from feedbeast.sim import check_ring
 from feedbeast.sim.rings import producer
 from feedbeast.timeline import Span, spans_to_records
@@ -138,6 +139,21 @@ def test_rowsum_ring_on_ragged_shapes(gpu90, src, rows, cols):
     y = fb.empty(rows, np.float32)
     assert _launch(mod.rowsum_ring, fb.to_device(x), y, rows, cols, 4) is None
     fb.check(y, fb.examples.rowsum_reference(x), name=f"rowsum_ring {rows}x{cols}")
+
+
+def test_gpu_rowsum_ring_stress(gpu90, src):
+    """make stress: random ragged shapes (cols a multiple of 4: 16-byte bulk copies), then repeats bit for bit."""
+    mod = fb.compile(src, "sm_90a", defines={"STAGES": 4})
+    for i, (rows, cols) in enumerate(stress.sizes((3001, 8188), multiple_of=(132, 4096), align=(1, 4))):
+        x = fb.examples.rowsum_inputs(rows, cols, seed=i)
+        xd, y = fb.to_device(x), fb.empty(rows, np.float32)
+
+        def once():
+            y.poison()
+            _launch(mod.rowsum_ring, xd, y, rows, cols, 4)
+            return y
+        out = stress.repeat_identical(once) if i == 0 else once()
+        fb.check(out, fb.examples.rowsum_reference(x), name=f"rowsum_ring {rows}x{cols}")
 
 
 def test_broken_ring_times_out_naming_barrier_stage_and_parity(gpu90, src):

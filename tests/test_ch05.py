@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast import stress
 from feedbeast.magic import cuda_cells
 from feedbeast import swizzle as sw
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
@@ -277,13 +278,47 @@ def test_gpu_column_reads_see_the_tile(gpu90, kernel, mode):
     fb.check(out, 3 * tile.astype(np.float64).sum(axis=1)[(t // 32 % 2) * 32 + t % 32], tol=1e-5)
 
 
-@pytest.mark.parametrize("m, n, k", [MATMUL_RAGGED, (300, 200, 136), (128, 128, 64), (257, 391, 1032)])
-@pytest.mark.parametrize("stages", [3, 4])
-def test_gpu_gemm_tma_wgmma_ragged(gpu90, m, n, k, stages):
+def check_gemm(m, n, k, stages, repeat=False):
     a, b = matmul_inputs(m, n, k, fb.bfloat16, seed=m + n + k)
     ad, btd = fb.to_device(a), fb.to_device(np.ascontiguousarray(b.T))
     maps = (fb.tensor_map(ad, box=(128, 64), swizzle=128), fb.tensor_map(btd, box=(128, 64), swizzle=128))
     c = fb.empty((m, n), np.float32)
-    module("gemm", STAGES=str(stages)).gemm_tma_wgmma.launch(
-        (-(-n // 128), -(-m // 128)), 128, *maps, c, m, n, k, shared=stages * 32 * 1024 + 1024)
-    fb.check(c, matmul_reference(a, b), tol=1e-3, name=f"gemm {m}x{n}x{k} stages={stages}")
+    kern = module("gemm", STAGES=str(stages)).gemm_tma_wgmma
+
+    def once():
+        c.poison()
+        kern.launch((-(-n // 128), -(-m // 128)), 128, *maps, c, m, n, k, shared=stages * 32 * 1024 + 1024)
+        return c
+    out = stress.repeat_identical(once) if repeat else once()
+    fb.check(out, matmul_reference(a, b), tol=1e-3, name=f"gemm {m}x{n}x{k} stages={stages}")
+
+
+@pytest.mark.parametrize("m, n, k", [MATMUL_RAGGED, (300, 200, 136), (128, 128, 64), (257, 391, 1032)])
+@pytest.mark.parametrize("stages", [3, 4])
+def test_gpu_gemm_tma_wgmma_ragged(gpu90, m, n, k, stages):
+    check_gemm(m, n, k, stages)
+
+
+# make stress: random ragged shapes within the TMA rules (16-byte row strides), repeated runs bit for bit
+
+def test_gpu_stress_rowsums(gpu90):
+    lab_src, d = cuda_cells(SOLUTION)["lab"]
+    br, bc, warps, stages = (int(d[k]) for k in ("BOX_ROWS", "BOX_COLS", "CONSUMER_WARPS", "STAGES"))
+    runs = [(module("ring", STAGES="4"), "rowsum_tma", 16, 256, 4, 4), (module("lab", SOLUTION), "rowsum_lab",
+                                                                      br, bc, warps, stages)]
+    # a box may not be larger than the tensor (fb.tensor_map's rule): at least the larger of the two boxes
+    for i, (rows, cols) in enumerate(stress.sizes((3001, 4100), multiple_of=(16, 256), align=(1, 4),
+                                                  at_least=(max(16, br), max(256, bc)))):
+        x = rowsum_inputs(rows, cols, seed=i)
+        for mod, kernel, *shape in runs:
+            if i == 0:
+                y = stress.repeat_identical(lambda: _rowsum(mod, kernel, x, *shape))
+            else:
+                y = _rowsum(mod, kernel, x, *shape)
+            fb.check(y, rowsum_reference(x), name=f"{kernel} {rows}x{cols}")
+
+
+def test_gpu_stress_gemm_tma_wgmma(gpu90):
+    for i, (m, n, k) in enumerate(stress.sizes((1000, 1032, 1000), multiple_of=(128, 128, 64), align=(1, 1, 8),
+                                               at_least=(128, 128, 64))):    # the TMA boxes
+        check_gemm(m, n, k, 3, repeat=i == 0)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast import stress
 from feedbeast.magic import cuda_cells
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
 
@@ -140,13 +141,42 @@ def test_gpu_gemm_is_bit_for_bit_repeatable(gpu90, kind):
     assert all(np.array_equal(outs[0], o) for o in outs[1:])
 
 
-@pytest.mark.parametrize("kernel", ["rowsum_ws", "rowsum_single"])
-@pytest.mark.parametrize("rows, cols, stages", [(16381, 8188, 4), (37, 1000, 2), (16, 260, 8), (1001, 4100, 4)])
-def test_gpu_rowsum_ragged(gpu90, kernel, rows, cols, stages):
-    x = rowsum_inputs(rows, cols, seed=rows)
+def _rowsum(kernel, x, stages):
+    rows, cols = x.shape
     y = fb.empty(rows, np.float32)
     k = module("rowsum", STAGES=str(stages))[kernel]
     r = k.launch(-(-rows // 16), 160 if kernel == "rowsum_ws" else 128,
                  fb.tensor_map(fb.to_device(x), box=(16, 256)), y, rows, cols, shared=stages * 16 * 256 * 4 + 128)
     assert r is None, r
-    assert fb.check(y, rowsum_reference(x), name=f"{kernel} {rows}x{cols} stages={stages}")
+    return y
+
+
+@pytest.mark.parametrize("kernel", ["rowsum_ws", "rowsum_single"])
+@pytest.mark.parametrize("rows, cols, stages", [(16381, 8188, 4), (37, 1000, 2), (16, 260, 8), (1001, 4100, 4)])
+def test_gpu_rowsum_ragged(gpu90, kernel, rows, cols, stages):
+    x = rowsum_inputs(rows, cols, seed=rows)
+    assert fb.check(_rowsum(kernel, x, stages), rowsum_reference(x), name=f"{kernel} {rows}x{cols} stages={stages}")
+
+
+# make stress: random ragged shapes within the TMA rules (16-byte row strides), repeated runs bit for bit
+
+@pytest.mark.parametrize("kernel", ["rowsum_ws", "rowsum_single"])
+def test_gpu_stress_rowsum(gpu90, kernel):
+    for i, (rows, cols) in enumerate(stress.sizes((3001, 4100), multiple_of=(16, 256), align=(1, 4),
+                                                  at_least=(16, 256))):     # the TMA box
+        x = rowsum_inputs(rows, cols, seed=i)
+        y = stress.repeat_identical(lambda: _rowsum(kernel, x, 4)) if i == 0 else _rowsum(kernel, x, 4)
+        assert fb.check(y, rowsum_reference(x), name=f"{kernel} {rows}x{cols}")
+
+
+@pytest.mark.parametrize("kind", ["coop", "pingpong", "lab"])
+def test_gpu_stress_gemm(gpu90, kind):
+    bn = 256 if kind == "coop" else 128
+    for i, (m, n, k) in enumerate(stress.sizes((1000, 1032, 1000), multiple_of=(128, bn, 64), align=(1, 8, 8),
+                                               at_least=(128, bn, 64))):    # the TMA boxes
+        if i == 0:
+            a, b = matmul_inputs(m, n, k, fb.bfloat16, seed=i)
+            c = stress.repeat_identical(lambda: _gemm(kind, m, n, k, seed=i)[2])
+        else:
+            a, b, c = _gemm(kind, m, n, k, seed=i)
+        assert fb.check(c, matmul_reference(a, b), name=f"{kind} {m}x{n}x{k}")

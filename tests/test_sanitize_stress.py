@@ -37,9 +37,24 @@ def test_random_sizes_are_ragged_bounded_and_reproducible():
     assert all(isinstance(d, int) for shape in got for d in shape)
 
 
+def test_random_sizes_keep_the_alignment_a_kernel_needs():
+    got = list(stress.sizes((1000, 1032, 1000), multiple_of=(128, 256, 64), align=(1, 8, 8), n=300, seed=1))
+    for m, n, k in got[1:]:
+        assert n % 8 == 0 and k % 8 == 0 and 8 <= n <= 1032 and 8 <= k <= 1000, (m, n, k)
+        assert m % 128 and n % 256 and k % 64, (m, n, k)
+    assert any(n < 512 for _, n, _ in got[1:]) and any(m % 2 for m, _, _ in got[1:])
+    boxed = list(stress.sizes((1000, 1032), multiple_of=(128, 256), align=(1, 8), at_least=(128, 256), n=300))
+    assert all(m >= 128 and n >= 256 and n % 8 == 0 and m % 128 and n % 256 for m, n in boxed[1:])
+    assert any(m < 384 for m, _ in boxed[1:])
+
+
 def test_sizes_rejects_bad_input(monkeypatch):
     with pytest.raises(ValueError):
         list(stress.sizes((10, 10), multiple_of=(2, 2, 2), n=1))
+    with pytest.raises(ValueError, match="align"):
+        list(stress.sizes((10, 10), align=0, n=1))
+    with pytest.raises(ValueError, match="at_least"):
+        list(stress.sizes((100, 10), at_least=(16, 256), n=1))
     monkeypatch.setenv("FEEDBEAST_STRESS", "lots")
     with pytest.raises(ValueError, match="FEEDBEAST_STRESS"):
         stress.level()

@@ -1,6 +1,6 @@
 """`make sanitize`: every chapter and solution notebook under compute-sanitizer, one tool at a time.
 
-    python -m feedbeast sanitize [--tools memcheck,racecheck,synccheck] [--strict] [chapters solutions]
+    python -m feedbeast sanitize [--tools memcheck,racecheck,synccheck] [--strict] [--jobs N] [chapters solutions]
     python -m feedbeast.sanitize run chapters/00-feeding-the-beast.ipynb   # the inner runner
 
 For each notebook and tool this runs
@@ -115,7 +115,9 @@ def table(rows: dict, tools) -> str:
     return "\n".join([head, sep, *body])
 
 
-def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/sanitize")) -> int:
+def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/sanitize"), jobs=1) -> int:
+    """jobs: notebook runs at a time. They share the GPU; each is mostly the sanitizer's own CPU work."""
+    from concurrent.futures import ThreadPoolExecutor
     from .device import gpu
     nbs = notebooks(paths)
     g = gpu()
@@ -127,20 +129,24 @@ def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/san
         short = "skipped: no compute-sanitizer"
         skip = short + " (put a CUDA toolkit's bin/ on PATH or set CUDA_HOME)"
     print(f"compute-sanitizer: {sanitizer or 'not found'}; GPU: {g.name if g else 'none'}", flush=True)
-    rows, failures = {}, 0
-    for nb in nbs:
-        name = f"{nb.parent.name}/{nb.name}"
-        rows[name] = {}
-        for tool in tools:
-            if skip:
-                print(f"{skip}: {tool} {name}")
-                rows[name][tool] = short
-                continue
+    rows = {f"{nb.parent.name}/{nb.name}": {} for nb in nbs}
+    pairs = [(nb, f"{nb.parent.name}/{nb.name}", tool) for nb in nbs for tool in tools]
+    failures = 0
+    if skip:
+        for _, name, tool in pairs:
+            print(f"{skip}: {tool} {name}")
+            rows[name][tool] = short
+    else:
+        def one(pair):
+            nb, name, tool = pair
             print(f"{tool} {name} ...", flush=True)
             cell, bad = sanitize_one(sanitizer, nb, tool, Path(logdir), timeout)
-            print(f"  {cell}", flush=True)
-            rows[name][tool] = cell
-            failures += bad
+            print(f"  {tool} {name}: {cell}", flush=True)
+            return name, tool, cell, bad
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            for name, tool, cell, bad in pool.map(one, pairs):
+                rows[name][tool] = cell
+                failures += bad
     text = table(rows, tools)
     print(text)
     if g is not None and not skip:
@@ -221,12 +227,13 @@ def main(argv=None) -> int:
                     help="a skip (no GPU, no compute-sanitizer) fails")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per notebook and tool")
     ap.add_argument("--logs", default="build/sanitize")
+    ap.add_argument("--jobs", type=int, default=1, help="notebook runs at a time on the one GPU (default 1)")
     args = ap.parse_args(argv)
     tools = [t for t in args.tools.split(",") if t]
     bad = [t for t in tools if t not in TOOLS + ("initcheck",)]
     if bad:
         ap.error(f"unknown tool {bad[0]}: use {', '.join(TOOLS)}")
-    return sweep(args.paths, tools, args.strict, args.timeout, Path(args.logs))
+    return sweep(args.paths, tools, args.strict, args.timeout, Path(args.logs), args.jobs)
 
 
 if __name__ == "__main__":

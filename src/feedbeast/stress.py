@@ -1,11 +1,13 @@
 """Stress mode: random ragged sizes and repeated runs compared bit for bit.
 
-    FEEDBEAST_STRESS=100 pytest tests -k gpu        # what `make stress` runs
+    FEEDBEAST_STRESS=100 pytest tests -m gpu        # what `make stress` runs
     python -m feedbeast stress [--n 100] [pytest args]
 
 A GPU test opts in with two helpers:
 
     for n in stress.sizes(10_000_019, multiple_of=8):       # the base size, then N random ragged ones
+        ...
+    for m, n, k in stress.sizes((1000, 1032, 1000), multiple_of=(128, 256, 64), align=(1, 8, 8)):
         ...
     out = stress.repeat_identical(lambda: run_and_copy_back(), n=3)   # bitwise-equal every time
 
@@ -33,26 +35,39 @@ def level() -> int:
         raise ValueError(f"FEEDBEAST_STRESS={raw!r}: give a number of random cases, e.g. 100") from None
 
 
-def _ragged(rng, hi: int, m: int) -> int:
-    """A size in 1..hi that is not a multiple of m (when m > 1 and such a size exists)."""
-    v = int(rng.integers(1, hi + 1))
-    if m > 1 and v % m == 0:
-        v = v - 1 if v > 1 else v + 1
+def _ragged(rng, lo: int, hi: int, m: int, a: int) -> int:
+    """A multiple of a in lo..hi (rounded up to a) that is not a multiple of m (when m > a and one exists)."""
+    first = -(-lo // a)
+    v = a * int(rng.integers(first, max(first, hi // a) + 1))
+    if m > a and v % m == 0:
+        v = v - a if v - a >= lo else v + a
     return v
 
 
-def sizes(base_shape, multiple_of=1, n: int | None = None, seed: int | None = None):
+def sizes(base_shape, multiple_of=1, align=1, at_least=1, n: int | None = None, seed: int | None = None):
     """The base shape, then `n` random shapes (default: FEEDBEAST_STRESS) no larger than it.
 
     base_shape: an int or a tuple. multiple_of: the tile size (an int, or one per dimension); each
-    random dimension is ragged, i.e. not a multiple of it. About one case in four draws every
-    dimension from the tiny end (below 2 tiles), where tail handling breaks first.
+    random dimension is ragged, i.e. not a multiple of it. align: what the kernel requires of a
+    dimension (an int, or one per dimension; e.g. 8 for a bf16 row that TMA or cp.async reads in
+    16-byte pieces); each random dimension is a multiple of it. at_least: the smallest size the kernel
+    takes (an int, or one per dimension; e.g. the TMA box, which may not be larger than the tensor).
+    About one case in four draws every dimension from the tiny end (below 2 tiles above at_least),
+    where tail handling breaks first.
     """
     scalar = np.isscalar(base_shape)
     base = (int(base_shape),) if scalar else tuple(int(d) for d in base_shape)
-    mult = (multiple_of,) * len(base) if np.isscalar(multiple_of) else tuple(multiple_of)
-    if len(mult) != len(base):
-        raise ValueError(f"multiple_of has {len(mult)} entries for a shape of {len(base)} dimensions")
+
+    def per_dim(v, what):
+        t = (int(v),) * len(base) if np.isscalar(v) else tuple(int(x) for x in v)
+        if len(t) != len(base):
+            raise ValueError(f"{what} has {len(t)} entries for a shape of {len(base)} dimensions")
+        if any(x < 1 for x in t):
+            raise ValueError(f"{what}={v}: every entry must be 1 or more")
+        return t
+    mult, align, low = per_dim(multiple_of, "multiple_of"), per_dim(align, "align"), per_dim(at_least, "at_least")
+    if any(lo > d for lo, d in zip(low, base)):
+        raise ValueError(f"at_least={at_least} is larger than the base shape {base_shape}")
     if any(d < 1 for d in base):
         raise ValueError(f"base shape {base_shape} has a dimension below 1")
     n = level() if n is None else n
@@ -62,7 +77,8 @@ def sizes(base_shape, multiple_of=1, n: int | None = None, seed: int | None = No
     yield base_shape if scalar else base
     for _ in range(n):
         tiny = rng.random() < 0.25
-        shape = tuple(_ragged(rng, min(d, 2 * m) if tiny else d, m) for d, m in zip(base, mult))
+        shape = tuple(_ragged(rng, lo, min(d, lo + 2 * m) if tiny else d, m, a)
+                      for d, m, a, lo in zip(base, mult, align, low))
         yield shape[0] if scalar else shape
 
 
@@ -140,7 +156,7 @@ def main(argv=None) -> int:
     env = dict(os.environ, FEEDBEAST_STRESS=str(args.n))
     if args.seed is not None:
         env["FEEDBEAST_STRESS_SEED"] = str(args.seed)
-    cmd = [sys.executable, "-m", "pytest", "-q", "tests", "-k", "gpu", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-q", "tests", "-m", "gpu", "-p", "no:cacheprovider",
            *args.pytest_args]
     print(f"FEEDBEAST_STRESS={args.n} {' '.join(cmd[1:])}", flush=True)
     rc = subprocess.call(cmd, env=env)
