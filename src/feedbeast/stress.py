@@ -151,13 +151,12 @@ def main(argv=None) -> int:
                                  description="Run the GPU tests with random ragged sizes and repeats.")
     ap.add_argument("--n", type=int, default=100, help="random cases per stressed test (default 100)")
     ap.add_argument("--seed", type=int, default=None, help="FEEDBEAST_STRESS_SEED (default 0)")
-    ap.add_argument("pytest_args", nargs=argparse.REMAINDER, help="more pytest arguments")
-    args = ap.parse_args(argv)
+    args, pytest_args = ap.parse_known_args(argv)     # anything else goes to pytest (-x, -k ..., a path)
     env = dict(os.environ, FEEDBEAST_STRESS=str(args.n))
     if args.seed is not None:
         env["FEEDBEAST_STRESS_SEED"] = str(args.seed)
     cmd = [sys.executable, "-m", "pytest", "-q", "tests", "-m", "gpu", "-p", "no:cacheprovider",
-           *args.pytest_args]
+           *pytest_args]
     print(f"FEEDBEAST_STRESS={args.n} {' '.join(cmd[1:])}", flush=True)
     rc = subprocess.call(cmd, env=env)
     if rc == 5:     # pytest: no test selected
