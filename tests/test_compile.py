@@ -75,6 +75,20 @@ def test_cache_returns_the_same_cubin_and_defines_change_the_key(tmp_path, monke
     assert len(list((tmp_path / "cubin").glob("*.cubin"))) == 2
 
 
+def test_processes_compiling_at_once_all_see_the_resources(tmp_path):
+    """make sanitize --jobs: a process that finds the cubin in the cache must find its ptxas log too."""
+    import subprocess
+    import sys
+    code = ("import feedbeast as fb, sys; m = fb.compile(sys.argv[1], 'sm_90a', defines={'X': 7}); "
+            "print(sorted(m.resources))")
+    env = dict(__import__("os").environ, FEEDBEAST_CACHE=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code, CP_ASYNC], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs) and len(set(outs)) == 1 and outs[0] != "[]", outs
+    assert not list((tmp_path / "cubin").glob("*.tmp"))
+
+
 def test_ptxas_log_parser():
     log = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
            "ptxas info    : Function properties for k\n"

@@ -168,3 +168,16 @@ def test_book_link_checker_catches_broken_links(tmp_path):
                                      '<a href="a.html#nowhere">bad anchor</a><a href="https://x.org/y">ext</a>')
     broken = book.check_links(tmp_path)
     assert len(broken) == 2 and "no such file" in broken[0] and "no anchor #nowhere" in broken[1]
+
+
+def test_under_the_sanitizer_isolated_runs_nothing_and_says_skipped(monkeypatch, tmp_path):
+    import feedbeast as fb
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
+    assert sanitize.running()
+    r = fb.isolated(f"open({str(marker)!r}, 'w').write('x')")
+    assert isinstance(r, Skipped) and "compute-sanitizer" in str(r) and not marker.exists()
+    monkeypatch.delenv("FEEDBEAST_UNDER_SANITIZER")
+    assert not sanitize.running()
+    fb.isolated(f"open({str(marker)!r}, 'w').write('x')")
+    assert marker.exists()

@@ -25,7 +25,7 @@ from .sass import expect_sass
 from .skip import Skipped, needs, needs_gpu
 from .tensormap import TensorMap, tensor_map
 from .magic import load_ipython_extension
-from . import ceilings, examples, results, sass  # noqa: E402  (reached as fb.sass, fb.examples...)
+from . import ceilings, examples, results, sanitize, sass  # noqa: E402  (reached as fb.sass, fb.examples...)
 
 __version__ = "0.1.0"
 

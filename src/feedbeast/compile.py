@@ -216,7 +216,8 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     defs = dict(defines or {})
     if debug:
         defs.setdefault("FB_DEBUG", 1)
-        if os.environ.get("FEEDBEAST_UNDER_SANITIZER"):
+        from .sanitize import running as under_sanitizer
+        if under_sanitizer():
             # A sanitizer slows kernels 10-100x: a bounded wait must not mistake that for a hang.
             defs["FB_WAIT_TIMEOUT_NS"] = f"({defs.get('FB_WAIT_TIMEOUT_NS', '2000000000ull')})*100"
     define_flags = [f"{k}={v}" if v is not None else str(k) for k, v in sorted(defs.items())]
@@ -241,10 +242,13 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     log = logbuf.getvalue().replace("\x00", "")
     mod = Module(source, arch, bytes(obj.code), log, tuple(options))
     if use_cache:
-        tmp = cached.with_suffix(".tmp")
-        tmp.write_bytes(mod.cubin)
-        tmp.replace(cached)
-        cached.with_suffix(".log").write_text(log)
+        # Several processes may compile the same kernel at once (make sanitize --jobs): each writes its own
+        # temporary file and renames it into place, the log before the cubin, because a reader takes the
+        # cubin's presence to mean that the log is there too.
+        for path, data in ((cached.with_suffix(".log"), log.encode()), (cached, mod.cubin)):
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
     return mod
 
 

@@ -35,6 +35,11 @@ TOOLS = ("memcheck", "racecheck", "synccheck")
 TIMED_OFF = "timing is off under compute-sanitizer"
 
 
+def running() -> bool:
+    """True inside `make sanitize`'s notebook runs (the runner sets FEEDBEAST_UNDER_SANITIZER=1)."""
+    return os.environ.get("FEEDBEAST_UNDER_SANITIZER") == "1"
+
+
 def find_sanitizer() -> str | None:
     """compute-sanitizer from the CUDA wheels, PATH, $CUDA_HOME/bin or /usr/local/cuda/bin."""
     try:
