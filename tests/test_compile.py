@@ -89,6 +89,14 @@ def test_processes_compiling_at_once_all_see_the_resources(tmp_path):
     assert not list((tmp_path / "cubin").glob("*.tmp"))
 
 
+def test_debug_build_keeps_the_defines_and_bounds_the_waits():
+    src = "extern \"C\" __global__ void k(int* o) {\n#ifdef FB_DEBUG\n  *o = X + 1;\n#else\n  *o = X;\n#endif\n}\n"
+    m = fb.compile(src, "sm_90a", defines={"X": 7}, name="k.cu")
+    d = m.debug_build()
+    assert (d.debug, d.defines, d.name, m.debug) == (True, {"X": 7}, "k.cu", False)
+    assert d.cubin != m.cubin and d.debug_build().cubin == d.cubin
+
+
 def test_ptxas_log_parser():
     log = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
            "ptxas info    : Function properties for k\n"

@@ -1,6 +1,5 @@
-"""The grader rejects wrong kernels in every lab: learner bugs planted into the solutions of labs 01, 02, 03,
-05, 06 and 07 must not pass grading (lab 00 is covered by test_grade.py; lab 04 is not covered here, and
-lab 08 needs a Blackwell GPU).
+"""The grader rejects wrong kernels in every lab: learner bugs planted into the solutions of labs 01 to 07
+must not pass grading (lab 00 is covered by test_grade.py; lab 08 needs a Blackwell GPU).
 
 Each bug is a list of (old, new) replacements, each of which must match exactly once in the solution's code
 cells. What grading can see depends on the machine:
@@ -12,9 +11,10 @@ cells. What grading can see depends on the machine:
 - On a GPU of the lab's architecture every bug must fail grading, and the failure must say what went wrong:
   a wrong result (the check's FAILED line, CheckFailed), a missing instruction (SassMismatch), or a hang.
 
-The %%cuda cells of labs 05-07 are not compiled with --debug, so a deadlock there does not raise
-BarrierTimeout: the kernel spins until the grader's cell timeout (HANG_TIMEOUT for the bugs that can hang)
-and the report says "a cell ran past ... (a hung kernel?)". That is what a learner's grading shows.
+The correctness checks of labs 04-07 launch a debug build (Module.debug_build()), so a deadlocked barrier
+wait raises BarrierTimeout naming the barrier after a bounded wait. A hang that is not a barrier wait would
+spin until the grader's cell timeout (HANG_TIMEOUT for the bugs that can hang), and the report then says
+"a cell ran past ... (a hung kernel?)".
 
 Each variant is graded once per session. Without a GPU the variants needed by the selected tests are graded
 in parallel (a few at a time); with one, one after the other (a hung kernel must not share the GPU with
@@ -50,6 +50,7 @@ LABS = {
     "01": ("01-tiled-rowsum.ipynb", "rowsum_tiled", None),
     "02": ("02-double-buffered-rowsum.ipynb", "rowsum_db", None),
     "03": ("03-cp-async-rowsum.ipynb", "ring3_rowsum", None),
+    "04": ("04-mbarrier-ring.ipynb", "rowsum_lab", "sm_90a"),
     "05": ("05-tma-ring.ipynb", "rowsum_lab", "sm_90a"),
     "06": ("06-warp-specialized-gemm.ipynb", "gemm_ws_lab", "sm_90a"),
     "07": ("07-persistent-gemm.ipynb", "gemm_lab", "sm_90a"),
@@ -101,6 +102,23 @@ BUGS = {
         # tile t - 1 or, once the refill lands, tile t + 2: never tile t.
         "reads-the-refill-stage": Bug([("ring + (t % STAGES) * TILE", "ring + (nt % STAGES) * TILE")], gpu={WRONG}),
     },
+    "04": {
+        # One arrival per warp (lane 0) where empty[s] expects one per consumer thread: the phase never
+        # completes, and the producer's bounded wait on 'empty' gives up.
+        "arrive-once-per-warp": Bug([("    fb::mbar::arrive(&ring.empty[s]);\n",
+                                      "    if (lane == 0) fb::mbar::arrive(&ring.empty[s]);\n")],
+                                    gpu={HANG}, hangs=True),
+        # Consumers wait on full[s] for the opposite parity: on the first lap a fresh barrier reports it
+        # complete, so they sum stages before the bytes land (then the laps are out of step).
+        "full-parity-flipped": Bug([('fb::mbar::wait(&ring.full[s], phase, "full", s);',
+                                     'fb::mbar::wait(&ring.full[s], phase ^ 1, "full", s);')],
+                                   gpu={WRONG, HANG}, hangs=True),
+        # A plain arrive where the bytes must be announced: the phase completes before the copy lands. The
+        # SASS check sees no arrive with transaction bytes, without a GPU too.
+        "missing-expect-tx": Bug([("fb::mbar::arrive_expect_tx(&ring.full[s], bytes);",
+                                   "fb::mbar::arrive(&ring.full[s]);")],
+                                 gpu={WRONG, HANG, FAULT, SASS}, cpu=r"no arrive with transaction bytes", hangs=True),
+    },
     "05": {
         # Coordinates outermost first (row, column) instead of innermost first: the wrong boxes are summed.
         "swapped-coordinates": Bug([("x_map, k * BC, blockIdx.x * BR, &full[s]",
@@ -147,7 +165,7 @@ BUGS = {
 
 CASES = [(lab, bug) for lab in BUGS for bug in BUGS[lab]]
 GPU_LABS = {"01", "02", "03"}            # anygpu
-HOPPER_LABS = {"05", "06", "07"}         # gpu90
+HOPPER_LABS = {"04", "05", "06", "07"}   # gpu90
 
 
 def _needs(lab):
@@ -214,7 +232,7 @@ def graded(request, tmp_path_factory):
     missing = {"gpu90": fb.needs("sm_90a") is not None, "anygpu": fb.needs_gpu() is not None}
     wanted = []
     for item in request.session.items:
-        if item.module is not request.module or not hasattr(item, "callspec") \
+        if getattr(item, "module", None) is not request.module or not hasattr(item, "callspec") \
                 or "graded" not in item.fixturenames or any(missing.get(f) for f in item.fixturenames):
             continue
         p = item.callspec.params

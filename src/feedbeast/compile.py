@@ -143,6 +143,16 @@ class Module:
     options: tuple = ()
     _loaded: object = None
     _kernels: dict = dataclasses.field(default_factory=dict)
+    defines: dict = dataclasses.field(default_factory=dict)   # as given to compile()
+    name: str = "kernel.cu"
+    debug: bool = False
+
+    def debug_build(self, **defines) -> "Module":
+        """The same source, arch and defines built with debug=True, so that a hung barrier wait raises
+        BarrierTimeout naming the barrier instead of freezing the notebook. Extra defines are added
+        (e.g. FB_WAIT_TIMEOUT_NS="500000000ull")."""
+        return compile(self.source, self.arch, defines={**self.defines, **defines}, options=self.options,
+                       name=self.name, debug=True)
 
     @property
     def kernel_names(self) -> list[str]:
@@ -228,7 +238,7 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     if use_cache and cached.exists():
         log_file = cached.with_suffix(".log")
         return Module(source, arch, cached.read_bytes(), log_file.read_text() if log_file.exists() else "",
-                      tuple(options))
+                      tuple(options), defines=dict(defines or {}), name=name, debug=debug)
     opts = ProgramOptions(arch=arch, std="c++17", include_path=include_path(), ptxas_options=["-v"],
                           define_macro=define_flags or None, name=name, lineinfo=True)
     logbuf = io.StringIO()
@@ -240,7 +250,8 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         msg, diags = _format_diagnostics(source, log, name)
         raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{msg}", log, diags) from None
     log = logbuf.getvalue().replace("\x00", "")
-    mod = Module(source, arch, bytes(obj.code), log, tuple(options))
+    mod = Module(source, arch, bytes(obj.code), log, tuple(options), defines=dict(defines or {}), name=name,
+                 debug=debug)
     if use_cache:
         # Several processes may compile the same kernel at once (make sanitize --jobs): each writes its own
         # temporary file and renames it into place, the log before the cubin, because a reader takes the
