@@ -97,6 +97,16 @@ def test_debug_build_keeps_the_defines_and_bounds_the_waits():
     assert d.cubin != m.cubin and d.debug_build().cubin == d.cubin
 
 
+def test_a_cached_cubin_without_its_log_is_compiled_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEEDBEAST_CACHE", str(tmp_path))
+    first = fb.compile(CP_ASYNC, "sm_90a", defines={"Y": 3})
+    (log,) = (tmp_path / "cubin").glob("*.log")
+    log.write_text("")                       # as if another process had not finished writing it
+    again = fb.compile(CP_ASYNC, "sm_90a", defines={"Y": 3})
+    assert again.resources == first.resources and set(again.kernel_names) <= set(again.resources)
+    assert "Compiling entry function" in log.read_text()
+
+
 def test_ptxas_log_parser():
     log = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
            "ptxas info    : Function properties for k\n"

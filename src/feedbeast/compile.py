@@ -237,8 +237,12 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     cached = cache_dir() / f"{key}.cubin"
     if use_cache and cached.exists():
         log_file = cached.with_suffix(".log")
-        return Module(source, arch, cached.read_bytes(), log_file.read_text() if log_file.exists() else "",
-                      tuple(options), defines=dict(defines or {}), name=name, debug=debug)
+        hit = Module(source, arch, cached.read_bytes(), log_file.read_text() if log_file.exists() else "",
+                     tuple(options), defines=dict(defines or {}), name=name, debug=debug)
+        # A hit counts only with the resources of every kernel (ptxas -v lists each entry); a cubin whose
+        # log is missing or short (a writer cut off) is compiled again and both are rewritten.
+        if set(hit.kernel_names) <= set(hit.resources):
+            return hit
     opts = ProgramOptions(arch=arch, std="c++17", include_path=include_path(), ptxas_options=["-v"],
                           define_macro=define_flags or None, name=name, lineinfo=True)
     logbuf = io.StringIO()
