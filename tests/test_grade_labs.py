@@ -108,10 +108,11 @@ BUGS = {
                                       "    if (lane == 0) fb::mbar::arrive(&ring.empty[s]);\n")],
                                     gpu={HANG}, hangs=True),
         # Consumers wait on full[s] for the opposite parity: on the first lap a fresh barrier reports it
-        # complete, so they sum stages before the bytes land (then the laps are out of step).
+        # complete, so they sum stages before the bytes land (then the laps are out of step). On the H200
+        # the launch failed (CUDA_ERROR_LAUNCH_FAILED), which is a rejection too.
         "full-parity-flipped": Bug([('fb::mbar::wait(&ring.full[s], phase, "full", s);',
                                      'fb::mbar::wait(&ring.full[s], phase ^ 1, "full", s);')],
-                                   gpu={WRONG, HANG}, hangs=True),
+                                   gpu={WRONG, HANG, FAULT}, hangs=True),
         # A plain arrive where the bytes must be announced: the phase completes before the copy lands. The
         # SASS check sees no arrive with transaction bytes, without a GPU too.
         "missing-expect-tx": Bug([("fb::mbar::arrive_expect_tx(&ring.full[s], bytes);",
