@@ -107,6 +107,21 @@ def test_a_cached_cubin_without_its_log_is_compiled_again(tmp_path, monkeypatch)
     assert "Compiling entry function" in log.read_text()
 
 
+def test_an_empty_compiler_log_is_taken_from_a_new_process(tmp_path, monkeypatch):
+    """Under compute-sanitizer NVRTC returned empty logs after a process's first compile (H200, CUDA 13.0)."""
+    import io
+    import types
+    import feedbeast.compile as fbc
+
+    class Deaf(io.StringIO):
+        def write(self, s):
+            return len(s)
+    monkeypatch.setenv("FEEDBEAST_CACHE", str(tmp_path))
+    monkeypatch.setattr(fbc, "io", types.SimpleNamespace(StringIO=Deaf))
+    m = fb.compile(CP_ASYNC, "sm_90a", defines={"EMPTY_LOG": 1})
+    assert set(m.kernel_names) <= set(m.resources) and m.log
+
+
 def test_ptxas_log_parser():
     log = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
            "ptxas info    : Function properties for k\n"
