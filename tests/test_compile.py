@@ -111,7 +111,8 @@ def test_an_empty_compiler_log_is_taken_from_a_new_process(tmp_path, monkeypatch
     """Under compute-sanitizer NVRTC returned empty logs after a process's first compile (H200, CUDA 13.0)."""
     import io
     import types
-    import feedbeast.compile as fbc
+    import sys
+    fbc = sys.modules["feedbeast.compile"]
 
     class Deaf(io.StringIO):
         def write(self, s):
