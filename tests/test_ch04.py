@@ -188,3 +188,20 @@ def test_trace_build_records_every_role(gpu90, src):
     assert {s.lane for s in spans} == set(lanes)
     assert {"wait", "issue", "load", "compute", "bubble"} <= {s.kind for s in spans}
     assert all(s.end >= s.start for s in spans)
+
+
+@pytest.mark.parametrize("notebook, cell, kernel", [
+    ("chapters/04-mbarrier.ipynb", "rowsum_mod", "rowsum_ring"),
+    ("solutions/04-mbarrier-ring.ipynb", "lab", "rowsum_lab"),
+    ("chapters/05-tma.ipynb", "ring", "rowsum_tma"),
+    ("solutions/05-tma-ring.ipynb", "lab", "rowsum_lab"),
+    ("chapters/06-warp-specialization.ipynb", "rowsum", "rowsum_ws"),
+    ("chapters/06-warp-specialization.ipynb", "rowsum", "rowsum_single"),
+])
+def test_rowsum_consumers_fence_their_reads_before_the_async_refill(notebook, cell, kernel):
+    """Ordinary loads, then a bulk/TMA write into the same stage: fence.proxy.async between them (FENCE.VIEW.ASYNC.S
+    with a MEMBAR.ALL.CTA), besides the one after the barrier inits. Without it lab 05 summed rows wrong under memcheck."""
+    from feedbeast.magic import cuda_cells
+    body, defines = cuda_cells(ROOT / notebook)[cell]
+    hist = fb.compile(body, "sm_90a", defines=defines).histogram(kernel)
+    assert hist.get("FENCE.VIEW.ASYNC.S", 0) >= 2 and hist.get("MEMBAR.ALL.CTA", 0) >= 1, hist

@@ -83,6 +83,12 @@ __device__ inline void wait(cuda::std::uint64_t* bar, unsigned parity, const cha
 #endif
 }
 
+// Order this thread's earlier ordinary (generic-proxy) accesses to shared memory before later async-proxy
+// ones, such as a bulk copy's write. A consumer that read a stage with ordinary loads runs it before it
+// releases the stage to a producer that refills it with cp.async.bulk: the release/acquire pair through
+// the mbarrier orders the generic proxy only (PTX ISA, Memory Consistency Model: Proxies).
+__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 }  // namespace mbar
 
 // 1-D bulk copy global -> shared through the async proxy; when its bytes have landed it performs
