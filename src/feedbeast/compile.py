@@ -278,13 +278,15 @@ def _log_from_a_new_process(source, arch, defines, options, name, debug) -> str:
     import sys
     code = ("import base64, pickle, sys; from feedbeast.compile import compile; "
             "a = pickle.loads(base64.b64decode(sys.stdin.read())); "
-            "print(base64.b64encode(compile(**a, use_cache=False).log.encode()).decode())")
+            "print('FBLOG:' + base64.b64encode(compile(**a, use_cache=False).log.encode()).decode())")
     args = dict(source=source, arch=arch, defines=defines, options=tuple(options), name=name, debug=debug)
     try:
         r = subprocess.run([sys.executable, "-c", code], input=base64.b64encode(pickle.dumps(args)).decode(),
                            capture_output=True, text=True, timeout=600,
                            env=dict(os.environ, FEEDBEAST_COMPILE_CHILD="1"))
-        return base64.b64decode(r.stdout.strip().splitlines()[-1]).decode() if r.returncode == 0 else ""
+        # the sanitizer prints into the same stdout: take the marked line
+        line = next((ln for ln in r.stdout.splitlines() if ln.startswith("FBLOG:")), "")
+        return base64.b64decode(line[len("FBLOG:"):]).decode() if r.returncode == 0 and line else ""
     except (subprocess.SubprocessError, IndexError, ValueError):
         return ""
 
