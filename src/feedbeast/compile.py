@@ -260,6 +260,10 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         # Seen under compute-sanitizer: every NVRTC compile after a process's first returns an empty log.
         # A new process's first compile has it, so the ptxas report is taken from one.
         mod.log = _log_from_a_new_process(source, arch, defines, options, name, debug) or mod.log
+        if not set(mod.kernel_names) <= set(mod.resources):
+            import warnings
+            warnings.warn(f"{name}: the compiler's log has no resource report for "
+                          f"{sorted(set(mod.kernel_names) - set(mod.resources))}", stacklevel=2)
     if use_cache:
         # Several processes may compile the same kernel at once (make sanitize --jobs): each writes its own
         # temporary file and renames it into place, the log before the cubin, because a reader takes the
@@ -281,9 +285,11 @@ def _log_from_a_new_process(source, arch, defines, options, name, debug) -> str:
             "print('FBLOG:' + base64.b64encode(compile(**a, use_cache=False).log.encode()).decode())")
     args = dict(source=source, arch=arch, defines=defines, options=tuple(options), name=name, debug=debug)
     try:
+        # The child only compiles, so it runs without the sanitizer's injected library (it launches nothing).
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("CUDA_INJECTION64_PATH", "LD_PRELOAD") and not k.startswith(("NV_SANITIZER", "COMPUTE_SANITIZER"))}
         r = subprocess.run([sys.executable, "-c", code], input=base64.b64encode(pickle.dumps(args)).decode(),
-                           capture_output=True, text=True, timeout=600,
-                           env=dict(os.environ, FEEDBEAST_COMPILE_CHILD="1"))
+                           capture_output=True, text=True, timeout=600, env=dict(env, FEEDBEAST_COMPILE_CHILD="1"))
         # the sanitizer prints into the same stdout: take the marked line
         line = next((ln for ln in r.stdout.splitlines() if ln.startswith("FBLOG:")), "")
         return base64.b64decode(line[len("FBLOG:"):]).decode() if r.returncode == 0 and line else ""
