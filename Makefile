@@ -26,9 +26,9 @@ PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 help:
 	@sed -n 's/^## //p' Makefile
 
-$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt pyproject.toml
+$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/book.txt
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	rm -f $(VENV)/.installed-cu*
@@ -73,7 +73,7 @@ ifeq ($(SET),notebook)
 else
 	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt
+	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt
 endif
 	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
 
