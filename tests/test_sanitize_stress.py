@@ -181,3 +181,17 @@ def test_under_the_sanitizer_isolated_runs_nothing_and_says_skipped(monkeypatch,
     assert not sanitize.running()
     fb.isolated(f"open({str(marker)!r}, 'w').write('x')")
     assert marker.exists()
+
+
+def test_a_printed_failed_check_fails_the_sanitized_run(tmp_path, monkeypatch):
+    """A check that prints FAILED without raising (raise_on_fail=False) must not read as a clean run."""
+    import types
+    log = "rowsum_lab 10007x8188: FAILED: relative error 3.1e-02 (limit 1e-05)\n========= ERROR SUMMARY: 0 errors\n"
+    monkeypatch.setattr(sanitize.subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=log, stderr="",
+                                                                                           returncode=0))
+    cell, bad = sanitize.sanitize_one("compute-sanitizer", tmp_path / "x.ipynb", "memcheck", tmp_path, 10)
+    assert bad == 1 and cell.startswith("check failed: rowsum_lab 10007x8188"), cell
+    clean = "rowsum_lab 10007x8188: passed: relative error 1e-07 (limit 1e-05)\n========= ERROR SUMMARY: 0 errors\n"
+    monkeypatch.setattr(sanitize.subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=clean, stderr="",
+                                                                                           returncode=0))
+    assert sanitize.sanitize_one("compute-sanitizer", tmp_path / "x.ipynb", "memcheck", tmp_path, 10)[1] == 0

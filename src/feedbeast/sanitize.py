@@ -106,6 +106,10 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
     secs = f"{time.time() - t:.0f} s"
     if n:
         return f"{n} reports ({secs})", 1
+    from .grade import parse_text
+    checks = [o for o in parse_text(log) if o.status == "failed"]
+    if rc == 0 and checks:      # a check that printed FAILED (fb.check(..., raise_on_fail=False)) without raising
+        return f"check failed: {checks[0].name}"[:90], 1
     if rc != 0:
         failed = [ln for ln in log.splitlines() if ln.startswith("sanitize run: ")]
         why = failed[-1][len("sanitize run: "):] if failed else f"exit status {rc}"
