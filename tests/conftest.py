@@ -4,7 +4,7 @@ import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-GPU_FIXTURES = {"gpu90", "anygpu"}
+GPU_FIXTURES = {"gpu90", "gpu100", "anygpu"}
 
 
 def pytest_collection_modifyitems(items):
@@ -14,20 +14,27 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.gpu)
 
 
-@pytest.fixture
-def gpu90():
-    """The Hopper GPU, or a skip that names what is missing (never a pass)."""
+def _gpu_or_skip(arch=None):
+    """This machine's GPU when it can run `arch` (any GPU if None), else a skip that names what is missing."""
     import feedbeast as fb
-    s = fb.needs("sm_90a")
+    s = fb.needs(arch) if arch else fb.needs_gpu()
     if s is not None:
         pytest.skip(str(s))
     return fb.gpu()
+
+
+@pytest.fixture
+def gpu90():
+    """The Hopper GPU, or a skip that names what is missing (never a pass)."""
+    return _gpu_or_skip("sm_90a")
+
+
+@pytest.fixture
+def gpu100():
+    """A Blackwell GPU (sm_100a), or a skip that names what is missing."""
+    return _gpu_or_skip("sm_100a")
 
 
 @pytest.fixture
 def anygpu():
-    import feedbeast as fb
-    s = fb.needs_gpu()
-    if s is not None:
-        pytest.skip(str(s))
-    return fb.gpu()
+    return _gpu_or_skip()

@@ -48,14 +48,6 @@ def lab():
     return fb.compile(cuda_cell(SOLUTION, "lab"), "sm_100a")
 
 
-@pytest.fixture
-def blackwell():
-    s = fb.needs("sm_100a")
-    if s is not None:
-        pytest.skip(str(s))
-    return fb.gpu()
-
-
 def test_descriptor_constants_at_compile_time():
     src = ('#include <fb/tcgen05.cuh>\n'
            'static_assert(fb::tc::instr_desc_bf16_f32(128, 128) == 0x08200490u, "idesc M=128 N=128");\n'
@@ -112,15 +104,15 @@ def _run_gemm(kernel, m, n, k, seed):
 
 
 @pytest.mark.parametrize("mnk", [fb.examples.MATMUL_RAGGED, (200, 136, 72)])
-def test_gemm_on_blackwell(blackwell, gemm, mnk):
+def test_gemm_on_blackwell(gpu100, gemm, mnk):
     assert _run_gemm(gemm.tc_gemm, *mnk, seed=8)
 
 
-def test_lab_solution_on_blackwell(blackwell, lab):
+def test_lab_solution_on_blackwell(gpu100, lab):
     assert _run_gemm(lab.lab_gemm, *fb.examples.MATMUL_RAGGED, seed=80)
 
 
-def test_clc_rowsum_on_blackwell(blackwell):
+def test_clc_rowsum_on_blackwell(gpu100):
     mod = fb.compile(cuda_cell(CHAPTER, "clc"), "sm_100a")
     rows, cols = 20_011, 1_000
     x = fb.examples.rowsum_inputs(rows, cols, seed=3)
