@@ -121,6 +121,8 @@ def test_an_empty_compiler_log_is_taken_from_a_new_process(tmp_path, monkeypatch
     monkeypatch.setattr(fbc, "io", types.SimpleNamespace(StringIO=Deaf))
     m = fb.compile(CP_ASYNC, "sm_90a", defines={"EMPTY_LOG": 1})
     assert set(m.kernel_names) <= set(m.resources) and m.log
+    (log,) = (tmp_path / "cubin").glob("*.log")
+    assert log.read_text() == m.log          # the cache keeps the report, not the empty log
 
 
 def test_ptxas_log_parser():

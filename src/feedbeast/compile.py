@@ -268,7 +268,7 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         # Several processes may compile the same kernel at once (make sanitize --jobs): each writes its own
         # temporary file and renames it into place, the log before the cubin, because a reader takes the
         # cubin's presence to mean that the log is there too.
-        for path, data in ((cached.with_suffix(".log"), log.encode()), (cached, mod.cubin)):
+        for path, data in ((cached.with_suffix(".log"), mod.log.encode()), (cached, mod.cubin)):
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_bytes(data)
             tmp.replace(path)
