@@ -75,7 +75,8 @@ def test_cccl_pipeline_compiles_to_the_same_copies():
     raw, cccl = build("ring", "sm_90a"), build("piped", "sm_90a")
     base = lambda m, k: {op.split(".ZFILL")[0] for op in fb.sass.opcode_histogram(m.sass(k))
                          if op.split(".")[0] in ("LDGSTS", "LDGDEPBAR", "DEPBAR")}
-    assert base(raw, "ring_rowsum") == base(cccl, "pipeline_rowsum")
+    # The same 16-byte copies, commit and wait; the raw ring adds 4-byte copies for a row's partial last chunk.
+    assert base(raw, "ring_rowsum") == base(cccl, "pipeline_rowsum") | {"LDGSTS.E"}
     cccl.expect_sass("LDGSTS", forbid=("SYNCS",))   # thread scope: cp.async groups, not mbarriers
 
 

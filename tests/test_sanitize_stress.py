@@ -195,3 +195,17 @@ def test_a_printed_failed_check_fails_the_sanitized_run(tmp_path, monkeypatch):
     monkeypatch.setattr(sanitize.subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=clean, stderr="",
                                                                                            returncode=0))
     assert sanitize.sanitize_one("compute-sanitizer", tmp_path / "x.ipynb", "memcheck", tmp_path, 10)[1] == 0
+
+
+def test_pick_takes_the_sanitizer_size_only_on_a_gpu_under_the_sanitizer(monkeypatch):
+    import feedbeast as fb
+    monkeypatch.delenv("FEEDBEAST_UNDER_SANITIZER", raising=False)
+    monkeypatch.setattr(fb, "gpu", lambda: None)
+    assert fb.pick(4096, 33, sanitize=512) == 33
+    monkeypatch.setattr(fb, "gpu", lambda: "a GPU")
+    assert fb.pick(4096, 33, sanitize=512) == 4096
+    monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
+    assert fb.pick(4096, 33, sanitize=512) == 512
+    assert fb.pick(4096, 33) == 4096                    # no sanitizer size given: the GPU size
+    monkeypatch.setattr(fb, "gpu", lambda: None)
+    assert fb.pick(4096, 33, sanitize=512) == 33        # no GPU: nothing is sanitized, the CPU size

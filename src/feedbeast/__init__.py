@@ -25,11 +25,20 @@ from .sass import expect_sass
 from .skip import Skipped, needs, needs_gpu
 from .tensormap import TensorMap, tensor_map
 from .magic import load_ipython_extension
+from .sanitize import running as _under_sanitizer
 from . import ceilings, examples, results, sanitize, sass  # noqa: E402  (reached as fb.sass, fb.examples...)
 
 __version__ = "0.1.0"
 
 
-def pick(gpu_value, cpu_value):
-    """A size for this machine: the full one with a GPU, a small one without (simulator, compile-only)."""
-    return gpu_value if gpu() else cpu_value
+def pick(gpu_value, cpu_value, *, sanitize=None):
+    """A size for this machine: the full one with a GPU, a small one without (simulator, compile-only).
+
+    `sanitize`, if given, is the size inside `make sanitize`: there each kernel runs once under
+    instrumentation (racecheck checks every shared-memory access), and a size that takes a second
+    unchecked can take an hour. Without it the GPU size is kept.
+    """
+    if not gpu():
+        return cpu_value
+    return sanitize if sanitize is not None and _under_sanitizer() else gpu_value
+

@@ -19,6 +19,7 @@ ROWSUM_GPU_SHAPE = (16384, 8192)      # 512 MiB of float32: far past any L2
 ROWSUM_CPU_SHAPE = (37, 1000)         # ragged: no tile multiple
 MATMUL_GPU_SIZES = (4096, 8192)
 MATMUL_RAGGED = (4000, 4104, 3992)    # M, N, K: not multiples of any tile
+MATMUL_RAGGED_SANITIZE = (500, 504, 488)   # the same under `make sanitize`: M % 16, N % 16, K % 16 != 0
 
 
 def rowsum_inputs(rows: int, cols: int, seed: int = 0) -> np.ndarray:

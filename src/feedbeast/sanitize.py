@@ -88,8 +88,10 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
     # --report-api-errors no: the toolkit probes on purpose with calls that may fail (a kernel's parameter
     # count, an optional debug symbol) and raises on every other failing call itself; the sanitizer's job
     # here is what kernels do to memory and barriers.
+    # --target-processes application-only: the notebook's own process. Its children only compile (the
+    # compile log fallback in compile.py; Triton's ptxas) or are skipped by name (fb.isolated).
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "1", "--print-limit", "100", "--report-api-errors", "no",
-           sys.executable, "-m", "feedbeast.sanitize", "run", str(nb)]
+           "--target-processes", "application-only", sys.executable, "-m", "feedbeast.sanitize", "run", str(nb)]
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
     logdir.mkdir(parents=True, exist_ok=True)
     log_path = logdir / f"{nb.parent.name}-{nb.stem}.{tool}.log"
@@ -211,7 +213,10 @@ def run(path) -> int:
     shell = InteractiveShell.instance()
     _timing_off()
     for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        t = time.time()
         res = shell.run_cell(cell.source, store_history=False)
+        if time.time() - t > 30:    # where a slow sanitized run spends its time (see fb.pick's sanitize=)
+            print(f"sanitize run: code cell {i + 1} of {path.name} took {time.time() - t:.0f} s", flush=True)
         if not res.success:
             err = res.error_in_exec or res.error_before_exec
             print(f"sanitize run: code cell {i + 1} of {path.name} raised {type(err).__name__}: "
