@@ -243,8 +243,12 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         # log is missing or short (a writer cut off) is compiled again and both are rewritten.
         if set(hit.kernel_names) <= set(hit.resources):
             return hit
+    # no_cache: NVRTC 12.9+ keeps its own cache of compiled programs, and a hit there returns an empty log,
+    # so no ptxas report (NVRTC User Guide, "Caching"). Seen with processes compiling the same kernels
+    # (make sanitize --jobs). Our cache above already keeps the cubin together with its report.
     opts = ProgramOptions(arch=arch, std="c++17", include_path=include_path(), ptxas_options=["-v"],
-                          define_macro=define_flags or None, name=name, lineinfo=True)
+                          define_macro=define_flags or None, name=name, lineinfo=True,
+                          no_cache=True if nvrtc_version() >= (12, 9) else None)
     logbuf = io.StringIO()
     try:
         prog = Program(source, "c++", opts)
@@ -256,14 +260,10 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     log = logbuf.getvalue().replace("\x00", "")
     mod = Module(source, arch, bytes(obj.code), log, tuple(options), defines=dict(defines or {}), name=name,
                  debug=debug)
-    if not set(mod.kernel_names) <= set(mod.resources) and not os.environ.get("FEEDBEAST_COMPILE_CHILD"):
-        # Seen under compute-sanitizer: every NVRTC compile after a process's first returns an empty log.
-        # A new process's first compile has it, so the ptxas report is taken from one.
-        mod.log = _log_from_a_new_process(source, arch, defines, options, name, debug) or mod.log
-        if not set(mod.kernel_names) <= set(mod.resources):
-            import warnings
-            warnings.warn(f"{name}: the compiler's log has no resource report for "
-                          f"{sorted(set(mod.kernel_names) - set(mod.resources))}", stacklevel=2)
+    if not set(mod.kernel_names) <= set(mod.resources):
+        import warnings
+        warnings.warn(f"{name}: the compiler's log has no resource report for "
+                      f"{sorted(set(mod.kernel_names) - set(mod.resources))}", stacklevel=2)
     if use_cache:
         # Several processes may compile the same kernel at once (make sanitize --jobs): each writes its own
         # temporary file and renames it into place, the log before the cubin, because a reader takes the
@@ -273,28 +273,6 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
             tmp.write_bytes(data)
             tmp.replace(path)
     return mod
-
-
-def _log_from_a_new_process(source, arch, defines, options, name, debug) -> str:
-    import base64
-    import pickle
-    import subprocess
-    import sys
-    code = ("import base64, pickle, sys; from feedbeast.compile import compile; "
-            "a = pickle.loads(base64.b64decode(sys.stdin.read())); "
-            "print('FBLOG:' + base64.b64encode(compile(**a, use_cache=False).log.encode()).decode())")
-    args = dict(source=source, arch=arch, defines=defines, options=tuple(options), name=name, debug=debug)
-    try:
-        # The child only compiles, so it runs without the sanitizer's injected library (it launches nothing).
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("CUDA_INJECTION64_PATH", "LD_PRELOAD") and not k.startswith(("NV_SANITIZER", "COMPUTE_SANITIZER"))}
-        r = subprocess.run([sys.executable, "-c", code], input=base64.b64encode(pickle.dumps(args)).decode(),
-                           capture_output=True, text=True, timeout=600, env=dict(env, FEEDBEAST_COMPILE_CHILD="1"))
-        # the sanitizer prints into the same stdout: take the marked line
-        line = next((ln for ln in r.stdout.splitlines() if ln.startswith("FBLOG:")), "")
-        return base64.b64decode(line[len("FBLOG:"):]).decode() if r.returncode == 0 and line else ""
-    except (subprocess.SubprocessError, IndexError, ValueError):
-        return ""
 
 
 _HEADERS_DIGEST = None

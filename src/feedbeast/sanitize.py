@@ -88,8 +88,8 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
     # --report-api-errors no: the toolkit probes on purpose with calls that may fail (a kernel's parameter
     # count, an optional debug symbol) and raises on every other failing call itself; the sanitizer's job
     # here is what kernels do to memory and barriers.
-    # --target-processes application-only: the notebook's own process. Its children only compile (the
-    # compile log fallback in compile.py; Triton's ptxas) or are skipped by name (fb.isolated).
+    # --target-processes application-only: the notebook's own process. Its children launch no kernel of
+    # the course (Triton's compiler) or are skipped by name (fb.isolated).
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "1", "--print-limit", "100", "--report-api-errors", "no",
            "--target-processes", "application-only", sys.executable, "-m", "feedbeast.sanitize", "run", str(nb)]
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
