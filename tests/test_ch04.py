@@ -199,9 +199,14 @@ def test_trace_build_records_every_role(gpu90, src):
     ("chapters/06-warp-specialization.ipynb", "rowsum", "rowsum_single"),
 ])
 def test_rowsum_consumers_fence_their_reads_before_the_async_refill(notebook, cell, kernel):
-    """Ordinary loads, then a bulk/TMA write into the same stage: fence.proxy.async between them (FENCE.VIEW.ASYNC.S
-    with a MEMBAR.ALL.CTA), besides the one after the barrier inits. Without it lab 05 summed rows wrong under memcheck."""
+    """Ordinary loads, then a bulk/TMA write into the same stage: fence.proxy.async between them (MEMBAR.ALL.CTA
+    then FENCE.VIEW.ASYNC.S). Without it lab 05 summed rows wrong under memcheck."""
     from feedbeast.magic import cuda_cells
     body, defines = cuda_cells(ROOT / notebook)[cell]
-    hist = fb.compile(body, "sm_90a", defines=defines).histogram(kernel)
-    assert hist.get("FENCE.VIEW.ASYNC.S", 0) >= 2 and hist.get("MEMBAR.ALL.CTA", 0) >= 1, hist
+    mod = fb.compile(body, "sm_90a", defines=defines)
+    assert fb.sass.expect_proxy_fence(mod, kernel, "test") >= 1
+    fences = ("fb::mbar::fence_proxy_async();", "fb::tma::fence_shared_to_async();")
+    bare = "\n".join(ln for ln in body.split("\n") if not any(f in ln for f in fences))
+    assert bare != body
+    with pytest.raises(fb.SassMismatch, match="no fence.proxy.async"):   # the one-liner that finds a deleted fence
+        fb.sass.expect_proxy_fence(fb.compile(bare, "sm_90a", defines=defines), kernel, "test")

@@ -100,6 +100,23 @@ def expect_sass(mod, *required: str, kernel: str | None = None, forbid: tuple = 
     return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in required})
 
 
+def proxy_fences(sass: str) -> int:
+    """How many `fence.proxy.async.shared::cta` the SASS has. On sm_90 each is a MEMBAR.ALL.CTA directly
+    followed by FENCE.VIEW.ASYNC.S; a FENCE.VIEW.ASYNC.S alone (after mbarrier initialisation) is another
+    fence."""
+    ops = opcodes(sass)
+    return sum(1 for a, b in zip(ops, ops[1:]) if matches(a, "MEMBAR") and b == "FENCE.VIEW.ASYNC.S")
+
+
+def expect_proxy_fence(mod, kernel: str, why: str) -> int:
+    """Raise SassMismatch (saying `why` the fence is needed) if `kernel` has no shared-memory proxy fence."""
+    n = proxy_fences(mod.sass(kernel))
+    if n == 0:
+        raise SassMismatch(f"SASS of kernel {kernel} for {mod.arch}: no fence.proxy.async.shared::cta "
+                           f"(MEMBAR.ALL.CTA then FENCE.VIEW.ASYNC.S): {why}")
+    return n
+
+
 def highlight(sass: str, *patterns: str, context: int = 2, limit: int = 40) -> str:
     """The lines of `sass` that hold `patterns`, with `context` lines around, marked with '>>'."""
     lines = sass.splitlines()
