@@ -5,9 +5,9 @@ Each bug is a list of (old, new) replacements, each of which must match exactly 
 cells. What grading can see depends on the machine:
 
 - Labs 01 and 02 run in Numba's simulator without a GPU, so a bug that gives wrong sums fails there too.
-- Labs 03, 05, 06 and 07 compile and check their SASS without a GPU, but launches are skipped. A bug that
-  only a launch reveals must then be reported as skipped, never as passed; one that shows in the SASS
-  (a missing cp.async.wait_group, a missing setmaxnreg.dec) fails there.
+- Labs 03 to 07 compile and check their SASS without a GPU, but launches are skipped. A bug that only a
+  launch reveals must then be reported as skipped, never as passed; one that shows in the SASS (a missing
+  cp.async.wait_group, a missing setmaxnreg.dec, a missing fence.proxy.async) fails there.
 - On a GPU of the lab's architecture every bug must fail grading, and the failure must say what went wrong:
   a wrong result (the check's FAILED line, CheckFailed), a missing instruction (SassMismatch), or a hang.
 
