@@ -209,3 +209,29 @@ def test_pick_takes_the_sanitizer_size_only_on_a_gpu_under_the_sanitizer(monkeyp
     assert fb.pick(4096, 33) == 4096                    # no sanitizer size given: the GPU size
     monkeypatch.setattr(fb, "gpu", lambda: None)
     assert fb.pick(4096, 33, sanitize=512) == 33        # no GPU: nothing is sanitized, the CPU size
+
+
+def test_the_sanitizer_follows_only_the_notebook_process(tmp_path, monkeypatch):
+    import types
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd)
+        return types.SimpleNamespace(stdout="========= ERROR SUMMARY: 0 errors\n", stderr="", returncode=0)
+    monkeypatch.setattr(sanitize.subprocess, "run", fake_run)
+    assert sanitize.sanitize_one("compute-sanitizer", tmp_path / "x.ipynb", "racecheck", tmp_path, 10)[1] == 0
+    cmd = seen[0]
+    assert cmd[cmd.index("--target-processes") + 1] == "application-only"
+    assert cmd[cmd.index("--tool") + 1] == "racecheck" and cmd[-2:] == ["run", str(tmp_path / "x.ipynb")]
+
+
+def test_the_inner_runner_names_slow_cells(tmp_path, monkeypatch):
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(0.05)"),
+                                         nbformat.v4.new_code_cell("x = 1")])
+    path = tmp_path / "slow.ipynb"
+    nbformat.write(nb, path)
+    r = subprocess.run([sys.executable, "-c", "import sys; from feedbeast import sanitize; sanitize.SLOW_CELL_S = 0.02; "
+                        f"sys.exit(sanitize.run({str(path)!r}))"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "code cell 1 of slow.ipynb took" in r.stdout and "code cell 2 " not in r.stdout

@@ -33,6 +33,7 @@ from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck")
 TIMED_OFF = "timing is off under compute-sanitizer"
+SLOW_CELL_S = 30        # a cell slower than this is named in the log: where a sanitized run spends its time
 
 
 def running() -> bool:
@@ -215,7 +216,7 @@ def run(path) -> int:
     for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
         t = time.time()
         res = shell.run_cell(cell.source, store_history=False)
-        if time.time() - t > 30:    # where a slow sanitized run spends its time (see fb.pick's sanitize=)
+        if time.time() - t > SLOW_CELL_S:    # see fb.pick's sanitize= for making such a cell smaller
             print(f"sanitize run: code cell {i + 1} of {path.name} took {time.time() - t:.0f} s", flush=True)
         if not res.success:
             err = res.error_in_exec or res.error_before_exec
