@@ -114,11 +114,10 @@ def test_nvrtc_own_cache_is_off_so_every_compile_has_its_report(tmp_path, monkey
     from cuda.core import ProgramOptions
     fbc = sys.modules["feedbeast.compile"]
     seen = []
-    real = ProgramOptions
 
     def spy(**kw):
         seen.append(kw)
-        return real(**kw)
+        return ProgramOptions(**kw)
     import cuda.core
     monkeypatch.setattr(cuda.core, "ProgramOptions", spy)
     monkeypatch.setenv("FEEDBEAST_CACHE", str(tmp_path))

@@ -41,4 +41,3 @@ def pick(gpu_value, cpu_value, *, sanitize=None):
     if not gpu():
         return cpu_value
     return sanitize if sanitize is not None and _under_sanitizer() else gpu_value
-
