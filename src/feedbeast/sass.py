@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import tempfile
 
+from . import verdicts
 from .errors import FeedbeastError, SassMismatch
 
 
@@ -96,7 +97,9 @@ def expect_sass(mod, *required: str, kernel: str | None = None, forbid: tuple = 
             msg.append(f"  should not contain {', '.join(present)}")
         top = ", ".join(f"{op}×{n}" for op, n in hist.most_common(12))
         msg.append(f"  most frequent instructions: {top}")
+        verdicts.failed(f"SASS of {where}", "\n".join(msg))
         raise SassMismatch("\n".join(msg))
+    verdicts.passed(f"SASS of {where}", ", ".join(required))
     return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in required})
 
 
@@ -111,9 +114,13 @@ def proxy_fences(sass: str) -> int:
 def expect_proxy_fence(mod, kernel: str, why: str) -> int:
     """Raise SassMismatch (saying `why` the fence is needed) if `kernel` has no shared-memory proxy fence."""
     n = proxy_fences(mod.sass(kernel))
+    name = f"proxy fence in the SASS of kernel {kernel}"
     if n == 0:
-        raise SassMismatch(f"SASS of kernel {kernel} for {mod.arch}: no fence.proxy.async.shared::cta "
-                           f"(MEMBAR.ALL.CTA then FENCE.VIEW.ASYNC.S): {why}")
+        msg = (f"SASS of kernel {kernel} for {mod.arch}: no fence.proxy.async.shared::cta "
+               f"(MEMBAR.ALL.CTA then FENCE.VIEW.ASYNC.S): {why}")
+        verdicts.failed(name, msg)
+        raise SassMismatch(msg)
+    verdicts.passed(name, f"{n} fence(s)")
     return n
 
 

@@ -643,4 +643,7 @@ def check_ring(producer, consumers, stages=4, tiles=8, tile_bytes=16384, init=No
     """
     model = RingModel(producer, consumers, stages=stages, tiles=tiles,
                       tile_bytes=tile_bytes, init=init)
-    return model.explore(max_states=max_states)
+    result = model.explore(max_states=max_states)
+    from .. import verdicts   # what grading reads (a printed "ok" is not a verdict)
+    verdicts.record("passed" if result.ok else "failed", "model (check_ring)", str(result))
+    return result
