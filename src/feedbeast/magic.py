@@ -16,8 +16,13 @@ from .compile import compile
 from .errors import CompileError
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # a flag error names the flag (argparse alone shows only SystemExit: 2)
+        raise CompileError(f"%%cuda: {message}\n{self.format_usage().strip()}")
+
+
 def _parser():
-    p = argparse.ArgumentParser(prog="%%cuda", add_help=False)
+    p = _Parser(prog="%%cuda", add_help=False)
     p.add_argument("--arch", default=None)
     p.add_argument("--name", default="mod")
     p.add_argument("--debug", action="store_true")
