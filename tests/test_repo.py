@@ -51,7 +51,7 @@ def test_notebook_format(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert all("id" in c for c in nb.cells), "cells need ids (nbformat >= 4.5)"
-    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    assert nb.metadata.get("kernelspec", {}).get("name") == "feedbeast"
     text = path.read_text()
     for bad in ("/work/", "/home/", "/root/", "/Users/", "C:\\\\"):
         assert bad not in text, f"absolute path {bad!r} in {path.name}"
