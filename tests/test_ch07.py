@@ -3,46 +3,26 @@
 
 The kernel and the host helpers are read from the chapter's cells, so what is tested is what ships.
 """
-import re
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
 import feedbeast as fb
 from feedbeast import stress
 from feedbeast.examples import matmul_inputs, matmul_reference
+from feedbeast.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "chapters/07-capstone-gemm.ipynb"
-SOLUTION = ROOT / "solutions/07-persistent-gemm.ipynb"
-
-
-def cells(path):
-    return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
-
-
-def cuda_cell(path, name):
-    for src in cells(path):
-        first, _, body = src.partition("\n")
-        if first.startswith("%%cuda") and re.search(rf"--name {name}\b", first):
-            defines = dict(d.split("=", 1) for d in re.findall(r"-D (\S+)", first))
-            return body, defines
-    raise LookupError(f"no %%cuda cell named {name} in {path.name}")
+CHAPTER = load(ROOT / "chapters/07-capstone-gemm.ipynb")
+SOLUTION = load(ROOT / "solutions/07-persistent-gemm.ipynb")
 
 
 @pytest.fixture(scope="module")
 def ch():
-    """The chapter's namespace: the order helpers, VARIANTS, MODS, prepare, run_check (compiled once)."""
-    import math
-    src, _ = cuda_cell(CHAPTER, "capstone")
-    ns = {"fb": fb, "np": np, "math": math, "matmul_inputs": matmul_inputs, "matmul_reference": matmul_reference,
-          "stress": stress, "g": fb.gpu(), "capstone": fb.compile(src, "sm_90a", name="capstone.cu")}
-    for code in cells(CHAPTER):
-        if code.startswith("def grouped_order") or code.startswith("BM, BN, BK = 128, 256, 64"):
-            exec(code.split("\ntiles_m, tiles_n")[0], ns)
-    return ns
+    """The chapter's definitions: the order helpers, VARIANTS, MODS (every variant compiled), prepare, run_check."""
+    return CHAPTER.definitions("grouped_order", "hilbert_order", "panels_in_first_wave", "VARIANTS", "MODS",
+                               "prepare", "run_check")
 
 
 def test_orders_are_permutations_and_grouped_walks_down_first(ch):
@@ -58,12 +38,7 @@ def test_orders_are_permutations_and_grouped_walks_down_first(ch):
 
 
 def test_hilbert_steps_are_neighbours_on_a_square():
-    import math
-    ns = {"np": np, "math": math}
-    for code in cells(CHAPTER):
-        if code.startswith("def grouped_order"):
-            exec(code.split("\ntiles_m, tiles_n")[0], ns)
-    o = ns["hilbert_order"](32, 32)
+    o = CHAPTER.definitions("hilbert_order")["hilbert_order"](32, 32)
     assert np.all(np.abs(np.diff(o, axis=0)).sum(axis=1) == 1)
 
 
@@ -113,12 +88,11 @@ def test_inflight_keeps_one_wgmma_batch_running(ch):
 
 def test_cuda_barrier_ring_refuses_clusters(ch):
     with pytest.raises(fb.CompileError, match="CLUSTER 1 only"):
-        fb.compile(ch["capstone"].source, "sm_90a", defines={"CUDA_BARRIER": "1", "CLUSTER": "2"})
+        CHAPTER.compile("capstone", CUDA_BARRIER=1, CLUSTER=2)
 
 
 def test_lab_solution_sass():
-    src, d = cuda_cell(SOLUTION, "lab")
-    mod = fb.compile(src, "sm_90a", defines=d)
+    mod = SOLUTION.compile("lab")
     mod.expect_sass("UTMALDG", "UTMASTG", "HGMMA.64x256x16.F32.BF16", "USETMAXREG", kernel="gemm_lab")
     assert mod.resources["gemm_lab"].spills == 0
 

@@ -4,48 +4,34 @@ The kernels are read from the notebooks (their %%cuda cells, by --name), so ther
 On any machine: compile for sm_100a, SASS, resources. On a Blackwell GPU (sm_100a): validate; elsewhere
 those tests skip by name.
 """
-import re
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "chapters/08-blackwell.ipynb"
-SOLUTION = ROOT / "solutions/08-tmem-mma.ipynb"
+CHAPTER = load(ROOT / "chapters/08-blackwell.ipynb")
+SOLUTION = load(ROOT / "solutions/08-tmem-mma.ipynb")
 TCGEN05_SASS = ("UTCHMMA", "UTCBAR", "LDTM", "UTCATOMSWS", "UVIRTCOUNT", "UTMALDG", "SYNCS")
 BM, BN, BK, STAGES = 128, 128, 64, 4
 SMEM = STAGES * (BM + BN) * BK * 2 + 1024
 
 
-def cuda_cell(path, name):
-    for cell in nbformat.read(path, as_version=4).cells:
-        first, _, body = cell.source.partition("\n")
-        if cell.cell_type == "code" and first.startswith("%%cuda") and re.search(rf"--name {name}\b", first):
-            return body
-    raise LookupError(f"no %%cuda cell named {name} in {path.name}")
-
-
 def reps():
-    for cell in nbformat.read(CHAPTER, as_version=4).cells:
-        if cell.cell_type == "code" and cell.source.startswith("REPS = {}"):
-            ns = {}
-            exec(cell.source, ns)
-            return ns["REPS"]
-    raise LookupError("no REPS cell in chapter 08")
+    return CHAPTER.definitions("REPS")["REPS"]
 
 
 @pytest.fixture(scope="module")
 def gemm():
-    return fb.compile(cuda_cell(CHAPTER, "tcgemm"), "sm_100a")
+    return CHAPTER.compile("tcgemm")
 
 
 @pytest.fixture(scope="module")
 def lab():
-    return fb.compile(cuda_cell(SOLUTION, "lab"), "sm_100a")
+    return SOLUTION.compile("lab")
 
 
 def test_descriptor_constants_at_compile_time():
@@ -71,7 +57,7 @@ def test_tcgen05_header_refuses_hopper(gemm):
 
 
 def test_clc_rowsum_compiles():
-    mod = fb.compile(cuda_cell(CHAPTER, "clc"), "sm_100a")
+    mod = CHAPTER.compile("clc")
     mod.expect_sass("UGETNEXTWORKID", "SYNCS", kernel="clc_rowsum")
     assert mod.resources["clc_rowsum"].spills == 0
 
@@ -113,7 +99,7 @@ def test_lab_solution_on_blackwell(gpu100, lab):
 
 
 def test_clc_rowsum_on_blackwell(gpu100):
-    mod = fb.compile(cuda_cell(CHAPTER, "clc"), "sm_100a")
+    mod = CHAPTER.compile("clc")
     rows, cols = 20_011, 1_000
     x = fb.examples.rowsum_inputs(rows, cols, seed=3)
     y = fb.empty(rows, np.float32)

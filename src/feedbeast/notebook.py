@@ -1,0 +1,241 @@
+"""Load what a notebook defines -- its %%cuda kernels and its Python helpers -- for tests, grading and tools.
+
+The notebooks are the one source of the course's kernels; everything else reads them through here.
+
+    nb = fb.notebook.load("chapters/05-tma.ipynb")
+    nb.cuda("ring")                          # CudaCell: .source, .defines, .arch as the cell's magic line says
+    mod = nb.compile("ring", STAGES=2)       # the cell's own flags, then these -D overrides
+    ns = nb.definitions("prepare", "VARIANTS")   # only what those names need: defs, assignments, imports
+
+A variant of a kernel is a compile-time switch (`nb.compile("coop", USE_SETMAXNREG=0)`), never an edit
+of its text. `definitions` runs no cell as a whole: it picks the top-level statements that bind the names
+asked for, then, transitively, those binding the names they read, and runs them in notebook order. A
+%%cuda cell's --name is bound to its compiled Module when a definition reads it.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import shlex
+import symtable
+from pathlib import Path
+
+from .errors import FeedbeastError
+
+
+def read(path):
+    """The notebook as nbformat reads it (version 4)."""
+    import nbformat
+    return nbformat.read(str(path), as_version=4)
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaCell:
+    """One %%cuda cell: its body and the flags of its magic line."""
+    name: str
+    source: str
+    defines: dict
+    arch: str | None
+    debug: bool
+    index: int          # position among the notebook's cells
+    path: Path
+
+    def compile(self, arch: str | None = None, *, debug: bool | None = None, **defines):
+        """The cell compiled as the notebook compiles it; `defines` add to or override its -D flags."""
+        from .compile import compile
+        defs = {**self.defines, **{k: (None if v is None else str(v)) for k, v in defines.items()}}
+        unexpanded = sorted(k for k, v in defs.items() if v is not None and "{" in v)
+        if unexpanded:
+            raise FeedbeastError(f"%%cuda --name {self.name} in {self.path.name}: -D {', '.join(unexpanded)} "
+                                 "take their values from the notebook's variables: give them as arguments")
+        return compile(self.source, arch or self.arch, defines=defs,
+                       debug=self.debug if debug is None else debug, name=f"{self.name}.cu")
+
+
+def parse_magic_line(line: str) -> dict:
+    """The flags of a `%%cuda ...` line: name, arch, debug, defines ({macro: value or None})."""
+    from .magic import _parser
+    words = shlex.split(line)
+    args = _parser().parse_args(words[1:] if words and words[0].startswith("%%") else words)
+    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.defines)
+    return {"name": args.name, "arch": args.arch, "debug": args.debug, "defines": defines}
+
+
+_CACHE: dict = {}
+
+
+def load(path) -> "Notebook":
+    """The notebook at `path` (read again only when the file changed)."""
+    p = Path(path).resolve()
+    key = (p, p.stat().st_mtime_ns)
+    if key not in _CACHE:
+        _CACHE.clear() if len(_CACHE) > 64 else None
+        _CACHE[key] = Notebook(p)
+    return _CACHE[key]
+
+
+@dataclasses.dataclass
+class _Stmt:
+    pos: tuple          # (cell index, statement index): notebook order
+    node: ast.stmt
+    binds: frozenset    # top-level names it binds
+    amends: frozenset   # top-level names it changes in place (`REPS["x"] = ...`)
+    reads: frozenset    # top-level names it (or a function it defines) reads
+
+
+class Notebook:
+    def __init__(self, path):
+        self.path = Path(path)
+        self.cells = read(self.path).cells
+        self.cuda_cells: dict[str, CudaCell] = {}
+        self._stmts: list[_Stmt] = []
+        self._unparsed: list[int] = []
+        for i, cell in enumerate(self.cells):
+            if cell.cell_type != "code":
+                continue
+            if cell.source.startswith("%%cuda"):
+                line, _, body = cell.source.partition("\n")
+                f = parse_magic_line(line)
+                self.cuda_cells[f["name"]] = CudaCell(f["name"], body, f["defines"], f["arch"], f["debug"], i,
+                                                      self.path)
+            elif not cell.source.startswith("%%"):
+                self._index_python(i, cell.source)
+
+    def __repr__(self):
+        return f"<Notebook {self.path.name}: {len(self.cuda_cells)} %%cuda cells, {len(self._stmts)} definitions>"
+
+    # ---- kernels
+    def cuda(self, name: str) -> CudaCell:
+        try:
+            return self.cuda_cells[name]
+        except KeyError:
+            raise LookupError(f"no %%cuda cell with --name {name} in {self.path.name}; it has: "
+                              f"{', '.join(self.cuda_cells) or 'none'}") from None
+
+    def compile(self, name: str, arch: str | None = None, *, debug: bool | None = None, **defines):
+        return self.cuda(name).compile(arch, debug=debug, **defines)
+
+    # ---- Python definitions
+    def _index_python(self, i, source):
+        # Line magics and shell escapes become blank lines, so that line numbers still match the cell.
+        text = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.split("\n"))
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            self._unparsed.append(i)
+            return
+        for j, node in enumerate(tree.body):
+            binds, amends = _targets(node)
+            if binds or amends:
+                self._stmts.append(_Stmt((i, j), node, frozenset(binds), frozenset(amends), frozenset(_reads(node))))
+
+    def names(self) -> list[str]:
+        """Every top-level name a def, class, assignment or import of the notebook binds."""
+        return sorted({n for s in self._stmts for n in s.binds})
+
+    def _binding(self, name, before=None):
+        where = [s for s in self._stmts if name in s.binds]
+        if not where:
+            return None
+        if before is None:
+            return where[-1]
+        earlier = [s for s in where if s.pos < before]
+        return earlier[-1] if earlier else where[0]
+
+    def definitions(self, *names: str, namespace: dict | None = None, **bound) -> dict:
+        """Run the definitions of `names` (and what they need) in a fresh namespace and return it.
+
+        Names given in `namespace` or as keywords are taken as they are, not looked up in the notebook.
+        Each name is the notebook's last binding of it; what a definition reads is the binding in force
+        where that definition stands. Raises LookupError naming what the notebook does not define.
+        """
+        ns = dict(namespace or {})
+        ns.update(bound)
+        given = set(ns) | set(dir(builtins))
+        chosen: dict[tuple, _Stmt] = {}
+        modules: set[str] = set()
+        missing: list[str] = []
+
+        def need(name, before=None, why=None):
+            if name in given:
+                return
+            s = self._binding(name, before)
+            if s is None:
+                if name in self.cuda_cells:
+                    modules.add(name)
+                else:
+                    missing.append(f"{name}" + (f" (read by cell {why[0]})" if why else ""))
+                return
+            take(s)
+
+        def take(s):
+            if s.pos in chosen:
+                return
+            chosen[s.pos] = s
+            for n in sorted(s.reads - s.binds):
+                need(n, s.pos, s.pos)
+            for n in s.binds:        # in-place changes up to the next rebinding: REPS["x"] = ...
+                nxt = [t.pos for t in self._stmts if n in t.binds and t.pos > s.pos]
+                for t in self._stmts:
+                    if n in t.amends and s.pos < t.pos < min(nxt, default=(1 << 30, 0)):
+                        take(t)
+
+        for name in names:
+            if name in self.cuda_cells and self._binding(name) is None:
+                modules.add(name)
+                continue
+            s = self._binding(name)
+            if s is None:
+                missing.append(name)
+            else:
+                take(s)
+        if missing:
+            hint = f" (cells {self._unparsed} are not valid Python and were skipped)" if self._unparsed else ""
+            raise LookupError(f"{self.path.name} defines no {', '.join(dict.fromkeys(missing))} at top level: "
+                              f"give {'it' if len(missing) == 1 else 'them'} as keyword arguments{hint}")
+        for m in sorted(modules):
+            ns[m] = self.compile(m)
+        for s in sorted(chosen.values(), key=lambda s: s.pos):
+            code = compile(ast.Module(body=[s.node], type_ignores=[]), f"{self.path.name}, cell {s.pos[0]}", "exec")
+            exec(code, ns)
+        return ns
+
+
+def _targets(node) -> tuple[set, set]:
+    """Names a top-level statement binds, and names it changes in place."""
+    binds, amends = set(), set()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        binds.add(node.name)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        for a in node.names:
+            if a.name != "*":
+                binds.add(a.asname or a.name.split(".")[0])
+    elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            for leaf in ast.walk(t):
+                if isinstance(leaf, ast.Name) and isinstance(leaf.ctx, ast.Store):
+                    (amends if isinstance(node, ast.AugAssign) else binds).add(leaf.id)
+            root = t
+            while isinstance(root, (ast.Subscript, ast.Attribute)):
+                root = root.value
+            if root is not t and isinstance(root, ast.Name):
+                amends.add(root.id)
+    return binds, amends
+
+
+def _reads(node) -> set:
+    """Module-level names a statement reads, including from inside the functions and classes it defines."""
+    table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
+    out = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+
+    def walk(t):
+        for s in t.get_symbols():
+            if s.is_global() and s.is_referenced():
+                out.add(s.get_name())
+        for c in t.get_children():
+            walk(c)
+    for child in table.get_children():
+        walk(child)
+    return out
