@@ -8,25 +8,17 @@ GPU: the ring, the CCCL pipeline, the lab and the GEMM against float64 reference
 import re
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
 import feedbeast as fb
 from feedbeast import stress
+from feedbeast.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "chapters/03-cp-async.ipynb"
-SOLUTION = ROOT / "solutions/03-cp-async-rowsum.ipynb"
+CHAPTER = load(ROOT / "chapters/03-cp-async.ipynb")
+SOLUTION = load(ROOT / "solutions/03-cp-async-rowsum.ipynb")
 ARCHS = ("sm_80", "sm_90a")
-
-
-def cuda_cell(path: Path, name: str) -> str:
-    """The source of the %%cuda cell named `name` (without the magic line)."""
-    for c in nbformat.read(path, as_version=4).cells:
-        if c.cell_type == "code" and re.match(rf"%%cuda\b.*--name {name}\b", c.source):
-            return c.source.split("\n", 1)[1]
-    raise LookupError(f"no %%cuda --name {name} cell in {path.name}")
 
 
 KERNELS = {   # module name -> (notebook, kernel, stages, SASS that must be there)
@@ -39,8 +31,8 @@ KERNELS = {   # module name -> (notebook, kernel, stages, SASS that must be ther
 
 
 def build(name, arch, stages=None):
-    path, kernel, default, _ = KERNELS[name]
-    return fb.compile(cuda_cell(path, name), arch, defines={"STAGES": stages or default})
+    nb, kernel, default, _ = KERNELS[name]
+    return nb.compile(name, arch, STAGES=stages or default)
 
 
 # ---------------------------------------------------------------- compile, SASS, resources (CPU)
