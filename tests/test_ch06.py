@@ -9,26 +9,22 @@ import pytest
 
 import feedbeast as fb
 from feedbeast import stress
-from feedbeast.magic import cuda_cells
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
+from feedbeast.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "chapters/06-warp-specialization.ipynb"
-SOLUTION = ROOT / "solutions/06-warp-specialized-gemm.ipynb"
+CHAPTER = load(ROOT / "chapters/06-warp-specialization.ipynb")
+SOLUTION = load(ROOT / "solutions/06-warp-specialized-gemm.ipynb")
 SETMAXNREG = ("USETMAXREG.TRY_ALLOC.CTAPOOL", "USETMAXREG.DEALLOC.CTAPOOL")
 
 
 _MODULES = {}
 
 
-def module(name, path=CHAPTER, replace=None, **defines):
-    key = (name, path, replace, tuple(sorted(defines.items())))
+def module(name, nb=CHAPTER, **defines):
+    key = (name, nb.path, tuple(sorted(defines.items())))
     if key not in _MODULES:
-        src, d = cuda_cells(path)[name]
-        if replace:
-            assert replace[0] in src
-            src = src.replace(*replace)
-        _MODULES[key] = fb.compile(src, "sm_90a", defines={**d, **defines})
+        _MODULES[key] = nb.compile(name, "sm_90a", **defines)
     return _MODULES[key]
 
 
@@ -64,14 +60,14 @@ def test_setmaxnreg_entry_count_is_the_block_budget():
 
 
 def test_without_launch_bounds_ptxas_ignores_setmaxnreg_with_C7508():
-    mod = module("coop", replace=("__launch_bounds__(THREADS, 1)", ""))
+    mod = module("coop", LAUNCH_BOUNDS="0")
     lines = [ln for ln in mod.log.splitlines() if "C7508" in ln]
     assert lines and "setmaxnreg" in lines[0] and "ignored" in lines[0], mod.log
     assert not any(op.startswith("USETMAXREG") for op in mod.histogram("gemm_coop"))
 
 
 def test_launch_bounds_without_min_blocks_still_honours_setmaxnreg():
-    mod = module("coop", replace=("__launch_bounds__(THREADS, 1)", "__launch_bounds__(THREADS)"))
+    mod = module("coop", LAUNCH_BOUNDS="1")
     mod.expect_sass(*SETMAXNREG, kernel="gemm_coop")
     assert not any("C7508" in ln for ln in mod.log.splitlines())
 
