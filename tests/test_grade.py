@@ -1,9 +1,16 @@
-"""The grader rejects wrong kernels: bugs planted into the lab 00 solution must fail grading.
+"""The grader runs the lab's own checks against the learner's kernels and reads structured verdicts.
 
-Without a GPU the grader can only catch what compiles or shows in SASS (a compile error, the wrong
-vector width); a bug that only a launch reveals (an off-by-one bound, a missing tail loop) must then
-be reported as skipped, never as passed. With a GPU it must fail.
+- Printed text is never a verdict: a notebook whose check cells print a pass is graded on the solution's
+  check cells, so an unfilled kernel still fails (exit 1) and a solved one gets what it earns.
+- Exit status 0 ok / 1 failed / 2 partial: without a GPU an untouched solution is partial, never ok.
+- A failure's whole reason reaches the report (multi-line SASS messages, a %%cuda flag error).
+- One missing notebook in a batch is reported and the others are graded.
+
+Bugs planted into the lab 00 solution: without a GPU the grader can only catch what compiles or shows in
+SASS; a bug that only a launch reveals must then be reported as skipped, never as passed. With a GPU it
+must fail. Each variant is graded once per session (each grading is a kernel start, a few seconds).
 """
+import json
 import shutil
 from pathlib import Path
 
@@ -15,7 +22,9 @@ from feedbeast import grade as g
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions/00-copy-kernel.ipynb"
 LAB = ROOT / "labs/00-copy-kernel.ipynb"
+LAB03 = ROOT / "labs/03-cp-async-rowsum.ipynb"
 TAIL = "  for (long long i = 4 * n4 + tid; i < n; i += stride) dst[i] = src[i];\n"
+FAKE = 'print("ring3_rowsum rows=37: passed: relative error 0.00e+00 (limit 1e-05)")\nprint("SASS: ok {}")'
 
 # name -> list of (old, new) replacements in the %%cuda cell of the solution.
 BUGS = {
@@ -23,20 +32,37 @@ BUGS = {
     "missing-tail": [(TAIL, "")],
     "vector-width": [("float4", "float2"), ("n / 4", "n / 2"), ("4 * n4", "2 * n4")],
     "compile-error": [("d4[i] = a;", "d4[i] = a_typo;")],
+    "flag-error": [("%%cuda --name lab", "%%cuda --name lab --archh sm_90a")],
 }
-CPU_VISIBLE = ["vector-width", "compile-error"]
+CPU_VISIBLE = ["vector-width", "compile-error", "flag-error"]
 GPU_ONLY = ["off-by-one", "missing-tail"]
 
 
-def planted(tmp: Path, bug: str | None) -> Path:
+def _has_gpu():
+    return g._has_gpu()
+
+
+def planted(tmp: Path, bug: str | None, kernelspec: str | None = None) -> Path:
     nb = nbformat.read(SOLUTION, as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%cuda"))
     for old, new in BUGS.get(bug, []):
         assert old in cell.source, f"the solution changed: {old!r} not found; update BUGS"
         cell.source = cell.source.replace(old, new)
+    if kernelspec:
+        nb.metadata["kernelspec"] = {"name": kernelspec, "display_name": kernelspec, "language": "python"}
     path = tmp / f"00-{bug or 'solution'}.ipynb"
     nbformat.write(nb, path)
     return path
+
+
+def fake_checks(src: Path, dst: Path) -> Path:
+    """The notebook with its check cells replaced by one that prints passes."""
+    nb = nbformat.read(src, as_version=4)
+    start = next(i for i, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
+    end = next(i for i, c in enumerate(nb.cells) if i > start and g._heading(c) and not g._is_check(g._heading(c)))
+    nb.cells = nb.cells[:start + 1] + [nbformat.v4.new_code_cell(FAKE)] + nb.cells[end:]
+    nbformat.write(nb, dst)
+    return dst
 
 
 _cache: dict = {}
@@ -49,30 +75,68 @@ def graded(tmp_path_factory):
 
     def get(bug):
         if bug not in _cache:
-            path = LAB if bug == "lab" else planted(tmp, bug)
+            if bug == "lab":
+                path = LAB
+            elif bug == "untouched":
+                path = planted(tmp, None, kernelspec="feedbeast")   # a kernelspec this machine may lack
+            elif bug == "print-lab03":
+                path = fake_checks(LAB03, tmp / "03-printed.ipynb")
+            elif bug == "print-solution":
+                path = fake_checks(SOLUTION, tmp / "00-printed.ipynb")
+            else:
+                path = planted(tmp, bug)
             _cache[bug] = g.grade(path, timeout=300)
         return _cache[bug]
     return get
 
 
-def test_untouched_solution_passes_grading(graded):
-    rep = graded(None)
-    assert rep.ok, str(rep)
-    assert any(o.name == "SASS" for o in rep.passed), str(rep)
-    from feedbeast import gpu
-    if gpu() is None:
-        assert any(o.name == "launch copy_x2" for o in rep.skipped), str(rep)
+# ---- exit status ------------------------------------------------------------------------------------------
 
+def test_untouched_solution_is_partial_without_a_gpu_and_ok_with_one(graded):
+    rep = graded("untouched")
+    assert not rep.failed, str(rep)
+    assert any(o.name.startswith("SASS of kernel copy_x2") for o in rep.passed), str(rep)
+    if _has_gpu():
+        assert rep.status == "ok" and rep.exit_code == 0, str(rep)
+        assert any(o.name.startswith("copy_x2 n=") for o in rep.passed), str(rep)
+    else:
+        # compiled and SASS-checked, correctness not run: never ok
+        assert rep.status == "partial" and rep.exit_code == 2 and not rep.ok, str(rep)
+        assert any(o.name == "launch copy_x2" for o in rep.skipped), str(rep)
+        assert not any(o.name.startswith("copy_x2") for o in rep.passed), str(rep)
+
+
+def test_printed_passes_are_not_verdicts(graded):
+    """The issue's notebook: lab 03 as given, its check cells replaced by a printed pass -> exit 1."""
+    rep = graded("print-lab03")
+    assert rep.status == "failed" and rep.exit_code == 1, str(rep)
+    assert not any("rows=37" in o.name for o in rep.outcomes), str(rep)
+    assert any("LDGSTS" in o.message for o in rep.failed), str(rep)   # the lab's own SASS check ran
+
+
+def test_a_solved_kernel_with_printed_checks_gets_only_what_the_real_checks_give(graded):
+    rep, real = graded("print-solution"), graded("untouched")
+    assert rep.status == real.status and rep.exit_code == real.exit_code, f"{rep}\n---\n{real}"
+    assert sorted((o.status, o.name) for o in rep.outcomes) == sorted((o.status, o.name) for o in real.outcomes)
+    assert not any(o.name in ("ring3_rowsum rows=37", "SASS") for o in rep.passed), str(rep)
+
+
+def test_the_unfilled_lab_fails_grading(graded):
+    rep = graded("lab")
+    assert rep.status == "failed" and rep.failed, str(rep)
+
+
+# ---- planted bugs -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bug", CPU_VISIBLE)
 def test_grading_fails_on_a_bug_visible_without_a_gpu(graded, bug):
     rep = graded(bug)
-    assert not rep.ok and rep.failed, str(rep)
+    assert rep.status == "failed" and rep.exit_code == 1 and rep.failed, str(rep)
 
 
-def test_vector_width_bug_names_the_missing_instruction(graded):
+def test_vector_width_bug_names_the_missing_instruction_in_full(graded):
     msg = "\n".join(o.message for o in graded("vector-width").failed)
-    assert "SassMismatch" in msg and "LDG.E.128" in msg
+    assert "LDG.E.128" in msg and "most frequent instructions" in msg, msg   # all lines of the reason
 
 
 def test_compile_error_is_reported_as_a_failure(graded):
@@ -80,51 +144,106 @@ def test_compile_error_is_reported_as_a_failure(graded):
     assert any("CompileError" in o.message and "a_typo" in o.message for o in rep.failed), str(rep)
 
 
+def test_a_cuda_flag_error_names_the_flag(graded):
+    rep = graded("flag-error")
+    text = str(rep)
+    assert "--archh" in text and "unrecognized arguments" in text, text
+
+
 @pytest.mark.parametrize("bug", GPU_ONLY)
 def test_grading_fails_on_a_launch_bug_on_gpu(graded, bug, anygpu):
     rep = graded(bug)
-    assert not rep.ok, str(rep)
-    assert any("copy_x2 n=" in o.name or "CheckFailed" in o.message for o in rep.failed), str(rep)
+    assert rep.status == "failed", str(rep)
+    assert any(o.name.startswith("copy_x2 n=") or "CheckFailed" in o.message for o in rep.failed), str(rep)
 
 
 @pytest.mark.parametrize("bug", GPU_ONLY)
 def test_launch_bug_without_a_gpu_is_skipped_not_passed(graded, bug):
-    from feedbeast import gpu
-    if gpu() is not None:
+    if _has_gpu():
         pytest.skip("a GPU is here: test_grading_fails_on_a_launch_bug_on_gpu covers this bug")
     rep = graded(bug)
-    assert not rep.failed, str(rep)
+    assert not rep.failed and rep.status == "partial", str(rep)
     assert not any(o.name.startswith("copy_x2") for o in rep.passed), "a correctness check cannot pass with no launch"
     assert any(o.name == "launch copy_x2" for o in rep.skipped), str(rep)
 
 
-def test_the_unfilled_lab_fails_grading(graded):
-    rep = graded("lab")
-    assert not rep.ok and rep.failed, str(rep)
+# ---- batches, JSON, hazards (a tiny lab with its own solutions folder: no compile) -----------------------
+
+def _tiny(tmp: Path, check_cells: list[str], learner: str = "x = 41") -> tuple[Path, Path]:
+    sols, labs = tmp / "solutions", tmp / "labs"
+    sols.mkdir(exist_ok=True)
+    labs.mkdir(exist_ok=True)
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    sol = nbformat.v4.new_notebook(cells=[md("# Lab 05 · tiny"), code("x = 42"), md("## Check"),
+                                          *[code(s) for s in check_cells], md("## Measure"),
+                                          code("raise RuntimeError('Measure is not graded')")])
+    nbformat.write(sol, sols / "05-tiny.ipynb")
+    lab = nbformat.v4.new_notebook(cells=[md("# Lab 05 · tiny"), code(learner), md("## Check"),
+                                          code('print("x: passed")')])
+    nbformat.write(lab, labs / "05-renamed.ipynb")     # matched by its 05- prefix
+    return sols, labs / "05-renamed.ipynb"
 
 
-# ---- the parser alone (no kernel) ------------------------------------------------------------------
+TINY_CHECKS = [
+    "import os\nfrom feedbeast import verdicts\n"
+    "verdicts.passed('hazard build', os.environ.get('FEEDBEAST_HAZARDS', 'off'))\n"
+    "assert x == 42, f'x is {x}, expected 42\\n(second line of the reason)'",
+    "class HazardFound(Exception):\n    pass\n"
+    "if os.environ.get('FEEDBEAST_HAZARDS') == '1':\n"
+    "    raise HazardFound('release-before-wgmma-retired: block 0 thread 128 stage 1 phase 0')",
+]
 
-def test_parse_text_reads_every_kind_of_check_line():
-    text = ("compiled for sm_90a: k (10 regs)\n"
-            "copy n=3: passed: relative error 0.00e+00 (limit 1e-05)\n"
-            "copy n=5: FAILED: relative error inf (limit 1e-05)\n"
-            "SASS: {'LDG.E.128': 2}\n"
-            "model: ok, 94608 states explored\n"
-            "SASS: ok {'UBLKCP': 1}\n"
-            "skipped: launch k: needs sm_90a, this machine has none\n"
-            "skipped: needs a GPU, this machine has none\n")
-    got = [(o.status, o.name) for o in g.parse_text(text)]
-    assert got == [("passed", "copy n=3"), ("failed", "copy n=5"), ("passed", "SASS"),
-                   ("passed", "model"), ("passed", "SASS"), ("skipped", "launch k"), ("skipped", "(unnamed step)")]
+
+def test_batch_json_reports_a_missing_notebook_and_grades_the_others(tmp_path, capsys):
+    sols, lab = _tiny(tmp_path, TINY_CHECKS[:1], learner="x = 42")
+    code = g.main(["--json", "--learner", "ada", "--solutions", str(sols), "--hazards", "off",
+                   str(tmp_path / "labs/04-missing.ipynb"), str(lab)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["exit"] == 1 and doc["learner"] == "ada"
+    missing, tiny = doc["labs"]
+    assert missing["status"] == "failed" and "cannot read" in missing["checks"][0]["message"]
+    assert tiny["status"] == "ok" and tiny["exit"] == 0, tiny
+    assert [(c["status"], c["name"], c["message"]) for c in tiny["checks"]] == [("passed", "hazard build", "off")]
+
+
+def test_hazards_env_and_hazardfound_is_a_failed_check_naming_the_rule(tmp_path):
+    sols, lab = _tiny(tmp_path, TINY_CHECKS, learner="x = 7")
+    rep = g.grade(lab, solutions=sols, hazards=True, timeout=60)
+    assert rep.status == "failed", str(rep)
+    assert ("passed", "hazard build", "1") in [(o.status, o.name, o.message) for o in rep.outcomes], str(rep)
+    text = str(rep)
+    assert "HazardFound: release-before-wgmma-retired" in text and "notebook broke" not in text.split("HazardFound")[1]
+    assert "x is 7, expected 42" in text and "(second line of the reason)" in text, text
+    assert "Measure is not graded" not in text and "x: passed" not in text
+
+
+# ---- the contract alone (no kernel) -------------------------------------------------------------------------
+
+def test_sections_follow_the_headings():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[md("# Lab"), code("a"), md("## Your kernel"), code("b"),
+                                         md("## Check: correctness"), code("c"), md("### detail"), code("d"),
+                                         md("## Check: the machine code"), code("e"), md("## Measure"),
+                                         code("f")])
+    assert [c.source for c in g.learner_part(nb) if c.cell_type == "code"] == ["a", "b"]
+    assert [c.source for c in g.check_part(nb)] == ["c", "d", "e"]
+    nb.cells = [c for c in nb.cells if not c.source.startswith("## Check")]
+    assert [c.source for c in g.learner_part(nb) if c.cell_type == "code"] == ["a", "b", "c", "d", "e"]
+
+
+def test_every_shipped_solution_has_check_cells_and_matches_its_lab():
+    for sol in sorted((ROOT / "solutions").glob("*.ipynb")):
+        assert g.check_part(nbformat.read(sol, as_version=4)), f"{sol.name}: no code cell under '## Check'"
+        assert g.find_solution(ROOT / "labs" / sol.name) == ROOT / "solutions" / sol.name
 
 
 def test_a_notebook_with_no_check_is_not_ok():
-    assert not g.Report("x.ipynb", []).ok
+    assert g.Report("x.ipynb", []).status == "failed"
+    assert g.Report("x.ipynb", [g.Outcome("skipped", "launch k", "needs sm_90a")]).exit_code == 2
+    assert g.worst([0, 2, 0]) == 2 and g.worst([2, 1]) == 1 and g.worst([0]) == 0
 
 
 def test_cli_expands_quoted_globs(tmp_path):
     shutil.copy(SOLUTION, tmp_path / "00-a.ipynb")
     assert g.expand([str(tmp_path / "00-*.ipynb")]) == [tmp_path / "00-a.ipynb"]
-    with pytest.raises(SystemExit):
-        g.expand([str(tmp_path / "99-*.ipynb")])
+    assert g.expand([str(tmp_path / "99-*.ipynb")]) == [tmp_path / "99-*.ipynb"]   # graded as missing
