@@ -1,0 +1,187 @@
+// Attention forward on Hopper (sm_90a), chapter 09: the pieces every rung of the ladder shares.
+//
+//  - wgmma shapes the two GEMMs of attention need: S = Q K^T with both operands K-major in shared memory
+//    (m64n64k16, m64n128k16), and O += P V with P in registers (the softmax output never touches shared
+//    memory) and V read "MN-major", transposed by the instruction (imm-trans-b = 1);
+//  - the descriptor of an MN-major tile with the 128-byte swizzle;
+//  - the online-softmax bookkeeping of one thread's two rows of a 64 x N wgmma accumulator.
+//
+// PTX ISA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (wgmma.mma_async,
+// "Register Fragments and Shared Memory Matrix Layouts", "Matrix Descriptor Format").
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda/std/cstdint>
+#include <cuda/std/limits>
+#include <fb/wgmma.cuh>
+
+namespace fb {
+namespace attention {
+using u32 = cuda::std::uint32_t;
+using u64 = cuda::std::uint64_t;
+constexpr float NEG_INF = -cuda::std::numeric_limits<float>::infinity();
+
+// ---- descriptors --------------------------------------------------------------------------------
+// An MN-major tile with the 128-byte swizzle, as a TMA load with swizzle=128 lays out rows of 64 bf16:
+// along N, 64 contiguous elements (one 128-byte row); along K, rows 128 B apart in 8-row atoms of 1024 B.
+//   SBO (bits 32-45): bytes from one 8-row group of K to the next (1024 when the rows are packed);
+//   LBO (bits 16-29): bytes from one 64-wide block of N to the next (here: the next 64-column panel).
+__device__ inline u64 descriptor_mn_major_sw128(const void* tile, u32 lbo_bytes, u32 sbo_bytes) {
+  const u64 addr = static_cast<u64>(__cvta_generic_to_shared(tile));
+  return fb::wgmma::descriptor_field(addr) | (fb::wgmma::descriptor_field(lbo_bytes) << 16) |
+         (fb::wgmma::descriptor_field(sbo_bytes) << 32) | (1ull << 62);
+}
+
+// D(64x64, fp32) (+)= A(64x16) * B(16x64), both bf16 K-major in shared memory (128-byte swizzle).
+__device__ inline void mma_ss_m64n64k16_bf16(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// D(64x128, fp32) (+)= A(64x16) * B(16x128), both bf16 K-major in shared memory (128-byte swizzle).
+__device__ inline void mma_ss_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// D(64x64, fp32) (+)= A(64x16, bf16, in registers) * B(16x64, bf16, shared memory, N-contiguous rows:
+// "MN-major", transposed by the instruction: imm-trans-b = 1). A is the m16n8k16-style fragment of the
+// warp's 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
+__device__ inline void mma_rs_m64n64k16_bf16_tb(float (&d)[32], const cuda::std::uint32_t (&a)[4], u64 desc_b,
+                                                 int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+// D(64x128, fp32) (+)= A(64x16, bf16, in registers) * B(16x128, bf16, shared memory, N-contiguous rows:
+// "MN-major", transposed by the instruction: imm-trans-b = 1). A is the m16n8k16-style fragment of the
+// warp's 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
+__device__ inline void mma_rs_m64n128k16_bf16_tb(float (&d)[64], const cuda::std::uint32_t (&a)[4], u64 desc_b,
+                                                 int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+// ---- softmax helpers -------------------------------------------------------------------------------
+// Two bf16 in one register, the first in the low half (the lower column index of a fragment pair).
+__device__ inline u32 pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<u32*>(&v);
+}
+// The four threads of a quad (lanes 4g .. 4g+3) hold one row's columns between them.
+__device__ inline float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ inline float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// One thread's share of the online softmax for a 64 x N accumulator tile (wgmma D fragment, or eight
+// mma.sync m16n8 tiles side by side: the same layout). The thread holds rows r0 = 16 warp + g and
+// r0 + 8; register i is row r0 + 8 ((i % 4) / 2), column 8 (i / 4) + 2 (i % 4 ... see accumulator_row_col).
+// Scores are kept in log2 units: x = s * scale * log2(e), so exp becomes exp2 (one MUFU.EX2).
+template <int N>
+struct OnlineSoftmax {
+  static constexpr int R = N / 2;          // accumulator registers per thread
+  float m[2] = {NEG_INF, NEG_INF};     // running maximum of each row (log2 units)
+  float l[2] = {0.f, 0.f};                 // this thread's part of each row's running sum
+
+  // Scale and mask the raw scores s (tile columns n0..n0+N-1, rows row0 and row0 + 8), fold them into
+  // the running maximum, replace s by p = exp2(x - m) and return the factor alpha[r] that rescales what
+  // was accumulated before. Columns >= kv_len, and with `causal` columns > row, are masked.
+  __device__ inline void step(float (&s)[R], float (&alpha)[2], int row0, int n0, int kv_len, float scale_log2,
+                              bool causal, int t) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int row = row0 + 8 * ((i % 4) / 2), col = n0 + 8 * (i / 4) + 2 * t + (i % 2);
+      const bool keep = col < kv_len && !(causal && col > row);
+      s[i] = keep ? s[i] * scale_log2 : NEG_INF;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if ((i % 4) / 2 == r) mx = fmaxf(mx, s[i]);
+      mx = quad_max(mx);
+      const float base = mx == NEG_INF ? 0.f : mx;   // a row with nothing unmasked yet
+      alpha[r] = exp2f(m[r] - base);                   // exp2(-inf) = 0 on the first tile
+      m[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if ((i % 4) / 2 == r) {
+          s[i] = exp2f(s[i] - base);
+          sum += s[i];
+        }
+      l[r] = l[r] * alpha[r] + sum;
+    }
+  }
+
+  // Natural-log log-sum-exp of each row, after the last tile (needs the whole row's sum).
+  __device__ inline void finish(float (&inv_l)[2], float (&lse)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float total = quad_sum(l[r]);
+      inv_l[r] = total > 0.f ? __frcp_rn(total) : 0.f;
+      lse[r] = total > 0.f ? (m[r] + __log2f(total)) * 0.69314718055994531f : NEG_INF;
+    }
+  }
+};
+
+// Multiply accumulator registers (same fragment layout, D/2 of them) row by row.
+template <int R>
+__device__ inline void scale_rows(float (&o)[R], const float (&f)[2]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) o[i] *= f[(i % 4) / 2];
+}
+
+// P (the softmax numerator, fp32 accumulator layout) as bf16 A fragments for the k16 steps of O += P V:
+// step j takes columns 16j .. 16j+15, i.e. accumulator registers 8j .. 8j+7, with no data movement.
+template <int R>
+__device__ inline void p_fragments(const float (&p)[R], u32 (&a)[R / 8][4]) {
+#pragma unroll
+  for (int j = 0; j < R / 8; ++j) {
+    a[j][0] = pack_bf16(p[8 * j + 0], p[8 * j + 1]);
+    a[j][1] = pack_bf16(p[8 * j + 2], p[8 * j + 3]);
+    a[j][2] = pack_bf16(p[8 * j + 4], p[8 * j + 5]);
+    a[j][3] = pack_bf16(p[8 * j + 6], p[8 * j + 7]);
+  }
+}
+
+// Epilogue: O rows (bf16) and the log-sum-exp of each row, for rows < q_len. `o` holds D/2 registers of a
+// 64 x D accumulator (row0 = this thread's first row in the sequence); O points at row 0 of this head.
+template <int D>
+__device__ inline void store_rows(const float (&o)[D / 2], const float (&inv_l)[2], const float (&lse)[2],
+                                  __nv_bfloat16* O, float* lse_out, int row0, int q_len, int t) {
+#pragma unroll
+  for (int i = 0; i < D / 2; i += 2) {
+    const int r = (i % 4) / 2, row = row0 + 8 * r, col = 8 * (i / 4) + 2 * t;
+    if (row < q_len)
+      *reinterpret_cast<__nv_bfloat162*>(O + static_cast<size_t>(row) * D + col) =
+          __floats2bfloat162_rn(o[i] * inv_l[r], o[i + 1] * inv_l[r]);
+  }
+  if (t == 0) {
+    if (row0 < q_len) lse_out[row0] = lse[0];
+    if (row0 + 8 < q_len) lse_out[row0 + 8] = lse[1];
+  }
+}
+}  // namespace attention
+}  // namespace fb
