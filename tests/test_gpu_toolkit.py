@@ -210,3 +210,96 @@ def test_isolated_returns_output_and_passes_values():
 def test_a_tensor_map_keeps_its_array_alive(gpu90):
     tm = fb.tensor_map(fb.to_device(fb.random((64, 32), seed=0)), (32, 32))
     assert tm.array is not None and tm.array.on_gpu
+
+
+# ---- checks that run before any skip, on every machine ---------------------------------------------
+LAUNCH_CHECKS = r"""
+struct alignas(64) TensorMap { unsigned long long v[16]; };
+extern "C" __global__ void takes(float* y, const float* x, float a, int n) { if (n) y[0] = a * x[0]; }
+extern "C" __global__ void with_map(const __grid_constant__ TensorMap t, float* y) { y[0] = float(t.v[2]); }
+extern "C" __global__ void __launch_bounds__(256, 1) bounded(float* y) { y[threadIdx.x] = 1.f; }
+extern "C" __global__ void static_smem(float* y) {
+  __shared__ float s[12 * 1024];
+  s[threadIdx.x] = 1.f; __syncthreads(); y[threadIdx.x] = s[(threadIdx.x + 1) % 256];
+}
+"""
+
+
+def test_parameters_come_from_the_cubin_without_a_gpu():
+    mod = fb.compile(LAUNCH_CHECKS, "sm_90a")
+    assert [size for _, size in mod.takes.params] == [8, 8, 4, 4]
+    assert [size for _, size in mod.with_map.params] == [128, 8]
+    from feedbeast.compile import kernel_max_threads
+    assert kernel_max_threads(mod.cubin, "bounded") == 256 and kernel_max_threads(mod.cubin, "takes") is None
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, y: m.takes.launch(1, 32, y, y, 1.0), "takes 4 arguments, got 3"),
+    (lambda m, y: m.takes.launch(1, 32, y, y, 1.0, 4, 5), "takes 4 arguments, got 5"),
+    (lambda m, y: m.takes.launch(1, 32, y, np.ones(4, np.float32), 1.0, 4), "numpy array lives in host"),
+    (lambda m, y: m.takes.launch(1, 32, y, y, 1.0, 2**40), "does not fit a 4-byte"),
+    (lambda m, y: m.takes.launch(1, 32, y, y, "a", 4), "cannot pass a str"),
+    (lambda m, y: m.takes.launch(1, 32, 7, y, 1.0, 4), None),       # an int for a pointer is legal (an address)
+    (lambda m, y: m.takes.launch(1, 32, y, y, np.float64(1.0), 4), "float64 is 8 B but the parameter is 4 B"),
+    (lambda m, y: m.takes.launch(1, 2048, y, y, 1.0, 4), "at most 1024"),
+    (lambda m, y: m.takes.launch(1, (1, 1, 65), y, y, 1.0, 4), "dimension z is 65"),
+    (lambda m, y: m.takes.launch((1, 70000), 32, y, y, 1.0, 4), "dimension y is 70000"),
+    (lambda m, y: m.takes.launch(0, 32, y, y, 1.0, 4), "positive integer sizes"),
+    (lambda m, y: m.takes.launch(1.5, 32, y, y, 1.0, 4), "positive integer sizes"),
+    (lambda m, y: m.bounded.launch(1, 512, y), "at most 256 \\(its __launch_bounds__\\)"),
+    (lambda m, y: m.takes.launch(1, 32, y, y, 1.0, 4, shared=228 * 1024), "allows 232448 B per block"),
+    (lambda m, y: m.static_smem.launch(1, 256, y, shared=180 * 1024), "49152 B static"),
+    (lambda m, y: m.takes.launch(7, 32, y, y, 1.0, 4, cluster=2), "not a multiple of cluster"),
+    (lambda m, y: m.takes.launch(16, 32, y, y, 1.0, 4, cluster=16), "portable cluster size"),
+    (lambda m, y: m.takes.launch(1, 32, y, y, 1.0, 4, shared=-1), "shared=-1"),
+    (lambda m, y: m.with_map.launch(1, 32, y, y), "a device array is a pointer \\(8 B\\) but the parameter is 128 B"),
+])
+def test_launch_arguments_are_checked_before_the_skip(call, message):
+    mod = fb.compile(LAUNCH_CHECKS, "sm_90a")
+    y = fb.empty(256)   # a placeholder with no GPU: a launch that passes every check is skipped there
+    if message is None:
+        r = call(mod, y) if fb.needs("sm_90a") is not None else None
+        assert r is None or isinstance(r, fb.Skipped)
+        return
+    with pytest.raises(fb.LaunchError, match=message):
+        call(mod, y)
+
+
+def test_clusters_need_sm90():
+    mod = fb.compile(LAUNCH_CHECKS, "sm_80")
+    with pytest.raises(fb.LaunchError, match="clusters need sm_90"):
+        mod.takes.launch(2, 32, fb.empty(4), fb.empty(4), 1.0, 4, cluster=2)
+    with pytest.raises(fb.LaunchError, match="allows 166912 B per block"):
+        mod.takes.launch(1, 32, fb.empty(4), fb.empty(4), 1.0, 4, shared=170 * 1024)
+
+
+HEAVY = r"""
+extern "C" __global__ void heavy(float* o, const float* x, int n) {
+  float a[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) a[i] = x[threadIdx.x + i * n];
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < 32; ++j)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s += a[i] * a[(i + j) % 32];
+  o[threadIdx.x] = s;
+}
+"""
+
+
+def test_options_reach_nvrtc():
+    free = fb.compile(HEAVY, "sm_90a").resources["heavy"]
+    capped = fb.compile(HEAVY, "sm_90a", options=["--maxrregcount=16"]).resources["heavy"]
+    print(f"registers: {free.registers} free, {capped.registers} with --maxrregcount=16 ({capped.spills} B spilled)")
+    assert capped.registers < free.registers and capped.registers <= 24   # ptxas's floor on sm_90 is 24
+    assert capped.spills > 0
+    same = fb.compile(HEAVY, "sm_90a", options="--maxrregcount=16").resources["heavy"]   # one string, split
+    assert same == capped
+
+
+def test_an_unknown_option_is_a_compile_error():
+    with pytest.raises(fb.CompileError, match="refused an option.*--bogus-flag"):
+        fb.compile(HEAVY, "sm_90a", options=["--bogus-flag"])
+    with pytest.raises(fb.CompileError, match="as strings"):
+        fb.compile(HEAVY, "sm_90a", options=[16])

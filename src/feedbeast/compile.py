@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import os
 import re
 import struct
@@ -92,13 +91,22 @@ def parse_ptxas_log(log: str) -> dict[str, Resources]:
     return out
 
 
-def kernel_names(cubin: bytes) -> list[str]:
-    """Entry functions (kernels) in a cubin, read from its ELF symbol table."""
+def _elf_sections(cubin: bytes):
+    """(name, bytes) of every section of a cubin (an ELF64 image)."""
     if cubin[:4] != b"\x7fELF":
         raise FeedbeastError("not a cubin (ELF) image")
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names = sections[shstrndx]
+    for sh in sections:
+        start = names[4] + sh[0]
+        yield cubin[start:cubin.index(b"\0", start)].decode(), sh, cubin[sh[4]:sh[4] + sh[5]]
+
+
+def kernel_names(cubin: bytes) -> list[str]:
+    """Entry functions (kernels) in a cubin, read from its ELF symbol table."""
+    sections = [sh for _, sh, _ in _elf_sections(cubin)]
     names = []
     for sh in sections:
         if sh[1] != 2:   # SHT_SYMTAB
@@ -110,6 +118,48 @@ def kernel_names(cubin: bytes) -> list[str]:
                 end = cubin.index(b"\0", strtab[4] + st_name)
                 names.append(cubin[strtab[4] + st_name:end].decode())
     return names
+
+
+# A kernel's section `.nv.info.<name>` is a list of attributes, each a format byte, an attribute byte and
+# either a 2-byte value or a 2-byte length and that many bytes (`cuobjdump -elf` prints them by name).
+_EIFMT_SVAL, _EIATTR_KPARAM_INFO, _EIATTR_MAX_THREADS = 0x04, 0x17, 0x05
+
+
+def _nv_info(cubin: bytes, kernel: str):
+    for name, _, data in _elf_sections(cubin):
+        if name == f".nv.info.{kernel}":
+            p = 0
+            while p + 4 <= len(data):
+                fmt, attr = data[p], data[p + 1]
+                if fmt == _EIFMT_SVAL:
+                    n, = struct.unpack_from("<H", data, p + 2)
+                    yield attr, data[p + 4:p + 4 + n]
+                    p += 4 + n
+                else:
+                    yield attr, data[p + 2:p + 4]
+                    p += 4
+            return
+    raise FeedbeastError(f"no kernel named {kernel!r} in this cubin")
+
+
+def kernel_params(cubin: bytes, kernel: str) -> list[tuple[int, int]]:
+    """(offset, size) in bytes of each parameter of `kernel`, in declaration order, from the cubin
+    (EIATTR_KPARAM_INFO: ordinal, offset, and the size in bits 18-31 of its last word). No driver needed."""
+    params = {}
+    for attr, val in _nv_info(cubin, kernel):
+        if attr == _EIATTR_KPARAM_INFO and len(val) >= 12:
+            _index, ordinal, offset, flags = struct.unpack_from("<IHHI", val)
+            params[ordinal] = (offset, (flags >> 18) & 0x3FFF)
+    return [params[i] for i in sorted(params)]
+
+
+def kernel_max_threads(cubin: bytes, kernel: str) -> int | None:
+    """The thread limit of `kernel`'s __launch_bounds__ (EIATTR_MAX_THREADS: x, y, z), or None."""
+    for attr, val in _nv_info(cubin, kernel):
+        if attr == _EIATTR_MAX_THREADS and len(val) >= 12:
+            x, y, z = struct.unpack_from("<III", val)
+            return x * y * z
+    return None
 
 
 _DIAG = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)\s*:?\s*(?P<msg>.*)$",
@@ -220,9 +270,10 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     defines: -D macros; debug: defines FB_DEBUG=1 (bounded barrier waits that report, see
     include/fb/debug.cuh); options: extra NVRTC flags. Raises CompileError showing the failing lines.
     """
-    from cuda.core import Program, ProgramOptions
+    from cuda.core import ProgramOptions
     arch = arch or current_arch() or DEFAULT_ARCH
     parse_arch(arch)
+    options = _options(options)
     defs = dict(defines or {})
     if debug:
         defs.setdefault("FB_DEBUG", 1)
@@ -249,16 +300,20 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     opts = ProgramOptions(arch=arch, std="c++17", include_path=include_path(), ptxas_options=["-v"],
                           define_macro=define_flags or None, name=name, lineinfo=True,
                           no_cache=True if nvrtc_version() >= (12, 9) else None)
-    logbuf = io.StringIO()
-    try:
-        prog = Program(source, "c++", opts)
-        obj = prog.compile("cubin", logs=logbuf)
-    except Exception as e:   # cuda.core raises with the NVRTC log in the message
-        log = (logbuf.getvalue() + "\n" + str(e)).strip()
+    # `options` go to NVRTC as given, after ours (a later flag wins, e.g. --maxrregcount=N). NVRTC itself
+    # judges them: an option it does not know is NVRTC_ERROR_INVALID_OPTION (NVRTC User Guide,
+    # "Supported Compile Options").
+    flags = [o for o in opts.as_bytes("nvrtc")] + [o.encode() for o in options]
+    obj_code, log = _nvrtc(source, name, flags)
+    if obj_code is None and log.endswith("(NVRTC_ERROR_INVALID_OPTION)"):
+        raise CompileError(f"NVRTC refused an option of options={list(options)!r}: {log}. NVRTC accepts the "
+                           "flags of the NVRTC User Guide, 'Supported Compile Options' (e.g. --maxrregcount=64, "
+                           "-DNAME=1, --use_fast_math)", log)
+    if obj_code is None:
         msg, diags = _format_diagnostics(source, log, name)
-        raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{msg}", log, diags) from None
-    log = logbuf.getvalue().replace("\x00", "")
-    mod = Module(source, arch, bytes(obj.code), log, tuple(options), defines=dict(defines or {}), name=name,
+        raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{msg}", log, diags)
+    log = log.replace("\x00", "")
+    mod = Module(source, arch, obj_code, log, tuple(options), defines=dict(defines or {}), name=name,
                  debug=debug)
     if not set(mod.kernel_names) <= set(mod.resources):
         import warnings
@@ -273,6 +328,50 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
             tmp.write_bytes(data)
             tmp.replace(path)
     return mod
+
+
+def _options(options) -> tuple:
+    """NVRTC flags as a tuple of strings; one string is split like a shell line."""
+    import shlex
+    if isinstance(options, str):
+        options = shlex.split(options)
+    options = tuple(options or ())
+    for o in options:
+        if not isinstance(o, str):
+            raise CompileError(f"options={options!r}: give NVRTC flags as strings, e.g. ['--maxrregcount=64']")
+    return options
+
+
+def _nvrtc(source: str, name: str, flags: list[bytes]) -> tuple[bytes | None, str]:
+    """One NVRTC compilation: (cubin, log), or (None, log) when it failed. An option NVRTC does not
+    accept is reported in the log with the option named."""
+    from cuda.bindings import nvrtc
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return None, f"nvrtcCreateProgram failed: {err.name}"
+    try:
+        err, = nvrtc.nvrtcCompileProgram(prog, len(flags), flags)
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        buf = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.decode(errors="replace").rstrip("\x00")
+        if err == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
+            return None, f"{log.strip() or err.name} (NVRTC_ERROR_INVALID_OPTION)"
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return None, log or err.name
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        _check_nvrtc(nvrtc.nvrtcGetCUBIN(prog, cubin))
+        return cubin, log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _check_nvrtc(result):
+    from cuda.bindings import nvrtc
+    err = result[0]
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"NVRTC failed: {err.name}")
 
 
 _HEADERS_DIGEST = None

@@ -6,6 +6,11 @@ Arguments are packed by the kernel's own parameter layout (read from the driver)
 into an `int` as 4 bytes and into a `size_t` as 8; device arrays (ours, Numba's, CuPy's, PyTorch's)
 become pointers; a TensorMap goes in by value. A kernel built for an arch this GPU cannot run, or a
 machine with no GPU, gives a `Skipped` instead of a launch.
+
+Every argument is checked first, on any machine, against the kernel's parameter list (read from the
+cubin, so no driver is needed) and against the limits of the hardware; only then can a launch be
+skipped. Each limit below names its source: the CUDA C++ Programming Guide ("Compute Capabilities",
+"Thread Block Clusters") or the CUDA Driver API (cuLaunchKernelEx, cuFuncSetAttribute).
 """
 from __future__ import annotations
 
@@ -14,74 +19,76 @@ import struct
 
 import numpy as np
 
-from . import device as _device
-from .device import _check, gpu, runs_on
-from .errors import BarrierTimeout, KernelFault, LaunchError
+from .device import _check, gpu
+from .errors import LaunchError
+# The GPU's state after a failure and the debug report channel live in memory.py (launch needs memory,
+# memory never needs launch); the names stay importable from here.
+from .memory import (LOST_HINT, DeviceArray, debug_channel, ensure_usable,  # noqa: F401
+                     raise_pending_debug_report)
 from .skip import Skipped, needs
 
 
 def _dim3(v, what):
-    t = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
-    if not 1 <= len(t) <= 3 or any(int(x) < 1 for x in t):
-        raise LaunchError(f"{what} {v!r}: give 1 to 3 positive sizes, e.g. (blocks_x, blocks_y)")
+    t = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if not 1 <= len(t) <= 3 or any(not isinstance(x, (int, np.integer)) or int(x) < 1 for x in t):
+        raise LaunchError(f"{what} {v!r}: give 1 to 3 positive integer sizes, e.g. (blocks_x, blocks_y)")
     return tuple(int(x) for x in t) + (1,) * (3 - len(t))
 
 
-class _DebugChannel:
-    """Host-mapped memory a debug kernel writes its time-out report into (see include/fb/debug.cuh)."""
-    SIZE = 128
-    MAGIC = 0xFEEDBEA5
-
-    def __init__(self):
-        from cuda.bindings import driver
-        self.host = int(_check(driver.cuMemHostAlloc(self.SIZE, driver.CU_MEMHOSTALLOC_DEVICEMAP)))
-        self.device = int(_check(driver.cuMemHostGetDevicePointer(self.host, 0)))
-        ctypes.memset(self.host, 0, self.SIZE)
-
-    def take(self):
-        raw = ctypes.string_at(self.host, self.SIZE)
-        magic, bx, by, bz, thread, stage, parity, _pad, waited = struct.unpack_from("<IiiiiiiIQ", raw)
-        if magic != self.MAGIC:
-            return None
-        what = raw[40:88].split(b"\0")[0].decode(errors="replace")
-        ctypes.memset(self.host, 0, self.SIZE)
-        return (f"block ({bx},{by},{bz}) thread {thread} gave up waiting on barrier '{what}' "
-                f"stage {stage} for phase parity {parity} after {waited / 1e6:.0f} ms: the phase never "
-                "completed (a missing arrive or expect_tx, a wrong parity, or an arrival count that does "
-                "not match the arriving threads)")
+# CUDA C++ Programming Guide, "Compute Capabilities", table "Technical Specifications per Compute
+# Capability" (the same for every arch from sm_50 to sm_120):
+MAX_BLOCK = (1024, 1024, 64)          # maximum x-, y-, z-dimension of a block
+MAX_THREADS_PER_BLOCK = 1024          # maximum number of threads per block
+MAX_GRID = (2**31 - 1, 65535, 65535)  # maximum x-, y-, z-dimension of a grid of thread blocks
+# Same table, "Maximum amount of shared memory per thread block" (static + dynamic, after opting in
+# with cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)), in bytes:
+SMEM_PER_BLOCK = {(8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 7): 163 * 1024, (8, 9): 99 * 1024,
+                  (9, 0): 227 * 1024, (10, 0): 227 * 1024, (12, 0): 99 * 1024}
+# CUDA C++ Programming Guide, "Thread Block Clusters": clusters need compute capability 9.0; a cluster
+# of at most 8 blocks is portable; more needs CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+# which this toolkit never sets, so the driver refuses more than 8 (CUDA_ERROR_INVALID_CLUSTER_SIZE).
+MAX_PORTABLE_CLUSTER = 8
 
 
-_debug = None
+def check_config(grid, block, shared, cluster, *, arch, static_shared=0, max_threads=None, name="kernel"):
+    """The launch configuration against the hardware's limits; raises LaunchError. No GPU needed.
 
-
-def debug_channel():
-    global _debug
-    if _debug is None:
-        _debug = _DebugChannel()
-    return _debug
-
-
-def raise_pending_debug_report():
-    """After a failed launch: raise BarrierTimeout if a debug kernel left a report."""
-    if _debug is None:
-        return
-    msg = _debug.take()
-    if msg:
-        _device.lost = f"BarrierTimeout: {msg}"
-        raise BarrierTimeout(msg + ". " + LOST_HINT)
-
-
-# A trapped or faulting kernel leaves a sticky error: every later CUDA call in this process fails, and
-# the driver offers no way back (resetting the primary context does not clear it). The process must end.
-LOST_HINT = ("The GPU can no longer be used from this process: restart the notebook's kernel (your "
-             "files are untouched). To demonstrate a failure without losing the session, run it with "
-             "fb.isolated(...), which uses a separate process.")
-
-
-def ensure_usable():
-    if _device.lost:
-        raise KernelFault(f"the GPU is unusable in this process since an earlier failure ({_device.lost[:200]}). "
-                          + LOST_HINT)
+    Returns (grid, block, cluster) as 3-tuples (cluster None when not given).
+    """
+    from .device import parse_arch
+    grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+    for i, (b, lim) in enumerate(zip(block, MAX_BLOCK)):
+        if b > lim:
+            raise LaunchError(f"block {block}: dimension {'xyz'[i]} is {b}, the hardware allows at most {lim}")
+    threads = int(np.prod(block))
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise LaunchError(f"block {block} has {threads} threads: at most {MAX_THREADS_PER_BLOCK} per block")
+    if max_threads is not None and threads > max_threads:
+        raise LaunchError(f"block {block} has {threads} threads but {name} was compiled for at most "
+                          f"{max_threads} (its __launch_bounds__): the driver refuses the launch")
+    for i, (n, lim) in enumerate(zip(grid, MAX_GRID)):
+        if n > lim:
+            raise LaunchError(f"grid {grid}: dimension {'xyz'[i]} is {n}, the hardware allows at most {lim}")
+    if not isinstance(shared, (int, np.integer)) or shared < 0:
+        raise LaunchError(f"shared={shared!r}: give the dynamic shared memory in bytes (an int >= 0)")
+    major, minor, _ = parse_arch(arch)
+    limit = SMEM_PER_BLOCK.get((major, minor))
+    if limit is not None and static_shared + int(shared) > limit:
+        raise LaunchError(
+            f"{name} needs {static_shared} B static + {shared} B dynamic = {static_shared + shared} B of shared "
+            f"memory per block, but {arch} allows {limit} B per block: use fewer stages or smaller tiles")
+    c = None
+    if cluster is not None:
+        c = _dim3(cluster, "cluster")
+        if major < 9:
+            raise LaunchError(f"cluster {cluster}: thread block clusters need sm_90 or newer, {name} is built "
+                              f"for {arch}")
+        if int(np.prod(c)) > MAX_PORTABLE_CLUSTER:
+            raise LaunchError(f"cluster {c} has {int(np.prod(c))} blocks: at most {MAX_PORTABLE_CLUSTER} "
+                              "(the portable cluster size)")
+        if any(gd % cd for gd, cd in zip(grid, c)):
+            raise LaunchError(f"grid {grid} is not a multiple of cluster {c} in every dimension")
+    return grid, block, c
 
 
 class Kernel:
@@ -92,6 +99,7 @@ class Kernel:
         self.name = name
         self._fn = None
         self._params = None
+        self._limits = None
         self._dyn_limit = 0
 
     @property
@@ -103,6 +111,14 @@ class Kernel:
 
     def expect_sass(self, *opcodes, forbid=()):
         return self.module.expect_sass(*opcodes, kernel=self.name, forbid=forbid)
+
+    @property
+    def params(self) -> list[tuple[int, int]]:
+        """(offset, size) in bytes of each parameter, in order, read from the cubin (no GPU needed)."""
+        if self._params is None:
+            from .compile import kernel_params
+            self._params = kernel_params(self.module.cubin, self.name)
+        return self._params
 
     def _load(self):
         from cuda.bindings import driver
@@ -117,46 +133,60 @@ class Kernel:
                 _check(driver.cuMemcpyHtoD(dptr, struct.pack("<Q", chan.device), 8))
         self._fn = _check(driver.cuModuleGetFunction(mod._cu_module, self.name.encode()))
         self._dyn_limit = 0
-        self._params = []
-        for i in range(4096):
-            err, offset, size = driver.cuFuncGetParamInfo(self._fn, i)
-            if err != driver.CUresult.CUDA_SUCCESS:
-                break
-            self._params.append((int(offset), int(size)))
 
     def _attr(self, a):
         from cuda.bindings import driver
         return _check(driver.cuFuncGetAttribute(getattr(driver.CUfunction_attribute, a), self._fn))
 
+    def check_args(self, args):
+        """Count and kind of every argument against the kernel's parameters; raises LaunchError."""
+        params = self.params
+        if len(args) != len(params):
+            raise LaunchError(f"{self.name} takes {len(params)} arguments, got {len(args)}")
+        for i, (arg, (_offset, size)) in enumerate(zip(args, params)):
+            _arg_bytes(arg, size, f"{self.name} argument {i}", check_only=True)
+
     def _pack(self, args):
-        if len(args) != len(self._params):
-            raise LaunchError(f"{self.name} takes {len(self._params)} arguments, got {len(args)}")
-        total = max((o + s for o, s in self._params), default=0)
-        buf = ctypes.create_string_buffer(total + 64)
-        base = (ctypes.addressof(buf) + 63) // 64 * 64   # tensor maps need 64 B alignment
+        # cuLaunchKernelEx takes one pointer per parameter and copies `size` bytes from each: every value
+        # gets its own 64 B aligned slot (a tensor map's alignment), whatever its offset in the kernel.
+        params = self.params
+        slots = [(size + 63) // 64 * 64 for _, size in params]
+        buf = ctypes.create_string_buffer(sum(slots) + 64)
+        at = (ctypes.addressof(buf) + 63) // 64 * 64
         ptrs = (ctypes.c_void_p * max(len(args), 1))()
-        for i, (arg, (offset, size)) in enumerate(zip(args, self._params)):
+        for i, (arg, (_offset, size), slot) in enumerate(zip(args, params, slots)):
             data = _arg_bytes(arg, size, f"{self.name} argument {i}")
-            ctypes.memmove(base + offset, data, size)
-            ptrs[i] = base + offset
+            ctypes.memmove(at, data, size)
+            ptrs[i] = at
+            at += slot
         return buf, ptrs
 
     def launch(self, grid, block, *args, shared: int = 0, cluster=None, stream=0):
-        """Launch asynchronously; returns None, or a Skipped when this machine cannot run it."""
-        from .memory import DeviceArray
+        """Launch asynchronously; returns None, or a Skipped when this machine cannot run it.
+
+        Everything is checked before anything can be skipped, so a wrong launch fails on any machine.
+        """
+        if self._limits is None:   # read once: a launch must stay cheap (decode kernels run for microseconds)
+            from .compile import kernel_max_threads
+            res = self.resources
+            self._limits = (res.shared_static if res is not None else 0,
+                            kernel_max_threads(self.module.cubin, self.name))
+        static, max_threads = self._limits
+        grid, block, cluster = check_config(grid, block, shared, cluster, arch=self.module.arch,
+                                            static_shared=static, name=self.name, max_threads=max_threads)
+        self.check_args(args)
         skip = needs(self.module.arch, f"launch {self.name}")
         if skip is not None:
             return skip
         if any(isinstance(a, DeviceArray) and not a.on_gpu for a in args):
             return Skipped("an argument has no GPU memory", f"launch {self.name}")
-        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
-        if np.prod(block) > 1024:
-            raise LaunchError(f"block {block} has {np.prod(block)} threads: at most 1024 per block")
+        if any(_is_tensor_map(a) and a.raw is None for a in args):
+            return Skipped("a tensor map was made with no GPU", f"launch {self.name}")
         ensure_usable()
         self._load()
         g = gpu()
         static = self._attr("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES")
-        if static + shared > g.smem_per_block_optin:
+        if static + shared > g.smem_per_block_optin:   # the device's own figure (cuDeviceGetAttribute)
             raise LaunchError(
                 f"{self.name} needs {static} B static + {shared} B dynamic = {static + shared} B of shared memory "
                 f"per block, but {g.name} allows {g.smem_per_block_optin} B: use fewer stages or smaller tiles")
@@ -206,8 +236,6 @@ class Kernel:
         attrs = []
         if cluster is not None:
             c = _dim3(cluster, "cluster")
-            if any(gd % cd for gd, cd in zip(grid, c)):
-                raise LaunchError(f"grid {grid} is not a multiple of cluster {c} in every dimension")
             a = driver.CUlaunchAttribute()
             a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = c
@@ -224,21 +252,33 @@ class Kernel:
         return f"<Kernel {self.name} ({self.module.arch})>"
 
 
-def _arg_bytes(arg, size, what) -> bytes:
-    from .memory import DeviceArray
+def _is_tensor_map(arg):
     from .tensormap import TensorMap
-    if isinstance(arg, TensorMap):
-        if arg.raw is None:
-            raise LaunchError(f"{what}: tensor map was never encoded (made with no GPU)")
+    return isinstance(arg, TensorMap)
+
+
+def _arg_bytes(arg, size, what, check_only=False) -> bytes | None:
+    """The bytes of one argument for a parameter of `size` bytes; with check_only, only the checks
+    (a device array with no GPU memory and a tensor map with no encoding pass them)."""
+    if _is_tensor_map(arg):
         if size != 128:
             raise LaunchError(f"{what}: a tensor map is 128 B but the parameter is {size} B: declare it "
                               "`const __grid_constant__ fb::TensorMap`")
+        if check_only:
+            return None
+        if arg.raw is None:
+            raise LaunchError(f"{what}: tensor map was never encoded (made with no GPU)")
         return arg.raw
     if isinstance(arg, DeviceArray) or hasattr(arg, "__cuda_array_interface__"):
-        ptr = arg.ptr if isinstance(arg, DeviceArray) else arg.__cuda_array_interface__["data"][0]
         if size != 8:
             raise LaunchError(f"{what}: a device array is a pointer (8 B) but the parameter is {size} B")
+        if check_only:
+            return None
+        ptr = arg.ptr if isinstance(arg, DeviceArray) else arg.__cuda_array_interface__["data"][0]
         return struct.pack("<Q", ptr)
+    if isinstance(arg, np.ndarray):
+        raise LaunchError(f"{what}: a numpy array lives in host memory; copy it to the GPU first "
+                          "(fb.to_device(x)) and pass the device array")
     if isinstance(arg, np.generic):
         b = arg.tobytes()
         if len(b) != size:
@@ -248,11 +288,12 @@ def _arg_bytes(arg, size, what) -> bytes:
         return int(arg).to_bytes(size, "little")
     if isinstance(arg, int):
         fmt = {1: "b", 2: "h", 4: "i", 8: "q"}.get(size)
-        ufmt = fmt.upper() if fmt else None
-        for f in (fmt, ufmt):
+        if fmt is None:
+            raise LaunchError(f"{what}: an int for a {size}-byte parameter (a struct?): pass bytes of that size")
+        for f in (fmt, fmt.upper()):
             try:
                 return struct.pack("<" + f, arg)
-            except (struct.error, TypeError):
+            except struct.error:
                 pass
         raise LaunchError(f"{what}: {arg} does not fit a {size}-byte integer parameter")
     if isinstance(arg, float):

@@ -11,11 +11,14 @@ receive them are skipped, so a notebook still runs to the end.
 """
 from __future__ import annotations
 
+import ctypes
+import struct
+
 import numpy as np
 
 from . import device as _device
 from .device import _check, gpu
-from .errors import FeedbeastError
+from .errors import BarrierTimeout, FeedbeastError, KernelFault
 
 try:
     import ml_dtypes
@@ -129,7 +132,6 @@ def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
     if gpu() is None:
         return DeviceArray(shape, dtype, None)
     from cuda.bindings import driver
-    from .launch import ensure_usable
     ensure_usable()
     ptr = int(_check(driver.cuMemAlloc(max(nbytes, 1))))
     arr = DeviceArray(shape, dtype, ptr)
@@ -143,6 +145,63 @@ def empty_like(a, *, poison: bool = True) -> DeviceArray:
 def to_device(host: np.ndarray) -> DeviceArray:
     host = np.ascontiguousarray(host)
     return empty(host.shape, host.dtype, poison=False).copy_from(host)
+
+
+class _DebugChannel:
+    """Host-mapped memory a debug kernel writes its time-out report into (see include/fb/debug.cuh)."""
+    SIZE = 128
+    MAGIC = 0xFEEDBEA5
+
+    def __init__(self):
+        from cuda.bindings import driver
+        self.host = int(_check(driver.cuMemHostAlloc(self.SIZE, driver.CU_MEMHOSTALLOC_DEVICEMAP)))
+        self.device = int(_check(driver.cuMemHostGetDevicePointer(self.host, 0)))
+        ctypes.memset(self.host, 0, self.SIZE)
+
+    def take(self):
+        raw = ctypes.string_at(self.host, self.SIZE)
+        magic, bx, by, bz, thread, stage, parity, _pad, waited = struct.unpack_from("<IiiiiiiIQ", raw)
+        if magic != self.MAGIC:
+            return None
+        what = raw[40:88].split(b"\0")[0].decode(errors="replace")
+        ctypes.memset(self.host, 0, self.SIZE)
+        return (f"block ({bx},{by},{bz}) thread {thread} gave up waiting on barrier '{what}' "
+                f"stage {stage} for phase parity {parity} after {waited / 1e6:.0f} ms: the phase never "
+                "completed (a missing arrive or expect_tx, a wrong parity, or an arrival count that does "
+                "not match the arriving threads)")
+
+
+_debug = None
+
+
+def debug_channel():
+    global _debug
+    if _debug is None:
+        _debug = _DebugChannel()
+    return _debug
+
+
+def raise_pending_debug_report():
+    """After a failed launch: raise BarrierTimeout if a debug kernel left a report."""
+    if _debug is None:
+        return
+    msg = _debug.take()
+    if msg:
+        _device.lost = f"BarrierTimeout: {msg}"
+        raise BarrierTimeout(msg + ". " + LOST_HINT)
+
+
+# A trapped or faulting kernel leaves a sticky error: every later CUDA call in this process fails, and
+# the driver offers no way back (resetting the primary context does not clear it). The process must end.
+LOST_HINT = ("The GPU can no longer be used from this process: restart the notebook's kernel (your "
+             "files are untouched). To demonstrate a failure without losing the session, run it with "
+             "fb.isolated(...), which uses a separate process.")
+
+
+def ensure_usable():
+    if _device.lost:
+        raise KernelFault(f"the GPU is unusable in this process since an earlier failure ({_device.lost[:200]}). "
+                          + LOST_HINT)
 
 
 # Errors after which the context is unusable until it is destroyed (CUDA Driver API, cuCtxSynchronize).
@@ -160,8 +219,6 @@ def sync():
     if gpu() is None:
         return
     from cuda.bindings import driver
-    from .errors import KernelFault
-    from .launch import LOST_HINT, ensure_usable, raise_pending_debug_report
     ensure_usable()
     err, = driver.cuCtxSynchronize()
     if err == driver.CUresult.CUDA_SUCCESS:

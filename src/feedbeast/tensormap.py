@@ -5,7 +5,7 @@
 Shapes, boxes and strides are given in numpy order (outermost first); the driver wants them
 innermost first, and this module does the reversal. Every rule of cuTensorMapEncodeTiled that a
 learner can break is checked here with a message naming the rule (CUDA Driver API, "Tensor Map
-Object Management"). The map is a 128-byte, 64-byte aligned value passed to a kernel as a
+Object Management"), and only those: tests/test_tensormap.py asks the driver the same questions. The map is a 128-byte, 64-byte aligned value passed to a kernel as a
 `const __grid_constant__ CUtensorMap` (our headers declare it as `fb::TensorMap`).
 """
 from __future__ import annotations
@@ -68,43 +68,71 @@ class TensorMap:
                 f"OOB fill {self.oob_fill}{'' if self.raw else ', not encoded: no GPU'})")
 
 
+# The rules below are the documented requirements of cuTensorMapEncodeTiled (CUDA Driver API, "Tensor
+# Map Object Management", cuTensorMapEncodeTiled), restricted to what this toolkit exposes (no
+# interleave, tiled mode). Each is tested against the driver itself on a GPU (tests/test_tensormap.py:
+# for a grid of descriptions, this check accepts exactly when the driver returns CUDA_SUCCESS).
+# Nothing here is a rule of our own: a box larger than the tensor, for example, is legal, and the TMA
+# unit fills the box's elements outside the tensor (the OOB fill).
+MAX_RANK = 5                 # "tensorRank must be non-zero and less than or equal to ... 5"
+MAX_DIM = 2**32              # globalDim: "non-zero and less than or equal to 2^32"
+STRIDE_ALIGN = 16            # globalStrides: "a multiple of 16"
+MAX_STRIDE = 2**40           # globalStrides: "less than 2^40"
+ADDRESS_ALIGN = 16           # globalAddress: "aligned to 16 bytes" (32 with 32 B interleave, not used here)
+MAX_BOX = 256                # boxDim: "non-zero and less than or equal to 256"
+BOX_INNER_ALIGN = 16         # boxDim[0] * element size: "a multiple of 16 bytes" (interleave NONE)
+MAX_ELEMENT_STRIDE = 8       # elementStrides: "non-zero and less than or equal to 8"
+# swizzle (interleave NONE): the inner box dimension in bytes must be <= the swizzle span (32, 64, 128 B).
+# oobFill: CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA only with a floating-point data type.
+
+
 def check_rules(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, element_strides=None,
                 oob_fill="zero", l2_promotion=0):
-    """Raise TensorMapError for the first rule the description breaks. Pure Python: no GPU needed."""
+    """Raise TensorMapError for the first rule of cuTensorMapEncodeTiled the description breaks.
+
+    Shapes, strides and boxes outermost first (numpy order); strides_bytes has one entry per dimension
+    and its last (the innermost, the element size) is implied by the driver's interface. Pure Python:
+    no GPU needed. Array-level checks (a host array, strides that leave the allocation) are in
+    tensor_map.
+    """
     dtype = np.dtype(dtype)
+    shape, strides_bytes, box = tuple(shape), tuple(strides_bytes), tuple(box)
     rank = len(shape)
     if dtype.name not in SUPPORTED_DTYPES:
         raise TensorMapError(f"dtype {dtype} has no TMA data type; use one of {', '.join(SUPPORTED_DTYPES)}")
-    if not 1 <= rank <= 5:
-        raise TensorMapError(f"rank {rank}: tiled tensor maps have 1 to 5 dimensions")
+    if not 1 <= rank <= MAX_RANK:
+        raise TensorMapError(f"rank {rank}: tiled tensor maps have 1 to {MAX_RANK} dimensions")
     if len(box) != rank:
         raise TensorMapError(f"box has {len(box)} dimensions but the tensor has {rank}: give one box "
                              "size per tensor dimension, outermost first")
-    element_strides = tuple(element_strides or (1,) * rank)
-    if address % 16:
+    if len(strides_bytes) != rank:
+        raise TensorMapError(f"strides_bytes has {len(strides_bytes)} entries but the tensor has {rank} "
+                             "dimensions: give one stride in bytes per dimension, outermost first")
+    element_strides = tuple(element_strides) if element_strides is not None else (1,) * rank
+    if len(element_strides) != rank:
+        raise TensorMapError(f"element_strides has {len(element_strides)} entries but the tensor has {rank} "
+                             "dimensions: give one per dimension, outermost first")
+    if address % ADDRESS_ALIGN:
         raise TensorMapError(f"base address 0x{address:x} is not 16-byte aligned (it is {address % 16} B "
                              "past a boundary): TMA needs a 16 B aligned global address; allocate the "
                              "tensor on its own or offset it by a multiple of 16 B")
     for i, n in enumerate(shape):
-        if not 1 <= n <= 2**32:
+        if not 1 <= n <= MAX_DIM:
             raise TensorMapError(f"dimension {i} has size {n}: sizes must be 1 to 2^32")
     for i, s in enumerate(strides_bytes[:-1]):   # the innermost stride is the element size, implied
-        if s % 16:
+        if s % STRIDE_ALIGN:
             raise TensorMapError(f"stride of dimension {i} is {s} B, not a multiple of 16 B: pad the rows "
                                  f"(e.g. to {-(-s // 16) * 16} B) so that every row starts 16 B aligned")
-        if s >= 2**40:
+        if not 0 <= s < MAX_STRIDE:
             raise TensorMapError(f"stride of dimension {i} is {s} B: strides must be below 2^40 B")
-    for i, (b, n) in enumerate(zip(box, shape)):
-        if not 1 <= b <= 256:
+    for i, b in enumerate(box):
+        if not 1 <= b <= MAX_BOX:
             raise TensorMapError(f"box dimension {i} is {b}: each box dimension must be 1 to 256 elements")
-        if b > n:
-            raise TensorMapError(f"box dimension {i} is {b} but the tensor has only {n} elements there: "
-                                 "use a box no larger than the tensor")
     for i, e in enumerate(element_strides):
-        if not 1 <= e <= 8:
+        if not 1 <= e <= MAX_ELEMENT_STRIDE:
             raise TensorMapError(f"element stride {i} is {e}: element strides must be 1 to 8")
     inner_bytes = box[-1] * dtype.itemsize
-    if inner_bytes % 16:
+    if inner_bytes % BOX_INNER_ALIGN:
         raise TensorMapError(f"the innermost box dimension is {inner_bytes} B ({box[-1]} x {dtype.itemsize} B): "
                              "it must be a multiple of 16 B")
     if swizzle not in SWIZZLES:
@@ -121,15 +149,48 @@ def check_rules(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, el
         raise TensorMapError(f"l2_promotion {l2_promotion!r}: use 0, 64, 128 or 256 (bytes)")
 
 
+def check_array(array, shape, strides_bytes):
+    """What the driver cannot see: the description must stay inside `array`'s memory, and the innermost
+    dimension is contiguous (the driver's interface has no innermost stride: every box row is read as
+    consecutive elements). A read outside the allocation is a memory fault of the TMA unit, not an
+    encoding error: cuTensorMapEncodeTiled accepts it."""
+    from .memory import DeviceArray
+    if isinstance(array, np.ndarray):
+        raise TensorMapError("tensor_map got a numpy array, which lives in host memory: a tensor map "
+                             "describes GPU memory. Copy it first: fb.tensor_map(fb.to_device(x), box)")
+    if not isinstance(array, DeviceArray):
+        raise TensorMapError(f"tensor_map needs a device array from fb.empty / fb.to_device, got a "
+                             f"{type(array).__name__}")
+    if len(shape) != len(strides_bytes):
+        raise TensorMapError(f"strides_bytes has {len(strides_bytes)} entries but shape {tuple(shape)} has "
+                             f"{len(shape)}: give one stride in bytes per dimension, outermost first")
+    itemsize = array.dtype.itemsize
+    if strides_bytes and strides_bytes[-1] != itemsize:
+        raise TensorMapError(f"the innermost stride is {strides_bytes[-1]} B but the element is {itemsize} B: "
+                             "TMA reads the innermost dimension contiguously. To take every k-th element, "
+                             "use element_strides")
+    if any(n < 1 for n in shape) or any(s < 0 for s in strides_bytes):
+        return   # check_rules names the bad size or stride
+    extent = sum((n - 1) * s for n, s in zip(shape, strides_bytes)) + itemsize
+    if extent > array.nbytes:
+        raise TensorMapError(f"shape {tuple(shape)} with strides {tuple(strides_bytes)} B reaches {extent} B "
+                             f"into the array, which has only {array.nbytes} B ({array.shape} "
+                             f"{array.dtype}): the TMA unit would read or write past the allocation")
+
+
 def tensor_map(array, box, *, swizzle: int = 0, oob_fill: str = "zero", l2_promotion: int = 0,
                element_strides=None, shape=None, strides_bytes=None) -> TensorMap:
     """A tiled tensor map over `array` (a DeviceArray), checked, and encoded when a GPU is present.
 
     shape/strides_bytes override the array's own (to view a padded buffer as a smaller tensor).
+    A box may be larger than the tensor: the TMA unit fills what lies outside (oob_fill).
     """
-    shape = tuple(shape or array.shape)
-    strides = tuple(strides_bytes or array.strides_bytes)
-    box = tuple(int(b) for b in box)
+    if isinstance(array, np.ndarray) or not hasattr(array, "strides_bytes"):
+        check_array(array, (), ())
+    shape = tuple(int(n) for n in (shape if shape is not None else array.shape))
+    strides = tuple(int(s) for s in (strides_bytes if strides_bytes is not None else array.strides_bytes))
+    box = tuple(int(b) for b in (box if not np.isscalar(box) else (box,)))
+    check_array(array, shape, strides)
     address = array.ptr if array.ptr is not None else 0
     check_rules(shape, array.dtype, strides, box, address=address, swizzle=swizzle,
                 element_strides=element_strides, oob_fill=oob_fill, l2_promotion=l2_promotion)
@@ -138,6 +199,31 @@ def tensor_map(array, box, *, swizzle: int = 0, oob_fill: str = "zero", l2_promo
     if array.ptr is not None:
         tm.raw = _encode(tm, array.ptr)
     return tm
+
+
+def encode_result(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, element_strides=None,
+                  oob_fill="zero", l2_promotion=0) -> str:
+    """Ask the driver: the name of what cuTensorMapEncodeTiled returns for this description
+    ('CUDA_SUCCESS' or an error), with no check of ours in front. Needs a driver."""
+    from cuda.bindings import driver
+    rank = len(shape)
+    dtype = np.dtype(dtype)
+    sw = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}.get(swizzle, "NONE")
+    l2 = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}.get(l2_promotion, "NONE")
+    fill = {"zero": "NONE", "nan": "NAN_REQUEST_ZERO_FMA"}[oob_fill]
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    es = element_strides if element_strides is not None else (1,) * rank
+    err, _ = driver.cuTensorMapEncodeTiled(
+        _dtype_code(dtype), rank, address,
+        [u64(n) for n in reversed(shape)],
+        [u64(s) for s in reversed(tuple(strides_bytes)[:-1])],
+        [u32(b) for b in reversed(box)],
+        [u32(e) for e in reversed(es)],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{sw}"),
+        getattr(driver.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2}"),
+        getattr(driver.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{fill}"))
+    return err.name
 
 
 def _encode(tm: TensorMap, address: int) -> bytes:
