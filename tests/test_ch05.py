@@ -3,7 +3,6 @@ SASS and resources of every kernel (CPU), and the kernels themselves on ragged s
 
 The kernels are read from the chapter and the lab solution, so that what is tested is what ships.
 """
-import re
 from pathlib import Path
 
 import numpy as np
@@ -11,25 +10,24 @@ import pytest
 
 import feedbeast as fb
 from feedbeast import stress
-from feedbeast.magic import cuda_cells
 from feedbeast import swizzle as sw
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
+from feedbeast.notebook import load
 from feedbeast.tensormap import check_rules
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "chapters/05-tma.ipynb"
-SOLUTION = ROOT / "solutions/05-tma-ring.ipynb"
+CHAPTER = load(ROOT / "chapters/05-tma.ipynb")
+SOLUTION = load(ROOT / "solutions/05-tma-ring.ipynb")
 WGMMA_H = ROOT / "src/feedbeast/include/fb/wgmma.cuh"
 
 
 _MODULES = {}
 
 
-def module(name, path=CHAPTER, **defines):
-    key = (name, path, tuple(sorted(defines.items())))
+def module(name, nb=CHAPTER, **defines):
+    key = (name, nb.path, tuple(sorted(defines.items())))
     if key not in _MODULES:
-        src, d = cuda_cells(path)[name]
-        _MODULES[key] = fb.compile(src, "sm_90a", defines={**d, **defines})
+        _MODULES[key] = nb.compile(name, "sm_90a", **defines)
     return _MODULES[key]
 
 
@@ -119,13 +117,30 @@ def test_descriptor_addresses_equal_the_TMA_128B_swizzled_layout(base):
                     assert sw.k_major_sw128_address(desc, m, 2 * k) == tma
 
 
+FRAGMENT_MAP = r"""
+#include <fb/wgmma.cuh>
+struct Map { short rc[128][64][2]; };
+__host__ __device__ constexpr Map fragment_map() {   // evaluated by the compiler: the map is data in the cubin
+  Map m{};
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 64; ++i) {
+      int row = -1, col = -1;
+      fb::wgmma::accumulator_row_col(t, i, row, col);
+      m.rc[t][i][0] = static_cast<short>(row);
+      m.rc[t][i][1] = static_cast<short>(col);
+    }
+  return m;
+}
+__device__ const Map fragment_map_table = fragment_map();
+extern "C" __global__ void keep_map(short* out) { out[threadIdx.x] = fragment_map_table.rc[threadIdx.x][0][0]; }
+"""
+
+
 def _fragment_map_from_header():
-    """The (row, col) formulas of fb::wgmma::accumulator_row_col, evaluated as Python."""
-    text = WGMMA_H.read_text()
-    block = text[text.index("// BEGIN FRAGMENT MAP"):text.index("// END FRAGMENT MAP")]
-    exprs = dict(re.findall(r"(row|col) = (.*);", block))
-    py = {k: eval("lambda t, i: " + v.replace("/", "//")) for k, v in exprs.items()}   # ints >= 0: C / is //
-    return py["row"], py["col"]
+    """fb::wgmma::accumulator_row_col for every thread t and register i, computed by the compiler (constexpr)
+    into a table in the cubin and read back from it: no GPU, and no C re-read as Python."""
+    table = fb.sass.initial_value(fb.compile(FRAGMENT_MAP, "sm_90a"), "fragment_map_table", np.int16, (128, 64, 2))
+    return (lambda t, i: int(table[t, i, 0])), (lambda t, i: int(table[t, i, 1]))
 
 
 def _fragment_map_from_isa(n=128):
@@ -243,7 +258,7 @@ def test_gpu_rowsum_tma_ragged(gpu90, rows, cols, stages):
 
 @pytest.mark.parametrize("rows, cols", [(37, 1000), (3001, 2004)])
 def test_gpu_rowsum_lab_solution_ragged(gpu90, rows, cols):
-    src, d = cuda_cells(SOLUTION)["lab"]
+    d = SOLUTION.cuda("lab").defines
     br, bc, warps, stages = (int(d[k]) for k in ("BOX_ROWS", "BOX_COLS", "CONSUMER_WARPS", "STAGES"))
     x = rowsum_inputs(rows, cols, seed=5)
     y = _rowsum(module("lab", SOLUTION), "rowsum_lab", x, br, bc, warps, stages)
@@ -302,7 +317,7 @@ def test_gpu_gemm_tma_wgmma_ragged(gpu90, m, n, k, stages):
 # make stress: random ragged shapes within the TMA rules (16-byte row strides), repeated runs bit for bit
 
 def test_gpu_stress_rowsums(gpu90):
-    lab_src, d = cuda_cells(SOLUTION)["lab"]
+    d = SOLUTION.cuda("lab").defines
     br, bc, warps, stages = (int(d[k]) for k in ("BOX_ROWS", "BOX_COLS", "CONSUMER_WARPS", "STAGES"))
     runs = [(module("ring", STAGES="4"), "rowsum_tma", 16, 256, 4, 4), (module("lab", SOLUTION), "rowsum_lab",
                                                                       br, bc, warps, stages)]
