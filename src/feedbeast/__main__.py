@@ -1,6 +1,8 @@
 """python -m feedbeast COMMAND ...
 
-    grade labs/00-*.ipynb            execute lab notebooks and report each check (exit 1 on a failure)
+    grade labs/00-*.ipynb            grade lab notebooks with the labs' own checks (exit 0 ok, 1 failed,
+                                     2 partial: some checks cannot run here); --json for machines
+    roster --homes /home --csv grades.csv   grade every learner's labs on a workshop server, one CSV
     sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck
     stress [--n 100]                 the GPU tests with random ragged sizes and repeated runs
     build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.labs)
@@ -18,6 +20,9 @@ def main(argv=None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "grade":
         from .grade import main as run
+        return run(rest)
+    if cmd == "roster":
+        from .roster import main as run
         return run(rest)
     if cmd == "sanitize":
         from .sanitize import main as run

@@ -1,0 +1,185 @@
+"""Grade every learner's labs on a workshop server and write one CSV an LMS can import.
+
+    sudo python -m feedbeast roster --homes /home --csv grades.csv            # all labs found
+    sudo python -m feedbeast roster --homes /home --labs 00 03 --csv grades.csv --json grades.json
+
+A learner is a folder under --homes that holds a course copy (`<home>/<subdir>`, default `feedbeast/labs`,
+which is where the workshop's spawn hook puts it). For each learner, in turn:
+
+1. their lab notebooks (regular files only: a symbolic link, say to another learner's lab, is refused) are
+   copied into a fresh private folder; the learner's own files are only read;
+2. `python -m feedbeast grade --json` grades the copies in a fresh process, with the checks of the
+   course's solutions (the instructor's checkout, never the learner's copy of solutions/). Run as root,
+   that process runs as the learner (the owner of their home): their code can then touch nothing that
+   they could not touch anyway, in particular no other learner's files or grade;
+3. the JSON comes back on the process's standard output.
+
+CSV: one row per learner; for each lab a score (100 x checks passed / checks recorded: a skipped check
+earns nothing) and a status (ok, partial, failed, missing). Columns: username, "lab NN", "lab NN status",
+..., "labs ok". Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .grade import COURSE
+
+
+def learners(homes: Path, subdir: str) -> dict[str, Path]:
+    """{name: labs folder} for each folder under `homes` holding `subdir`."""
+    found = {}
+    for home in sorted(Path(homes).iterdir()):
+        labs = home / subdir
+        if home.is_dir() and not home.is_symlink() and labs.is_dir():
+            found[home.name] = labs
+    return found
+
+
+def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None) -> tuple[list[Path], list[str]]:
+    """Copy the regular .ipynb files of `labs` into `dest` without following links."""
+    copies, refused = [], []
+    for entry in sorted(os.scandir(labs), key=lambda e: e.name):
+        if not entry.name.endswith(".ipynb") or (wanted and entry.name[:2] not in wanted):
+            continue
+        if not entry.is_file(follow_symlinks=False):
+            refused.append(f"{entry.name}: not a regular file (a link?): not graded")
+            continue
+        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as src, open(dest / entry.name, "wb") as out:
+            shutil.copyfileobj(src, out)
+        copies.append(dest / entry.name)
+    return copies, refused
+
+
+def _as_owner(folder: Path):
+    """preexec_fn that drops to the owner of `folder` (root only; None when not root or owned by root)."""
+    st = os.stat(folder)
+    if os.geteuid() != 0 or st.st_uid == 0:
+        return None, None
+    uid, gid = st.st_uid, st.st_gid
+
+    def drop():
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    return drop, (uid, gid)
+
+
+def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learner_timeout: int = 3600,
+                  solutions: Path | None = None, as_owner: bool = True) -> dict:
+    """Grade one learner in a fresh process; the JSON document of `feedbeast grade --json`."""
+    solutions = Path(solutions) if solutions else COURSE / "solutions"
+    with tempfile.TemporaryDirectory(prefix=f"fb-roster-{name}-") as tmp:
+        tmp = Path(tmp)
+        copies, refused = _copy_labs(labs, tmp, wanted)
+        if not copies:
+            return {"learner": name, "exit": 1, "labs": [], "refused": refused, "seconds": 0.0,
+                    "error": f"no lab notebook in {labs}"}
+        drop, ids = _as_owner(labs) if as_owner else (None, None)
+        env = dict(os.environ)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if ids:
+            for p in [tmp, *copies]:
+                os.chown(p, *ids)
+            env["HOME"] = str(tmp)
+        cmd = [sys.executable, "-m", "feedbeast", "grade", "--json", "--learner", name,
+               "--timeout", str(timeout), "--solutions", str(solutions), *map(str, copies)]
+        t0 = time.time()
+        try:
+            r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=learner_timeout,
+                               preexec_fn=drop)
+            doc = json.loads(r.stdout)
+        except subprocess.TimeoutExpired:
+            doc = {"learner": name, "exit": 1, "labs": [], "error": f"grading ran past {learner_timeout} s"}
+        except json.JSONDecodeError:
+            tail = (r.stderr or r.stdout).strip().splitlines()[-5:]
+            doc = {"learner": name, "exit": 1, "labs": [],
+                   "error": f"the grader gave no report (exit {r.returncode}): " + " | ".join(tail)}
+        doc["learner"] = name
+        doc["seconds"] = round(time.time() - t0, 1)
+        doc["refused"] = refused
+        for lab in doc.get("labs", []):   # the copy's path means nothing to the reader: the learner's
+            lab["notebook"] = str(labs / Path(lab["notebook"]).name)
+        return doc
+
+
+def score(lab: dict) -> float:
+    """100 x passed / all recorded checks (a skipped check earns nothing; none recorded: 0)."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for c in lab.get("checks", []):
+        counts[c["status"]] += c.get("count", 1)
+    total = sum(counts.values())
+    return round(100.0 * counts["passed"] / total, 1) if total else 0.0
+
+
+def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str]:
+    """One row per learner; returns the lab numbers used as columns."""
+    if labs is None:
+        labs = sorted({lab["lab"] for d in docs for lab in d.get("labs", [])})
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")] + ["labs ok"])
+        for d in docs:
+            by_lab = {lab["lab"]: lab for lab in d.get("labs", [])}
+            row, ok = [d["learner"]], 0
+            for n in labs:
+                lab = by_lab.get(n)
+                if lab is None:
+                    row += [0, "missing"]
+                    continue
+                row += [score(lab), lab["status"]]
+                ok += lab["status"] == "ok"
+            w.writerow(row + [ok])
+    return labs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m feedbeast roster", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--homes", required=True, help="folder with one folder per learner (e.g. /home)")
+    ap.add_argument("--subdir", default="feedbeast/labs", help="labs folder inside a learner's folder")
+    ap.add_argument("--labs", nargs="*", default=None, help="lab numbers to grade (default: all found)")
+    ap.add_argument("--only", nargs="*", default=None, help="learner names to grade (default: all)")
+    ap.add_argument("--csv", required=True, help="CSV to write (one row per learner)")
+    ap.add_argument("--json", default=None, help="also write every check of every learner here")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    ap.add_argument("--solutions", default=None, help="the course's solutions/ (default: this checkout's)")
+    ap.add_argument("--as-me", action="store_true",
+                    help="run as root, still grade as root instead of as each learner (not recommended)")
+    args = ap.parse_args(argv)
+    found = learners(Path(args.homes), args.subdir)
+    if args.only:
+        found = {k: v for k, v in found.items() if k in args.only}
+    if not found:
+        print(f"roster: no learner folder with {args.subdir} under {args.homes}")
+        return 1
+    if os.geteuid() != 0 or args.as_me:
+        print("roster: note: grading runs as this user, so learners' code runs with its rights; run as root "
+              "to grade each learner as themselves", file=sys.stderr)
+    docs = []
+    for name, labs in found.items():
+        doc = grade_learner(name, labs, args.labs, args.timeout, solutions=args.solutions,
+                            as_owner=not args.as_me)
+        docs.append(doc)
+        statuses = ", ".join(f"{lab['lab']} {lab['status']}" for lab in doc.get("labs", []))
+        print(f"{name}: {statuses or doc.get('error', 'nothing graded')} ({doc['seconds']:.0f} s)", flush=True)
+        for why in doc.get("refused", []):
+            print(f"  refused {why}")
+    cols = write_csv(docs, args.csv, sorted(args.labs) if args.labs else None)
+    if args.json:
+        Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
+    print(f"wrote {args.csv}: {len(docs)} learners x labs {', '.join(cols)}")
+    return 0 if all(d.get("labs") for d in docs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
