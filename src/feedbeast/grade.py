@@ -33,6 +33,7 @@ import json
 import os
 import re
 import secrets
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -349,7 +350,9 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
                             kernel_manager_class=_kernel_manager_class(),
                             resources={"metadata": {"path": str(path.parent.resolve())}})
     try:
-        with client.setup_kernel(env=env):
+        # The kernel's own stdout is not ours: what learner code writes to file descriptor 1 must not land
+        # in the grader's output (--json is read from it).
+        with client.setup_kernel(env=env, stdout=subprocess.DEVNULL):
             for i, cell in enumerate(run.cells):
                 is_fetch = i == len(run.cells) - 1
                 if is_fetch:
