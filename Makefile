@@ -1,6 +1,7 @@
 # Feeding the Beast. `make lab` to learn, `make test` to check everything.
 #   CUDA=12        use the CUDA 12 driver pins (default 13)
-#   ENV=current    use the Python environment you are in; install nothing (offline GPU hosts)
+#   ENV=current    use the Python environment you are in (PYTHON3, e.g. a GPU image's; a venv or not);
+#                  install nothing, or with WHEELS=dir install that bundle into it (--no-deps)
 #   WHEELS=dir     install from a wheel bundle with no index (air-gapped hosts; see make wheelhouse)
 #   PYTHON3=...    the interpreter that creates .venv (3.10 or newer)
 PYTHON3 ?= python3
@@ -14,7 +15,7 @@ NB_TIMEOUT ?= 900
 
 ifeq ($(ENV),current)
 PYTHON  := $(PYTHON3)
-STAMP   :=
+STAMP   := $(if $(WHEELS),bundle-into-current,)
 else
 PYTHON  := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-cu$(CUDA)
@@ -22,9 +23,16 @@ endif
 REQS    := requirements/base.txt requirements/cu$(CUDA).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 
-.PHONY: help lab test test-fast bench labs reset-labs wheelhouse clean grade book sanitize stress
+.PHONY: help install bundle-into-current lab test test-fast bench labs reset-labs wheelhouse clean grade book \
+	sanitize stress
 help:
 	@sed -n 's/^## //p' Makefile
+
+## make install    set up only: .venv, or with ENV=current WHEELS=dir the bundle into the current Python
+install: $(STAMP)
+
+bundle-into-current:
+	$(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
 
 $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -34,10 +42,19 @@ $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt
 	rm -f $(VENV)/.installed-cu*
 	touch $@
 
-## make lab        set up .venv and open JupyterLab on chapter 00
+## make lab        set up .venv and open JupyterLab on the repository, chapter 00 open
+# The server's root is the repository (chapters/, labs/, solutions/, results/ in the file browser);
+# the notebooks' kernel "Feeding the Beast" is installed into this environment, not into your home;
+# jupyter/ holds the lab settings (no news prompt). LAB_FLAGS adds server options, e.g. --no-browser.
+LAB_FLAGS ?=
 lab: $(STAMP)
-	$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/lab.txt
-	$(PYTHON) -m jupyter lab chapters/00-feeding-the-beast.ipynb
+	$(PYTHON) -c "import jupyterlab" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/lab.txt
+	$(PYTHON) -m ipykernel install --sys-prefix --name feedbeast --display-name "Feeding the Beast" >/dev/null
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+	  $(PYTHON) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+	  --LabApp.app_settings_dir="$(CURDIR)/jupyter/lab/settings" \
+	  --LabApp.default_url=/lab/tree/chapters/00-feeding-the-beast.ipynb \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_FLAGS)
 
 ## make test       the whole suite: toolkit, notebooks (nbval), labs in sync, notebook format
 test: $(STAMP)
