@@ -5,12 +5,12 @@ GPU tests skip by name without an sm_90a GPU.
 """
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
 import feedbeast as fb
 from feedbeast import stress
+from feedbeast.notebook import load
 from feedbeast.sim import check_ring
 from feedbeast.sim.rings import producer
 from feedbeast.timeline import Span, spans_to_records
@@ -18,20 +18,12 @@ from feedbeast.trace import KINDS, TraceBuffer, spans_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK, THREADS = 4096, 160
-RELEASE = "fb::mbar::arrive(&ring.empty[s]);"
-
-
-def ring_source() -> str:
-    nb = nbformat.read(ROOT / "chapters/04-mbarrier.ipynb", as_version=4)
-    for c in nb.cells:
-        if c.cell_type == "code" and c.source.startswith("%%cuda") and "rowsum_ring(" in c.source:
-            return c.source.split("\n", 1)[1]
-    raise AssertionError("no rowsum_ring cell in chapter 04")
+CHAPTER = load(ROOT / "chapters/04-mbarrier.ipynb")
 
 
 @pytest.fixture(scope="module")
 def src():
-    return ring_source()
+    return CHAPTER.cuda("rowsum_mod").source
 
 
 def test_ring_sass_has_the_mbarrier_and_bulk_copy_instructions(src):
@@ -52,6 +44,23 @@ def test_ring_variants_compile_without_spills(src, defines):
         assert "GLOBALTIMER" in mod.sass("rowsum_ring").upper()
     else:
         assert "GLOBALTIMER" not in mod.sass("rowsum_ring").upper()
+
+
+def test_arrival_switches_change_the_releases(src):
+    """-D ARRIVE_PER_WARP=1 (lane 0 arrives after __syncwarp) and -D FORGET_RELEASE=1 (the hang of the
+    chapter's pitfalls) are variants by compile-time switch, each visible in the SASS."""
+    def build(**d):
+        mod = fb.compile(src, "sm_90a", defines={"STAGES": 4, **d})
+        assert mod.resources["rowsum_ring"].spills == 0
+        return mod.histogram("rowsum_ring")
+
+    def count(hist, prefix):
+        return sum(n for op, n in hist.items() if fb.sass.matches(op, prefix))
+    per_thread, per_warp, forgot = build(), build(ARRIVE_PER_WARP=1), build(FORGET_RELEASE=1)
+    assert count(per_thread, "SYNCS.ARRIVE.TRANS64.A1T0") == count(per_warp, "SYNCS.ARRIVE.TRANS64.A1T0") >= 1
+    assert count(forgot, "SYNCS.ARRIVE.TRANS64.A1T0") == 0           # the release arrive is gone...
+    assert count(forgot, "SYNCS.ARRIVE.TRANS64") >= 1                # ...the producer's arrive.expect_tx stays
+    assert count(per_warp, "WARPSYNC") > count(per_thread, "WARPSYNC")   # the __syncwarp before lane 0 arrives
 
 
 def test_debug_build_bounds_the_wait_and_normal_build_does_not(src):
@@ -157,16 +166,15 @@ def test_gpu_rowsum_ring_stress(gpu90, src):
 
 
 def test_broken_ring_times_out_naming_barrier_stage_and_parity(gpu90, src):
-    assert RELEASE in src
     # A trapped kernel leaves its process unable to use the GPU: run it in a separate one.
     with pytest.raises(fb.BarrierTimeout, match=r"barrier '(empty|full)' stage [0-3] for phase parity [01]"):
         fb.isolated("""
-            mod = fb.compile(src, "sm_90a", defines={"STAGES": 4, "FB_WAIT_TIMEOUT_NS": "300000000ull"},
-                             debug=True)
+            mod = fb.compile(src, "sm_90a", defines={"STAGES": 4, "FORGET_RELEASE": 1,
+                                                     "FB_WAIT_TIMEOUT_NS": "300000000ull"}, debug=True)
             x, y = fb.to_device(fb.examples.rowsum_inputs(64, 8192)), fb.empty(64, np.float32)
             mod.rowsum_ring.launch(1, THREADS, x, y, 64, 8192, 0, shared=4 * CHUNK * 4)
             fb.sync()
-        """, src=src.replace(RELEASE, ""), THREADS=THREADS, CHUNK=CHUNK)
+        """, src=src, THREADS=THREADS, CHUNK=CHUNK)
     # this process is untouched: the correct ring runs
     ok = fb.compile(src, "sm_90a", defines={"STAGES": 4})
     xh = fb.examples.rowsum_inputs(64, 8192, seed=5)
@@ -201,11 +209,11 @@ def test_trace_build_records_every_role(gpu90, src):
 def test_rowsum_consumers_fence_their_reads_before_the_async_refill(notebook, cell, kernel):
     """Ordinary loads, then a bulk/TMA write into the same stage: fence.proxy.async between them (MEMBAR.ALL.CTA
     then FENCE.VIEW.ASYNC.S). Without it lab 05 summed rows wrong under memcheck."""
-    from feedbeast.magic import cuda_cells
-    body, defines = cuda_cells(ROOT / notebook)[cell]
-    mod = fb.compile(body, "sm_90a", defines=defines)
+    c = load(ROOT / notebook).cuda(cell)
+    body, defines = c.source, c.defines
+    mod = c.compile("sm_90a")
     assert fb.sass.expect_proxy_fence(mod, kernel, "test") >= 1
-    fences = ("fb::mbar::fence_proxy_async();", "fb::tma::fence_shared_to_async();")
+    fences = ("fb::fence_proxy_async();",)
     bare = "\n".join(ln for ln in body.split("\n") if not any(f in ln for f in fences))
     assert bare != body
     with pytest.raises(fb.SassMismatch, match="no fence.proxy.async"):   # the one-liner that finds a deleted fence
