@@ -473,3 +473,39 @@ def test_lab_00_renders_in_headless_chromium_with_nothing_covering_it(lab, tmp_p
         assert s["dialogs"] == 0 and s["toasts"] == [] and not s["news"] and not s["cannotOpen"], s
     finally:
         _stop(proc, grace=5)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the GPUs learners have: a hosted T4 (sm_75), L4 (sm_89), A10/RTX 30x0 (sm_86)
+# ---------------------------------------------------------------------------------------------------
+
+def test_every_known_arch_is_one_the_pinned_nvrtc_compiles_for():
+    from cuda.bindings import nvrtc
+    from feedbeast.device import KNOWN_ARCHS, parse_arch
+    err, supported = nvrtc.nvrtcGetSupportedArchs()
+    assert int(err) == 0
+    for arch in KNOWN_ARCHS:
+        major, minor, _ = parse_arch(arch)
+        assert 10 * major + minor in supported, f"{arch}: NVRTC {nvrtc.nvrtcVersion()[1:]} has {supported}"
+    assert {"sm_75", "sm_86", "sm_89"} <= set(KNOWN_ARCHS)
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_89"])
+def test_chapter_00_and_lab_00_kernels_build_for_the_smaller_gpus(arch):
+    """Chapter 00 and lab 00 compile for the GPU present; on a T4, an A10 or an L4 that is one of these.
+    The 16-byte loads and stores the chapter and the lab check for are there too."""
+    import feedbeast as fb
+    from feedbeast.device import runs_on
+    major, minor = int(arch[3]), int(arch[4])
+    assert runs_on(arch, (major, minor)) and not runs_on(arch, (major - 1, 0))
+    for path in ("chapters/00-feeding-the-beast.ipynb", "solutions/00-copy-kernel.ipynb"):
+        cells = [c.source for c in nbformat.read(ROOT / path, 4).cells
+                 if c.cell_type == "code" and c.source.startswith("%%cuda")]
+        assert cells, path
+        for src in cells:
+            head, body = src.split("\n", 1)
+            assert "--arch" not in head and "-D" not in head, head   # built for the GPU present
+            mod = fb.compile(body, arch)
+            assert mod.arch == arch
+            counts = mod.expect_sass("LDG.E.128", "STG.E.128")
+            assert all(counts[op] >= 1 for op in ("LDG.E.128", "STG.E.128")), counts

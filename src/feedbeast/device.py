@@ -14,7 +14,7 @@ from .errors import FeedbeastError
 
 lost = None   # why this process can no longer use the GPU (a sticky error), once that happened
 
-KNOWN_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120", "sm_120a")
+KNOWN_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120", "sm_120a")
 
 
 def parse_arch(arch: str) -> tuple[int, int, bool]:
