@@ -8,11 +8,12 @@ One way to do each thing:
     kernel.launch(grid, block, *args, shared=, cluster=)
     tensor_map(array, box, swizzle=)   TMA descriptors, checked before the driver sees them
     check(out, ref)                    against a float64 reference
-    bench(fn, name=, nbytes=|flops=, ceiling=)   CUDA-event timing vs a same-run ceiling
+    bench(fn, name=, nbytes=|flops=, ceiling=)   CUDA-event timing vs a same-run ceiling and the physical peak
+    profile(script, kernel=)          Nsight Compute counters of one launch (a small table)
 On a machine that cannot run a kernel, launch/check/bench return a Skipped that says why.
 """
 from .bench import BenchResult, bench
-from .ceilings import ceiling, gemm
+from .ceilings import PhysicalLimitError, ceiling, gemm, physical_peak
 from .check import CheckResult, check
 from .compile import Module, compile
 from .device import describe, gpu, runs_on
@@ -23,6 +24,7 @@ from .launch import Kernel, launch
 from .memory import DeviceArray, bfloat16, empty, empty_like, random, sync, to_device
 from .sass import expect_sass
 from .skip import Skipped, needs, needs_gpu
+from .profiling import profile
 from .tensormap import TensorMap, tensor_map
 from .magic import load_ipython_extension
 from .sanitize import running as _under_sanitizer

@@ -3,9 +3,14 @@
     r = bench(lambda: k.launch(grid, block, out, a, n), name="ch03/ring", nbytes=2 * a.nbytes,
               ceiling="copy")
     r.gbps, r.pct    # achieved GB/s and % of the copy bandwidth measured in this process
+    r.pct_peak       # and % of the DRAM's physical peak (the bound "dram" follows from the copy ceiling)
 
-Each result is appended to results/<gpu>/bench.jsonl with the GPU, versions and sizes. Timings are
-reported, never asserted.
+Every result names the resource it is bound by (`bound=`: "dram", "l2", "smem", "fp32", "tensor", "tf32";
+by default the one its ceiling is bound by) and is compared with that resource's physical peak on this GPU
+(feedbeast.ceilings.physical_peak): a result above it raises PhysicalLimitError, because the experiment,
+not the hardware, is wrong. Each result is appended to results/<gpu>/bench.jsonl with the GPU, versions,
+sizes and the identity of the kernel it timed (name, arch, defines, registers, a hash of its source).
+Timings are reported, never asserted.
 """
 from __future__ import annotations
 
@@ -27,6 +32,10 @@ class BenchResult:
     ceiling_name: str | None = None
     ceiling_value: float | None = None   # in the unit of the result (GB/s or TFLOP/s)
     sizes: dict | None = None
+    bound: str | None = None             # the resource it is bound by
+    peak_value: float | None = None      # that resource's physical peak, in the unit of the result
+    peak_how: str | None = None          # the arithmetic behind the peak
+    kernels: list | None = None          # identity of the kernel(s) timed: see kernel_identity()
 
     @property
     def median_ms(self):
@@ -60,6 +69,12 @@ class BenchResult:
             return 100.0 * self.value / self.ceiling_value
         return None
 
+    @property
+    def pct_peak(self):
+        if self.peak_value and self.value:
+            return 100.0 * self.value / self.peak_value
+        return None
+
     def __bool__(self):
         return True
 
@@ -70,6 +85,8 @@ class BenchResult:
             s += f", {self.value:.1f} {self.unit}"
         if self.pct is not None:
             s += f" = {self.pct:.1f}% of {self.ceiling_name} ({self.ceiling_value:.1f} {self.unit})"
+        if self.pct_peak is not None:
+            s += f", {self.pct_peak:.1f}% of the {self.bound} peak ({self.peak_value:,.0f})"
         return s
 
 
@@ -105,13 +122,18 @@ def flush_l2():
 
 
 def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = None, ceiling=None,
-          warmup: int = 3, reps: int = 30, flush: bool = True, sizes: dict | None = None,
-          record: bool = True):
+          bound: str | None = None, kernel=None, warmup: int = 3, reps: int = 30, flush: bool = True,
+          sizes: dict | None = None, record: bool = True):
     """Time `fn` (no arguments, or the run index to rotate inputs) with CUDA events.
 
     ceiling: a BenchResult measured in this process, a number in the result's unit, or a ceiling of
     feedbeast.ceilings by name ("copy", "bf16", "fp32") or with its size (("bf16", 4096)), measured
     once per process.
+    bound: the resource the result is bound by ("dram", "l2", "smem", "fp32", "tensor", "tf32"); by
+    default the one of the ceiling (copy -> dram, cuBLAS bf16 -> tensor, fp32 -> fp32). A result above
+    the resource's physical peak raises PhysicalLimitError.
+    kernel: what was timed (a fb Kernel or Module, a Numba kernel, or a list), recorded with the result;
+    by default the kernels `fn` refers to.
     Returns a BenchResult, or a Skipped when there is no GPU or fn skipped.
     """
     skip = needs_gpu(f"bench {name}")
@@ -146,7 +168,94 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
             res.ceiling_name, res.ceiling_value = ceiling.name, ceiling.value
         else:
             res.ceiling_name, res.ceiling_value = "given", float(ceiling)
+    _against_peak(res, bound)
+    res.kernels = kernel_identity(kernel if kernel is not None else fn)
     if record:
         from .results import append
         append(res)
     return res
+
+
+PEAK_TOLERANCE = 0.01   # timer granularity: a result 1 % over its peak is still an error, 0.5 % is not
+
+
+def _against_peak(res: BenchResult, bound: str | None):
+    from .ceilings import PhysicalLimitError, bound_of, physical_peak
+    if name_is_ceiling := res.name.startswith("ceiling/"):
+        bound = bound or bound_of(res.name)
+    res.bound = bound or bound_of(res.ceiling_name)
+    if res.bound is None or not res.value:
+        return
+    pk = physical_peak(res.bound)
+    res.peak_value, res.peak_how = pk.value, pk.how
+    if pk.value and res.value > pk.value * (1 + PEAK_TOLERANCE):
+        raise PhysicalLimitError(
+            f"{res.name}: {res.value:,.1f} {res.unit} is {res.value / pk.value:.2f}x the physical {res.bound} peak "
+            f"of this GPU ({pk.value:,.1f} {pk.unit} = {pk.how}). No kernel can do that: the experiment is wrong. "
+            "Usual causes: the compiler removed repeated loads (read the SASS of what was timed), the bytes or "
+            "flops were counted for work that was not done, or the data came from a faster level (L2, L1) "
+            f"than the bound named{' (a ceiling)' if name_is_ceiling else ''}.")
+
+
+def kernel_identity(obj) -> list[dict]:
+    """Who was timed: for each feedbeast Kernel or Module, or Numba kernel, that `obj` is or refers to
+    (a function's closure and globals are searched one level deep), its name, arch, -D defines, registers
+    and the first 12 hex digits of the SHA-256 of its source, so that a result traces back to its code."""
+    import hashlib
+    found, seen = [], set()
+
+    def add(o):
+        if id(o) in seen:
+            return
+        seen.add(id(o))
+        from .compile import Module
+        from .launch import Kernel
+        if isinstance(o, Kernel):
+            res = o.module.resources.get(o.name)
+            found.append({"kernel": o.name, "arch": o.module.arch, "defines": dict(o.module.defines or {}),
+                          "registers": getattr(res, "registers", None),
+                          "source_sha256": hashlib.sha256(o.module.source.encode()).hexdigest()[:12]})
+        elif isinstance(o, Module):
+            for k in o.kernel_names:
+                add(o.kernel(k))
+        elif hasattr(o, "dispatcher") and hasattr(o, "griddim"):        # a Numba launch configuration
+            add(o.dispatcher)
+        elif hasattr(o, "py_func") and hasattr(o, "overloads"):          # a Numba kernel
+            src = getattr(o, "source", None)
+            if src is None:
+                try:
+                    src = inspect.getsource(o.py_func)
+                except (OSError, TypeError):
+                    src = o.py_func.__code__.co_code.hex()
+            rec = {"kernel": o.py_func.__name__, "arch": None, "defines": {}, "registers": None,
+                   "source_sha256": hashlib.sha256(src.encode()).hexdigest()[:12]}
+            ov = list(getattr(o, "overloads", {}).values())
+            if ov:
+                try:
+                    rec["registers"] = int(ov[-1].regs_per_thread)
+                    from .device import gpu
+                    g = gpu()
+                    rec["arch"] = f"sm_{g.cc[0]}{g.cc[1]}" if g else None
+                except Exception:
+                    pass
+            found.append(rec)
+        elif isinstance(o, (list, tuple)):
+            for x in o:
+                add(x)
+        elif isinstance(o, dict):
+            for x in o.values():
+                add(x)
+        elif callable(o) and hasattr(o, "__code__") and depth[0] < 2:
+            depth[0] += 1
+            try:
+                cv = inspect.getclosurevars(o)
+                for x in list(cv.nonlocals.values()) + list(cv.globals.values()):
+                    if not inspect.ismodule(x):
+                        add(x)
+            except (TypeError, ValueError):
+                pass
+            depth[0] -= 1
+
+    depth = [0]
+    add(obj)
+    return found

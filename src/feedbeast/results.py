@@ -36,7 +36,8 @@ def append(res) -> Path:
     rec = {"name": res.name, "median_ms": res.median_ms, "p10_ms": res.spread_ms[0], "p90_ms": res.spread_ms[1],
            "runs": len(res.times_ms), "value": res.value, "unit": res.unit, "nbytes": res.nbytes,
            "flops": res.flops, "ceiling": res.ceiling_name, "ceiling_value": res.ceiling_value, "pct": res.pct,
-           "sizes": res.sizes, "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}", "sm_count": g.sm_count,
+           "sizes": res.sizes, "bound": res.bound, "peak": res.peak_value, "peak_how": res.peak_how,
+           "pct_peak": res.pct_peak, "kernels": res.kernels, "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}", "sm_count": g.sm_count,
            "driver": g.driver_version, "nvrtc": "%d.%d" % g.nvrtc_version, "versions": versions(),
            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     path = d / "bench.jsonl"
@@ -62,12 +63,17 @@ def summarize(folder: Path) -> Path:
     first = rows[0] if rows else {}
     lines = [f"# Results on {first.get('gpu', '?')}", "",
              f"Driver {first.get('driver')}, NVRTC {first.get('nvrtc')}, versions {first.get('versions')}.", "",
-             "| benchmark | sizes | median | rate | % of ceiling | ceiling |", "|---|---|---|---|---|---|"]
+             "Each rate is also shown as a share of the physical peak of the resource it is bound by (from the "
+             "GPU's clocks and SM count; see feedbeast.ceilings.physical_peak).", "",
+             "| benchmark | sizes | median | rate | % of ceiling | ceiling | bound | % of peak |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rate = f"{r['value']:.1f} {r['unit']}" if r["value"] else "-"
         pct = f"{r['pct']:.1f}" if r["pct"] is not None else "-"
         ceil = f"{r['ceiling']} ({r['ceiling_value']:.1f})" if r["ceiling"] else "-"
-        lines.append(f"| {r['name']} | {r['sizes'] or ''} | {r['median_ms'] * 1e3:.1f} us | {rate} | {pct} | {ceil} |")
+        peak = f"{r['pct_peak']:.1f}" if r.get("pct_peak") is not None else "-"
+        lines.append(f"| {r['name']} | {r['sizes'] or ''} | {r['median_ms'] * 1e3:.1f} us | {rate} | {pct} | {ceil} "
+                     f"| {r.get('bound') or '-'} | {peak} |")
     (folder / "results.md").write_text("\n".join(lines) + "\n")
     with_pct = [r for r in rows if r["pct"] is not None]
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(with_pct) + 1.2))

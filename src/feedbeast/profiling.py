@@ -1,0 +1,273 @@
+"""Why is it that fast? Hardware counters of one kernel launch, read by Nsight Compute.
+
+    t = fb.profile('''
+    import numpy as np, feedbeast as fb
+    x = fb.to_device(fb.random((4096, 4096), np.float32)); y = fb.empty(4096, np.float32)
+    mod = fb.compile(SOURCE, "sm_90a")
+    mod.rowsum.launch(256, 128, x, y, 4096, 4096)
+    ''', kernel="rowsum", name="ch03/rowsum", env={"SOURCE": src})
+    print(t)          # a small table: DRAM % of peak, occupancy, top stall reasons, L2 hits, bank conflicts
+
+Why the command-line tool in a subprocess, and not the `ncu_report` Python module: Nsight Compute measures
+a process it starts (it injects itself before the CUDA context exists, and replays each profiled kernel
+several times, saving and restoring memory between passes). The notebook's process is already running,
+with its context made, so the launch is repeated in a child process from a short script; that script is
+also the record of what was measured. The CLI's `--csv --page raw` output is plain text we parse here
+(tested on a recorded file, tests/data/ncu_raw.csv), whereas `ncu_report` ships inside the Nsight Compute
+installation, not on PyPI, and its version must match the tool's.
+
+With no GPU, no `ncu`, or counters not permitted to this user (ERR_NVGPUCTRPERM), `profile` returns a
+Skipped that says which; when a table was recorded on a GPU before (results/<gpu>/profile.jsonl), the
+Skipped carries it (`.recorded`) and prints it, so a reader without a GPU still sees what the counters said.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from .skip import Skipped, needs_gpu
+
+# Metric names of Nsight Compute 2023-2025 (ncu --query-metrics; "Kernel Profiling Guide", Metrics
+# Reference). What each row of the table means is in LABELS.
+METRICS = {
+    "dram": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram_bytes": "dram__bytes.sum",
+    "occupancy": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "l2_hit": "lts__t_sector_hit_rate.pct",
+    "smem_ld_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "smem_st_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "smem_ld_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "sm_busy": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "fma_pipe": "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
+    "tensor_pipe": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "duration": "gpu__time_duration.sum",
+    "registers": "launch__registers_per_thread",
+}
+STALLS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+_STALL_PREFIX, _STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
+
+LABELS = {
+    "dram": "DRAM throughput, % of peak",
+    "dram_bytes": "DRAM bytes",
+    "occupancy": "achieved occupancy, % of max warps",
+    "l2_hit": "L2 hit rate, %",
+    "smem_ld_conflicts": "shared-load bank conflicts",
+    "smem_st_conflicts": "shared-store bank conflicts",
+    "smem_ld_wavefronts": "shared-load wavefronts",
+    "sm_busy": "SM throughput, % of peak",
+    "fma_pipe": "FMA pipe busy, % of active cycles",
+    "tensor_pipe": "tensor pipe (wgmma) busy, % of active cycles",
+    "duration": "duration under ncu",
+    "registers": "registers per thread",
+}
+
+
+@dataclasses.dataclass
+class Profile:
+    """One kernel's counters: `values` by our short names, `stalls` (reason -> warps stalled per issued
+    instruction, the largest first), the raw metric dictionary, and where it was measured."""
+    name: str
+    kernel: str
+    values: dict
+    stalls: dict
+    raw: dict
+    gpu: str = ""
+    units: dict = dataclasses.field(default_factory=dict)
+    csv: str = dataclasses.field(default="", repr=False)   # ncu's own output, as it came
+
+    def top_stalls(self, k: int = 4) -> list[tuple[str, float]]:
+        return sorted(self.stalls.items(), key=lambda kv: -kv[1])[:k]
+
+    def __getitem__(self, key):
+        return self.values[key]
+
+    def table(self, k_stalls: int = 4) -> str:
+        rows = [(LABELS.get(key, key), _fmt(v, self.units.get(key, ""))) for key, v in self.values.items()]
+        total = sum(self.stalls.values())
+        for reason, v in self.top_stalls(k_stalls):
+            share = f" ({100 * v / total:.0f} % of stalls)" if total else ""
+            rows.append((f"stall: {reason}", f"{v:.2f} warps per issue{share}"))
+        w = max(len(r[0]) for r in rows) if rows else 0
+        head = f"{self.name} ({self.kernel}){' on ' + self.gpu if self.gpu else ''}"
+        return "\n".join([head] + [f"  {a:<{w}}  {b}" for a, b in rows])
+
+    __str__ = table
+
+    def __repr__(self):
+        return self.table()
+
+    def as_record(self) -> dict:
+        return {"name": self.name, "kernel": self.kernel, "values": self.values, "stalls": self.stalls,
+                "units": self.units, "gpu": self.gpu}
+
+
+def _fmt(v, unit):
+    if v is None:
+        return "-"
+    if isinstance(v, float) and abs(v) >= 1e6:
+        return f"{v:.3e} {unit}".strip()
+    if isinstance(v, float):
+        return f"{v:.1f} {unit}".strip()
+    return f"{v} {unit}".strip()
+
+
+def _number(text: str):
+    t = text.strip().replace(",", "")
+    if t in ("", "n/a", "N/A"):
+        return None
+    try:
+        return int(t)
+    except ValueError:
+        try:
+            return float(t)
+        except ValueError:
+            return None
+
+
+def parse_raw_csv(text: str) -> list[dict]:
+    """`ncu --csv --page raw` output -> one dict per profiled kernel: {"Kernel Name": ..., "metrics":
+    {metric: value}, "units": {metric: unit}}. Lines ncu or the program print before the table ("==PROF==",
+    the script's own output) are skipped: the table starts at the header line that begins with "ID"."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    if start is None:
+        return []
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, units = rows[0], rows[1]
+    out = []
+    for row in rows[2:]:
+        if len(row) != len(header):
+            continue
+        rec = {"metrics": {}, "units": {}}
+        for col, unit, val in zip(header, units, row):
+            if "__" in col or col.startswith("launch__"):
+                rec["metrics"][col] = _number(val)
+                rec["units"][col] = unit
+            else:
+                rec[col] = val
+        out.append(rec)
+    return out
+
+
+def from_raw(rec: dict, name: str = "", gpu_name: str = "") -> Profile:
+    """A Profile from one parsed ncu row."""
+    m, u = rec["metrics"], rec["units"]
+    values, units = {}, {}
+    for key, metric in METRICS.items():
+        if metric in m and m[metric] is not None:
+            values[key] = m[metric]
+            units[key] = {"%": "%", "byte": "B", "Kbyte": "KB", "Mbyte": "MB", "Gbyte": "GB", "nsecond": "ns",
+                          "usecond": "us", "msecond": "ms", "register/thread": ""}.get(u.get(metric, ""),
+                                                                                       u.get(metric, ""))
+    stalls = {k[len(_STALL_PREFIX):-len(_STALL_SUFFIX)]: v for k, v in m.items()
+              if k.startswith(_STALL_PREFIX) and k.endswith(_STALL_SUFFIX) and v is not None
+              and not k.endswith("_not_issued" + _STALL_SUFFIX)}
+    return Profile(name or rec.get("Kernel Name", ""), rec.get("Kernel Name", ""), values, stalls, m,
+                   gpu_name or rec.get("Device Name", ""), units)
+
+
+def ncu_path() -> str | None:
+    """The ncu executable: $NCU, on PATH, or in the usual CUDA toolkit folder."""
+    for p in (os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if p and Path(p).exists():
+            return p
+    return None
+
+
+def _recorded(name: str):
+    from .results import results_root
+    root = results_root()
+    for path in sorted(root.glob("*/profile.jsonl")) if root.exists() else []:
+        for line in reversed(path.read_text().splitlines()):
+            rec = json.loads(line)
+            if rec.get("name") == name:
+                return Profile(rec["name"], rec["kernel"], rec["values"], rec["stalls"], {}, rec.get("gpu", ""),
+                               rec.get("units", {}))
+    return None
+
+
+def _skip(reason: str, name: str):
+    s = Skipped(reason, f"profile {name}")
+    s.recorded = _recorded(name)
+    if s.recorded is not None:
+        s.reason += f"; recorded on {s.recorded.gpu}:\n{s.recorded.table()}"
+    return s
+
+
+def profile(launch: str, *, kernel: str, name: str | None = None, metrics=None, env: dict | None = None,
+            launch_skip: int = 0, launch_count: int = 1, timeout: int = 600, record: bool = True):
+    """Run the Python source `launch` in a child process under `ncu` and return the counters of the
+    kernels whose name contains `kernel` (a Profile for one launch, a list for several).
+
+    metrics: extra ncu metric names beyond METRICS and the stall reasons. env: values the script can read
+    as globals (strings, numbers, lists: passed as JSON). launch_skip: launches of that kernel to let run
+    unprofiled first (warm-up). Returns a Skipped (with the recorded table, if any) when this machine has
+    no GPU, no ncu, or no permission to read counters.
+    """
+    name = name or kernel
+    skip = needs_gpu(f"profile {name}")
+    if skip is not None:
+        return _skip(skip.reason, name)
+    ncu = ncu_path()
+    if ncu is None:
+        return _skip("needs Nsight Compute (ncu), none found on PATH, in $NCU or /usr/local/cuda/bin", name)
+    wanted = list(METRICS.values()) + [STALLS] + list(metrics or [])
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "launch.py"
+        prelude = "import json, os\nglobals().update(json.loads(os.environ['FB_PROFILE_ENV']))\n"
+        script.write_text(prelude + textwrap.dedent(launch))
+        src_dir = str(Path(__file__).resolve().parent.parent)
+        child_env = {**os.environ, "FB_PROFILE_ENV": json.dumps(env or {}),
+                     "PYTHONPATH": os.pathsep.join([src_dir, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        for _ in range(4):   # a metric this ncu or GPU does not know is dropped by name, and we retry
+            cmd = [ncu, "--csv", "--page", "raw", "--kernel-name", f"regex:{kernel}", "--launch-skip",
+                   str(launch_skip), "--launch-count", str(launch_count), "--metrics", ",".join(wanted),
+                   sys.executable, str(script)]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env)
+            text = p.stdout + "\n" + p.stderr
+            unknown = [w for w in wanted if f"Failed to find metric {w}" in text or f"metric {w} not" in text]
+            if not unknown:
+                break
+            wanted = [w for w in wanted if w not in unknown]
+    if "ERR_NVGPUCTRPERM" in text:
+        return _skip("this user may not read the GPU's performance counters (ERR_NVGPUCTRPERM; see "
+                     "Nsight Compute's documentation on the NVreg_RestrictProfilingToAdminUsers setting)", name)
+    rows = parse_raw_csv(p.stdout)
+    if not rows:
+        from .errors import FeedbeastError
+        raise FeedbeastError(f"ncu profiled no kernel matching {kernel!r} (exit {p.returncode}); its output "
+                             f"ended with:\n{text[-3000:]}")
+    from .device import gpu
+    g = gpu()
+    profs = [from_raw(r, name if len(rows) == 1 else f"{name}#{i}", g.name) for i, r in enumerate(rows)]
+    for pr in profs:
+        pr.csv = p.stdout
+    if record:
+        for pr in profs:
+            append(pr)
+    return profs[0] if len(profs) == 1 else profs
+
+
+def append(pr: Profile) -> Path:
+    """Add a Profile to results/<gpu>/profile.jsonl (next to bench.jsonl)."""
+    from .device import gpu
+    from .results import results_root
+    g = gpu()
+    d = results_root() / g.slug
+    d.mkdir(parents=True, exist_ok=True)
+    rec = pr.as_record()
+    rec["time"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    path = d / "profile.jsonl"
+    with path.open("a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return path
