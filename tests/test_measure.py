@@ -1,0 +1,158 @@
+"""Measurement toolkit: physical peaks, the above-peak error, kernel identity in results, Nsight Compute
+parsing and its skip path. All run on a CPU; the GPU halves (real counters, real timings) run in make bench."""
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+import feedbeast as fb
+from feedbeast import ceilings, profiling
+from feedbeast.device import Gpu
+
+fbb = importlib.import_module("feedbeast.bench")   # fb.bench is the function
+
+DATA = Path(__file__).parent / "data"
+
+H100 = Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), 132, 232448, 49152, 233472, 50 << 20, 1980, 2619, 5120, 13000,
+           (13, 0), 80 << 30)
+A100 = Gpu(0, "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912, 49152, 167936, 40 << 20, 1410, 1593, 5120, 12080,
+           (13, 0), 80 << 30)
+
+
+def test_physical_peaks_from_clocks_and_sm_count():
+    smem = ceilings.physical_peak("smem", H100)
+    assert smem.value == pytest.approx(132 * 128 * 1.98)                 # 33.45 TB/s, in GB/s
+    assert ceilings.physical_peak("dram", H100).value == pytest.approx(2 * 2619e6 * 640 / 1e9)
+    assert ceilings.physical_peak("fp32", H100).value == pytest.approx(132 * 128 * 2 * 1.98 / 1e3)
+    assert ceilings.physical_peak("tensor", H100).value == pytest.approx(132 * 4096 * 1.98 / 1e3)
+    assert ceilings.physical_peak("tf32", H100).value == pytest.approx(132 * 2048 * 1.98 / 1e3)
+    # the A100 datasheet figures come back from its own clocks: 312 TFLOP/s bf16, 19.5 TFLOP/s fp32, 2.04 TB/s
+    assert ceilings.physical_peak("tensor", A100).value == pytest.approx(312, rel=0.01)
+    assert ceilings.physical_peak("fp32", A100).value == pytest.approx(19.5, rel=0.01)
+    assert ceilings.physical_peak("dram", A100).value == pytest.approx(2039, rel=0.01)
+    unknown = ceilings.physical_peak("tensor", Gpu(*([0, "x", (7, 5)] + list(H100.__dict__.values())[3:])))
+    assert unknown.value is None and "7, 5" in unknown.how
+    with pytest.raises(ValueError, match="unknown resource"):
+        ceilings.physical_peak("hbm", H100)
+
+
+def test_bound_follows_the_ceiling():
+    assert ceilings.bound_of("ceiling/copy") == "dram"
+    assert ceilings.bound_of("ceiling/cublas-bf16/n=4096") == "tensor"
+    assert ceilings.bound_of("ceiling/cublas-fp32/n=4096") == "fp32"
+    assert ceilings.bound_of("ceiling/cublas-tf32/n=4096") == "tf32"
+    assert ceilings.bound_of(None) is None and ceilings.bound_of("given") is None
+
+
+@pytest.fixture
+def on_h100(monkeypatch):
+    import feedbeast.device
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
+
+
+def test_result_above_the_shared_memory_peak_is_an_experiment_error(on_h100):
+    # ch05's old swizzle figure: 125,420 GB/s of shared-memory reads, 3.75x what 132 SMs can deliver.
+    r = fbb.BenchResult("ch05/column_reads/swizzle=128", [0.5518], nbytes=125420.5e6 * 0.5518)
+    with pytest.raises(fb.PhysicalLimitError, match=r"3\.75x the physical smem peak"):
+        fbb._against_peak(r, "smem")
+    ok = fbb.BenchResult("ch05/column_reads/swizzle=128", [2.0], nbytes=33.3e12 * 2e-3)   # 33.3 TB/s: at the peak
+    fbb._against_peak(ok, "smem")
+    assert ok.bound == "smem" and 99 < ok.pct_peak < 100
+    assert "% of the smem peak" in repr(ok)
+
+
+def test_bound_comes_from_the_ceiling_and_a_copy_above_dram_peak_fails(on_h100):
+    r = fbb.BenchResult("ch02/rowsum", [1.0], nbytes=4.0e9, ceiling_name="ceiling/copy", ceiling_value=3000.0)
+    with pytest.raises(fb.PhysicalLimitError, match="dram"):                # 4 TB/s on a 3.35 TB/s HBM3
+        fbb._against_peak(r, None)
+    mm = fbb.BenchResult("ch02/sgemm", [1.0], flops=40e9, ceiling_name="ceiling/cublas-fp32/n=4096",
+                         ceiling_value=51.7)
+    fbb._against_peak(mm, None)
+    assert mm.bound == "fp32" and mm.pct_peak == pytest.approx(100 * 40 / 66.9, rel=0.01)
+    free = fbb.BenchResult("ch01/chase", [1.0])                              # a latency: no rate, no bound
+    fbb._against_peak(free, None)
+    assert free.bound is None and free.pct_peak is None
+
+
+def test_kernel_identity_traces_a_result_to_its_code():
+    mod = fb.compile('extern "C" __global__ void k(float* y) { y[threadIdx.x] = SCALE * threadIdx.x; }',
+                     "sm_90a", defines={"SCALE": 2})
+    kern = mod.k
+    ids = fbb.kernel_identity(lambda: kern.launch(1, 32, None))
+    assert len(ids) == 1
+    rec = ids[0]
+    assert rec["kernel"] == "k" and rec["arch"] == "sm_90a" and rec["defines"] == {"SCALE": 2}
+    assert rec["registers"] == mod.resources["k"].registers and len(rec["source_sha256"]) == 12
+    other = fb.compile(mod.source.replace("SCALE *", "SCALE + "), "sm_90a", defines={"SCALE": 2})
+    assert fbb.kernel_identity(other)[0]["source_sha256"] != rec["source_sha256"]
+
+
+def test_parse_recorded_ncu_csv():
+    rows = profiling.parse_raw_csv((DATA / "ncu_raw.csv").read_text())
+    assert len(rows) == 1
+    p = profiling.from_raw(rows[0], name="ch05/column_reads/swizzle=0")
+    assert "columns_plain" in p.kernel
+    for key in ("dram", "occupancy", "l2_hit", "smem_ld_conflicts"):
+        assert key in p.values, key
+    assert 0 <= p["occupancy"] <= 100
+    assert p.stalls and all(v >= 0 for v in p.stalls.values())
+    top, _ = p.top_stalls(1)[0]
+    assert top == max(p.stalls, key=p.stalls.get)
+    table = p.table()
+    assert "achieved occupancy" in table and f"stall: {top}" in table
+
+
+def test_parse_skips_program_output_and_empty_input():
+    assert profiling.parse_raw_csv("") == []
+    assert profiling.parse_raw_csv("==PROF== Connected to process 1\nhello\n") == []
+    text = ('==PROF== Profiling "k": 0%\nprinted by the program\n'
+            '"ID","Kernel Name","dram__throughput.avg.pct_of_peak_sustained_elapsed",'
+            '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
+            '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"\n'
+            '"","","%","ratio","ratio"\n'
+            '"0","k(float *)","1,234.5","0.25","3.5"\n')
+    (row,) = profiling.parse_raw_csv(text)
+    p = profiling.from_raw(row)
+    assert p["dram"] == 1234.5 and p.top_stalls(2) == [("long_scoreboard", 3.5), ("barrier", 0.25)]
+
+
+def test_profile_is_skipped_by_name_without_gpu_or_ncu(monkeypatch, tmp_path):
+    import feedbeast.device
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    if fb.gpu() is None:
+        s = fb.profile("pass", kernel="k", name="test/none")
+        assert not s and "profile test/none" in str(s) and "needs a GPU" in str(s) and s.recorded is None
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
+    monkeypatch.setattr(profiling, "needs_gpu", lambda what="": None)
+    monkeypatch.setattr(profiling, "ncu_path", lambda: None)
+    s = fb.profile("pass", kernel="k", name="test/no-ncu")
+    assert not s and "needs Nsight Compute (ncu)" in str(s)
+
+
+def test_skip_carries_the_recorded_table(monkeypatch, tmp_path):
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    d = tmp_path / "nvidia-h100-80gb-hbm3"
+    d.mkdir()
+    rec = {"name": "ch02/sgemm/vector", "kernel": "sgemm", "gpu": "NVIDIA H100 80GB HBM3",
+           "values": {"occupancy": 24.5, "fma_pipe": 71.0}, "stalls": {"barrier": 0.4, "mio_throttle": 1.2},
+           "units": {"occupancy": "%", "fma_pipe": "%"}}
+    (d / "profile.jsonl").write_text(json.dumps(rec) + "\n")
+    monkeypatch.setattr(profiling, "needs_gpu", lambda what="": fb.Skipped("needs a GPU, this machine has none",
+                                                                            what))
+    s = fb.profile("pass", kernel="sgemm", name="ch02/sgemm/vector")
+    assert not s and s.recorded is not None
+    assert "recorded on NVIDIA H100" in str(s) and "stall: mio_throttle" in str(s)
+
+
+def test_profile_reports_missing_counter_permission(monkeypatch, tmp_path):
+    import subprocess
+    import feedbeast.device
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
+    monkeypatch.setattr(profiling, "needs_gpu", lambda what="": None)
+    monkeypatch.setattr(profiling, "ncu_path", lambda: "/usr/local/cuda/bin/ncu")
+    done = subprocess.CompletedProcess([], 0, "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", "")
+    monkeypatch.setattr(profiling.subprocess, "run", lambda *a, **k: done)
+    s = fb.profile("pass", kernel="k", name="test/perm")
+    assert not s and "may not read the GPU's performance counters" in str(s)
