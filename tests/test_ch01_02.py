@@ -1,9 +1,10 @@
-"""Chapters 01-02 (Numba): the kernels of the chapters, re-stated here, checked against float64.
+"""Chapters 01-02 (Numba): the chapters' own kernels, loaded from the notebooks, checked against float64.
 
 Without a GPU they run in Numba's CUDA simulator at small ragged sizes; tests named test_gpu_* run at
 full size on a GPU and skip by name elsewhere. Nothing here asserts a speed.
 """
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,138 +18,19 @@ from numba import cuda, float32  # noqa: E402
 import feedbeast as fb  # noqa: E402
 from feedbeast import examples as ex  # noqa: E402
 from feedbeast import stress  # noqa: E402
+from feedbeast.notebook import load  # noqa: E402
 
-TILE, TW = 16, 128
-
-
-@cuda.jit
-def chase(nxt, steps, out):
-    j = nxt[0]
-    for _ in range(steps - 1):
-        j = nxt[j]
-    out[0] = j
-
-
-@cuda.jit
-def matmul_tiled(a, b, c):
-    sa = cuda.shared.array((TILE, TILE), float32)
-    sb = cuda.shared.array((TILE, TILE), float32)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    row, col = cuda.blockIdx.y * TILE + ty, cuda.blockIdx.x * TILE + tx
-    m, k = a.shape
-    n = b.shape[1]
-    acc = float32(0)
-    for k0 in range(0, k, TILE):
-        sa[ty, tx] = a[row, k0 + tx] if row < m and k0 + tx < k else float32(0)
-        sb[ty, tx] = b[k0 + ty, col] if k0 + ty < k and col < n else float32(0)
-        cuda.syncthreads()
-        for q in range(TILE):
-            acc += sa[ty, q] * sb[q, tx]
-        cuda.syncthreads()
-    if row < m and col < n:
-        c[row, col] = acc
-
-
-@cuda.jit
-def matmul_db(a, b, c):
-    sa = cuda.shared.array((2, TILE, TILE), float32)
-    sb = cuda.shared.array((2, TILE, TILE), float32)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    row, col = cuda.blockIdx.y * TILE + ty, cuda.blockIdx.x * TILE + tx
-    m, k = a.shape
-    n = b.shape[1]
-    sa[0, ty, tx] = a[row, tx] if row < m and tx < k else float32(0)
-    sb[0, ty, tx] = b[ty, col] if ty < k and col < n else float32(0)
-    cuda.syncthreads()
-    acc = float32(0)
-    for t in range((k + TILE - 1) // TILE):
-        cur, k1 = t % 2, (t + 1) * TILE
-        ra = a[row, k1 + tx] if row < m and k1 + tx < k else float32(0)
-        rb = b[k1 + ty, col] if k1 + ty < k and col < n else float32(0)
-        for q in range(TILE):
-            acc += sa[cur, ty, q] * sb[cur, q, tx]
-        sa[1 - cur, ty, tx] = ra
-        sb[1 - cur, ty, tx] = rb
-        cuda.syncthreads()
-    if row < m and col < n:
-        c[row, col] = acc
-
-
-@cuda.jit(device=True)
-def reduce_rows(red, acc, w, lane, r0, rows, y):
-    """Each warp w holds one row's 32 partial sums: add them by halving, write y[r0 + w]."""
-    red[w, lane] = acc
-    cuda.syncthreads()
-    s = 16
-    while s > 0:
-        if lane < s:
-            red[w, lane] += red[w, lane + s]
-        cuda.syncthreads()
-        s //= 2
-    if lane == 0 and r0 + w < rows:
-        y[r0 + w] = red[w, 0]
-
-
-def make_rowsum_tiled(band):
-    loads = TW // 32
-
-    @cuda.jit
-    def rowsum_tiled(x, y):
-        tile = cuda.shared.array((band, TW), float32)
-        red = cuda.shared.array((band, 32), float32)
-        lane, w = cuda.threadIdx.x, cuda.threadIdx.y
-        tid = w * 32 + lane
-        rows, cols = x.shape
-        r0 = cuda.blockIdx.x * band
-        acc = float32(0)
-        for c0 in range(0, cols, TW):
-            for j in range(loads):
-                f = tid + j * 32 * band
-                rr, cc = f // TW, f % TW
-                tile[rr, cc] = x[r0 + rr, c0 + cc] if r0 + rr < rows and c0 + cc < cols else float32(0)
-            cuda.syncthreads()
-            for j in range(TW // 32):
-                acc += tile[w, lane + 32 * j]
-            cuda.syncthreads()
-        reduce_rows(red, acc, w, lane, r0, rows, y)
-    return rowsum_tiled
-
-
-def make_rowsum_db(band):
-    loads = TW // 32
-
-    @cuda.jit
-    def rowsum_db(x, y):
-        tile = cuda.shared.array((2, band, TW), float32)
-        red = cuda.shared.array((band, 32), float32)
-        regs = cuda.local.array(loads, float32)
-        lane, w = cuda.threadIdx.x, cuda.threadIdx.y
-        tid = w * 32 + lane
-        rows, cols = x.shape
-        r0 = cuda.blockIdx.x * band
-        for j in range(loads):
-            f = tid + j * 32 * band
-            rr, cc = f // TW, f % TW
-            tile[0, rr, cc] = x[r0 + rr, cc] if r0 + rr < rows and cc < cols else float32(0)
-        cuda.syncthreads()
-        acc = float32(0)
-        for t in range((cols + TW - 1) // TW):
-            cur, c1 = t % 2, (t + 1) * TW
-            for j in range(loads):
-                f = tid + j * 32 * band
-                rr, cc = f // TW, f % TW
-                regs[j] = x[r0 + rr, c1 + cc] if r0 + rr < rows and c1 + cc < cols else float32(0)
-            for j in range(TW // 32):
-                acc += tile[cur, w, lane + 32 * j]
-            for j in range(loads):
-                f = tid + j * 32 * band
-                tile[1 - cur, f // TW, f % TW] = regs[j]
-            cuda.syncthreads()
-        reduce_rows(red, acc, w, lane, r0, rows, y)
-    return rowsum_db
-
-
-rowsum_tiled, rowsum_db = make_rowsum_tiled(8), make_rowsum_db(8)
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ("chapters/01-synchronous-loads.ipynb", "chapters/02-software-pipelining.ipynb",
+             "solutions/01-tiled-rowsum.ipynb", "solutions/02-double-buffered-rowsum.ipynb")
+NUMBA = {"cuda": cuda, "float32": float32, "math": math, "np": np}   # this process's numba.cuda, set up above
+chase = load(ROOT / NOTEBOOKS[0]).definitions("chase", **NUMBA)["chase"]
+_ch02 = load(ROOT / NOTEBOOKS[1]).definitions("TILE", "TW", "matmul_tiled", "matmul_db", "make_rowsum_tiled",
+                                               "make_rowsum_db", "rowsum_tiled", "rowsum_db", **NUMBA)
+TILE, TW = _ch02["TILE"], _ch02["TW"]
+matmul_tiled, matmul_db = _ch02["matmul_tiled"], _ch02["matmul_db"]
+make_rowsum_tiled, make_rowsum_db = _ch02["make_rowsum_tiled"], _ch02["make_rowsum_db"]
+rowsum_tiled, rowsum_db = _ch02["rowsum_tiled"], _ch02["rowsum_db"]     # the chapter's band of 8 rows
 
 
 def launch_rowsum(kern, x, band=8):
@@ -283,28 +165,21 @@ def test_gpu_sass_shows_the_synchronous_pattern(anygpu):
 # every kernel of the chapter and lab notebooks to PTX with the real compiler (NVVM, no GPU needed), in a
 # separate process because numba.cuda can only be in one mode per process.
 _COMPILE_NOTEBOOK_KERNELS = r'''
-import ast, inspect, math, os, sys
+import math, os, sys
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-import nbformat, numpy as np
+import numpy as np
 from numba import cuda, float32
+from feedbeast.notebook import load
 SIGS = {"chase": "void(uint32[::1], int64, uint32[::1])", "stream": "void(float32[::1], float32[::1])",
         "matmul_tiled": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
         "matmul_db": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"}
 for path in sys.argv[1:]:
-    ns = {"cuda": cuda, "float32": float32, "math": math, "np": np}
-    for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type != "code" or "cuda.jit" not in cell.source and "TW = " not in cell.source:
-            continue
-        body = [n for n in ast.parse(cell.source).body if isinstance(n, ast.FunctionDef) or
-                isinstance(n, ast.Assign) and not any(w in ast.unparse(n) for w in ("fb", "ex.", "SIM"))]
-        try:
-            exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
-        except NameError:
-            pass
-    kernels = {k: v for k, v in ns.items() if hasattr(v, "py_func")}
-    for name, make in [(k, v) for k, v in ns.items() if k.startswith("make_") and callable(v)]:
-        kernels[name] = make(8)
-    for name, k in kernels.items():
+    nb = load(path)
+    makers = [f for f in nb.functions() if f.startswith("make_")]
+    kernels = [f for f in nb.functions("cuda.jit") if not f.startswith("make_")]
+    ns = nb.definitions(*kernels, *makers, cuda=cuda, float32=float32, math=math, np=np)
+    for name in kernels + makers:
+        k = ns[name](8) if name in makers else ns[name]
         sig = SIGS.get(k.py_func.__name__, "void(float32[:, ::1], float32[::1])")
         ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=(9, 0))
         local = ".local" in ptx
@@ -315,15 +190,12 @@ for path in sys.argv[1:]:
 def test_notebook_kernels_compile_with_the_real_numba_compiler(tmp_path):
     import subprocess
     import sys
-    from pathlib import Path
     try:
         from cuda.bindings import nvvm
         nvvm.version()
     except Exception as e:   # a skip, by name: NVVM is what turns Numba kernels into PTX
         pytest.skip(f"needs NVVM (cuda-toolkit[nvvm] or a CUDA toolkit), none found: {e}")
-    root = Path(__file__).resolve().parents[1]
-    notebooks = [root / p for p in ("chapters/01-synchronous-loads.ipynb", "chapters/02-software-pipelining.ipynb",
-                                    "solutions/01-tiled-rowsum.ipynb", "solutions/02-double-buffered-rowsum.ipynb")]
+    notebooks = [ROOT / p for p in NOTEBOOKS]
     script = tmp_path / "compile_kernels.py"
     script.write_text(_COMPILE_NOTEBOOK_KERNELS)
     r = subprocess.run([sys.executable, str(script), *map(str, notebooks)], capture_output=True, text=True,

@@ -134,6 +134,17 @@ class Notebook:
         """Every top-level name a def, class, assignment or import of the notebook binds."""
         return sorted({n for s in self._stmts for n in s.binds})
 
+    def functions(self, decorator: str | None = None) -> list[str]:
+        """Top-level functions, in notebook order; with `decorator`, only those it decorates
+        (`functions("cuda.jit")`: the Numba kernels, `@cuda.jit(device=True)` helpers included)."""
+        out = []
+        for s in self._stmts:
+            node = s.node
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    decorator is None or any(ast.unparse(d).startswith(decorator) for d in node.decorator_list)):
+                out.append(node.name)
+        return list(dict.fromkeys(out))
+
     def _binding(self, name, before=None):
         where = [s for s in self._stmts if name in s.binds]
         if not where:
