@@ -121,7 +121,7 @@ BUGS = {
         # No proxy fence between the consumers' reads and the release: the next bulk copy may overwrite bytes
         # still being read. The sums are usually right (memcheck's slower timing exposed 1 to 5 wrong rows in
         # lab 05's ring), so the SASS check is what rejects it, without a GPU too.
-        "missing-proxy-fence": Bug([("    fb::mbar::fence_proxy_async();\n", "")],
+        "missing-proxy-fence": Bug([("    fb::fence_proxy_async();\n", "")],
                                    gpu={SASS, WRONG}, cpu=r"no proxy fence"),
     },
     "05": {
@@ -132,17 +132,17 @@ BUGS = {
         # use. Parity 0 of a fresh barrier is the consumers' first release, which needs the box this wait
         # holds back: a deadlock at k = 0.
         "empty-parity-of-current-use": Bug(
-            [('if (k >= STAGES) fb::tma::wait(&empty[s], (k / STAGES - 1) % 2, "empty", s);',
-              'fb::tma::wait(&empty[s], (k / STAGES) % 2, "empty", s);')], gpu={HANG}, hangs=True),
+            [('if (k >= STAGES) fb::mbar::wait(&empty[s], (k / STAGES - 1) % 2, "empty", s);',
+              'fb::mbar::wait(&empty[s], (k / STAGES) % 2, "empty", s);')], gpu={HANG}, hangs=True),
         # Wrong expect_tx byte count: elements, not bytes (BR * BC instead of BR * BC * 4). The 16 KB the
         # TMA delivers overshoot the 4 KB announced, so the transaction count does not return to zero where
         # it should: expected to hang (the first GPU shape has 64 steps per row band), else wrong sums or a
         # trapped launch. Reasoned from the PTX rules, not observed.
-        "expect-tx-in-elements": Bug([("fb::tma::arrive_expect_tx(&full[s], BR * BC * 4);",
-                                       "fb::tma::arrive_expect_tx(&full[s], BR * BC);")],
+        "expect-tx-in-elements": Bug([("fb::mbar::arrive_expect_tx(&full[s], BR * BC * 4);",
+                                       "fb::mbar::arrive_expect_tx(&full[s], BR * BC);")],
                                      gpu={HANG, WRONG, FAULT}, hangs=True),
         # The given fence in consume deleted (see lab 04's missing-proxy-fence): rejected by the SASS check.
-        "missing-proxy-fence": Bug([("    fb::tma::fence_shared_to_async();   // these reads, before the next TMA write "
+        "missing-proxy-fence": Bug([("    fb::fence_proxy_async();   // these reads, before the next TMA write "
                                      "into the stage\n", "")],
                                    gpu={SASS, WRONG}, cpu=r"SassMismatch.*no fence\.proxy\.async"),
     },
@@ -156,7 +156,7 @@ BUGS = {
         # The producer warpgroup never gives its registers back: no USETMAXREG.DEALLOC in the SASS (seen
         # without a GPU). On a GPU the consumers' setmaxnreg.inc can never be granted: expected to hang in
         # the correctness check, before the SASS cell runs (reasoned, not observed; a trap would also do).
-        "missing-release-registers": Bug([("fb::hgemm::release_registers<40>();", "")],
+        "missing-release-registers": Bug([("fb::setmaxnreg_dec<40>();", "")],
                                          gpu={HANG, SASS, FAULT}, cpu=r"SassMismatch.*USETMAXREG\.DEALLOC",
                                          hangs=True),
     },
@@ -171,7 +171,7 @@ BUGS = {
         "accumulates-across-tiles": Bug([("kt > 0 || kk > 0", "it > 0 || kk > 0")], gpu={WRONG}),
         # No fence between the epilogue's st.shared and the TMA store that reads the tile: the store may copy
         # stale bytes. Rejected by the SASS check, without a GPU too.
-        "missing-epilogue-fence": Bug([("  fb::tma::fence_shared_to_async();                 // generic-proxy writes "
+        "missing-epilogue-fence": Bug([("  fb::fence_proxy_async();                 // generic-proxy writes "
                                         "before async-proxy reads\n", "")],
                                       gpu={SASS, WRONG}, cpu=r"SassMismatch.*no fence\.proxy\.async"),
     },

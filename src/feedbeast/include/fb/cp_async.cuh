@@ -12,46 +12,47 @@
 // A wait covers only the copies of the calling thread. Copies of other threads become visible after
 // a barrier that every copying thread reaches after its own wait (e.g. __syncthreads()).
 #pragma once
+#include <fb/hazard.cuh>
+#include <fb/smem.cuh>
 
 namespace fb {
 
-// The 32-bit shared-memory address of a generic pointer into shared memory (what cp.async,
-// ldmatrix and mbarrier instructions take).
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 // 16 bytes, .cg (bypass L1). src_bytes in [0, 16]: only that many bytes are read from global
 // memory, the rest of the 16 destination bytes are zero-filled. With src_bytes == 0 nothing is read.
-__device__ __forceinline__ void cp_async_cg16(void* dst_smem, const void* src_gmem, int src_bytes = 16) {
+__device__ __forceinline__ void cp_async_cg16(void* dst_smem, const void* src_gmem, int src_bytes = 16 FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kCpAsync, smem_addr(dst_smem), 16, 0, 0);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :: "r"(smem_u32(dst_smem)), "l"(src_gmem), "r"(src_bytes) : "memory");
+               :: "r"(smem_addr(dst_smem)), "l"(src_gmem), "r"(src_bytes) : "memory");
 }
 
 // 4, 8 or 16 bytes, .ca (allocate in L1 too); the same zero-fill rule. (.cg allows only 16.)
 template <int Bytes>
-__device__ __forceinline__ void cp_async_ca(void* dst_smem, const void* src_gmem, int src_bytes = Bytes) {
+__device__ __forceinline__ void cp_async_ca(void* dst_smem, const void* src_gmem, int src_bytes = Bytes FB_HZ_LINE) {
   static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  FB_HZ_RECORD(fb::hazard::kCpAsync, smem_addr(dst_smem), Bytes, 0, 0);
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-               :: "r"(smem_u32(dst_smem)), "l"(src_gmem), "n"(Bytes), "r"(src_bytes) : "memory");
+               :: "r"(smem_addr(dst_smem)), "l"(src_gmem), "n"(Bytes), "r"(src_bytes) : "memory");
 }
 
 // Everything this thread issued since the previous commit becomes one group.
-__device__ __forceinline__ void cp_async_commit() {
+__device__ __forceinline__ void cp_async_commit(FB_HZ_LINE_PARAM) {
+  FB_HZ_RECORD(fb::hazard::kCpAsyncCommit, 0, 0, 0, 0);
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
 // Block this thread until at most `Pending` of its committed groups are incomplete (groups complete
 // in commit order). Pending must be a compile-time constant.
 template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
+__device__ __forceinline__ void cp_async_wait(FB_HZ_LINE_PARAM) {
   static_assert(Pending >= 0, "cp.async.wait_group takes a count >= 0");
   asm volatile("cp.async.wait_group %0;\n" :: "n"(Pending) : "memory");
+  FB_HZ_RECORD(fb::hazard::kCpAsyncWait, 0, Pending, 0, 0);
 }
 
 // Wait for every copy this thread has issued (committed or not).
-__device__ __forceinline__ void cp_async_wait_all() {
+__device__ __forceinline__ void cp_async_wait_all(FB_HZ_LINE_PARAM) {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+  FB_HZ_RECORD(fb::hazard::kCpAsyncWait, 0, 0xffffffffu, 0, 0);
 }
 
 }  // namespace fb

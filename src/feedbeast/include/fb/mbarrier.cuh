@@ -1,4 +1,4 @@
-// mbarrier and 1-D bulk copies (sm_90+): the PTX of chapter 04, one device function per instruction.
+// mbarrier (sm_90+): the PTX of chapter 04, one device function per instruction, and the one bounded wait.
 //
 //   __shared__ __align__(8) cuda::std::uint64_t full[STAGES];
 //   fb::mbar::init(&full[s], 1);  fb::mbar::fence_init();  __syncthreads();
@@ -7,95 +7,129 @@
 //   fb::mbar::wait(&full[s], parity, "full", s);                  // consumer: phase of that parity done
 //
 // PTX ISA: "Parallel Synchronization and Communication Instructions: mbarrier" (init, arrive,
-// expect_tx, test_wait/try_wait) and "Data Movement and Conversion Instructions: cp.async.bulk".
-// With FB_DEBUG (compile(..., debug=True)) fb::mbar::wait gives up after FB_WAIT_TIMEOUT_NS and the
-// host raises fb.BarrierTimeout naming the barrier, stage and parity; without it, it just spins.
+// expect_tx, test_wait/try_wait) and "membar/fence" (fence.mbarrier_init). Each function is named after
+// its instruction without the "mbarrier." prefix. The cluster forms (chapter 07) address a barrier in
+// another CTA of the cluster (mapa, fb/cluster.cuh) or wait with cluster-scope acquire.
+// With FB_DEBUG (compile(..., debug=True)) every wait gives up after FB_WAIT_TIMEOUT_NS and the host
+// raises fb.BarrierTimeout naming the barrier, stage and parity; without it, it just spins.
 #pragma once
 #include <cuda/std/cstdint>
+#include <fb/cluster.cuh>
 #include <fb/debug.cuh>
+#include <fb/fence.cuh>
+#include <fb/hazard.cuh>
+#include <fb/smem.cuh>
 
 namespace fb {
 namespace mbar {
+using u32 = cuda::std::uint32_t;
+using u64 = cuda::std::uint64_t;
 
-// A shared-memory address as the 32-bit offset the .shared::cta state space uses.
-__device__ inline unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+// mbarrier.init: phase 0, pending = expected = count (1 <= count < 2^20), tx-count 0.
+__device__ inline void init(u64* bar, u32 count FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kMbarInit, smem_addr(bar), count, 0, 0);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
 }
 
-// Phase 0, pending = expected = count (1 <= count < 2^20), tx-count 0.
-__device__ inline void init(cuda::std::uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(mbar::smem_addr(bar)), "r"(count) : "memory");
-}
-
-// Make the inits above visible to the async proxy (bulk copies complete_tx on them) and, with
-// the __syncthreads() that follows, to every thread of the block (and of the cluster).
+// fence.mbarrier_init: make the inits above visible to the async proxy (bulk copies complete_tx on them)
+// and, with the __syncthreads() that follows, to every thread of the block (and of the cluster).
 __device__ inline void fence_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-// One arrival (release semantics at CTA scope): pending -= 1.
-__device__ inline void arrive(cuda::std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(mbar::smem_addr(bar)) : "memory");
+// mbarrier.arrive (release semantics at CTA scope): pending -= 1.
+__device__ inline void arrive(u64* bar FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kMbarArrive, smem_addr(bar), 0, 0, 0);
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
 }
 
-// tx-count += bytes, without an arrival.
-__device__ inline void expect_tx(cuda::std::uint64_t* bar, unsigned bytes) {
+// mbarrier.expect_tx: tx-count += bytes, without an arrival.
+__device__ inline void expect_tx(u64* bar, u32 bytes FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kMbarExpectTx, smem_addr(bar), bytes, 0, 0);
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
-               :: "r"(mbar::smem_addr(bar)), "r"(bytes) : "memory");
+               :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
-// tx-count += bytes, then one arrival, as one operation.
-__device__ inline void arrive_expect_tx(cuda::std::uint64_t* bar, unsigned bytes) {
+// mbarrier.arrive.expect_tx: tx-count += bytes, then one arrival, as one operation.
+__device__ inline void arrive_expect_tx(u64* bar, u32 bytes FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kMbarArrive, smem_addr(bar), bytes, 0, 0);
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-               :: "r"(mbar::smem_addr(bar)), "r"(bytes) : "memory");
+               :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
-// Has the phase with this parity completed? Never blocks.
-__device__ inline bool test_wait_parity(cuda::std::uint64_t* bar, unsigned parity) {
-  unsigned done;
+// Arrive on the barrier at the same shared-memory offset in CTA `rank` of this cluster (mapa, then
+// mbarrier.arrive .shared::cluster). PTX ISA, "mbarrier.arrive": .release (the default) orders this
+// thread's earlier memory accesses before the arrival, at cluster scope; on sm_90 it compiles to
+// MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the SYNCS arrive. .relaxed orders nothing and compiles to the
+// arrive alone: enough when the arrival only says "my reads of this stage are finished" and those reads
+// were waited for (wgmma.wait_group) before it.
+__device__ inline void arrive_remote_release(u64* bar, u32 rank FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kMbarArrive, smem_addr(bar), 0, 1 + rank, 0);
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
+               :: "r"(fb::mapa_shared_cluster(smem_addr(bar), rank)) : "memory");
+}
+__device__ inline void arrive_remote_relaxed(u64* bar, u32 rank FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kMbarArrive, smem_addr(bar), 0, 1 + rank, 1);
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];"
+               :: "r"(fb::mapa_shared_cluster(smem_addr(bar), rank)) : "memory");
+}
+
+// mbarrier.test_wait.parity: has the phase with this parity completed? Never blocks.
+__device__ inline bool test_wait_parity(u64* bar, u32 parity) {
+  u32 done;
   asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-               : "=r"(done) : "r"(mbar::smem_addr(bar)), "r"(parity) : "memory");
+               : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
   return done != 0;
 }
 
-// Same question, but the thread may be suspended for a while (hardware-chosen) before the answer.
-// A true answer acquires (CTA scope): what was written before the phase completed is visible.
-__device__ inline bool try_wait_parity(cuda::std::uint64_t* bar, unsigned parity) {
-  unsigned done;
+// mbarrier.try_wait.parity: the same question, but the thread may be suspended for a while
+// (hardware-chosen) before the answer. A true answer acquires (CTA scope): what was written before the
+// phase completed is visible.
+__device__ inline bool try_wait_parity(u64* bar, u32 parity) {
+  u32 done;
   asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-               : "=r"(done) : "r"(mbar::smem_addr(bar)), "r"(parity) : "memory");
+               : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
   return done != 0;
 }
 
-// Block until the phase with `parity` of `bar` has completed. `name` and `stage` only matter in a
-// debug build: a wait that outlives FB_WAIT_TIMEOUT_NS reports them and stops the kernel.
-__device__ inline void wait(cuda::std::uint64_t* bar, unsigned parity, const char* name, int stage) {
+// mbarrier.try_wait.parity.acquire.cluster: for a phase that threads of other CTAs of the cluster arrived
+// on (SASS: the try-wait, then CCTL.IVALL: the SM's L1 is invalidated once the phase is seen).
+__device__ inline bool try_wait_parity_cluster(u64* bar, u32 parity) {
+  u32 done;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+      "selp.u32 %0, 1, 0, p; }"
+      : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return done != 0;
+}
+
+// The bounded wait: spin on `try_wait()` until it is true. In a debug build, give up after
+// FB_WAIT_TIMEOUT_NS and report `what`, `stage` and the parity (the kernel traps, the host raises).
+template <class TryWait>
+__device__ inline void spin_wait(TryWait try_wait, u32 parity, const char* what, int stage) {
 #ifdef FB_DEBUG
   const unsigned long long t0 = fb::globaltimer_ns();
-  while (!try_wait_parity(bar, parity)) {
+  while (!try_wait()) {
     const unsigned long long waited = fb::globaltimer_ns() - t0;
-    if (waited > FB_WAIT_TIMEOUT_NS) fb::report_timeout(name, stage, static_cast<int>(parity), waited);
+    if (waited > FB_WAIT_TIMEOUT_NS) fb::report_timeout(what, stage, static_cast<int>(parity), waited);
   }
 #else
-  (void)name; (void)stage;
-  while (!try_wait_parity(bar, parity)) {
+  (void)parity; (void)what; (void)stage;
+  while (!try_wait()) {
   }
 #endif
 }
 
-// Order this thread's earlier ordinary (generic-proxy) accesses to shared memory before later async-proxy
-// ones, such as a bulk copy's write. A consumer that read a stage with ordinary loads runs it before it
-// releases the stage to a producer that refills it with cp.async.bulk: the release/acquire pair through
-// the mbarrier orders the generic proxy only (PTX ISA, Memory Consistency Model: Proxies).
-__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-}  // namespace mbar
-
-// 1-D bulk copy global -> shared through the async proxy; when its bytes have landed it performs
-// complete_tx(bytes) on `bar`. dst, src and bytes must be multiples of 16 (bytes > 0).
-__device__ inline void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, cuda::std::uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               :: "r"(mbar::smem_addr(dst)), "l"(src), "r"(bytes), "r"(mbar::smem_addr(bar)) : "memory");
+// Block until the phase with `parity` of `bar` has completed. `what` and `stage` name it in a debug report.
+__device__ inline void wait(u64* bar, u32 parity, const char* what = "barrier", int stage = -1 FB_HZ_LINE) {
+  spin_wait([&] { return try_wait_parity(bar, parity); }, parity, what, stage);
+  FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity, 0, 0);
+}
+// The same with cluster-scope acquire (try_wait_parity_cluster).
+__device__ inline void wait_cluster(u64* bar, u32 parity, const char* what = "barrier", int stage = -1 FB_HZ_LINE) {
+  spin_wait([&] { return try_wait_parity_cluster(bar, parity); }, parity, what, stage);
+  FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity, 1, 0);
 }
 
+}  // namespace mbar
 }  // namespace fb

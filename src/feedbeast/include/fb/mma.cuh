@@ -9,23 +9,20 @@
 // ldmatrix .x4: lanes 8j..8j+7 give the row addresses of 8x8 matrix j; register j of lane l receives
 // row l/4, columns 2(l%4)..+1 of matrix j (.trans: column l/4, rows 2(l%4)..+1).
 #pragma once
+#include <fb/smem.cuh>
 
 namespace fb {
-
-__device__ __forceinline__ unsigned smem_addr32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // Four 8x8 b16 matrices; this lane's row address is `row` (16-byte aligned, in shared memory).
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr32(row)));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)));
 }
 
 // The same, each matrix transposed on the way (B stored K x N row-major -> the "col" B fragment).
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr32(row)));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)));
 }
 
 // The lane's row address inside a 16x16 block for ldmatrix .x4, as (row, col) offsets:

@@ -7,11 +7,13 @@
 // 8-row atoms of 1024 B), the accumulator in TMEM.
 //
 // tcgen05 is written here as raw PTX (one asm statement per instruction, so the chapter can show it);
-// mbarrier, TMA and clusterlaunchcontrol use CCCL's cuda::ptx wrappers.
+// clusterlaunchcontrol uses CCCL's cuda::ptx wrappers; mbarrier and TMA are fb/mbarrier.cuh and fb/tma.cuh.
 #pragma once
 #include <cuda/ptx>
 #include <cuda/std/cstdint>
 #include <fb/debug.cuh>
+#include <fb/mbarrier.cuh>
+#include <fb/smem.cuh>
 #include <fb/tma.cuh>
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
@@ -24,15 +26,8 @@ namespace tc {
 using u32 = cuda::std::uint32_t;
 using u64 = cuda::std::uint64_t;
 
-// The tensor map, barriers and TMA loads are chapter 05's (fb/tma.cuh); they work unchanged on sm_100a.
-using fb::TensorMap;
-using fb::tma::arrive_expect_tx;
-using fb::tma::barrier_init;
-using fb::tma::fence_barrier_init;
-using fb::tma::prefetch_tensormap;
-using fb::tma::wait;
-
-__device__ inline u32 smem_addr(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+// The tensor map and TMA loads (fb::TensorMap, fb::tma::load_2d) and the barriers (fb::mbar::init, wait,
+// arrive_expect_tx) are chapters 04 and 05's; they work unchanged on sm_100a.
 
 // ---- Tensor memory (PTX ISA: "Tensor Memory", "tcgen05.alloc / tcgen05.dealloc /
 //      tcgen05.relinquish_alloc_permit") -----------------------------------------------------------
@@ -91,10 +86,10 @@ __device__ inline void mma_bf16(u32 d_tmem, u64 a_desc, u64 b_desc, u32 idesc, b
 }
 // One arrival on `bar` once every tcgen05.mma (and tcgen05.cp) this thread issued before has completed:
 // the smem operands may then be overwritten, and the accumulator is ready to read.
-__device__ inline void commit(u64* bar) {
-  asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(
-                   smem_addr(bar))
-               : "memory");
+__device__ inline void commit(u64* bar FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kTcgen05Commit, smem_addr(bar), 0, 0, 0);
+  asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];"
+               ::"r"(smem_addr(bar)) : "memory");
 }
 
 // ---- Ordering around thread synchronization (PTX ISA: "tcgen05.fence") ----------------------------
@@ -120,11 +115,6 @@ __device__ inline void ld_32x32b_x32(u32 taddr, u32 (&r)[32]) {
 }
 // The registers of earlier tcgen05.ld are valid only after this.
 __device__ inline void wait_ld() { asm volatile("tcgen05.wait::ld.sync.aligned;" ::: "memory"); }
-
-// ---- TMA load (chapter 05) ------------------------------------------------------------------------
-__device__ inline void tma_load_2d(void* dst, const TensorMap& map, int c0, int c1, u64* bar) {
-  fb::tma::load_2d(dst, map, c0, c1, bar);
-}
 
 // ---- Cluster launch control (PTX ISA: "clusterlaunchcontrol") -------------------------------------
 // Ask to cancel a cluster of this grid that has not started yet; the 16-byte answer lands at `response`

@@ -1,13 +1,18 @@
 // TMA (the Tensor Memory Accelerator) from a kernel: tensor maps, bulk tensor loads that complete on an
-// mbarrier, bulk tensor stores, and the few mbarrier operations a TMA ring needs.
+// mbarrier (fb/mbarrier.cuh), bulk tensor stores and their completion groups.
 //
 // Chapter 05 shows each instruction once as raw PTX; this header then uses CCCL's cuda::ptx wrappers
 // (one inline function per PTX instruction, maintained with the PTX ISA). Coordinates are innermost
 // first (column, row), as in PTX; fb.tensor_map takes shapes outermost first, as numpy does.
+// PTX ISA: "cp.async.bulk.tensor", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group",
+// "prefetch.tensormap".
 #pragma once
 #include <cuda/ptx>
 #include <cuda/std/cstdint>
-#include <fb/debug.cuh>
+#include <fb/fence.cuh>
+#include <fb/hazard.cuh>
+#include <fb/mbarrier.cuh>
+#include <fb/smem.cuh>
 
 namespace fb {
 
@@ -18,72 +23,56 @@ namespace tma {
 using u32 = cuda::std::uint32_t;
 using u64 = cuda::std::uint64_t;
 
-// Fetch the tensor map into the TMA unit's descriptor cache before the first copy uses it.
+
+// prefetch.tensormap: fetch the map into the TMA unit's descriptor cache before the first copy uses it.
 __device__ inline void prefetch_tensormap(const TensorMap& map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(&map) : "memory");
 }
 
-// ---- mbarrier: the minimum a TMA ring needs --------------------------------------------------
-__device__ inline void barrier_init(u64* bar, u32 arrivals) { cuda::ptx::mbarrier_init(bar, arrivals); }
-
-// Make initialised barriers visible to the async proxy (the TMA unit) and the other threads.
-__device__ inline void fence_barrier_init() {
-  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
-}
-
-// One arrival that also announces `bytes` of transactions the phase must wait for.
-__device__ inline void arrive_expect_tx(u64* bar, u32 bytes) {
-  cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
-                                       bar, bytes);
-}
-
-__device__ inline void arrive(u64* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
-
-// Wait until the phase with this parity has completed. With FB_DEBUG, give up after
-// FB_WAIT_TIMEOUT_NS and report `what`, `stage` and the parity instead of hanging.
-__device__ inline void wait(u64* bar, u32 parity, const char* what = "barrier", int stage = -1) {
-#ifdef FB_DEBUG
-  const unsigned long long t0 = fb::globaltimer_ns();
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-    const unsigned long long waited = fb::globaltimer_ns() - t0;
-    if (waited > FB_WAIT_TIMEOUT_NS) fb::report_timeout(what, stage, int(parity), waited);
-  }
-#else
-  (void)what; (void)stage;
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-  }
-#endif
-}
-
-// ---- bulk tensor copies ------------------------------------------------------------------------
-// Global -> shared: the box at (c0 innermost, c1) of `map` lands at `dst`; its bytes complete_tx on `bar`.
-// Elements of the box outside the tensor are filled (zero or NaN, as the map says) and still counted.
-__device__ inline void load_2d(void* dst, const TensorMap& map, int c0, int c1, u64* bar) {
+// cp.async.bulk.tensor.2d.shared::cluster.global: the box at (c0 innermost, c1) of `map` lands at `dst`;
+// its bytes complete_tx on `bar`. Elements of the box outside the tensor are filled (zero or NaN, as the
+// map says) and still counted.
+__device__ inline void load_2d(void* dst, const TensorMap& map, int c0, int c1, u64* bar FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), 0);
   const cuda::std::int32_t coords[2] = {c0, c1};
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, &map, coords, bar);
 }
 
-// Shared -> global: the box at `src` is written to (c0, c1); elements outside the tensor are dropped.
-// Before it, fence_shared_to_async() so the TMA unit sees the threads' shared-memory writes.
-__device__ inline void store_2d(const TensorMap& map, int c0, int c1, const void* src) {
+// The same box written to the same offset of every CTA of the cluster in `mask` (.multicast::cluster);
+// each destination CTA's barrier at the offset of `bar` gets the bytes.
+__device__ inline void load_2d_multicast(void* dst, const TensorMap& map, int c0, int c1, u64* bar,
+                                         cuda::std::uint16_t mask FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), mask);
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;"
+      ::"r"(smem_addr(dst)), "l"(&map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(mask)
+      : "memory");
+}
+
+// cp.async.bulk.tensor.2d.global.shared::cta: the box at `src` is written to (c0, c1); elements outside the
+// tensor are dropped. Before it, fb::fence_proxy_async() so the TMA unit sees the threads' stores.
+__device__ inline void store_2d(const TensorMap& map, int c0, int c1, const void* src FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kTmaStore, smem_addr(src), fb::hazard::map_id(&map), 0, 0);
   const cuda::std::int32_t coords[2] = {c0, c1};
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &map, coords, src);
 }
 
-// Order this thread's generic-proxy shared-memory accesses before later async-proxy (TMA) ones.
-__device__ inline void fence_shared_to_async() { cuda::ptx::fence_proxy_async(cuda::ptx::space_shared); }
-
-// Close a group of bulk stores; wait until at most N groups still *read* shared memory (the buffer
-// can be reused) or, with store_wait, until at most N groups are still writing global memory.
-__device__ inline void store_commit() { cuda::ptx::cp_async_bulk_commit_group(); }
-template <int N> __device__ inline void store_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<N>{}); }
-template <int N> __device__ inline void store_wait() { cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<N>{}); }
-
-// A shared-memory pointer rounded up to `align` bytes (dynamic shared memory is only 16 B aligned;
-// a 128 B swizzle needs its buffer on a 1024 B boundary).
-template <int align> __device__ inline unsigned char* align_up(unsigned char* p) {
-  const u32 a = static_cast<u32>(__cvta_generic_to_shared(p));
-  return p + ((align - (a % align)) % align);
+// cp.async.bulk.commit_group: close a group of bulk stores.
+__device__ inline void commit_group(FB_HZ_LINE_PARAM) {
+  FB_HZ_RECORD(fb::hazard::kBulkCommit, 0, 0, 0, 0);
+  cuda::ptx::cp_async_bulk_commit_group();
+}
+// cp.async.bulk.wait_group.read N: until at most N groups still *read* shared memory (the source buffer
+// may be rewritten).
+template <int N> __device__ inline void wait_group_read(FB_HZ_LINE_PARAM) {
+  cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<N>{});
+  FB_HZ_RECORD(fb::hazard::kBulkWaitRead, 0, N, 0, 0);
+}
+// cp.async.bulk.wait_group N: until at most N groups are still writing global memory.
+template <int N> __device__ inline void wait_group(FB_HZ_LINE_PARAM) {
+  cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<N>{});
+  FB_HZ_RECORD(fb::hazard::kBulkWait, 0, N, 0, 0);
 }
 }  // namespace tma
 }  // namespace fb

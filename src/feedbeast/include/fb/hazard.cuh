@@ -1,0 +1,132 @@
+// The hazard build: a trace of every asynchronous operation and synchronisation, for the host's checker.
+//
+// With FB_HAZARDS defined (fb.compile(..., hazards=True), %%cuda --hazards), each fb:: wrapper appends one
+// event per executing thread to a device buffer, in program order: what it did, the shared-memory range
+// or barrier it touched, and the source line of the call. feedbeast.hazards replays the events against
+// the ordering rules of the PTX memory model for the async proxy. Without FB_HAZARDS this header defines
+// empty macros and the markers below compile to nothing: the normal build is unchanged.
+//
+//   fb::hazard::generic_read(stage, bytes);    // mark ordinary loads of a stage (optional, see below)
+//   fb::hazard::generic_write(buf, bytes);     // mark ordinary stores into a buffer an async op reads
+//
+// Events are recorded before an operation that releases or issues (arrive, copy, bar.sync) and after one
+// that acquires or completes (a successful wait): the order of the buffer's slots (one atomicAdd each)
+// is then an order in which the operations could have happened.
+#pragma once
+
+namespace fb {
+namespace hazard {
+// Event kinds; feedbeast.hazards.KINDS names them in the same order.
+enum Kind : unsigned {
+  kCpAsync = 1,         // a = dst smem, b = bytes                                    (cp.async)
+  kCpAsyncCommit,       //                                                            (cp.async.commit_group)
+  kCpAsyncWait,         // b = groups allowed pending (0xffffffff: wait_all)          (cp.async.wait_group)
+  kBulkLoad,            // a = dst smem, b = bytes, c = mbarrier                      (cp.async.bulk g->s)
+  kTmaLoad,             // a = dst smem, b = tensor map, c = mbarrier, d = multicast mask (cp.async.bulk.tensor g->s)
+  kTmaStore,            // a = src smem, b = tensor map                               (cp.async.bulk.tensor s->g)
+  kBulkCommit,          //                                                            (cp.async.bulk.commit_group)
+  kBulkWaitRead,        // b = groups allowed pending                                 (cp.async.bulk.wait_group.read)
+  kBulkWait,            // b = groups allowed pending                                 (cp.async.bulk.wait_group)
+  kMbarInit,            // a = mbarrier, b = count                                    (mbarrier.init)
+  kMbarArrive,          // a = mbarrier, b = tx bytes, c = 1 + cta rank (0: local), d = 1 if .relaxed
+  kMbarExpectTx,        // a = mbarrier, b = tx bytes                                 (mbarrier.expect_tx)
+  kMbarWait,            // a = mbarrier, b = parity, c = 1 if cluster-scope acquire   (after try_wait succeeded)
+  kWgmmaFence,          //                                                            (wgmma.fence)
+  kWgmmaRead,           // a = smem start, b = bytes (one operand of one wgmma.mma_async)
+  kWgmmaCommit,         //                                                            (wgmma.commit_group)
+  kWgmmaWait,           // b = groups allowed pending                                 (wgmma.wait_group)
+  kFenceProxyAsync,     //                                                            (fence.proxy.async)
+  kBarSync,             // a = barrier id, b = thread count (0: all of the block)     (bar.sync, __syncthreads)
+  kSyncWarp,            // b = member mask                                            (__syncwarp)
+  kClusterSync,         //                                                            (barrier.cluster arrive+wait)
+  kGenericRead,         // a = smem start, b = bytes                                  (marker)
+  kGenericWrite,        // a = smem start, b = bytes                                  (marker)
+  kTcgen05Commit,       // a = mbarrier                                               (tcgen05.commit: one arrive)
+};
+}  // namespace hazard
+}  // namespace fb
+
+#ifdef FB_HAZARDS
+#ifndef FB_HAZARD_CAPACITY_DEFAULT
+#define FB_HAZARD_CAPACITY_DEFAULT 0
+#endif
+// One event: 8 words. Set up by the host (feedbeast.hazards) through the module's globals before launch.
+extern "C" __device__ unsigned* fb_hz_events = nullptr;      // capacity * 8 words
+extern "C" __device__ unsigned fb_hz_capacity = 0;           // events the buffer holds
+extern "C" __device__ unsigned fb_hz_count = 0;              // events recorded (may exceed the capacity)
+
+namespace fb {
+namespace hazard {
+__device__ __noinline__ void record(unsigned kind, int line, unsigned a, unsigned b, unsigned c, unsigned d) {
+  const unsigned i = atomicAdd(&fb_hz_count, 1u);
+  if (fb_hz_events == nullptr || i >= fb_hz_capacity) return;
+  unsigned cluster_rank = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(cluster_rank));
+#endif
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  unsigned* e = fb_hz_events + 8ull * i;
+  e[0] = kind | (static_cast<unsigned>(line) << 8);
+  e[1] = block;
+  e[2] = thread | (cluster_rank << 16);
+  e[3] = a; e[4] = b; e[5] = c; e[6] = d;
+  __threadfence();
+  e[7] = i + 1;       // written last: a slot whose e[7] != i + 1 was not completed
+}
+__device__ __forceinline__ unsigned addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+// A tensor map's identity in the trace: the low bits of its (kernel parameter) address. The host matches
+// them to the launch's tensor-map arguments by their parameter offsets and takes the box bytes from them.
+__device__ __forceinline__ unsigned map_id(const void* map) {
+  return static_cast<unsigned>(reinterpret_cast<unsigned long long>(map));
+}
+}  // namespace hazard
+}  // namespace fb
+
+#define FB_HZ_LINE_PARAM int fb_hz_line = __builtin_LINE()
+#define FB_HZ_LINE , int fb_hz_line = __builtin_LINE()
+#define FB_HZ_PASS , fb_hz_line
+#define FB_HZ_RECORD(kind, a, b, c, d) \
+  ::fb::hazard::record((kind), fb_hz_line, (unsigned)(a), (unsigned)(b), (unsigned)(c), (unsigned)(d))
+
+namespace fb {
+namespace hazard {
+// Mark ordinary (generic-proxy) loads of `bytes` bytes of shared memory at `p` (once per thread, for the
+// range it reads). The checker then asks that a later async-proxy write of that memory come after them
+// with a fence.proxy.async on the way, and that they come after the write that filled it completed.
+__device__ __forceinline__ void generic_read(const void* p, unsigned bytes, FB_HZ_LINE_PARAM) {
+  FB_HZ_RECORD(kGenericRead, addr(p), bytes, 0, 0);
+}
+// Mark ordinary stores into shared memory that an async-proxy operation (a TMA store, a wgmma) reads later.
+__device__ __forceinline__ void generic_write(const void* p, unsigned bytes, FB_HZ_LINE_PARAM) {
+  FB_HZ_RECORD(kGenericWrite, addr(p), bytes, 0, 0);
+}
+// __syncthreads() and __syncwarp() of the kernel's own code, recorded (see the macros below).
+__device__ __forceinline__ void syncthreads_traced(int fb_hz_line) {
+  FB_HZ_RECORD(kBarSync, 0, 0, 0, 0);
+  __syncthreads();
+}
+__device__ __forceinline__ void syncwarp_traced(unsigned mask, int fb_hz_line) {
+  FB_HZ_RECORD(kSyncWarp, 0, mask, 0, 0);
+  __syncwarp(mask);
+}
+}  // namespace hazard
+}  // namespace fb
+// From here on, the kernel's own __syncthreads() and __syncwarp() are recorded too.
+#define __syncthreads() ::fb::hazard::syncthreads_traced(__LINE__)
+#define __syncwarp(...) ::fb::hazard::syncwarp_traced(fb::hazard::full_mask(__VA_ARGS__), __LINE__)
+namespace fb { namespace hazard {
+__device__ __forceinline__ unsigned full_mask(unsigned m = 0xffffffffu) { return m; }
+}}
+#else
+#define FB_HZ_LINE_PARAM
+#define FB_HZ_LINE
+#define FB_HZ_PASS
+#define FB_HZ_RECORD(kind, a, b, c, d) ((void)0)
+namespace fb {
+namespace hazard {
+__device__ __forceinline__ void generic_read(const void*, unsigned) {}
+__device__ __forceinline__ void generic_write(const void*, unsigned) {}
+}  // namespace hazard
+}  // namespace fb
+#endif
