@@ -7,6 +7,7 @@ import nbformat
 import pytest
 
 from feedbeast import labs
+from feedbeast.notebook import read
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")) + \
@@ -48,7 +49,7 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_notebook_format(path):
-    nb = nbformat.read(path, as_version=4)
+    nb = read(path)
     nbformat.validate(nb)
     assert all("id" in c for c in nb.cells), "cells need ids (nbformat >= 4.5)"
     assert nb.metadata.get("kernelspec", {}).get("name") == "feedbeast"
