@@ -50,18 +50,6 @@ def cuda_cell(line: str, cell: str, namespace: dict):
     return None
 
 
-def cuda_cells(path) -> dict:
-    """{name: (source, defines)} of the %%cuda cells of a notebook: tests compile what the notebook ships."""
-    import nbformat
-    out = {}
-    for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type == "code" and cell.source.startswith("%%cuda"):
-            line, _, body = cell.source.partition("\n")
-            args = _parser().parse_args(shlex.split(line)[1:])
-            out[args.name] = (body, dict(d.split("=", 1) if "=" in d else (d, None) for d in args.defines))
-    return out
-
-
 def load_ipython_extension(ip):
     from IPython.core.magic import register_cell_magic
 
