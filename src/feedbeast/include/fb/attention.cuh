@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda/std/cstdint>
 #include <cuda/std/limits>
+#include <fb/hazard.cuh>
 #include <fb/wgmma.cuh>
 
 namespace fb {
@@ -31,8 +32,15 @@ __device__ inline u64 descriptor_mn_major_sw128(const void* tile, u32 lbo_bytes,
          (fb::wgmma::descriptor_field(sbo_bytes) << 32) | (1ull << 62);
 }
 
+// Where the j-th 64-column block of an MN-major SW128 operand starts (for the hazard trace): start + j LBO.
+__device__ inline unsigned mn_block_start(u64 desc, int j) {
+  return static_cast<unsigned>(((desc & 0x3FFF) << 4) + j * (((desc >> 16) & 0x3FFF) << 4));
+}
+
 // D(64x64, fp32) (+)= A(64x16) * B(16x64), both bf16 K-major in shared memory (128-byte swizzle).
-__device__ inline void mma_ss_m64n64k16_bf16(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
+__device__ inline void mma_ss_m64n64k16_bf16(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_a), 64 * 128, 0, 0);
+  FB_HZ_RECORD(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 64 * 128, 0, 0);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
@@ -42,7 +50,9 @@ __device__ inline void mma_ss_m64n64k16_bf16(float (&d)[32], u64 desc_a, u64 des
 }
 
 // D(64x128, fp32) (+)= A(64x16) * B(16x128), both bf16 K-major in shared memory (128-byte swizzle).
-__device__ inline void mma_ss_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
+__device__ inline void mma_ss_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_a), 64 * 128, 0, 0);
+  FB_HZ_RECORD(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 128 * 128, 0, 0);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -51,11 +61,12 @@ __device__ inline void mma_ss_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 de
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// D(64x64, fp32) (+)= A(64x16, bf16, in registers) * B(16x64, bf16, shared memory, N-contiguous rows:
-// "MN-major", transposed by the instruction: imm-trans-b = 1). A is the m16n8k16-style fragment of the
-// warp's 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
-__device__ inline void mma_rs_m64n64k16_bf16_tb(float (&d)[32], const cuda::std::uint32_t (&a)[4], u64 desc_b,
-                                                 int accumulate) {
+// D(64x64, fp32) (+)= A(64x16, bf16, in registers) * B(16x64, bf16, shared memory, MN-major: rows of N
+// contiguous, transposed by the instruction, imm-trans-b = 1). A is, per warp, the m16n8k16 A fragment of
+// its 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
+__device__ inline void mma_rs_m64n64k16_bf16_tb(float (&d)[32], const u32 (&a)[4], u64 desc_b,
+                                                int accumulate FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kWgmmaRead, mn_block_start(desc_b, 0), 16 * 128, 0, 0);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
@@ -64,17 +75,26 @@ __device__ inline void mma_rs_m64n64k16_bf16_tb(float (&d)[32], const cuda::std:
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// D(64x128, fp32) (+)= A(64x16, bf16, in registers) * B(16x128, bf16, shared memory, N-contiguous rows:
-// "MN-major", transposed by the instruction: imm-trans-b = 1). A is the m16n8k16-style fragment of the
-// warp's 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
-__device__ inline void mma_rs_m64n128k16_bf16_tb(float (&d)[64], const cuda::std::uint32_t (&a)[4], u64 desc_b,
-                                                 int accumulate) {
+// D(64x128, fp32) (+)= A(64x16, bf16, in registers) * B(16x128, bf16, shared memory, MN-major: rows of N
+// contiguous, transposed by the instruction, imm-trans-b = 1). A is, per warp, the m16n8k16 A fragment of
+// its 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
+__device__ inline void mma_rs_m64n128k16_bf16_tb(float (&d)[64], const u32 (&a)[4], u64 desc_b,
+                                                int accumulate FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kWgmmaRead, mn_block_start(desc_b, 0), 16 * 128, 0, 0);
+  FB_HZ_RECORD(fb::hazard::kWgmmaRead, mn_block_start(desc_b, 1), 16 * 128, 0, 0);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+// ---- named barriers ---------------------------------------------------------------------------------
+// bar.arrive id, threads (PTX ISA, "bar, barrier"): count toward barrier `id` without waiting. With
+// fb::bar_sync (fb/named_barrier.cuh) on the other side, a one-way signal between two groups of warps.
+__device__ inline void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- softmax helpers -------------------------------------------------------------------------------
@@ -100,7 +120,7 @@ __device__ inline float quad_sum(float x) {
 template <int N>
 struct OnlineSoftmax {
   static constexpr int R = N / 2;          // accumulator registers per thread
-  float m[2] = {NEG_INF, NEG_INF};     // running maximum of each row (log2 units)
+  float m[2] = {NEG_INF, NEG_INF};         // running maximum of each row (log2 units)
   float l[2] = {0.f, 0.f};                 // this thread's part of each row's running sum
 
   // Scale and mask the raw scores s (tile columns n0..n0+N-1, rows row0 and row0 + 8), fold them into
@@ -108,11 +128,18 @@ struct OnlineSoftmax {
   // was accumulated before. Columns >= kv_len, and with `causal` columns > row, are masked.
   __device__ inline void step(float (&s)[R], float (&alpha)[2], int row0, int n0, int kv_len, float scale_log2,
                               bool causal, int t) {
+    step_masked(s, alpha, row0, n0, scale_log2, t,
+                [&](int row, int col) { return col < kv_len && !(causal && col > row); });
+  }
+
+  // The same with any mask: keep(row, col) is true where the score counts.
+  template <class Keep>
+  __device__ inline void step_masked(float (&s)[R], float (&alpha)[2], int row0, int n0, float scale_log2, int t,
+                                     Keep keep) {
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       const int row = row0 + 8 * ((i % 4) / 2), col = n0 + 8 * (i / 4) + 2 * t + (i % 2);
-      const bool keep = col < kv_len && !(causal && col > row);
-      s[i] = keep ? s[i] * scale_log2 : NEG_INF;
+      s[i] = keep(row, col) ? s[i] * scale_log2 : NEG_INF;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
