@@ -21,6 +21,7 @@ earns nothing) and a status (ok, partial, failed, missing). Columns: username, "
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import json
 import os
@@ -153,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write every check of every learner here")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     ap.add_argument("--solutions", default=None, help="the course's solutions/ (default: this checkout's)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="learners graded at once (each in its own process; GPU memory adds up)")
     ap.add_argument("--as-me", action="store_true",
                     help="run as root, still grade as root instead of as each learner (not recommended)")
     args = ap.parse_args(argv)
@@ -165,13 +168,15 @@ def main(argv=None) -> int:
     if os.geteuid() != 0 or args.as_me:
         print("roster: note: grading runs as this user, so learners' code runs with its rights; run as root "
               "to grade each learner as themselves", file=sys.stderr)
-    docs = []
-    for name, labs in found.items():
-        doc = grade_learner(name, labs, args.labs, args.timeout, solutions=args.solutions,
-                            as_owner=not args.as_me)
-        docs.append(doc)
+    def one(item):
+        return grade_learner(item[0], item[1], args.labs, args.timeout, solutions=args.solutions,
+                             as_owner=not args.as_me)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        docs = list(pool.map(one, found.items()))
+    for doc in docs:
         statuses = ", ".join(f"{lab['lab']} {lab['status']}" for lab in doc.get("labs", []))
-        print(f"{name}: {statuses or doc.get('error', 'nothing graded')} ({doc['seconds']:.0f} s)", flush=True)
+        print(f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} ({doc['seconds']:.0f} s)")
         for why in doc.get("refused", []):
             print(f"  refused {why}")
     cols = write_csv(docs, args.csv, sorted(args.labs) if args.labs else None)

@@ -1,0 +1,157 @@
+# JupyterHub for a workshop room on one GPU server: `jupyterhub -f workshop/jupyterhub_config.py`.
+#
+# Run it as root from the course's environment (the one `make install` built: the hub, the learners'
+# servers and their kernels all use this Python, so every learner has the course's toolkit and pins).
+# Each learner is a system user (PAM login; created on first login when FEEDBEAST_HUB_CREATE_USERS=1) and
+# gets, before the first start of their server:
+#   - ~/feedbeast: their own copy of the course (chapters, labs, solutions, toolkit source, Makefile),
+#     owned by them, mode 0700, so no other learner can read or change it; `make reset-labs` works in it;
+#   - a GPU share: CUDA_VISIBLE_DEVICES set to one GPU index or one MIG instance, the least used one,
+#     at most FEEDBEAST_HUB_PER_GPU learners on each (remembered in feedbeast-gpus.json beside the hub's
+#     database, so a learner keeps their device across restarts);
+#   - the course kernel "Feeding the Beast" (kernelspec name feedbeast), this Python.
+#
+# Settings (environment variables, all optional):
+#   FEEDBEAST_HUB_URL       where the hub listens (default http://:8000; behind TLS, put a proxy in front)
+#   FEEDBEAST_HUB_COURSE    the course checkout copied to learners (default: the one holding this file)
+#   FEEDBEAST_HUB_GPUS      devices to share out: "0,1" or "MIG-<uuid>,MIG-<uuid>" (default: what nvidia-smi -L
+#                           lists, MIG instances first; none: learners run in the course's CPU mode)
+#   FEEDBEAST_HUB_PER_GPU   learners per device (default 6; see docs/instructors.md for the measured memory)
+#   FEEDBEAST_HUB_LEARNERS  a file with one allowed username per line (default: every PAM user may log in)
+#   FEEDBEAST_HUB_ADMINS    comma-separated instructor usernames (hub admins: start, stop, reset servers)
+#   FEEDBEAST_HUB_SPAWNER   localprocess (default) or systemd (jupyterhub-systemdspawner: memory and CPU
+#                           limits per learner through cgroups)
+#   FEEDBEAST_HUB_MEM       memory limit per learner with the systemd spawner (default 8G)
+#   FEEDBEAST_HUB_CREATE_USERS=1   create missing system users on first login (useradd)
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
+
+HERE = Path(__file__).resolve().parent
+COURSE = Path(os.environ.get("FEEDBEAST_HUB_COURSE", HERE.parent)).resolve()
+PER_GPU = int(os.environ.get("FEEDBEAST_HUB_PER_GPU", "6"))
+# What a learner's copy leaves out: history, environments, bundles, build outputs.
+SKIP = shutil.ignore_patterns(".git", ".venv", "venv", "wheelhouse", "build", "_book", "node_modules",
+                              "__pycache__", "*.pyc", ".ipynb_checkpoints", ".pytest_cache", ".gpuq",
+                              "*.egg-info", "jupyterhub.sqlite", "jupyterhub_cookie_secret")
+
+# ---- the hub ----------------------------------------------------------------------------------------------
+c.JupyterHub.bind_url = os.environ.get("FEEDBEAST_HUB_URL", "http://:8000")
+c.JupyterHub.cleanup_servers = True        # stopping the hub stops the learners' servers
+c.JupyterHub.authenticator_class = "pam"
+if os.environ.get("FEEDBEAST_HUB_CREATE_USERS") == "1":
+    c.LocalAuthenticator.create_system_users = True
+if os.environ.get("FEEDBEAST_HUB_LEARNERS"):
+    c.Authenticator.allowed_users = {ln.strip() for ln in Path(os.environ["FEEDBEAST_HUB_LEARNERS"]).read_text()
+                                     .splitlines() if ln.strip() and not ln.startswith("#")}
+else:
+    c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {u.strip() for u in os.environ.get("FEEDBEAST_HUB_ADMINS", "").split(",") if u.strip()}
+
+# ---- the learners' servers ----------------------------------------------------------------------------------
+if os.environ.get("FEEDBEAST_HUB_SPAWNER", "localprocess") == "systemd":
+    c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"
+    c.SystemdSpawner.mem_limit = os.environ.get("FEEDBEAST_HUB_MEM", "8G")
+    c.SystemdSpawner.isolate_tmp = True
+    c.SystemdSpawner.isolate_devices = False   # the learner needs /dev/nvidia*
+    c.SystemdSpawner.unit_name_template = "feedbeast-{USERNAME}"
+else:
+    c.JupyterHub.spawner_class = "localprocess"
+c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]   # the course's Python, not whatever is on PATH
+c.Spawner.notebook_dir = "~/feedbeast"
+c.Spawner.default_url = "/lab/tree/labs"
+c.Spawner.http_timeout = 60
+c.Spawner.start_timeout = 120
+
+# The course kernel, defined once for every learner (no write into anyone's home or the environment).
+KERNELS = Path(os.environ.get("FEEDBEAST_HUB_STATE", Path.cwd())).resolve() / "share" / "jupyter"
+_spec = KERNELS / "kernels" / "feedbeast"
+_spec.mkdir(parents=True, exist_ok=True)
+(_spec / "kernel.json").write_text(json.dumps({
+    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    "display_name": "Feeding the Beast", "language": "python", "metadata": {"debugger": True}}, indent=1))
+os.chmod(KERNELS, 0o755)
+
+
+def gpu_devices():
+    """The devices to share out: FEEDBEAST_HUB_GPUS, else nvidia-smi -L (MIG instances if any, else GPUs)."""
+    given = os.environ.get("FEEDBEAST_HUB_GPUS")
+    if given is not None:
+        return [d.strip() for d in given.split(",") if d.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    mig = [ln.split("UUID:")[1].strip(" )") for ln in out.splitlines() if "MIG" in ln and "UUID:" in ln]
+    gpus = [ln.split(":")[0].split()[1] for ln in out.splitlines() if ln.startswith("GPU ")]
+    return mig or gpus
+
+
+ASSIGNMENTS = Path(os.environ.get("FEEDBEAST_HUB_STATE", Path.cwd())).resolve() / "feedbeast-gpus.json"
+
+
+def assign_gpu(user: str):
+    """This learner's device: kept once given; else the least used one with room; None when none."""
+    devices = gpu_devices()
+    if not devices:
+        return None
+    table = json.loads(ASSIGNMENTS.read_text()) if ASSIGNMENTS.exists() else {}
+    if table.get(user) in devices:
+        return table[user]
+    load = {d: sum(1 for v in table.values() if v == d) for d in devices}
+    free = [d for d in devices if load[d] < PER_GPU]
+    if not free:
+        raise RuntimeError(f"every GPU share is taken ({len(devices)} devices x {PER_GPU} learners): raise "
+                           "FEEDBEAST_HUB_PER_GPU or stop a server (docs/instructors.md, 'during the day')")
+    table[user] = min(free, key=lambda d: (load[d], devices.index(d)))
+    ASSIGNMENTS.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    return table[user]
+
+
+def home_of(spawner) -> Path:
+    """The learner's home: the spawner's own idea of it where it has one, else the system user's."""
+    home = getattr(spawner, "home_dir", None)
+    return Path(home) if home else Path(pwd.getpwnam(spawner.user.name).pw_dir)
+
+
+def copy_course(home: Path, owner=None) -> Path:
+    """~/feedbeast: a copy of the course, made once (a restart keeps the learner's work), private."""
+    dest = home / "feedbeast"
+    if not dest.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(COURSE, dest, ignore=SKIP, symlinks=True)
+        if owner is not None:
+            for root, dirs, files in os.walk(dest):
+                for name in [root, *[os.path.join(root, n) for n in dirs + files]]:
+                    os.lchown(name, *owner)
+    os.chmod(dest, 0o700)
+    if owner is not None:
+        os.chmod(home, 0o700)
+    return dest
+
+
+def pre_spawn_hook(spawner):
+    user = spawner.user.name
+    owner = None
+    if os.geteuid() == 0:
+        try:
+            pw = pwd.getpwnam(user)
+            owner = (pw.pw_uid, pw.pw_gid) if pw.pw_uid != 0 else None
+        except KeyError:
+            owner = None
+    copy_course(home_of(spawner), owner)
+    env = {"JUPYTER_PATH": str(KERNELS), "FEEDBEAST_COURSE": str(COURSE)}
+    device = assign_gpu(user)
+    # With no device a learner still compiles and checks SASS (the course's CPU mode); "" hides every GPU.
+    env["CUDA_VISIBLE_DEVICES"] = device if device is not None else ""
+    spawner.environment.update(env)
+    spawner.log.info("feedbeast: %s gets CUDA_VISIBLE_DEVICES=%r", user, env["CUDA_VISIBLE_DEVICES"])
+
+
+c.Spawner.pre_spawn_hook = pre_spawn_hook
