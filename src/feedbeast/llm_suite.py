@@ -1,0 +1,286 @@
+"""An LLM shape suite: chapter 07's kernels on the GEMM shapes of an 8-billion-parameter-class model,
+against cuBLAS timed by the same `fb.bench` in the same process.
+
+    python -m feedbeast.llm_suite                 # run on this GPU; results/<gpu>/llm_suite.jsonl + plots
+    python -m feedbeast.llm_suite --from-log LOG  # rebuild the JSON lines and plots from a printed run
+
+Prefill (compute-bound): C (M x N) = A (M x K) B with B stored N x K (the `nn.Linear` layout), M x N x K in
+PREFILL; the capstone variants in CANDIDATES, each as % of cuBLAS (`torch.matmul(a, w.T)`). cuBLAS is timed
+before and after the candidates and the faster of the two is the reference. "best" is the fastest
+candidate per shape, picked after the fact in the same run: a selection, reported as such.
+Decode (memory-bound): M in DECODE_MS tokens by the weights of DECODE_NK; chapter 07's decode kernel and
+the capstone, each as % of the copy ceiling (bytes of A, B and C) and against cuBLAS's time.
+Every result is checked against a float64 product of the same inputs (relative error). The kernels are
+read from the chapter's cells, so what is measured is what the chapter ships. Speed is reported, never
+asserted. Needs an sm_90a GPU and PyTorch (for cuBLAS and the inputs); otherwise it says what it skipped.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER = ROOT / "chapters/07-capstone-gemm.ipynb"
+PREFILL = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096),
+           (16384, 4096, 4096), (1024, 8192, 8192), (4096, 4096, 16384)]
+DECODE_MS = (1, 8, 16, 32, 64)
+DECODE_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
+CANDIDATES = ("grouped16+tma-store", "hilbert+tma-store", "inflight+tma-store", "cluster2+mc/relaxed",
+              "cluster2+mc/relaxed+inflight")
+DECODE_CAPSTONE = "grouped16+tma-store"
+TAG = "LLM_SUITE "
+
+
+class _Source:
+    def __init__(self, source):
+        self.source = source
+
+
+def chapter_namespace(variants=CANDIDATES, chapter=CHAPTER):
+    """Chapter 07's host helpers (prepare, prepare_decode, ...) with `variants` of the capstone compiled."""
+    import nbformat
+    import feedbeast as fb
+    from feedbeast import stress
+    from feedbeast.examples import matmul_inputs, matmul_reference
+    code = [c.source for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code"]
+
+    def cuda(name):
+        for src in code:
+            first, _, body = src.partition("\n")
+            if first.startswith("%%cuda") and re.search(rf"--name {name}\b", first):
+                return _Source(body)
+        raise LookupError(f"no %%cuda cell named {name} in {chapter}")
+    ns = {"fb": fb, "np": np, "math": math, "matmul_inputs": matmul_inputs, "matmul_reference": matmul_reference,
+          "stress": stress, "g": fb.gpu(), "capstone": cuda("capstone"), "decode": cuda("decode")}
+    for src in code:
+        if src.startswith("def grouped_order"):
+            exec(src.split("\ntiles_m, tiles_n")[0], ns)
+        elif src.startswith("BM, BN, BK = 128, 256, 64"):
+            exec(src.replace("for name, d in VARIANTS.items()}",
+                             f"for name, d in VARIANTS.items() if name in {list(variants)!r}}}"), ns)
+        elif src.startswith("DEC_MPS"):
+            exec(src, ns)
+    return ns
+
+
+def _emit(rec):
+    print(TAG + json.dumps(rec), flush=True)
+    return rec
+
+
+def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_MS, candidates=CANDIDATES):
+    """Run the suite on this GPU; returns the records (also printed as JSON lines after TAG)."""
+    import feedbeast as fb
+    skip = fb.needs("sm_90a", "LLM shape suite")
+    if skip is not None:
+        print(skip)
+        return []
+    try:
+        import torch
+    except ImportError:
+        print("skipped: LLM shape suite: needs PyTorch (cuBLAS through torch.matmul, inputs on the GPU)")
+        return []
+    from cuda.bindings import driver
+    g = fb.gpu()
+    ns = chapter_namespace(candidates)
+    env = {"gpu": g.name, "driver": g.driver_version, "nvrtc": list(g.nvrtc_version), "torch": torch.__version__}
+    copy = fb.ceiling("copy")
+    records = [_emit({"regime": "ceiling", "kernel": "copy", "gbps": copy.gbps, **env})]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        return (torch.rand(*shape, device="cuda", generator=gen, dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
+
+    def view(t):
+        return fb.DeviceArray(tuple(t.shape), fb.bfloat16, ptr=t.data_ptr(), owner=False)
+
+    def rel_err(c_fb, ref64):
+        out = torch.empty(c_fb.shape, device="cuda", dtype=torch.bfloat16)
+        fb.sync()
+        fb.device._check(driver.cuMemcpyDtoD(out.data_ptr(), c_fb.ptr, c_fb.nbytes))
+        torch.cuda.synchronize()
+        return float(torch.linalg.norm(out.double() - ref64) / torch.linalg.norm(ref64))
+
+    for m, n, k in prefill:
+        a, w = rand(m, k), rand(n, k)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ref64 = a.double() @ w.double().T
+        flops, sizes = 2.0 * m * n * k, {"m": m, "n": n, "k": k}
+
+        def cublas():
+            return torch.matmul(a, w.T, out=out)
+        cb = [fb.bench(cublas, name=f"llm/prefill/cublas/{m}x{n}x{k}", flops=flops, reps=reps, sizes=sizes)]
+        cublas_err = float(torch.linalg.norm(out.double() - ref64) / torch.linalg.norm(ref64))
+        ours = {}
+        for name in candidates:
+            c, launch = ns["prepare"](name, view(a), view(w), m, n, k)
+            launch()
+            err = rel_err(c, ref64)
+            ours[name] = (fb.bench(launch, name=f"llm/prefill/{name}/{m}x{n}x{k}", flops=flops, reps=reps,
+                                   sizes=sizes), err)
+        cb.append(fb.bench(cublas, name=f"llm/prefill/cublas/{m}x{n}x{k}", flops=flops, reps=reps, sizes=sizes))
+        ref = max(cb, key=lambda r: r.tflops)
+        records.append(_emit({"regime": "prefill", "kernel": "cublas", "m": m, "n": n, "k": k,
+                              "median_ms": ref.median_ms, "tflops": ref.tflops,
+                              "tflops_runs": [r.tflops for r in cb], "rel_err": cublas_err, **env}))
+        for name, (r, err) in ours.items():
+            records.append(_emit({"regime": "prefill", "kernel": name, "m": m, "n": n, "k": k,
+                                  "median_ms": r.median_ms, "tflops": r.tflops, "pct_cublas": 100 * r.tflops / ref.tflops,
+                                  "rel_err": err, "correct": bool(err < 1e-2), **env}))
+        del a, w, out, ref64
+        torch.cuda.empty_cache()
+
+    for n, k in decode_nk:
+        w = rand(n, k)
+        for m in decode_ms:
+            a = rand(m, k)
+            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            ref64 = a.double() @ w.double().T
+            nbytes, sizes = 2 * (m * k + n * k + m * n), {"m": m, "n": n, "k": k}
+
+            def cublas():
+                return torch.matmul(a, w.T, out=out)
+            cb = fb.bench(cublas, name=f"llm/decode/cublas/{m}x{n}x{k}", nbytes=nbytes, ceiling=copy, sizes=sizes,
+                          reps=reps)
+            records.append(_emit({"regime": "decode", "kernel": "cublas", "m": m, "n": n, "k": k,
+                                  "median_ms": cb.median_ms, "gbps": cb.gbps, "pct_copy": cb.pct, **env}))
+            for kernel, prep in (("decode", lambda: ns["prepare_decode"](view(a), view(w), m, n, k)),
+                                 (DECODE_CAPSTONE, lambda: ns["prepare"](DECODE_CAPSTONE, view(a), view(w), m, n, k))):
+                if kernel == DECODE_CAPSTONE and DECODE_CAPSTONE not in candidates:
+                    continue
+                c, launch = prep()
+                launch()
+                err = rel_err(c, ref64)
+                r = fb.bench(launch, name=f"llm/decode/{kernel}/{m}x{n}x{k}", nbytes=nbytes, ceiling=copy,
+                             sizes=sizes, reps=reps)
+                records.append(_emit({"regime": "decode", "kernel": kernel, "m": m, "n": n, "k": k,
+                                      "median_ms": r.median_ms, "gbps": r.gbps, "pct_copy": r.pct,
+                                      "vs_cublas_time": cb.median_ms / r.median_ms, "rel_err": err,
+                                      "correct": bool(err < 1e-2), **env}))
+        del w
+        torch.cuda.empty_cache()
+    print(tables(records))
+    return records
+
+
+def tables(records) -> str:
+    """The prefill and decode tables, as text."""
+    out = []
+    pre = [r for r in records if r["regime"] == "prefill"]
+    shapes = list(dict.fromkeys((r["m"], r["n"], r["k"]) for r in pre))
+    names = list(dict.fromkeys(r["kernel"] for r in pre if r["kernel"] != "cublas"))
+    if pre:
+        out.append("prefill: TFLOP/s (cuBLAS) and % of cuBLAS; 'best' is the fastest variant per shape, picked "
+                   "after the run")
+        out.append(f"{'M x N x K':>20} {'cuBLAS':>7} | " + " | ".join(f"{n[:28]:>28}" for n in names) + " |   best")
+        for s in shapes:
+            rs = {r["kernel"]: r for r in pre if (r["m"], r["n"], r["k"]) == s}
+            cells = [f"{rs[n]['pct_cublas']:6.1f}%{'' if rs[n]['correct'] else ' WRONG':>21}" if n in rs else " " * 28
+                     for n in names]
+            best = max((rs[n]["pct_cublas"] for n in names if n in rs and rs[n]["correct"]), default=float("nan"))
+            out.append(f"{'x'.join(map(str, s)):>20} {rs['cublas']['tflops']:7.0f} | " + " | ".join(cells)
+                       + f" | {best:5.1f}%")
+    dec = [r for r in records if r["regime"] == "decode"]
+    if dec:
+        out.append("decode: % of the copy ceiling (A + B + C bytes) and time, cuBLAS/ours > 1 means ours is faster")
+        out.append(f"{'M':>3} {'N':>6} {'K':>5} | {'cuBLAS us':>9} {'%copy':>6} | {'decode us':>9} {'%copy':>6} "
+                   f"{'cuBLAS/ours':>11} | {'capstone %copy':>14}")
+        for s in dict.fromkeys((r["m"], r["n"], r["k"]) for r in dec):
+            rs = {r["kernel"]: r for r in dec if (r["m"], r["n"], r["k"]) == s}
+            cb, d, cap = rs.get("cublas"), rs.get("decode"), rs.get(DECODE_CAPSTONE)
+            if not (cb and d):
+                continue
+            out.append(f"{s[0]:>3} {s[1]:>6} {s[2]:>5} | {cb['median_ms'] * 1e3:9.1f} {cb['pct_copy']:6.1f} | "
+                       f"{d['median_ms'] * 1e3:9.1f} {d['pct_copy']:6.1f} {d['vs_cublas_time']:11.2f}"
+                       f"{'' if d['correct'] else ' WRONG'} | {cap['pct_copy'] if cap else float('nan'):14.1f}")
+    return "\n".join(out)
+
+
+def plot(records, folder: Path):
+    """One figure per regime: llm_prefill.png (% of cuBLAS per shape), llm_decode.png (% of copy per M)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    gpu = next((r["gpu"] for r in records if "gpu" in r), "GPU")
+    pre = [r for r in records if r["regime"] == "prefill" and r["kernel"] != "cublas"]
+    if pre:
+        shapes = list(dict.fromkeys((r["m"], r["n"], r["k"]) for r in pre))
+        names = list(dict.fromkeys(r["kernel"] for r in pre))
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        wdt = 0.8 / len(names)
+        for j, name in enumerate(names):
+            ys = [next((r["pct_cublas"] for r in pre if r["kernel"] == name and (r["m"], r["n"], r["k"]) == s),
+                       np.nan) for s in shapes]
+            ax.bar(np.arange(len(shapes)) + (j - (len(names) - 1) / 2) * wdt, ys, wdt, label=name)
+        ax.axhline(100, color="k", lw=0.8)
+        ax.set_xticks(np.arange(len(shapes)))
+        ax.set_xticklabels(["x".join(map(str, s)) for s in shapes], rotation=20, fontsize=8)
+        ax.set_ylabel("% of cuBLAS (same run)")
+        ax.set_ylim(0, max(110, max(r["pct_cublas"] for r in pre) + 5))
+        ax.set_title(f"Prefill GEMMs (M x N x K, bf16): chapter 07's capstone vs cuBLAS on {gpu}")
+        ax.legend(fontsize=7, ncol=3, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(folder / "llm_prefill.png", dpi=110)
+        plt.close(fig)
+    dec = [r for r in records if r["regime"] == "decode"]
+    if dec:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        for i, (n, k) in enumerate(dict.fromkeys((r["n"], r["k"]) for r in dec)):
+            for kernel, style in (("decode", "o-"), ("cublas", "x--"), (DECODE_CAPSTONE, ":")):
+                rs = sorted((r for r in dec if r["kernel"] == kernel and (r["n"], r["k"]) == (n, k)),
+                            key=lambda r: r["m"])
+                if rs:
+                    ax.plot([r["m"] for r in rs], [r["pct_copy"] for r in rs], style, color=f"C{i}",
+                            label=f"{'cuBLAS' if kernel == 'cublas' else kernel} N={n} K={k}")
+        ax.axhline(85, color="k", lw=0.8, ls=":")
+        ax.set_xscale("log", base=2)
+        ms = sorted({r["m"] for r in dec})
+        ax.set_xticks(ms)
+        ax.set_xticklabels(ms)
+        ax.set_xlabel("M (tokens)")
+        ax.set_ylabel("% of the copy ceiling (A + B + C bytes)")
+        ax.set_title(f"Decode GEMMs on {gpu}: the weights' bytes per second")
+        ax.legend(fontsize=6, ncol=3)
+        fig.tight_layout()
+        fig.savefig(folder / "llm_decode.png", dpi=110)
+        plt.close(fig)
+
+
+def save(records, root: Path):
+    """results/<gpu>/llm_suite.jsonl (replaced), its tables as llm_suite.md, and the two plots."""
+    if not records:
+        return None
+    slug = re.sub(r"[^a-z0-9]+", "-", records[0]["gpu"].lower()).strip("-")
+    folder = Path(root) / slug
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "llm_suite.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "llm_suite.md").write_text(f"# LLM shape suite on {records[0]['gpu']}\n\n```\n{tables(records)}\n```\n")
+    plot(records, folder)
+    return folder
+
+
+def from_log(text: str) -> list:
+    return [json.loads(line.split(TAG, 1)[1]) for line in text.splitlines() if TAG in line]
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    root = Path(os.environ.get("FEEDBEAST_RESULTS", ROOT / "results"))
+    if argv[:1] == ["--from-log"]:
+        records = from_log(Path(argv[1]).read_text())
+        print(tables(records))
+    else:
+        records = run()
+    folder = save(records, root)
+    if folder:
+        print(f"wrote {folder}/llm_suite.jsonl, llm_suite.md, llm_prefill.png, llm_decode.png")
+
+
+if __name__ == "__main__":
+    main()

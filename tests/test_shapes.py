@@ -1,0 +1,119 @@
+"""Any shape: chapter 07's capstone at tiny and ragged M (OOB fill does the work), and its decode kernel
+(M <= 64: the weights streamed through a TMA ring, stream-K over every SM, a fixed-order fixup).
+
+CPU: the decode kernels compile to what the chapter says (UTMALDG, HGMMA.64xMPx16, no local memory) and
+the stream-K plan covers every iteration once. GPU (sm_90a): every capstone variant and the decode kernel
+against float64 on M in {1, 7, 8, 64, 127} and ragged N, K; repeated decode runs agree bit for bit.
+The kernels and host helpers are read from the chapter's cells, so what is tested is what ships.
+"""
+import math
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast import stress
+from feedbeast.examples import matmul_inputs, matmul_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = ROOT / "chapters/07-capstone-gemm.ipynb"
+
+
+def cells(path):
+    return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def cuda_cell(path, name):
+    for src in cells(path):
+        first, _, body = src.partition("\n")
+        if first.startswith("%%cuda") and re.search(rf"--name {name}\b", first):
+            return body
+    raise LookupError(f"no %%cuda cell named {name} in {path.name}")
+
+
+class _Source:
+    def __init__(self, source):
+        self.source = source
+
+
+def chapter_namespace(only=None):
+    """The chapter's host helpers with its kernels; `only`: the capstone variants to compile (all if None)."""
+    ns = {"fb": fb, "np": np, "math": math, "matmul_inputs": matmul_inputs, "matmul_reference": matmul_reference,
+          "stress": stress, "g": fb.gpu(), "capstone": _Source(cuda_cell(CHAPTER, "capstone")),
+          "decode": _Source(cuda_cell(CHAPTER, "decode"))}
+    for code in cells(CHAPTER):
+        if code.startswith("def grouped_order"):
+            exec(code.split("\ntiles_m, tiles_n")[0], ns)
+        elif code.startswith("BM, BN, BK = 128, 256, 64"):
+            if only is not None:
+                code = code.replace("for name, d in VARIANTS.items()}",
+                                    f"for name, d in VARIANTS.items() if name in {list(only)!r}}}")
+            exec(code, ns)
+        elif code.startswith("DEC_MPS"):
+            exec(code.split("\n# ---- check")[0], ns)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def ch():
+    """Every capstone variant compiled: only GPU tests ask for it (after gpu90, so a CPU run skips first)."""
+    return chapter_namespace()
+
+
+@pytest.fixture(scope="module")
+def dec():
+    """The decode kernels and helpers, no capstone variant compiled (keeps the CPU run short)."""
+    return chapter_namespace(only=())
+
+
+def test_decode_kernels_stream_through_tma_into_wgmma(dec):
+    for mp, mod in dec["DECODE"].items():
+        mod.expect_sass("UTMALDG", f"HGMMA.64x{mp}x16.F32.BF16", "SYNCS", forbid=("LDL", "STL"),
+                        kernel="gemm_decode")
+        assert mod.resources["gemm_decode"].spills == 0
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (8, 14336, 4096), (64, 8192, 8192), (7, 1000, 136),
+                                     (1, 8, 8), (33, 264, 4104)])
+def test_stream_k_covers_every_iteration_once(dec, m, n, k):
+    mp, grid, ntiles, maxseg = dec["decode_plan"](m, n, k, 132)
+    ktiles = -(-k // dec["DEC_BK"])
+    iters = ntiles * ktiles
+    lo = [b * iters // grid for b in range(grid + 1)]
+    assert mp >= m and mp in dec["DEC_MPS"] and grid <= 132 and lo[0] == 0 and lo[-1] == iters
+    assert all(lo[b + 1] > lo[b] for b in range(grid))              # every block streams something
+    block_of = lambda t: ((t + 1) * grid - 1) // iters
+    assert all(lo[block_of(t)] <= t < lo[block_of(t) + 1] for t in range(iters))
+    for j in range(ntiles):
+        segs = block_of((j + 1) * ktiles - 1) - block_of(j * ktiles) + 1
+        assert 1 <= segs <= maxseg
+
+
+def test_decode_refuses_m_above_64(dec):
+    with pytest.raises(ValueError, match="1 <= M <= 64"):
+        dec["decode_plan"](65, 4096, 4096, 132)
+
+
+ANY_M = [1, 7, 8, 64, 127]
+
+
+@pytest.mark.parametrize("m", ANY_M)
+def test_every_capstone_variant_at_any_m(gpu90, ch, m):
+    failed = []
+    for n, k in [(1000, 1032), (4104, 136), (8, 8)]:
+        for r in ch["run_check"](ch["VARIANTS"], m, n, k, seed=m * 7 + n):
+            print(r)
+            if not r:
+                failed.append(str(r))
+    assert not failed, "\n".join(failed)
+
+
+@pytest.mark.parametrize("m", [1, 7, 8, 9, 16, 17, 31, 32, 33, 64])
+def test_decode_any_m_ragged_and_repeatable(gpu90, dec, m):
+    for n, k in [(1000, 1032), (4104, 136), (264, 4096), (8, 8), (14336, 512)]:
+        r = dec["run_decode_check"](m, n, k, seed=m + n + k)
+        print(r)
+        assert r, str(r)
