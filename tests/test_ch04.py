@@ -76,6 +76,7 @@ def test_header_combines_with_the_other_chapters_headers(src):
 
 def test_header_wrappers_each_compile():
     mod = fb.compile(r"""
+#include <fb/bulk_copy.cuh>
 #include <fb/mbarrier.cuh>
 extern "C" __global__ void each(const float4* g, float* out) {
   __shared__ __align__(8) cuda::std::uint64_t bar;
