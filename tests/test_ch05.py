@@ -12,6 +12,7 @@ import feedbeast as fb
 from feedbeast import stress
 from feedbeast import swizzle as sw
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
+from feedbeast.cubin import initial_value
 from feedbeast.notebook import load
 from feedbeast.tensormap import check_rules
 
@@ -138,8 +139,8 @@ extern "C" __global__ void keep_map(short* out) { out[threadIdx.x] = fragment_ma
 
 def _fragment_map_from_header():
     """fb::wgmma::accumulator_row_col for every thread t and register i, computed by the compiler (constexpr)
-    into a table in the cubin and read back from it: no GPU, and no C re-read as Python."""
-    table = fb.sass.initial_value(fb.compile(FRAGMENT_MAP, "sm_90a"), "fragment_map_table", np.int16, (128, 64, 2))
+    into a table in the cubin and read back from it (fb.cubin.initial_value): no GPU, and no C re-read as Python."""
+    table = initial_value(fb.compile(FRAGMENT_MAP, "sm_90a"), "fragment_map_table", np.int16, (128, 64, 2))
     return (lambda t, i: int(table[t, i, 0])), (lambda t, i: int(table[t, i, 1]))
 
 

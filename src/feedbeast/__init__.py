@@ -27,8 +27,8 @@ from .skip import Skipped, needs, needs_gpu
 from .profiling import profile
 from .tensormap import TensorMap, tensor_map
 from .magic import load_ipython_extension
-from .sanitize import running as _under_sanitizer
-from . import ceilings, examples, results, sanitize, sass  # noqa: E402  (reached as fb.sass, fb.examples...)
+from .runmode import under_sanitizer as _under_sanitizer
+from . import ceilings, cubin, examples, notebook, results, sanitize, sass  # noqa: E402  (fb.sass, fb.notebook...)
 
 __version__ = "0.1.0"
 

@@ -41,7 +41,7 @@ except fb.FeedbeastError as e:
 
 
 def isolated(code: str, *, timeout: float = 300, **values):
-    from .sanitize import running as under_sanitizer
+    from .runmode import under_sanitizer
     if under_sanitizer():
         from .skip import Skipped
         return Skipped("not run under compute-sanitizer (it would count the deliberate failure as a report)",

@@ -116,7 +116,7 @@ class Kernel:
     def params(self) -> list[tuple[int, int]]:
         """(offset, size) in bytes of each parameter, in order, read from the cubin (no GPU needed)."""
         if self._params is None:
-            from .compile import kernel_params
+            from .cubin import kernel_params
             self._params = kernel_params(self.module.cubin, self.name)
         return self._params
 
@@ -167,7 +167,7 @@ class Kernel:
         Everything is checked before anything can be skipped, so a wrong launch fails on any machine.
         """
         if self._limits is None:   # read once: a launch must stay cheap (decode kernels run for microseconds)
-            from .compile import kernel_max_threads
+            from .cubin import kernel_max_threads
             res = self.resources
             self._limits = (res.shared_static if res is not None else 0,
                             kernel_max_threads(self.module.cubin, self.name))

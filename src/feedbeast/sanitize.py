@@ -36,9 +36,7 @@ TIMED_OFF = "timing is off under compute-sanitizer"
 SLOW_CELL_S = 30        # a cell slower than this is named in the log: where a sanitized run spends its time
 
 
-def running() -> bool:
-    """True inside `make sanitize`'s notebook runs (the runner sets FEEDBEAST_UNDER_SANITIZER=1)."""
-    return os.environ.get("FEEDBEAST_UNDER_SANITIZER") == "1"
+from .runmode import under_sanitizer as running  # noqa: E402  (True inside the notebook runs; `run` sets it)
 
 
 def find_sanitizer() -> str | None:

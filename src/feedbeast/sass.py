@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import re
 import shutil
-import struct
 import subprocess
 import tempfile
 
@@ -138,37 +137,3 @@ def highlight(sass: str, *patterns: str, context: int = 2, limit: int = 40) -> s
         prev = j
     return "\n".join(out)
 
-
-def _elf_symbol(cubin: bytes, symbol: str) -> tuple[bytes | None, int]:
-    """(bytes, size) of a symbol's initial data in a cubin (ELF64); bytes is None for a zero-filled one."""
-    if cubin[:4] != b"\x7fELF":
-        raise FeedbeastError("not a cubin (ELF) image")
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
-    for sh in sections:
-        if sh[1] != 2:   # SHT_SYMTAB
-            continue
-        strtab = sections[sh[6]][4]
-        for off in range(sh[4], sh[4] + sh[5], sh[9]):
-            st_name, _, _, shndx, value, size = struct.unpack_from("<IBBHQQ", cubin, off)
-            if cubin[strtab + st_name:cubin.index(b"\0", strtab + st_name)].decode() != symbol:
-                continue
-            sec = sections[shndx]
-            if sec[1] == 8:   # SHT_NOBITS: no initial data, zeros
-                return None, size
-            return cubin[sec[4] + value:sec[4] + value + size], size
-    raise FeedbeastError(f"no symbol {symbol!r} in this cubin (a __device__ variable must be used by a kernel "
-                         "to be kept)")
-
-
-def initial_value(mod, symbol: str, dtype, shape=None):
-    """What the `__device__` variable `symbol` holds before any kernel runs, read from the cubin: no GPU.
-
-    A table that a header's constexpr function fills at compile time comes out as numbers to compare with
-    a model (`__device__ const Table t = make_table();`)."""
-    import numpy as np
-    cubin = mod.cubin if hasattr(mod, "cubin") else bytes(mod)
-    data, size = _elf_symbol(cubin, symbol)
-    arr = np.zeros(size // np.dtype(dtype).itemsize, dtype) if data is None else np.frombuffer(data, dtype).copy()
-    return arr.reshape(shape) if shape is not None else arr
