@@ -37,7 +37,8 @@ bundle-into-current:
 $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
-	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/book.txt
+	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/lab.txt \
+	  -r requirements/book.txt
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	rm -f $(VENV)/.installed-cu*
 	touch $@
@@ -57,13 +58,17 @@ lab: $(STAMP)
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_FLAGS)
 
 ## make test       the whole suite: toolkit, notebooks (nbval), labs in sync, notebook format
+# TEST_JOBS pytest workers (pytest-xdist; each test file and each notebook stays in one worker);
+# TEST_JOBS=0 runs in one process. Without pytest-xdist installed, one process.
+TEST_JOBS ?= 2
+XDIST = $$($(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
 test: $(STAMP)
-	$(PYTHON) -m pytest -q tests chapters solutions --nbval-lax --nbval-current-env \
+	$(PYTHON) -m pytest -q $(XDIST) tests chapters solutions --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=$(NB_TIMEOUT) -p no:cacheprovider
 
 ## make test-fast  toolkit and format tests only (no notebooks)
 test-fast: $(STAMP)
-	$(PYTHON) -m pytest -q tests -p no:cacheprovider
+	$(PYTHON) -m pytest -q $(XDIST) tests -p no:cacheprovider
 
 ## make bench      run every chapter and solution at full size on this GPU; results/<gpu>/
 bench: $(STAMP)
@@ -90,7 +95,8 @@ ifeq ($(SET),notebook)
 else
 	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt
+	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
+	  $(if $(filter 13,$(CUDA)),-r requirements/sanitize.txt)
 endif
 	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
 
@@ -107,8 +113,13 @@ book: $(STAMP)
 	$(PYTHON) book/build.py --out _book
 
 ## make sanitize   chapters and solutions under compute-sanitizer memcheck, racecheck, synccheck
+# compute-sanitizer comes as a wheel (requirements/sanitize.txt) for CUDA 13; ENV=current and CUDA=12
+# use the one found on the machine (PATH, $$CUDA_HOME, /usr/local/cuda).
 SANITIZE_FLAGS ?=
 sanitize: $(STAMP)
+ifeq ($(ENV)-$(CUDA),venv-13)
+	$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/sanitize.txt
+endif
 	$(PYTHON) -m feedbeast sanitize $(SANITIZE_FLAGS) chapters solutions
 
 ## make stress     the GPU tests at 100 random ragged sizes each, repeated runs compared bit for bit

@@ -509,3 +509,78 @@ def test_chapter_00_and_lab_00_kernels_build_for_the_smaller_gpus(arch):
             assert mod.arch == arch
             counts = mod.expect_sass("LDG.E.128", "STG.E.128")
             assert all(counts[op] >= 1 for op in ("LDG.E.128", "STG.E.128")), counts
+
+
+# ---------------------------------------------------------------------------------------------------
+# make lab as root and as a user; packaging
+# ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("uid", ["0", "1000"])
+def test_make_lab_allows_root_only_for_root(tmp_path, uid):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (fake / "id").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    r = subprocess.run(["make", "-n", "--no-print-directory", "lab", "ENV=current", f"PYTHON3={sys.executable}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert ("--allow-root" in r.stdout) == (uid == "0"), r.stdout
+    assert f'--ServerApp.root_dir="{ROOT}"' in r.stdout and "chapters/00-feeding-the-beast.ipynb" in r.stdout
+    assert f'JUPYTER_CONFIG_PATH="{ROOT}/jupyter' in r.stdout
+    assert "ipykernel install --sys-prefix --name feedbeast" in r.stdout
+
+
+def _pyproject() -> str:
+    return (ROOT / "pyproject.toml").read_text()
+
+
+def test_license_file_matches_the_spdx_expression():
+    import re
+    text = _pyproject()
+    assert re.search(r'^license = "Apache-2.0"$', text, re.M), "license must be an SPDX string"
+    assert re.search(r'^license-files = \["LICENSE"\]$', text, re.M)
+    lic = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in lic and "Version 2.0, January 2004" in lic
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in lic and \
+        "END OF TERMS AND CONDITIONS" in lic
+
+
+def test_build_backend_is_pinned_to_the_bundled_setuptools():
+    import re
+    req = re.search(r'^requires = \["setuptools==([^"]+)"\]$', _pyproject(), re.M)
+    assert req, "pin the build backend exactly in [build-system]"
+    build = (ROOT / "requirements/build.txt").read_text()
+    assert f"setuptools=={req.group(1)}" in build
+
+
+def test_compute_sanitizer_comes_from_the_pinned_wheel(tmp_path, monkeypatch):
+    """requirements/sanitize.txt pins cuda-toolkit[sanitizer] at cu13.txt's version, make sanitize
+    installs it, and feedbeast.sanitize finds the wheel's binary (site-packages/nvidia/cu13/bin) before
+    any system toolkit."""
+    import re
+    import site
+    cu13 = re.search(r"^cuda-toolkit\[[^\]]*\]==(\S+)", (ROOT / "requirements/cu13.txt").read_text(), re.M)
+    san = re.search(r"^cuda-toolkit\[sanitizer\]==(\S+)", (ROOT / "requirements/sanitize.txt").read_text(), re.M)
+    assert cu13 and san and cu13.group(1) == san.group(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "sanitize"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert "-r requirements/sanitize.txt" in dry
+    assert dry.index("requirements/sanitize.txt") < dry.index("feedbeast sanitize")
+
+    fake_site = tmp_path / "site-packages"
+    tool = fake_site / "nvidia" / "cu13" / "bin" / "compute-sanitizer"     # the wheel's layout
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(fake_site)])
+    monkeypatch.setattr(site, "ENABLE_USER_SITE", False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    from feedbeast.sanitize import find_sanitizer
+    from cuda.pathfinder import find_nvidia_binary_utility
+    getattr(find_nvidia_binary_utility, "cache_clear", lambda: None)()
+    try:
+        assert Path(find_sanitizer()) == tool.resolve()
+    finally:
+        getattr(find_nvidia_binary_utility, "cache_clear", lambda: None)()
