@@ -146,7 +146,9 @@ def pre_spawn_hook(spawner):
         except KeyError:
             owner = None
     copy_course(home_of(spawner), owner)
-    env = {"JUPYTER_PATH": str(KERNELS), "FEEDBEAST_COURSE": str(COURSE)}
+    # The course's Python first on PATH: `make reset-labs ENV=current` in ~/feedbeast uses it (no venv there).
+    env = {"JUPYTER_PATH": str(KERNELS), "FEEDBEAST_COURSE": str(COURSE), "PYTHON3": sys.executable,
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")}
     device = assign_gpu(user)
     # With no device a learner still compiles and checks SASS (the course's CPU mode); "" hides every GPU.
     env["CUDA_VISIBLE_DEVICES"] = device if device is not None else ""
