@@ -23,7 +23,7 @@ endif
 REQS    := requirements/base.txt requirements/cu$(CUDA).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 
-.PHONY: help install bundle-into-current lab test test-fast bench labs reset-labs wheelhouse clean grade book \
+.PHONY: help install bundle-into-current lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \
 	sanitize stress
 help:
 	@sed -n 's/^## //p' Makefile
@@ -70,9 +70,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTHON) -m pytest -q $(XDIST) tests -p no:cacheprovider
 
-## make bench      run every chapter and solution at full size on this GPU; results/<gpu>/
+## make bench      run every chapter and solution at full size on this GPU, then the LLM shape suite; results/<gpu>/
 bench: $(STAMP)
 	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.bench_run chapters solutions
+	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.llm_suite
+
+## make bench-llm  only the LLM shape suite (chapter 07's kernels vs cuBLAS on prefill and decode shapes)
+bench-llm: $(STAMP)
+	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.llm_suite
 
 ## make labs       regenerate labs/ from solutions/ (solution regions stripped)
 labs: $(STAMP)
