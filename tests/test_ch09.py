@@ -1,0 +1,267 @@
+"""Chapter 09 (attention forward) and lab 09 (sliding-window attention).
+
+CPU: every rung of the ladder and the lab solution compile for sm_90a with the instructions they are about
+(HMMA/LDSM, HGMMA, UTMALDG, the mbarrier waits, USETMAXREG, the named barriers), no spills and no ptxas
+diagnostic that drops setmaxnreg (C7508) or serialises wgmma (C7515); the chapter's numpy model of the online
+softmax matches the float64 definition; the lab's tile ranges are the minimal ones.
+GPU (Hopper; skipped by name elsewhere): every rung on ragged shapes, causal and not, O and LSE against
+float64 with poisoned outputs; the lab solution passes grading and each planted bug fails it.
+Kernels and helpers are read from the notebooks, so what is tested is what ships.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast.notebook import load
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = load(ROOT / "chapters/09-attention.ipynb")
+SOLUTION_PATH = ROOT / "solutions/09-sliding-window-attention.ipynb"
+SOLUTION = load(SOLUTION_PATH)
+SETMAXNREG = ("USETMAXREG.TRY_ALLOC.CTAPOOL", "USETMAXREG.DEALLOC.CTAPOOL")
+
+_MODULES = {}
+
+
+def module(name, nb=CHAPTER, **defines):
+    key = (name, str(nb.path), tuple(sorted(defines.items())))
+    if key not in _MODULES:
+        _MODULES[key] = nb.compile(name, "sm_90a", **defines)
+    return _MODULES[key]
+
+
+# ---- CPU: machine code and resources ---------------------------------------------------------------
+
+RUNGS = [
+    ("sync", "attn_sync_d64", ("HMMA.16816.F32.BF16", "LDSM.16.M88.4", "LDSM.16.MT88.4", "MUFU.EX2")),
+    ("sync", "attn_sync_d128", ("HMMA.16816.F32.BF16", "LDSM.16.M88.4", "LDSM.16.MT88.4", "MUFU.EX2")),
+    ("tma", "attn_tma_d64", ("HGMMA.64x128x16.F32.BF16", "HGMMA.64x64x16.F32.BF16", "UTMALDG.2D",
+                             "SYNCS.PHASECHK.TRANS64.TRYWAIT")),
+    ("tma", "attn_tma_d128", ("HGMMA.64x128x16.F32.BF16", "UTMALDG.2D", "SYNCS.PHASECHK.TRANS64.TRYWAIT")),
+    ("ws", "attn_ws_d64", ("HGMMA.64x128x16.F32.BF16", "HGMMA.64x64x16.F32.BF16", "UTMALDG.2D") + SETMAXNREG),
+    ("ws", "attn_ws_d128", ("HGMMA.64x128x16.F32.BF16", "UTMALDG.2D") + SETMAXNREG),
+    ("pp", "attn_pp_d64", ("HGMMA.64x64x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC", "BAR.ARV") + SETMAXNREG),
+    ("pp", "attn_pp_d128", ("HGMMA.64x128x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC", "BAR.ARV") + SETMAXNREG),
+]
+
+
+@pytest.mark.parametrize("name, kernel, opcodes", RUNGS)
+def test_rung_sass_and_no_spills(name, kernel, opcodes):
+    mod = module(name)
+    mod.expect_sass(*opcodes, kernel=kernel)
+    assert mod.resources[kernel].spills == 0, mod.report()
+    assert mod.resources[kernel].stack == 0, mod.report()
+    assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
+
+
+def test_rung1_loads_with_ordinary_instructions_and_the_tma_rungs_only_with_tma():
+    module("sync").expect_sass("LDG.E.128", "STS.128", "BAR.SYNC", kernel="attn_sync_d128", forbid=("UTMALDG",))
+    for name, kernel in (("tma", "attn_tma_d128"), ("ws", "attn_ws_d128"), ("pp", "attn_pp_d128")):
+        module(name).expect_sass("UTMALDG.2D", kernel=kernel, forbid=("LDG", "LDGSTS"))
+
+
+def test_p_goes_to_the_second_gemm_in_registers():
+    # O += P V reads P from registers: the only shared-memory stores of the wgmma rungs are none at all.
+    for name, kernel in (("tma", "attn_tma_d128"), ("ws", "attn_ws_d128"), ("pp", "attn_pp_d128")):
+        hist = module(name).histogram(kernel)
+        assert not any(op.startswith(("STS", "STSM")) for op in hist), (kernel, sorted(hist))
+
+
+def test_setmaxnreg_budget_fits_the_register_file():
+    for name in ("ws", "pp"):
+        assert module(name).resources[f"attn_{name}_d128"].registers == 168     # 65536 / 384, a multiple of 8
+    assert 128 * (24 + 2 * 240) <= 65536
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_ring_depths_fit_shared_memory(stages):
+    # Q + STAGES x (K + V) at d = 128, plus the 1024 B alignment slack, within the 227 KB a block may opt in to.
+    assert 128 * 128 * 2 + 2 * stages * 128 * 128 * 2 + 1024 <= 232448
+    module("pp", STAGES=stages).expect_sass("HGMMA.64x128x16.F32.BF16", kernel="attn_pp_d128")
+
+
+# ---- CPU: the online softmax, modelled in numpy ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model():
+    return CHAPTER.definitions("online_softmax_model", "attention_reference", "attention_inputs", np=np, fb=fb)
+
+
+@pytest.mark.parametrize("s_len, d, causal", [(1, 64, False), (1, 128, True), (63, 64, True), (65, 64, False),
+                                              (129, 128, True), (200, 64, False)])
+def test_model_matches_the_definition(model, s_len, d, causal):
+    q, k, v = model["attention_inputs"](1, 1, s_len, d, seed=s_len + d)
+    ref_o, ref_lse = model["attention_reference"](q[0, 0], k[0, 0], v[0, 0], causal)
+    o, lse = model["online_softmax_model"](q[0, 0], k[0, 0], v[0, 0], causal)
+    assert fb.check(o, ref_o, tol="bf16", name="model O")
+    assert np.max(np.abs(lse - ref_lse)) < 1e-5
+
+
+def test_model_comparison_can_fail(model):
+    # The same model exponentiating in the wrong base (LOG2E = 1: exp2 of the scaled scores) must fail against
+    # the reference, with row 0's maximum arriving late (so the rescaled running sums are exercised too).
+    q, k, v = model["attention_inputs"](1, 1, 256, 64, seed=1)
+    k[0, 0, 200] = (q[0, 0, 0].astype(np.float32) * 2).astype(fb.bfloat16)   # row 0's maximum arrives late
+    ref_o, _ = model["attention_reference"](q[0, 0], k[0, 0], v[0, 0], False)
+    broken = CHAPTER.definitions("online_softmax_model", np=np, fb=fb, LOG2E=1.0)   # exp2 of raw scores
+    o, _ = broken["online_softmax_model"](q[0, 0], k[0, 0], v[0, 0], False)
+    assert np.linalg.norm(o - ref_o) / np.linalg.norm(ref_o) > 1e-2
+
+
+def test_reference_lse_is_natural_log(model):
+    q, k, v = model["attention_inputs"](1, 1, 5, 64, seed=2)
+    _, lse = model["attention_reference"](q[0, 0], k[0, 0], v[0, 0], False)
+    s = q[0, 0].astype(np.float64) @ k[0, 0].astype(np.float64).T / 8.0
+    assert np.allclose(lse, np.log(np.exp(s).sum(axis=1)))
+
+
+# ---- CPU: the lab ------------------------------------------------------------------------------------------
+
+def test_lab_solution_sass_and_resources():
+    mod = module("lab", SOLUTION)
+    mod.expect_sass("HGMMA.64x128x16.F32.BF16", "HGMMA.64x64x16.F32.BF16", "UTMALDG.2D", *SETMAXNREG,
+                    kernel="window_attn")
+    assert mod.resources["window_attn"].spills == 0
+    assert not any("C7508" in ln for ln in mod.log.splitlines())
+
+
+def _kv_tiles(m0, s, window, bm=128, bn=128):
+    """The solution's kv_tiles, read from the notebook's C++ and evaluated as Python."""
+    src = SOLUTION.cuda("lab").source
+    body = re.search(r"TileRange kv_tiles\(int m0, int seq, int window\) \{(.*?)\n\}", src, re.S).group(1)
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip() and "SOLUTION" not in ln]
+    assert len(lines) == 3 and lines[-1].startswith("return {"), lines
+    ns = {"m0": m0, "seq": s, "window": window, "BM": bm, "BN": bn, "min": min, "max": max}
+    for ln in lines[:2]:
+        for part in _top_level_split(ln.removeprefix("const int ").rstrip(";")):
+            name, expr = part.split(" = ", 1)
+            ns[name] = eval(expr.replace("/", "//"), ns)
+    first, end = (eval(e.replace("/", "//"), ns) for e in _top_level_split(lines[2][len("return {"):-2]))
+    return first, end
+
+
+def _top_level_split(text):
+    """Split C at the commas that are not inside parentheses."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur.strip()]
+
+
+@pytest.mark.parametrize("s, window", [(1000, 100), (1000, 128), (1000, 129), (777, 1), (257, 5000), (1, 1),
+                                       (640, 600), (16384, 512)])
+def test_lab_tile_ranges_are_minimal_and_cover_the_window(s, window):
+    checks = SOLUTION.definitions("tiles_needed", np=np)
+    need = checks["tiles_needed"](s, window)
+    for blk, m0 in enumerate(range(0, s, 128)):
+        first, end = _kv_tiles(m0, s, window)
+        rows = range(m0, min(s, m0 + 128))
+        seen = {j // 128 for r in rows for j in range(max(0, r - window + 1), r + 1)}
+        assert set(range(first, end)) == seen and end - first == need[blk], (m0, first, end, sorted(seen))
+
+
+# ---- GPU (Hopper): the ladder on ragged shapes ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def validate():
+    return CHAPTER.definitions("validate", np=np, fb=fb)["validate"]
+
+
+@pytest.mark.parametrize("name", ["sync", "tma", "ws", "pp"])
+def test_gpu_rung_ragged_shapes_o_and_lse(gpu90, validate, name):
+    results = validate(module(name).debug_build(), f"attn_{name}")
+    assert results and all(results), results
+
+
+def test_gpu_pp_with_three_stages(gpu90, validate):
+    results = validate(module("pp", STAGES=3).debug_build(), "attn_pp", shapes=[(1, 2, 1000, 128), (2, 1, 700, 64)],
+                       stages=3)
+    assert results and all(results), results
+
+
+# ---- lab 09 grading: the solution passes, planted bugs fail (GPU) -----------------------------------------
+
+WRONG, HANG, FAULT, HAZARD = "wrong", "hang", "fault", "hazard"
+BUGS = {
+    # The window's far edge off by one: every row also sees the key just outside its window.
+    "window-mask-off-by-one": ([("col > row - window", "col >= row - window")], {WRONG}),
+    # The first tile rounded up: the keys at the start of the window are never loaded.
+    "first-tile-rounded-up": ([("return {first_key / BN, last_key / BN + 1};",
+                                "return {(first_key + BN - 1) / BN, last_key / BN + 1};")], {WRONG}),
+    # No skipping before the window: the results are right, but every block walks from tile 0.
+    "no-skipping-before-the-window": ([("return {first_key / BN, last_key / BN + 1};",
+                                        "return {0, last_key / BN + 1};")], {WRONG}),
+    # The ring indexed by tile number: a block whose first tile is not 0 waits on the wrong stage/parity.
+    "ring-index-from-tile-number": ([
+        ("const int use = j - r.first, s = use % STAGES;           // the ring",
+         "const int use = j, s = use % STAGES;           // the ring"),
+        ("const int use = j - r.first, s = use % STAGES;\n    const u32 parity = (use / STAGES) & 1;\n"
+         "    // END SOLUTION\n    float sc",
+         "const int use = j, s = use % STAGES;\n    const u32 parity = (use / STAGES) & 1;\n"
+         "    // END SOLUTION\n    float sc")], {WRONG, HANG, FAULT}),
+    # A race: the stage is released when the P V GEMM has been issued, not when it has finished reading V.
+    "release-before-the-gemm-finished": ([(
+        "    fb::wgmma::commit_group();\n    fb::wgmma::wait_group<0>();\n    fb::wgmma::fence_operand(o);\n"
+        "    if (threadIdx.x % 128 == 0) fb::mbar::arrive(&empty[s]);",
+        "    fb::wgmma::commit_group();\n    if (threadIdx.x % 128 == 0) fb::mbar::arrive(&empty[s]);\n"
+        "    fb::wgmma::wait_group<0>();\n    fb::wgmma::fence_operand(o);")], {WRONG, HAZARD}),
+    # The producer waits for the parity of the current lap: the first wait never completes.
+    "producer-waits-for-the-wrong-phase": ([('fb::mbar::wait(&empty[s], parity ^ 1, "empty", s);',
+                                             'fb::mbar::wait(&empty[s], parity, "empty", s);')], {HANG}),
+}
+
+
+def planted(tmp: Path, bug: str | None) -> Path:
+    nb = nbformat.read(SOLUTION_PATH, as_version=4)
+    for old, new in (BUGS[bug][0] if bug else []):
+        cells = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
+        assert sum(c.source.count(old) for c in cells) == 1, f"{bug}: {old!r} must occur once in the solution"
+        cells[0].source = cells[0].source.replace(old, new)
+    path = tmp / f"09-{bug or 'solution'}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _kinds(rep) -> set:
+    kinds = set()
+    for o in rep.failed:
+        text = f"{o.name}: {o.message}"
+        if o.name.startswith("window_attn") or "CheckFailed" in text:
+            kinds.add(WRONG)
+        if "hung kernel" in text or "BarrierTimeout" in text:
+            kinds.add(HANG)
+        if "KernelFault" in text or "CUDA_ERROR" in text or "the Python kernel died" in text:
+            kinds.add(FAULT)
+        if "HazardFound" in text or "hazard" in o.name.lower():
+            kinds.add(HAZARD)
+    return kinds
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_lab_bug_replacements_match_the_solution_once(tmp_path, bug):
+    planted(tmp_path, bug)
+
+
+def test_gpu_lab_solution_passes_grading(gpu90, tmp_path):
+    from feedbeast import grade
+    rep = grade.grade(planted(tmp_path, None), timeout=600)
+    assert rep.status == "ok" and any(o.name.startswith("window_attn") for o in rep.passed), str(rep)
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_gpu_lab_bug_fails_grading(gpu90, tmp_path, bug):
+    from feedbeast import grade
+    rep = grade.grade(planted(tmp_path, bug), timeout=120 if HANG in BUGS[bug][1] else 600)
+    assert rep.failed, str(rep)
+    assert _kinds(rep) & BUGS[bug][1], f"{bug}: expected {BUGS[bug][1]}, got {_kinds(rep)}:\n{rep}"
