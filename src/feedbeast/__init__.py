@@ -20,7 +20,7 @@ from .device import describe, gpu, runs_on
 from .errors import (BarrierTimeout, CheckFailed, CompileError, FeedbeastError, KernelFault, LaunchError,
                      SassMismatch, TensorMapError)
 from .isolated import isolated
-from .launch import Kernel, launch
+from .launch import Kernel
 from .memory import DeviceArray, bfloat16, empty, empty_like, random, sync, to_device
 from .sass import expect_sass
 from .skip import Skipped, needs, needs_gpu

@@ -69,11 +69,6 @@ class Gpu:
         """A folder name for results: 'nvidia-h100-80gb-hbm3'."""
         return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
 
-    @property
-    def peak_dram_gbps(self) -> float:
-        """Theoretical DRAM bandwidth from the memory clock and bus width (DDR: 2 transfers/clock)."""
-        return 2 * self.mem_clock_mhz * 1e6 * self.bus_width_bits / 8 / 1e9
-
     def describe(self) -> str:
         d = self.driver_version
         return (f"{self.name}: {self.arch} (compute capability {self.cc[0]}.{self.cc[1]}), "

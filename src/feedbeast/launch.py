@@ -60,7 +60,7 @@ def check_config(grid, block, shared, cluster, *, arch, static_shared=0, max_thr
     for i, (b, lim) in enumerate(zip(block, MAX_BLOCK)):
         if b > lim:
             raise LaunchError(f"block {block}: dimension {'xyz'[i]} is {b}, the hardware allows at most {lim}")
-    threads = int(np.prod(block))
+    threads = block[0] * block[1] * block[2]
     if threads > MAX_THREADS_PER_BLOCK:
         raise LaunchError(f"block {block} has {threads} threads: at most {MAX_THREADS_PER_BLOCK} per block")
     if max_threads is not None and threads > max_threads:
@@ -83,8 +83,8 @@ def check_config(grid, block, shared, cluster, *, arch, static_shared=0, max_thr
         if major < 9:
             raise LaunchError(f"cluster {cluster}: thread block clusters need sm_90 or newer, {name} is built "
                               f"for {arch}")
-        if int(np.prod(c)) > MAX_PORTABLE_CLUSTER:
-            raise LaunchError(f"cluster {c} has {int(np.prod(c))} blocks: at most {MAX_PORTABLE_CLUSTER} "
+        if c[0] * c[1] * c[2] > MAX_PORTABLE_CLUSTER:
+            raise LaunchError(f"cluster {c} has {c[0] * c[1] * c[2]} blocks: at most {MAX_PORTABLE_CLUSTER} "
                               "(the portable cluster size)")
         if any(gd % cd for gd, cd in zip(grid, c)):
             raise LaunchError(f"grid {grid} is not a multiple of cluster {c} in every dimension")
@@ -199,6 +199,29 @@ class Kernel:
         self._raw_launch(grid, block, shared, cluster, stream, ptrs)
         return None
 
+    def bind(self, grid, block, *args, shared: int = 0, cluster=None, stream=0):
+        """Check and pack a launch once; returns a function that launches it again and again.
+
+        For kernels that run for microseconds, where the per-launch checks and packing of launch()
+        would be a visible part of a timed run. The function returns None, or the Skipped that says why
+        this machine cannot run it. The arguments are kept alive with it.
+        """
+        first = self.launch(grid, block, *args, shared=shared, cluster=cluster, stream=stream)
+        if first is not None:
+            return lambda: first
+        from cuda.bindings import driver
+        grid, block, cluster = check_config(grid, block, shared, cluster, arch=self.module.arch)
+        buf, ptrs = self._pack(args)
+        cfg = self._config(grid, block, shared, cluster, stream)
+        fn, name = self._fn, self.name
+
+        def again():
+            err, = driver.cuLaunchKernelEx(cfg, fn, ctypes.addressof(ptrs), 0)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise LaunchError(f"launch of {name} failed: {err.name}")
+        again.keep = (args, buf, ptrs, cfg)
+        return again
+
     def max_active_clusters(self, cluster, block, shared: int = 0) -> int:
         """How many clusters of this shape can run at once on this GPU (cuOccupancyMaxActiveClusters).
 
@@ -226,7 +249,7 @@ class Kernel:
         cfg.numAttrs = 1
         return int(_check(driver.cuOccupancyMaxActiveClusters(self._fn, cfg)))
 
-    def _raw_launch(self, grid, block, shared, cluster, stream, ptrs):
+    def _config(self, grid, block, shared, cluster, stream):
         from cuda.bindings import driver
         cfg = driver.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
@@ -242,6 +265,11 @@ class Kernel:
             attrs.append(a)
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)
+        return cfg
+
+    def _raw_launch(self, grid, block, shared, cluster, stream, ptrs):
+        from cuda.bindings import driver
+        cfg = self._config(grid, block, shared, cluster, stream)
         err, = driver.cuLaunchKernelEx(cfg, self._fn, ctypes.addressof(ptrs), 0)
         if err != driver.CUresult.CUDA_SUCCESS:
             _, msg = driver.cuGetErrorString(err)
@@ -253,8 +281,7 @@ class Kernel:
 
 
 def _is_tensor_map(arg):
-    from .tensormap import TensorMap
-    return isinstance(arg, TensorMap)
+    return type(arg).__name__ == "TensorMap" and hasattr(arg, "raw")   # no import: launch stays cheap
 
 
 def _arg_bytes(arg, size, what, check_only=False) -> bytes | None:
@@ -307,7 +334,3 @@ def _arg_bytes(arg, size, what, check_only=False) -> bytes | None:
     raise LaunchError(f"{what}: cannot pass a {type(arg).__name__} (size {size} B parameter); pass a device "
                       "array, a Python int/float, a numpy scalar or a TensorMap")
 
-
-def launch(kernel: Kernel, grid, block, *args, **kw):
-    """Same as kernel.launch(...)."""
-    return kernel.launch(grid, block, *args, **kw)

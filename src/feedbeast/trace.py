@@ -58,13 +58,6 @@ class TraceBuffer:
             return rec
         return spans_from_records(rec, lanes=self.lanes, kinds=KINDS, t0=t0)
 
-    def full_lanes(self) -> list:
-        """Lanes that used every row (their later spans were dropped): give a larger per_lane."""
-        rec = self.records()
-        if isinstance(rec, Skipped):
-            return []
-        last = rec.reshape(len(self.lanes), self.per_lane, 4)[:, -1]
-        return [self.lanes[i] for i in range(len(self.lanes)) if last[i, 2] or last[i, 3]]
 
 
 def spans_of(records, lanes: Sequence[str]) -> list:

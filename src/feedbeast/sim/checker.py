@@ -98,7 +98,7 @@ from .mbarrier import (MBarrierMisuse, bar_arrive, bar_arrive_expect_tx, bar_com
                        bar_expect_tx, bar_init)
 
 __all__ = [
-    "check_ring", "CheckResult", "RingModel", "StepFunctionError",
+    "check_ring", "RingReport", "RingModel", "StepFunctionError",
     "OK", "DEADLOCK", "STAGE_OVERWRITTEN", "READ_BEFORE_ARRIVAL", "WRONG_DATA",
     "MBARRIER_MISUSE", "BUG_KINDS",
 ]
@@ -579,7 +579,7 @@ class RingModel:
 
     def _result(self, kind, message, path, states, depth, t0, blocked=()):
         lines = self.replay(path)[0] if path else []
-        return CheckResult(kind=kind, message=message, events=path, trace=lines,
+        return RingReport(kind=kind, message=message, events=path, trace=lines,
                            blocked=list(blocked), states=states, depth=depth,
                            seconds=time.perf_counter() - t0,
                            config=dict(stages=self.stages, tiles=self.tiles,
@@ -587,7 +587,7 @@ class RingModel:
 
 
 @dataclass
-class CheckResult:
+class RingReport:
     """What :func:`check_ring` found.  ``str(result)`` is the report."""
 
     kind: str
@@ -633,13 +633,13 @@ class CheckResult:
 
 
 def check_ring(producer, consumers, stages=4, tiles=8, tile_bytes=16384, init=None,
-               max_states=5_000_000) -> CheckResult:
+               max_states=5_000_000) -> RingReport:
     """Check a full/empty ring over every interleaving.
 
     ``producer``: a step function or a list of them; ``consumers``: a list of
     step functions (one per consumer thread).  ``init(ring)`` initialises the
     barriers (default: ``full[s]`` with 1 arrival, ``empty[s]`` with one per
-    consumer).  Returns a :class:`CheckResult`.
+    consumer).  Returns a :class:`RingReport`.
     """
     model = RingModel(producer, consumers, stages=stages, tiles=tiles,
                       tile_bytes=tile_bytes, init=init)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .checker import (DEADLOCK, MBARRIER_MISUSE, OK, READ_BEFORE_ARRIVAL, STAGE_OVERWRITTEN,
-                      WRONG_DATA, CheckResult, check_ring, default_init)
+                      WRONG_DATA, RingReport, check_ring, default_init)
 
 __all__ = ["RingCase", "ring_cases", "reference_ring", "bug_variants",
            "producer", "consumer", "default_init"]
@@ -100,7 +100,7 @@ class RingCase:
     expected: str                          # a checker kind: "ok" or a bug kind
     init: Callable = field(default=default_init)
 
-    def check(self, stages: int = 4, tiles: int = 8, **kw) -> CheckResult:
+    def check(self, stages: int = 4, tiles: int = 8, **kw) -> RingReport:
         return check_ring(self.producer, self.consumers, stages=stages, tiles=tiles,
                           init=self.init, **kw)
 
