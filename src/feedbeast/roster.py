@@ -100,6 +100,11 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
             r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=learner_timeout,
                                preexec_fn=drop)
             doc = json.loads(r.stdout)
+        except OSError as e:   # e.g. the course's Python is not readable by the learner's account
+            who = f" as uid {ids[0]}" if ids else ""
+            doc = {"learner": name, "exit": 1, "labs": [],
+                   "error": f"could not start the grader{who}: {e} (learners must be able to read and run "
+                            "the course's environment: their own kernels run from it)"}
         except subprocess.TimeoutExpired:
             doc = {"learner": name, "exit": 1, "labs": [], "error": f"grading ran past {learner_timeout} s"}
         except json.JSONDecodeError:
