@@ -162,6 +162,40 @@ struct OnlineSoftmax {
     }
   }
 
+  // The same step with two savings for the tiles that need no mask (decided per warp: `warp_row0` is the
+  // warp's first row): the maximum is taken on the raw scores and the scale folded into one FFMA per score,
+  // exp2(s * scale_log2 - m), instead of a multiply, a select and a subtract.
+  __device__ inline void step_fast(float (&s)[R], float (&alpha)[2], int row0, int warp_row0, int n0, int kv_len,
+                                   float scale_log2, bool causal, int t) {
+    const bool edge = n0 + N > kv_len || (causal && n0 + N - 1 > warp_row0);
+    if (edge) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int row = row0 + 8 * ((i % 4) / 2), col = n0 + 8 * (i / 4) + 2 * t + (i % 2);
+        if (col >= kv_len || (causal && col > row)) s[i] = NEG_INF;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = NEG_INF;
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if ((i % 4) / 2 == r) mx = fmaxf(mx, s[i]);
+      mx = fmaxf(m[r], quad_max(mx) * scale_log2);    // log2 units, as m
+      const float base = mx == NEG_INF ? 0.f : mx;
+      alpha[r] = exp2f(m[r] - base);
+      m[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if ((i % 4) / 2 == r) {
+          s[i] = exp2f(fmaf(s[i], scale_log2, -base));
+          sum += s[i];
+        }
+      l[r] = l[r] * alpha[r] + sum;
+    }
+  }
+
   // Natural-log log-sum-exp of each row, after the last tile (needs the whole row's sum).
   __device__ inline void finish(float (&inv_l)[2], float (&lse)[2]) {
 #pragma unroll
