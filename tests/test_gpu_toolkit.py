@@ -303,3 +303,19 @@ def test_an_unknown_option_is_a_compile_error():
         fb.compile(HEAVY, "sm_90a", options=["--bogus-flag"])
     with pytest.raises(fb.CompileError, match="as strings"):
         fb.compile(HEAVY, "sm_90a", options=[16])
+
+
+def test_bind_checks_once_and_launches_again():
+    mod = fb.compile(SAXPY)
+    y = fb.empty(1024)
+    with pytest.raises(fb.LaunchError, match="takes 4 arguments, got 3"):
+        mod.saxpy.bind(4, 256, y, y, 1.0)
+    again = mod.saxpy.bind(4, 256, y, fb.empty(1024), 2.0, 1024)
+    if fb.gpu() is None:
+        assert isinstance(again(), fb.Skipped)
+        return
+    x, y0 = fb.random(1000, seed=7), fb.random(1000, seed=8)
+    dy = fb.to_device(y0)
+    again = mod.saxpy.bind(4, 256, dy, fb.to_device(x), 2.0, 1000)
+    assert again() is None and again() is None        # two launches: y = 2x + (2x + y0)
+    fb.check(dy, 4 * x.astype(np.float64) + y0)

@@ -161,13 +161,11 @@ class Kernel:
             at += slot
         return buf, ptrs
 
-    def launch(self, grid, block, *args, shared: int = 0, cluster=None, stream=0):
-        """Launch asynchronously; returns None, or a Skipped when this machine cannot run it.
-
-        Everything is checked before anything can be skipped, so a wrong launch fails on any machine.
-        """
+    def _ready(self, grid, block, args, shared, cluster):
+        """Every check, then (on a machine that can run it) the module loaded and the shared memory
+        opted in. Returns (grid, block, cluster) as 3-tuples, or the Skipped that says why not."""
         if self._limits is None:   # read once: a launch must stay cheap (decode kernels run for microseconds)
-            from .cubin import kernel_max_threads
+            from .compile import kernel_max_threads
             res = self.resources
             self._limits = (res.shared_static if res is not None else 0,
                             kernel_max_threads(self.module.cubin, self.name))
@@ -195,30 +193,41 @@ class Kernel:
             _check(driver.cuFuncSetAttribute(
                 self._fn, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared))
             self._dyn_limit = shared
+        return grid, block, cluster
+
+    def launch(self, grid, block, *args, shared: int = 0, cluster=None, stream=0):
+        """Launch asynchronously; returns None, or a Skipped when this machine cannot run it.
+
+        Everything is checked before anything can be skipped, so a wrong launch fails on any machine.
+        """
+        ready = self._ready(grid, block, args, shared, cluster)
+        if isinstance(ready, Skipped):
+            return ready
+        from .hazards import check_on_launch   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
+        check_on_launch(self, grid, block, args, shared, cluster)
         _buf, ptrs = self._pack(args)
-        self._raw_launch(grid, block, shared, cluster, stream, ptrs)
+        self._raw_launch(*ready[:2], shared, ready[2], stream, ptrs)
         return None
 
     def bind(self, grid, block, *args, shared: int = 0, cluster=None, stream=0):
-        """Check and pack a launch once; returns a function that launches it again and again.
+        """Check and pack a launch once; returns a function that makes that launch, again and again.
 
-        For kernels that run for microseconds, where the per-launch checks and packing of launch()
-        would be a visible part of a timed run. The function returns None, or the Skipped that says why
-        this machine cannot run it. The arguments are kept alive with it.
+        For kernels that run for microseconds, where the checks and packing of launch() would be a
+        visible part of a timed run. The function returns None, or the Skipped that says why this
+        machine cannot run the kernel. It keeps the arguments alive.
         """
-        first = self.launch(grid, block, *args, shared=shared, cluster=cluster, stream=stream)
-        if first is not None:
-            return lambda: first
+        ready = self._ready(grid, block, args, shared, cluster)
+        if isinstance(ready, Skipped):
+            return lambda: ready
         from cuda.bindings import driver
-        grid, block, cluster = check_config(grid, block, shared, cluster, arch=self.module.arch)
         buf, ptrs = self._pack(args)
-        cfg = self._config(grid, block, shared, cluster, stream)
-        fn, name = self._fn, self.name
+        cfg = self._config(*ready[:2], shared, ready[2], stream)
+        fn, kernel = self._fn, self   # the Kernel in the closure: fb.bench records what it timed
 
         def again():
             err, = driver.cuLaunchKernelEx(cfg, fn, ctypes.addressof(ptrs), 0)
             if err != driver.CUresult.CUDA_SUCCESS:
-                raise LaunchError(f"launch of {name} failed: {err.name}")
+                raise LaunchError(f"launch of {kernel.name} failed: {err.name}")
         again.keep = (args, buf, ptrs, cfg)
         return again
 
