@@ -117,3 +117,11 @@ def test_decode_any_m_ragged_and_repeatable(gpu90, dec, m):
         r = dec["run_decode_check"](m, n, k, seed=m + n + k)
         print(r)
         assert r, str(r)
+
+
+@pytest.mark.parametrize("config", [dict(stages=4, per_sm=2), dict(cw=1, per_sm=2), dict(cw=4, stages=4)])
+def test_decode_settings_the_suite_explores(gpu90, dec, config):
+    for m, n, k in [(1, 1000, 1032), (16, 4104, 136), (64, 264, 4096), (33, 14336, 512)]:
+        r = dec["run_decode_check"](m, n, k, seed=m + n, **config)
+        print(r)
+        assert r, str(r)

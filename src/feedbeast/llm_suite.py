@@ -34,6 +34,11 @@ DECODE_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
 CANDIDATES = ("grouped16+tma-store", "hilbert+tma-store", "inflight+tma-store", "cluster2+mc/relaxed",
               "cluster2+mc/relaxed+inflight")
 DECODE_CAPSTONE = "grouped16+tma-store"
+# Variants of the chapter's kernels with other settings, measured alongside (named as such in the results).
+EXTRA_VARIANTS = {"grouped8+tma-store": dict(GROUP_M=8), "cluster2+mc/relaxed/g8": dict(CLUSTER=2, MULTICAST=1, GROUP_M=8),
+                  "cluster2+mc/relaxed/g32": dict(CLUSTER=2, MULTICAST=1, GROUP_M=32)}
+DECODE_CONFIGS = {"decode": {}, "decode/stages4x2": dict(stages=4, per_sm=2), "decode/cw1x2": dict(cw=1, per_sm=2),
+                  "decode/cw4s4": dict(cw=4, stages=4)}
 TAG = "LLM_SUITE "
 
 
@@ -42,8 +47,9 @@ class _Source:
         self.source = source
 
 
-def chapter_namespace(variants=CANDIDATES, chapter=CHAPTER):
-    """Chapter 07's host helpers (prepare, prepare_decode, ...) with `variants` of the capstone compiled."""
+def chapter_namespace(variants=CANDIDATES, chapter=CHAPTER, extra=None):
+    """Chapter 07's host helpers (prepare, prepare_decode, ...) with `variants` of the capstone compiled,
+    and `extra` variants ({name: defines}) added to VARIANTS and compiled from the same source."""
     import nbformat
     import feedbeast as fb
     from feedbeast import stress
@@ -66,6 +72,10 @@ def chapter_namespace(variants=CANDIDATES, chapter=CHAPTER):
                              f"for name, d in VARIANTS.items() if name in {list(variants)!r}}}"), ns)
         elif src.startswith("DEC_MPS"):
             exec(src, ns)
+    for name, defines in (extra or {}).items():
+        ns["VARIANTS"][name] = defines
+        ns["MODS"][name] = fb.compile(ns["capstone"].source, "sm_90a", name="capstone.cu",
+                                      defines={k: str(v) for k, v in defines.items()})
     return ns
 
 
@@ -74,7 +84,8 @@ def _emit(rec):
     return rec
 
 
-def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_MS, candidates=CANDIDATES):
+def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_MS, candidates=CANDIDATES,
+        extra=EXTRA_VARIANTS, decode_configs=DECODE_CONFIGS):
     """Run the suite on this GPU; returns the records (also printed as JSON lines after TAG)."""
     import feedbeast as fb
     skip = fb.needs("sm_90a", "LLM shape suite")
@@ -88,7 +99,8 @@ def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_M
         return []
     from cuda.bindings import driver
     g = fb.gpu()
-    ns = chapter_namespace(candidates)
+    ns = chapter_namespace(candidates, extra=extra)
+    candidates = tuple(candidates) + tuple(extra or ())
     env = {"gpu": g.name, "driver": g.driver_version, "nvrtc": list(g.nvrtc_version), "torch": torch.__version__}
     copy = fb.ceiling("copy")
     records = [_emit({"regime": "ceiling", "kernel": "copy", "gbps": copy.gbps, **env})]
@@ -150,10 +162,11 @@ def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_M
                           reps=reps)
             records.append(_emit({"regime": "decode", "kernel": "cublas", "m": m, "n": n, "k": k,
                                   "median_ms": cb.median_ms, "gbps": cb.gbps, "pct_copy": cb.pct, **env}))
-            for kernel, prep in (("decode", lambda: ns["prepare_decode"](view(a), view(w), m, n, k)),
-                                 (DECODE_CAPSTONE, lambda: ns["prepare"](DECODE_CAPSTONE, view(a), view(w), m, n, k))):
-                if kernel == DECODE_CAPSTONE and DECODE_CAPSTONE not in candidates:
-                    continue
+            preps = [(name, lambda cfg=cfg: ns["prepare_decode"](view(a), view(w), m, n, k, **cfg))
+                     for name, cfg in decode_configs.items()]
+            if DECODE_CAPSTONE in candidates:
+                preps.append((DECODE_CAPSTONE, lambda: ns["prepare"](DECODE_CAPSTONE, view(a), view(w), m, n, k)))
+            for kernel, prep in preps:
                 c, launch = prep()
                 launch()
                 err = rel_err(c, ref64)
@@ -199,6 +212,16 @@ def tables(records) -> str:
             out.append(f"{s[0]:>3} {s[1]:>6} {s[2]:>5} | {cb['median_ms'] * 1e3:9.1f} {cb['pct_copy']:6.1f} | "
                        f"{d['median_ms'] * 1e3:9.1f} {d['pct_copy']:6.1f} {d['vs_cublas_time']:11.2f}"
                        f"{'' if d['correct'] else ' WRONG'} | {cap['pct_copy'] if cap else float('nan'):14.1f}")
+    others = list(dict.fromkeys(r["kernel"] for r in dec if r["kernel"].startswith("decode/")))
+    if others:
+        out.append("decode settings explored (% of copy; the first column is the chapter's default)")
+        out.append(f"{'M':>3} {'N':>6} {'K':>5} | {'decode':>8} " + " ".join(f"{o[7:]:>14}" for o in others))
+        for s in dict.fromkeys((r["m"], r["n"], r["k"]) for r in dec):
+            rs = {r["kernel"]: r for r in dec if (r["m"], r["n"], r["k"]) == s}
+            if "decode" in rs:
+                out.append(f"{s[0]:>3} {s[1]:>6} {s[2]:>5} | {rs['decode']['pct_copy']:8.1f} " + " ".join(
+                    f"{rs[o]['pct_copy']:13.1f}{'' if rs[o]['correct'] else '!'}" if o in rs else " " * 14
+                    for o in others))
     return "\n".join(out)
 
 
