@@ -17,8 +17,8 @@ from .ceilings import PhysicalLimitError, ceiling, gemm, physical_peak
 from .check import CheckResult, check
 from .compile import Module, compile
 from .device import describe, gpu, runs_on
-from .errors import (BarrierTimeout, CheckFailed, CompileError, FeedbeastError, KernelFault, LaunchError,
-                     SassMismatch, TensorMapError)
+from .errors import (BarrierTimeout, CheckFailed, CompileError, FeedbeastError, HazardFound, KernelFault,
+                     LaunchError, SassMismatch, TensorMapError)
 from .isolated import isolated
 from .launch import Kernel
 from .memory import DeviceArray, bfloat16, empty, empty_like, random, sync, to_device

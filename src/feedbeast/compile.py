@@ -133,6 +133,12 @@ class Module:
         return compile(self.source, self.arch, defines={**self.defines, **defines}, options=self.options,
                        name=self.name, debug=True)
 
+    def hazard_check(self, kernel: str, grid, block, *args, shared: int = 0, cluster=None, **kw):
+        """Run the hazard build of `kernel` once with these arguments and check its trace: a
+        feedbeast.hazards.Report (or a Skipped); .raise_if_any() raises HazardFound naming the rule."""
+        from .hazards import run
+        return run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
+
     @property
     def kernel_names(self) -> list[str]:
         return kernel_names(self.cubin)
@@ -193,16 +199,19 @@ class Module:
 
 
 def compile(source: str, arch: str | None = None, *, defines: dict | None = None, options=(),
-            name: str = "kernel.cu", debug: bool = False, use_cache: bool = True) -> Module:
+            name: str = "kernel.cu", debug: bool = False, use_cache: bool = True, hazards: bool = False) -> Module:
     """Compile CUDA C++ to a cubin for `arch` (default: this GPU's arch, else sm_90a).
 
     defines: -D macros; debug: defines FB_DEBUG=1 (bounded barrier waits that report, see
     include/fb/debug.cuh); options: extra NVRTC flags. Raises CompileError showing the failing lines.
+    hazards: the hazard build (FB_HAZARDS=1, debug too): the fb:: wrappers record a trace (feedbeast.hazards).
     """
     from cuda.core import ProgramOptions
     arch = arch or current_arch() or DEFAULT_ARCH
     parse_arch(arch)
     options = _options(options)
+    if hazards:
+        defines, debug = {**(defines or {}), "FB_HAZARDS": 1}, True
     defs = dict(defines or {})
     if debug:
         defs.setdefault("FB_DEBUG", 1)

@@ -34,5 +34,10 @@ class BarrierTimeout(FeedbeastError):
     """A kernel gave up waiting on a barrier (a debug build's bounded wait fired)."""
 
 
+class HazardFound(FeedbeastError):
+    """The hazard checker (feedbeast.hazards) found an ordering violation of the async proxy; the message
+    names the rule, the block, the thread and the two source lines."""
+
+
 class KernelFault(FeedbeastError):
     """A kernel failed on the GPU (illegal address, trap...). The context was reset to recover."""

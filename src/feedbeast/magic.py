@@ -4,6 +4,8 @@
     %%cuda --arch sm_90a --name ring -D STAGES=4
     extern "C" __global__ void copy_ring(...) { ... }
 
+--debug bounds every barrier wait (a hang raises BarrierTimeout); --hazards builds the hazard build, whose
+kernels record a trace for feedbeast.hazards (mod.hazard_check(...)).
 After the cell, `copy_ring` is a Kernel (copy_ring.launch(grid, block, ...)) and `ring` the Module
 (ring.expect_sass(...), ring.report()). Compile errors show the failing lines of the cell.
 """
@@ -26,6 +28,7 @@ def _parser():
     p.add_argument("--arch", default=None)
     p.add_argument("--name", default="mod")
     p.add_argument("--debug", action="store_true")
+    p.add_argument("--hazards", action="store_true")   # the hazard build (feedbeast.hazards)
     p.add_argument("-D", dest="defines", action="append", default=[])
     p.add_argument("--quiet", action="store_true")
     return p
@@ -36,7 +39,7 @@ def cuda_cell(line: str, cell: str, namespace: dict):
     defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.defines)
     # Expand names from the notebook (-D STAGES={stages} -> the value of `stages`).
     defines = {k: (str(v).format(**namespace) if v is not None else None) for k, v in defines.items()}
-    mod = compile(cell, args.arch, defines=defines, debug=args.debug, name=f"{args.name}.cu")
+    mod = compile(cell, args.arch, defines=defines, debug=args.debug, name=f"{args.name}.cu", hazards=args.hazards)
     namespace[args.name] = mod
     for k in mod.kernel_names:
         namespace[k] = mod.kernel(k)

@@ -30,9 +30,9 @@ enum Kind : unsigned {
   kMbarInit,            // a = mbarrier, b = count                                    (mbarrier.init)
   kMbarArrive,          // a = mbarrier, b = tx bytes, c = 1 + cta rank (0: local), d = 1 if .relaxed
   kMbarExpectTx,        // a = mbarrier, b = tx bytes                                 (mbarrier.expect_tx)
-  kMbarWait,            // a = mbarrier, b = parity, c = 1 if cluster-scope acquire   (after try_wait succeeded)
+  kMbarWait,            // a = mbarrier, b = parity | cluster << 1 | (stage + 1) << 8, c/d = its name  (after try_wait)
   kWgmmaFence,          //                                                            (wgmma.fence)
-  kWgmmaRead,           // a = smem start, b = bytes (one operand of one wgmma.mma_async)
+  kWgmmaRead,           // a = smem start, b = bytes (one operand of one wgmma.mma_async; warpgroup leader)
   kWgmmaCommit,         //                                                            (wgmma.commit_group)
   kWgmmaWait,           // b = groups allowed pending                                 (wgmma.wait_group)
   kFenceProxyAsync,     //                                                            (fence.proxy.async)
@@ -54,17 +54,19 @@ enum Kind : unsigned {
 extern "C" __device__ unsigned* fb_hz_events = nullptr;      // capacity * 8 words
 extern "C" __device__ unsigned fb_hz_capacity = 0;           // events the buffer holds
 extern "C" __device__ unsigned fb_hz_count = 0;              // events recorded (may exceed the capacity)
+extern "C" __device__ unsigned fb_hz_block_limit = 0xffffffffu;  // blocks with a larger linear id record nothing
 
 namespace fb {
 namespace hazard {
 __device__ __noinline__ void record(unsigned kind, int line, unsigned a, unsigned b, unsigned c, unsigned d) {
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (block >= fb_hz_block_limit) return;
   const unsigned i = atomicAdd(&fb_hz_count, 1u);
   if (fb_hz_events == nullptr || i >= fb_hz_capacity) return;
   unsigned cluster_rank = 0;
 #if __CUDA_ARCH__ >= 900
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(cluster_rank));
 #endif
-  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   unsigned* e = fb_hz_events + 8ull * i;
   e[0] = kind | (static_cast<unsigned>(line) << 8);
@@ -74,7 +76,23 @@ __device__ __noinline__ void record(unsigned kind, int line, unsigned a, unsigne
   __threadfence();
   e[7] = i + 1;       // written last: a slot whose e[7] != i + 1 was not completed
 }
+// wgmma is warpgroup-wide: its operand reads and commits are recorded once, by the warpgroup's first thread;
+// its waits by every thread (each thread's wait retires the warpgroup's groups for that thread).
+__device__ __forceinline__ bool warpgroup_leader() {
+  return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 128 == 0;
+}
 __device__ __forceinline__ unsigned addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+// Four characters of a barrier's name from position `from` (stopping at its end), for the report.
+__device__ __forceinline__ unsigned chars(const char* s, int from) {
+  for (int i = 0; i < from; ++i) {
+    if (s[i] == 0) return 0;
+  }
+  unsigned v = 0;
+  for (int i = 0; i < 4 && s[from + i] != 0; ++i) {
+    v |= static_cast<unsigned>(static_cast<unsigned char>(s[from + i])) << (8 * i);
+  }
+  return v;
+}
 // A tensor map's identity in the trace: the low bits of its (kernel parameter) address. The host matches
 // them to the launch's tensor-map arguments by their parameter offsets and takes the box bytes from them.
 __device__ __forceinline__ unsigned map_id(const void* map) {
@@ -88,6 +106,8 @@ __device__ __forceinline__ unsigned map_id(const void* map) {
 #define FB_HZ_PASS , fb_hz_line
 #define FB_HZ_RECORD(kind, a, b, c, d) \
   ::fb::hazard::record((kind), fb_hz_line, (unsigned)(a), (unsigned)(b), (unsigned)(c), (unsigned)(d))
+#define FB_HZ_RECORD_WARPGROUP(kind, a, b, c, d) \
+  do { if (::fb::hazard::warpgroup_leader()) FB_HZ_RECORD(kind, a, b, c, d); } while (0)
 
 namespace fb {
 namespace hazard {
@@ -123,6 +143,7 @@ __device__ __forceinline__ unsigned full_mask(unsigned m = 0xffffffffu) { return
 #define FB_HZ_LINE
 #define FB_HZ_PASS
 #define FB_HZ_RECORD(kind, a, b, c, d) ((void)0)
+#define FB_HZ_RECORD_WARPGROUP(kind, a, b, c, d) ((void)0)
 namespace fb {
 namespace hazard {
 __device__ __forceinline__ void generic_read(const void*, unsigned) {}

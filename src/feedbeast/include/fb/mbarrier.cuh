@@ -123,12 +123,14 @@ __device__ inline void spin_wait(TryWait try_wait, u32 parity, const char* what,
 // Block until the phase with `parity` of `bar` has completed. `what` and `stage` name it in a debug report.
 __device__ inline void wait(u64* bar, u32 parity, const char* what = "barrier", int stage = -1 FB_HZ_LINE) {
   spin_wait([&] { return try_wait_parity(bar, parity); }, parity, what, stage);
-  FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity, 0, 0);
+  FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity | (stage + 1) << 8, fb::hazard::chars(what, 0),
+               fb::hazard::chars(what, 4));
 }
 // The same with cluster-scope acquire (try_wait_parity_cluster).
 __device__ inline void wait_cluster(u64* bar, u32 parity, const char* what = "barrier", int stage = -1 FB_HZ_LINE) {
   spin_wait([&] { return try_wait_parity_cluster(bar, parity); }, parity, what, stage);
-  FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity, 1, 0);
+  FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity | 2u | (stage + 1) << 8, fb::hazard::chars(what, 0),
+               fb::hazard::chars(what, 4));
 }
 
 }  // namespace mbar

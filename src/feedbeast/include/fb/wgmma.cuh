@@ -40,12 +40,12 @@ __device__ inline unsigned descriptor_tile_start(u64 desc) {
 // wgmma.fence: order register accesses before the wgmma that follow (required before the first wgmma of
 // a batch, and whenever registers it reads were written by other instructions).
 __device__ inline void fence(FB_HZ_LINE_PARAM) {
-  FB_HZ_RECORD(fb::hazard::kWgmmaFence, 0, 0, 0, 0);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaFence, 0, 0, 0, 0);
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
 // wgmma.commit_group: close the batch of wgmma issued so far into one group.
 __device__ inline void commit_group(FB_HZ_LINE_PARAM) {
-  FB_HZ_RECORD(fb::hazard::kWgmmaCommit, 0, 0, 0, 0);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaCommit, 0, 0, 0, 0);
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 // wgmma.wait_group N: wait until at most N groups are still running. Only then have the wgmma of the
@@ -63,8 +63,8 @@ template <int R> __device__ inline void fence_operand(float (&d)[R]) {
 // D(64x128, fp32) (+)= A(64x16, bf16, from desc_a) * B(16x128, bf16, from desc_b, stored N x K).
 // accumulate = 0 overwrites D (the first K step), 1 adds to it. (wgmma.mma_async .m64n128k16 .f32.bf16.bf16)
 __device__ inline void mma_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate = 1 FB_HZ_LINE) {
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, descriptor_tile_start(desc_a), 64 * 128, 0, 0);
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, descriptor_tile_start(desc_b), 128 * 128, 0, 0);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, descriptor_tile_start(desc_a), 64 * 128, 0, 0);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, descriptor_tile_start(desc_b), 128 * 128, 0, 0);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -87,8 +87,8 @@ __device__ inline void mma_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_
 // D(64x256, fp32) (+)= A(64x16, bf16, from desc_a) * B(16x256, bf16, from desc_b, stored N x K).
 // accumulate = 0 overwrites D (the first K step), 1 adds to it. (wgmma.mma_async .m64n256k16 .f32.bf16.bf16)
 __device__ inline void mma_m64n256k16_bf16(float (&d)[128], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, descriptor_tile_start(desc_a), 64 * 128, 0, 0);
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, descriptor_tile_start(desc_b), 256 * 128, 0, 0);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, descriptor_tile_start(desc_a), 64 * 128, 0, 0);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, descriptor_tile_start(desc_b), 256 * 128, 0, 0);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"

@@ -1,0 +1,773 @@
+"""The hazard checker: a trace of a kernel's asynchronous operations, replayed against the PTX memory model.
+
+    mod = fb.compile(src, "sm_90a", hazards=True)        # or %%cuda --hazards; or any Module: see below
+    report = mod.hazard_check("ring", grid, block, x, y, n, shared=SMEM)   # runs the kernel once, traced
+    print(report)                                         # each violation: rule, block, thread, lines
+    report.raise_if_any()                                 # fb.HazardFound naming the rule
+
+With FEEDBEAST_HAZARDS=1 every launch of a kernel compiled from source also runs its hazard build at the same
+arguments and raises HazardFound (the grader and `make sanitize` set it).
+
+What the trace holds (include/fb/hazard.cuh): every fb:: wrapper of the hazard build appends one event per
+executing thread, in program order, with the source line of its call: cp.async / bulk / TMA copies (shared-memory
+range, bytes, barrier), commit and wait groups, mbarrier init / arrive / expect_tx / wait, wgmma fence / commit /
+wait and the shared-memory tiles its descriptors read, fence.proxy.async, __syncthreads / __syncwarp / named
+barriers / cluster barriers, and ordinary reads and writes where the kernel marks them
+(fb::hazard::generic_read / generic_write). Events of operations that release or issue are recorded before the
+operation, those of operations that acquire or complete after it, each slot claimed with one atomicAdd: the
+order of the slots is an order in which the operations could have happened, so the checker replays them in it.
+
+The replay keeps, per thread, a vector clock of happens-before (PTX ISA, "Memory Consistency Model": release
+and acquire patterns through mbarrier arrive/wait, bar.sync, barrier.cluster) and a second clock of what is
+ordered *through a proxy fence* ("Proxies": fence.proxy.async orders generic-proxy accesses before async-proxy
+ones; release/acquire alone does not). Asynchronous accesses complete where the ISA says they do: a bulk or
+TMA load when its mbarrier phase completes (complete_tx, "mbarrier"), the operand reads of a wgmma at the
+wgmma.wait_group that retires its group ("wgmma.wait_group"), the source reads of a bulk/TMA store at
+cp.async.bulk.wait_group.read ("cp.async.bulk.wait_group"), a cp.async at its cp.async.wait_group. The rules:
+
+  async-read-in-flight  a write to shared memory (a refill, a staging write) while an async read of it (wgmma
+                        operand, TMA store source) has not completed before it
+  missing-proxy-fence   a generic access, then an async-proxy access of the same bytes, ordered, but with no
+                        fence.proxy.async on the ordering path (e.g. the fence after the release arrive)
+  unordered-access      two accesses of the same bytes, one a write, that nothing orders (a read before the
+                        copy that fills it landed, a refill before the readers released the stage)
+  expect-tx-mismatch    the bytes announced with expect_tx in a phase differ from the bytes that complete on it
+  arrival-count         a phase that got fewer arrivals than the barrier's count (at the end of the kernel)
+  wait-parity           a wait that returned for a phase its thread had already seen, or that skipped phases
+                        (parity aliasing: the waiter is two phases away from the barrier)
+  barrier-uninitialized an arrive, copy or wait on a barrier that was never initialised
+
+A thread that waits on a phase on which copies landed and then, before its next arrive or barrier, issues no
+async operation and marks no access, is taken to read what landed with ordinary loads (the consumer of a
+ring); fb::hazard::generic_read makes that explicit. Only the first blocks are traced (2 clusters' worth by
+default): blocks interact only within a cluster.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import defaultdict
+
+import numpy as np
+
+from .errors import FeedbeastError
+
+try:   # the error class lives with the others so that fb.isolated can raise it by name
+    from .errors import HazardFound
+except ImportError:   # pragma: no cover
+    class HazardFound(FeedbeastError):
+        """The hazard checker found an ordering violation of the async proxy."""
+
+KINDS = (None, "cp.async", "cp.async.commit_group", "cp.async.wait_group", "cp.async.bulk", "tma.load",
+         "tma.store", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read", "cp.async.bulk.wait_group",
+         "mbarrier.init", "mbarrier.arrive", "mbarrier.expect_tx", "mbarrier.wait", "wgmma.fence", "wgmma.read",
+         "wgmma.commit_group", "wgmma.wait_group", "fence.proxy.async", "bar.sync", "__syncwarp",
+         "barrier.cluster", "generic.read", "generic.write", "tcgen05.commit")
+(CP_ASYNC, CP_COMMIT, CP_WAIT, BULK_LOAD, TMA_LOAD, TMA_STORE, BULK_COMMIT, BULK_WAIT_READ, BULK_WAIT,
+ MBAR_INIT, MBAR_ARRIVE, MBAR_EXPECT_TX, MBAR_WAIT, WGMMA_FENCE, WGMMA_READ, WGMMA_COMMIT, WGMMA_WAIT,
+ FENCE_PROXY_ASYNC, BAR_SYNC, SYNCWARP, CLUSTER_SYNC, GENERIC_READ, GENERIC_WRITE, TC_COMMIT) = range(1, 25)
+
+RULES = {
+    "async-read-in-flight": "shared memory was written while an asynchronous read of it had not completed "
+                            "(PTX ISA: wgmma.wait_group; cp.async.bulk.wait_group.read)",
+    "missing-proxy-fence": "a generic-proxy access and a later async-proxy access of the same shared memory "
+                           "with no fence.proxy.async on the path that orders them (PTX ISA: Memory "
+                           "Consistency Model, Proxies; membar/fence: fence.proxy.async)",
+    "unordered-access": "two accesses of the same shared memory, at least one a write, that no barrier, wait "
+                        "or completion orders (PTX ISA: Memory Consistency Model, data races)",
+    "expect-tx-mismatch": "the transaction bytes announced in a phase differ from the bytes that completed on "
+                          "it (PTX ISA: mbarrier, Tracking asynchronous transactions)",
+    "arrival-count": "a phase got fewer arrivals than the barrier's count (PTX ISA: mbarrier, Phase completion)",
+    "wait-parity": "a wait returned for a phase other than the next one its thread uses (PTX ISA: "
+                   "mbarrier.test_wait/try_wait, parity)",
+    "barrier-uninitialized": "an mbarrier used before mbarrier.init (PTX ISA: mbarrier.init)",
+}
+
+WORDS = 8            # 32-bit words per event
+ALL = 0xFFFFFFFF
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    index: int          # slot in the trace: the replay order
+    kind: int
+    line: int
+    block: int
+    thread: int
+    rank: int           # %cluster_ctarank of the block
+    a: int
+    b: int
+    c: int
+    d: int
+
+    @property
+    def name(self) -> str:
+        return KINDS[self.kind] if 0 < self.kind < len(KINDS) else f"kind {self.kind}"
+
+
+def decode(words: np.ndarray) -> list[Event]:
+    """Events from the raw (n, 8) uint32 trace; a slot not completed (its last word != index + 1) is dropped."""
+    w = np.asarray(words, dtype=np.uint32).reshape(-1, WORDS)
+    ok = w[:, 7] == np.arange(1, len(w) + 1, dtype=np.uint32)
+    out = []
+    for i in np.nonzero(ok)[0]:
+        r = [int(x) for x in w[i]]
+        out.append(Event(int(i), r[0] & 0xFF, r[0] >> 8, r[1], r[2] & 0xFFFF, r[2] >> 16, r[3], r[4], r[5], r[6]))
+    return out
+
+
+def encode(events) -> np.ndarray:
+    """The inverse of decode (tests build synthetic traces with it): tuples or Events, in replay order."""
+    rows = []
+    for i, e in enumerate(events):
+        kind, line, block, thread, rank, a, b, c, d = (e.kind, e.line, e.block, e.thread, e.rank, e.a, e.b, e.c,
+                                                       e.d) if isinstance(e, Event) else e
+        rows.append([kind | (line << 8), block, thread | (rank << 16), a & ALL, b & ALL, c & ALL, d & ALL, i + 1])
+    return np.array(rows, dtype=np.uint32).reshape(-1, WORDS)
+
+
+@dataclasses.dataclass
+class Violation:
+    rule: str
+    message: str
+    second: Event               # the access or operation that breaks the rule
+    first: Event | None = None  # the earlier one it conflicts with
+    barrier: str = ""
+    phase: int | None = None
+
+    def describe(self, source: str | None = None, name: str = "kernel.cu") -> str:
+        lines = (source or "").split("\n")
+
+        def where(e):
+            if e is None:
+                return ""
+            text = lines[e.line - 1].strip() if source and 0 < e.line <= len(lines) else ""
+            return (f"block {e.block} thread {e.thread} (warp {e.thread // 32}): {e.name} at {name}:{e.line}"
+                    + (f"   {text}" if text else ""))
+        parts = [f"[{self.rule}] {self.message}"]
+        if self.barrier:
+            parts[0] += f" (barrier {self.barrier}" + (f", phase {self.phase})" if self.phase is not None else ")")
+        if self.first is not None:
+            parts.append("  first:  " + where(self.first))
+        parts.append("  then:   " + where(self.second))
+        return "\n".join(parts)
+
+
+@dataclasses.dataclass
+class Report:
+    kernel: str
+    violations: list
+    events: int
+    dropped: int = 0                 # events past the buffer's capacity
+    source: str | None = None
+    module_name: str = "kernel.cu"
+    blocks_traced: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and not self.dropped
+
+    def by_rule(self) -> dict:
+        out = defaultdict(list)
+        for v in self.violations:
+            out[v.rule].append(v)
+        return dict(out)
+
+    def __str__(self):
+        head = (f"hazard check of {self.kernel}: {self.events} events from {self.blocks_traced} block(s), "
+                f"{len(self.violations)} violation(s)")
+        if self.dropped:
+            head += f"; {self.dropped} events did not fit the trace buffer (use a smaller size)"
+        if not self.violations:
+            return head
+        rows = [head]
+        for rule, vs in self.by_rule().items():
+            rows.append(f"{rule}: {len(vs)} ({RULES[rule]})")
+            for v in vs[:3]:
+                rows.append(v.describe(self.source, self.module_name))
+            if len(vs) > 3:
+                rows.append(f"  ... and {len(vs) - 3} more of this rule")
+        return "\n".join(rows)
+
+    __repr__ = __str__
+
+    def raise_if_any(self):
+        if self.dropped:
+            raise HazardFound(str(self))
+        if self.violations:
+            first = self.violations[0]
+            raise HazardFound(f"{first.rule}: {RULES[first.rule]}\n{self}")
+        return self
+
+
+# ---- the replay ---------------------------------------------------------------------------------------
+
+def _name4(c, d) -> str:
+    raw = int(c).to_bytes(4, "little") + int(d).to_bytes(4, "little")
+    return raw.split(b"\0")[0].decode(errors="replace")
+
+
+@dataclasses.dataclass
+class _Access:
+    ev: Event
+    t: int               # thread (cluster-local index) that issued it
+    time: int            # that thread's clock at the access
+    start: int
+    size: int
+    write: bool
+    generic: bool        # the proxy: generic (ld/st, cp.async) or async (bulk, TMA, wgmma)
+    done: object = None  # completion: ("at", thread, time) | ("phase", barrier, phase) | ("any", {thread: time})
+    what: str = ""
+
+
+class _Barrier:
+    def __init__(self, index, count, ev, width):
+        self.index, self.count, self.init = index, count, ev
+        self.phase = 0                   # the current (incomplete) phase
+        self.arrivals = 0
+        self.expected = 0                # tx bytes announced in the current phase
+        self.landed = 0                  # tx bytes of copies issued in the current phase
+        self.clock = np.zeros(width, np.int64)
+        self.fenced = np.zeros(width, np.int64)
+        self.done = {}                   # phase -> (clock, fenced)
+        self.writes = []                 # async writes completing on the current phase
+        self.phase_writes = {}           # phase -> ranges those writes covered
+        self.name = ""
+        self.last_arrive = None
+        self.last_copy = None
+
+
+def _pad(v, n):
+    return np.concatenate([v, np.zeros(n - len(v), np.int64)]) if len(v) < n else v
+
+
+class _Cluster:
+    """The replay of one cluster (or one block when there are no clusters)."""
+
+    def __init__(self, threads_per_block, blocks, maps, report_violation):
+        self.tpb, self.blocks = threads_per_block, list(blocks)      # global block ids, by rank
+        self.T = self.tpb * len(self.blocks)
+        self.maps = maps
+        self.violate = report_violation
+        self.barriers = {}          # (rank, addr) -> _Barrier
+        self.nbar = 0
+        self.width = self.T + 64    # thread components, then one per barrier (grown on demand)
+        self.vc, self.fv = {}, {}   # per thread: happens-before clock, and what is ordered through a proxy fence
+        self.pending_sync = {}      # thread -> the barrier instance it arrived at
+        self.instances = {}
+        self.instance_no = defaultdict(int)
+        self.groups = defaultdict(lambda: [[]])      # (kind, owner) -> groups, the open one last
+        self.reads = defaultdict(list)               # (rank, 1 KB page) -> read accesses
+        self.writes = defaultdict(list)              # (rank, 1 KB page) -> write accesses
+        self.last_seen = {}         # (thread, barrier) -> phase last observed
+        self.implicit = {}          # thread -> (wait event, rank, ranges, time): reads assumed after a wait
+
+    # ---- clocks
+    def _grow(self, need):
+        if need <= self.width:
+            return
+        new = max(need, 2 * self.width)
+        for d in (self.vc, self.fv):
+            for k in d:
+                d[k] = _pad(d[k], new)
+        for b in self.barriers.values():
+            b.clock, b.fenced = _pad(b.clock, new), _pad(b.fenced, new)
+            b.done = {p: (_pad(c, new), _pad(f, new)) for p, (c, f) in b.done.items()}
+        for inst in self.instances.values():
+            inst[0], inst[1] = _pad(inst[0], new), _pad(inst[1], new)
+        self.width = new
+
+    def clock(self, t):
+        if t not in self.vc:
+            self.vc[t] = np.zeros(self.width, np.int64)
+            self.fv[t] = np.zeros(self.width, np.int64)
+        return self.vc[t]
+
+    def release_into(self, t, clock, fenced):
+        np.maximum(clock, self.vc[t], out=clock)
+        np.maximum(fenced, self.fv[t], out=fenced)
+
+    def acquire_from(self, t, clock, fenced):
+        np.maximum(self.vc[t], clock, out=self.vc[t])
+        np.maximum(self.fv[t], fenced, out=self.fv[t])
+
+    # ---- mbarriers
+    def barrier(self, rank, addr, ev):
+        b = self.barriers.get((rank, addr))
+        if b is None:
+            block = self.blocks[rank] if rank < len(self.blocks) else rank
+            self.violate(Violation("barrier-uninitialized", f"the mbarrier at shared address {addr:#x} of block "
+                                   f"{block} was used but never initialised", ev))
+            b = self.init_barrier(rank, addr, 1, ev)
+        return b
+
+    def init_barrier(self, rank, addr, count, ev):
+        self._grow(self.T + self.nbar + 1)
+        b = _Barrier(self.nbar, count, ev, self.width)
+        b.name = f"at {addr:#x}"
+        self.nbar += 1
+        self.barriers[(rank, addr)] = b
+        return b
+
+    def _complete_phase(self, b):
+        p = b.phase
+        b.clock[self.T + b.index] = p + 1
+        b.fenced[self.T + b.index] = p + 1
+        b.done[p] = (b.clock, b.fenced)
+        for w in b.writes:
+            w.done = ("phase", b.index, p)
+        b.phase_writes[p] = sorted({(w.start, w.size) for w in b.writes if w.size})
+        b.writes = []
+        b.phase += 1
+        b.arrivals = b.expected = b.landed = 0
+        b.clock = np.zeros(self.width, np.int64)    # the next phase carries only its own arrivals
+        b.fenced = np.zeros(self.width, np.int64)
+
+    def _maybe_complete(self, b, ev):
+        if b.arrivals < b.count:
+            return
+        if b.landed > b.expected:
+            self.violate(Violation("expect-tx-mismatch", f"copies brought {b.landed} bytes to a phase that "
+                                   f"announced {b.expected} with expect_tx", b.last_copy or ev, b.last_arrive,
+                                   b.name, b.phase))
+            self._complete_phase(b)
+        elif b.landed == b.expected:
+            self._complete_phase(b)
+
+    def arrive(self, t, b, bytes_, ev, release=True):
+        b.expected += bytes_
+        b.arrivals += 1
+        b.last_arrive = ev
+        if release:
+            self.release_into(t, b.clock, b.fenced)
+        self._maybe_complete(b, ev)
+
+    def land(self, b, bytes_, acc, ev):
+        b.landed += bytes_
+        b.last_copy = ev
+        b.writes.append(acc)
+        self._maybe_complete(b, ev)
+
+    # ---- accesses of shared memory
+    @staticmethod
+    def _pages(rank, start, size):
+        return [(rank, p) for p in range(start >> 10, ((start + max(size, 1) - 1) >> 10) + 1)]
+
+    def _ordered(self, a: _Access, t) -> bool:
+        """Has access a completed before thread t's current point?"""
+        d, vc = a.done, self.vc[t]
+        if d is None:
+            return False
+        if d[0] == "at":
+            return vc[d[1]] >= d[2]
+        if d[0] == "phase":
+            return vc[self.T + d[1]] >= d[2] + 1
+        return any(vc[v] >= r for v, r in d[1].items())
+
+    def access(self, t, ev, rank, start, size, write, generic, done=None, what=""):
+        vc = self.clock(t)
+        a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name)
+        pages = self._pages(rank, start, size)
+        seen = set()
+        for table in ((self.reads, self.writes) if write else (self.writes,)):
+            for key in pages:
+                for old in table.get(key, ()):
+                    if id(old) in seen or old.start + old.size <= start or start + size <= old.start:
+                        continue
+                    seen.add(id(old))
+                    if old.t == t and old.generic and generic:
+                        continue        # program order
+                    self.check_pair(old, a, t)
+        if write:   # a write replaces what it was checked against
+            for table in (self.reads, self.writes):
+                for key in pages:
+                    lst = table.get(key)
+                    if lst:
+                        lst[:] = [o for o in lst if o.start + o.size <= start or start + size <= o.start]
+        for key in pages:
+            (self.writes if write else self.reads)[key].append(a)
+        return a
+
+    def check_pair(self, old: _Access, new: _Access, t):
+        if not self._ordered(old, t):
+            if not old.generic and not old.write:
+                self.violate(Violation(
+                    "async-read-in-flight",
+                    f"the {old.what} of [{old.start:#x}, +{old.size}) had not completed before this "
+                    + ("write: no wait retired it" if old.done is None or old.done[0] == "any" and not old.done[1]
+                       else "write: the wait that retired it is not ordered before it (it comes after the arrive "
+                            "or barrier that let this write happen)"), new.ev, old.ev))
+            else:
+                what = {(True, True): "write after write", (True, False): "write after read",
+                        (False, True): "read after write"}[(new.write, old.write)]
+                hint = ""
+                if old.write and not old.generic:
+                    hint = (": the copy had not landed (no wait on its barrier's phase before this "
+                            + ("read)" if not new.write else "write)"))
+                elif old.write and old.done is None:
+                    hint = ": the cp.async that wrote it had not been waited for (cp.async.wait_group)"
+                self.violate(Violation("unordered-access", f"{what} of [{new.start:#x}, +{new.size}){hint}",
+                                       new.ev, old.ev))
+            return
+        if old.generic and not new.generic and self.fv[t][old.t] < old.time:
+            self.violate(Violation(
+                "missing-proxy-fence",
+                f"the generic-proxy {'write' if old.write else 'read'} of [{old.start:#x}, +{old.size}) is ordered "
+                f"before this async-proxy {'write' if new.write else 'read'} only by release/acquire: no "
+                "fence.proxy.async on that path (one after the release does not count)", new.ev, old.ev))
+
+    def commit_implicit(self, t):
+        pend = self.implicit.pop(t, None)
+        if not pend:
+            return
+        ev, rank, ranges, time = pend
+        for start, size in ranges:
+            a = _Access(ev, t, time, start, size, False, True, ("at", t, time),
+                        "ordinary reads after the wait (assumed: no fb::hazard marker)")
+            for key in self._pages(rank, start, size):
+                self.reads[key].append(a)
+
+    # ---- bar.sync, __syncwarp, barrier.cluster
+    def sync_arrive(self, t, key, members):
+        inst_key = (key, self.instance_no[key])
+        inst = self.instances.get(inst_key)
+        if inst is None:
+            inst = self.instances[inst_key] = [np.zeros(self.width, np.int64), np.zeros(self.width, np.int64),
+                                               set()]
+        self.release_into(t, inst[0], inst[1])
+        inst[2].add(t)
+        self.pending_sync[t] = inst_key
+        if members and len(inst[2]) >= members:
+            self.sync_complete(inst_key)
+
+    def sync_complete(self, inst_key):
+        """Everyone who arrived acquires everyone's release. A barrier with no fixed count (__syncthreads with
+        exited threads, barrier.cluster) completes when one of its threads does anything after it."""
+        inst = self.instances.pop(inst_key, None)
+        if inst is None:
+            return
+        self.instance_no[inst_key[0]] = max(self.instance_no[inst_key[0]], inst_key[1] + 1)
+        for m in inst[2]:
+            self.acquire_from(m, inst[0], inst[1])
+            if self.pending_sync.get(m) == inst_key:
+                del self.pending_sync[m]
+
+    # ---- one event
+    def step(self, ev: Event, rank: int):
+        t = rank * self.tpb + ev.thread
+        if t in self.pending_sync:          # the thread is past its barrier: the barrier completed
+            self.sync_complete(self.pending_sync[t])
+        vc = self.clock(t)
+        vc[t] += 1
+        k = ev.kind
+        if t in self.implicit:
+            if k in (WGMMA_READ, GENERIC_READ, TMA_STORE):
+                self.implicit.pop(t)        # the thread reads the stage another way, or marks its reads itself
+            elif k not in (FENCE_PROXY_ASYNC, GENERIC_WRITE, WGMMA_FENCE, WGMMA_WAIT, CP_WAIT, BULK_WAIT,
+                           BULK_WAIT_READ):
+                self.commit_implicit(t)
+        wg = (rank, ev.thread // 128)
+        if k == CP_ASYNC:
+            self.groups[("cp", t)][-1].append(self.access(t, ev, rank, ev.a, ev.b, True, True))
+        elif k == CP_COMMIT:
+            self.groups[("cp", t)].append([])
+        elif k == CP_WAIT:
+            self._retire(self.groups[("cp", t)], None if ev.b == ALL else ev.b, ev.b == ALL, t)
+        elif k in (BULK_LOAD, TMA_LOAD):
+            size = ev.b if k == BULK_LOAD else self.maps.get(ev.b, 0)
+            targets = [rank] if k == BULK_LOAD or not ev.d else [r for r in range(16) if ev.d >> r & 1]
+            for r in targets:
+                if r < len(self.blocks):
+                    b = self.barrier(r, ev.c, ev)
+                    self.land(b, size, self.access(t, ev, r, ev.a, size, True, False), ev)
+        elif k == TMA_STORE:
+            size = self.maps.get(ev.b, 0)
+            self.groups[("bulk", t)][-1].append(self.access(t, ev, rank, ev.a, size, False, False,
+                                                            what="TMA store's read"))
+        elif k == BULK_COMMIT:
+            self.groups[("bulk", t)].append([])
+        elif k in (BULK_WAIT_READ, BULK_WAIT):
+            self._retire(self.groups[("bulk", t)], ev.b, False, t)
+        elif k == MBAR_INIT:
+            self.init_barrier(rank, ev.a, max(1, ev.b), ev)
+        elif k == MBAR_ARRIVE:
+            self.arrive(t, self.barrier(rank if ev.c == 0 else ev.c - 1, ev.a, ev), ev.b, ev, release=not ev.d)
+        elif k == TC_COMMIT:
+            self.arrive(t, self.barrier(rank, ev.a, ev), 0, ev)
+        elif k == MBAR_EXPECT_TX:
+            b = self.barrier(rank, ev.a, ev)
+            b.expected += ev.b
+            self._maybe_complete(b, ev)
+        elif k == MBAR_WAIT:
+            self.wait(t, rank, ev)
+        elif k == WGMMA_READ:
+            a = self.access(t, ev, rank, ev.a, ev.b, False, False, ("any", {}), "wgmma operand read")
+            self.groups[("wgmma", wg)][-1].append(a)
+        elif k == WGMMA_COMMIT:
+            self.groups[("wgmma", wg)].append([])
+        elif k == WGMMA_WAIT:
+            self._retire_warpgroup(self.groups[("wgmma", wg)], ev.b, t)
+        elif k == FENCE_PROXY_ASYNC:
+            self.fv[t] = vc.copy()
+        elif k == BAR_SYNC:
+            self.sync_arrive(t, ("bar", rank, ev.a), ev.b)
+        elif k == SYNCWARP:
+            self.sync_arrive(t, ("warp", rank, ev.thread // 32, ev.b), bin(ev.b).count("1"))
+        elif k == CLUSTER_SYNC:
+            self.sync_arrive(t, ("cluster",), 0)
+        elif k in (GENERIC_READ, GENERIC_WRITE):
+            self.access(t, ev, rank, ev.a, ev.b, k == GENERIC_WRITE, True, ("at", t, int(vc[t])),
+                        "ordinary " + ("write" if k == GENERIC_WRITE else "read"))
+
+    def _retire(self, groups, pending, include_open, t):
+        now = int(self.vc[t][t])
+        closed, open_ = groups[:-1], groups[-1]
+        n = len(closed) if pending is None else max(0, len(closed) - pending)
+        for grp in closed[:n] + ([open_] if include_open else []):
+            for a in grp:
+                a.done = ("at", t, now)
+        groups[:] = closed[n:] + [[] if include_open else open_]
+
+    def _retire_warpgroup(self, groups, pending, t):
+        """wgmma.wait_group by thread t: the warpgroup's groups but the last `pending` are complete for t."""
+        now = int(self.vc[t][t])
+        closed = groups[:-1]
+        for grp in closed[:max(0, len(closed) - pending)]:
+            for a in grp:
+                a.done[1].setdefault(t, now)
+
+    def wait(self, t, rank, ev):
+        b = self.barrier(rank, ev.a, ev)
+        parity, stage = ev.b & 1, (ev.b >> 8) - 1
+        name = _name4(ev.c, ev.d)
+        if name:
+            b.name = f"{name}[{stage}]" if stage >= 0 else name
+        done = [p for p in b.done if p % 2 == parity]
+        if done:
+            seen = max(done)
+        elif parity == 1:
+            seen = -1      # a fresh barrier: the phase "before" phase 0 counts as complete
+        else:
+            self.violate(Violation("wait-parity", f"the wait for parity {parity} returned, but no phase of that "
+                                   "parity had completed in the trace (an arrive or copy outside the fb:: "
+                                   "wrappers?)", ev, b.last_arrive, b.name, b.phase))
+            return
+        if seen >= 0:
+            self.acquire_from(t, *b.done[seen])
+        last = self.last_seen.get((t, b.index))
+        if last is not None and seen == last:
+            self.violate(Violation("wait-parity", f"the wait for parity {parity} returned on phase {seen}, which "
+                                   "this thread had already waited for: it is two phases ahead of the barrier "
+                                   "(parity cannot tell phase k from k + 2), or its parity is stale", ev, None,
+                                   b.name, seen))
+        elif last is not None and seen > last + 1:
+            self.violate(Violation("wait-parity", f"phases {last + 1}..{seen - 1} completed between two waits of "
+                                   f"this thread (it saw phase {last}, then {seen}): more arrivals per lap than "
+                                   f"the barrier's count ({b.count}), or a waiter that skips phases", ev, None,
+                                   b.name, seen))
+        self.last_seen[(t, b.index)] = seen
+        ranges = b.phase_writes.get(seen)
+        if ranges:
+            self.implicit[t] = (ev, rank, ranges, int(self.vc[t][t]))
+
+    def finish(self):
+        for t in list(self.implicit):
+            self.commit_implicit(t)
+        for b in self.barriers.values():
+            if 0 < b.arrivals < b.count:
+                self.violate(Violation("arrival-count", f"the kernel ended with {b.arrivals} of {b.count} arrivals "
+                                       "in the barrier's last phase: the count does not match the arriving threads",
+                                       b.last_arrive, b.init, b.name, b.phase))
+            elif b.arrivals >= b.count and b.expected != b.landed:
+                self.violate(Violation("expect-tx-mismatch", f"expect_tx announced {b.expected} bytes, copies "
+                                       f"brought {b.landed}: the phase never completed", b.last_arrive or b.init,
+                                       b.last_copy, b.name, b.phase))
+
+
+def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
+          kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
+          dropped: int = 0) -> Report:
+    """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes."""
+    if isinstance(events, np.ndarray):
+        events = decode(events)
+    cx, cy, cz = (tuple(cluster) + (1, 1, 1))[:3]
+    gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
+    csize = cx * cy * cz
+    violations = []
+    per_kind_seen = set()
+
+    def violate(v):
+        key = (v.rule, v.second.line, v.first.line if v.first else None)
+        if key in per_kind_seen and len(violations) > 200:
+            return
+        per_kind_seen.add(key)
+        violations.append(v)
+
+    clusters = {}
+    for ev in events:
+        bx = ev.block % gx
+        by = (ev.block // gx) % gy
+        bz = ev.block // (gx * gy)
+        cid = (bx // cx, by // cy, bz // cz)
+        rank = (bx % cx) + cx * ((by % cy) + cy * (bz % cz)) if csize > 1 else 0
+        cl = clusters.get(cid)
+        if cl is None:
+            blocks = []
+            for r in range(csize):
+                rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
+                blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
+            cl = clusters[cid] = _Cluster(threads_per_block, blocks, maps or {}, violate)
+        cl.step(ev, rank)
+    for cl in clusters.values():
+        cl.finish()
+    blocks = {ev.block for ev in events}
+    # one report per distinct (rule, lines): the same bug repeats in every lap and every thread
+    uniq, seen = [], set()
+    for v in violations:
+        key = (v.rule, v.second.line, v.first.line if v.first else None, v.message.split(":")[0])
+        if key not in seen:
+            seen.add(key)
+            uniq.append(v)
+    return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks))
+
+
+# ---- running a hazard build on the GPU ----------------------------------------------------------------
+
+DEFAULT_CAPACITY = 1 << 22          # events (128 MiB of trace)
+
+
+def hazard_module(module):
+    """The hazard build of a Module (itself when it is one)."""
+    if getattr(module, "hazards", False) or "FB_HAZARDS" in (module.defines or {}):
+        return module
+    from .compile import compile as _compile
+    return _compile(module.source, module.arch, defines={**(module.defines or {}), "FB_HAZARDS": 1, "FB_DEBUG": 1},
+                    options=module.options, name=module.name)
+
+
+def _map_bytes(kernel, args, recorded_ids) -> dict:
+    """tensor-map id (low 32 bits of the parameter's address) -> box bytes, matched by parameter offsets."""
+    from .tensormap import TensorMap
+    offs = {kernel._params[i][0]: a.box_bytes for i, a in enumerate(args) if isinstance(a, TensorMap)}
+    if not recorded_ids or not offs:
+        return {}
+    for rid in recorded_ids:
+        for off in offs:
+            base = (rid - off) & ALL
+            if all(((r - base) & ALL) in offs for r in recorded_ids):
+                return {r: offs[(r - base) & ALL] for r in recorded_ids}
+    return {}
+
+
+def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int = 2,
+        capacity: int = DEFAULT_CAPACITY) -> Report:
+    """Launch the hazard build of `kernel` (a Kernel of any Module) once with these arguments, and check it.
+
+    blocks: how many clusters (or blocks) record events (the others run untraced)."""
+    import struct
+    from cuda.bindings import driver
+    from .device import _check
+    from .launch import _dim3
+    from .memory import empty, sync
+    from .skip import needs
+    skip = needs(kernel.module.arch, f"hazard check of {kernel.name}")
+    if skip is not None:
+        return skip
+    mod = hazard_module(kernel.module)
+    k = mod.kernel(kernel.name)
+    k._load()
+    buf = empty((capacity, WORDS), np.uint32, poison=False)
+    buf.fill_bytes(0)
+    g3, b3 = _dim3(grid, "grid"), _dim3(block, "block")
+    c3 = _dim3(cluster, "cluster") if cluster is not None else (1, 1, 1)
+    limit = blocks * c3[0] * c3[1] * c3[2] if c3[1] == c3[2] == 1 else g3[0] * g3[1] * g3[2]
+
+    def put(name, data):
+        err, ptr, size = driver.cuModuleGetGlobal(mod._cu_module, name)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise FeedbeastError(f"{mod.name}: the hazard build has no {name.decode()} (does it include an fb/ header?)")
+        _check(driver.cuMemcpyHtoD(ptr, data, len(data)))
+        return ptr
+    put(b"fb_hz_events", struct.pack("<Q", buf.ptr))
+    put(b"fb_hz_capacity", struct.pack("<I", capacity))
+    put(b"fb_hz_block_limit", struct.pack("<I", limit))
+    count_ptr = put(b"fb_hz_count", struct.pack("<I", 0))
+    r = k.launch(grid, block, *args, shared=shared, cluster=cluster)
+    if r is not None:
+        return r
+    sync()
+    raw = bytearray(4)
+    _check(driver.cuMemcpyDtoH(raw, count_ptr, 4))
+    count = struct.unpack("<I", bytes(raw))[0]
+    n = min(count, capacity)
+    words = buf.to_host()[:n]
+    events = decode(words)
+    maps = _map_bytes(k, args, {e.b for e in events if e.kind in (TMA_LOAD, TMA_STORE)})
+    return check(events, threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, maps=maps, kernel=kernel.name,
+                 source=mod.source, module_name=mod.name, dropped=max(0, count - capacity))
+
+
+def enabled() -> bool:
+    """FEEDBEAST_HAZARDS=1: every launch of a source-compiled kernel is also hazard-checked (=report: the
+    report is printed and nothing is raised, for surveys)."""
+    return os.environ.get("FEEDBEAST_HAZARDS") in ("1", "report")
+
+
+_checked = set()
+
+
+def _arrays(args):
+    """(pointer, bytes) of every device buffer a launch can write: array arguments and tensor maps' arrays."""
+    from .memory import DeviceArray
+    from .tensormap import TensorMap
+    out = {}
+    for a in args:
+        a = a.array if isinstance(a, TensorMap) else a
+        if isinstance(a, DeviceArray) and a.on_gpu:
+            out[a.ptr] = max(out.get(a.ptr, 0), a.nbytes)
+        elif hasattr(a, "__cuda_array_interface__"):
+            cai = a.__cuda_array_interface__
+            n = int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
+            out[cai["data"][0]] = max(out.get(cai["data"][0], 0), n)
+    return out
+
+
+def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
+    """The FEEDBEAST_HAZARDS=1 hook of Kernel.launch, before the launch itself: run the hazard build at the same
+    arguments (once per kernel, shape and configuration) and raise HazardFound if it breaks a rule. The
+    arguments' buffers are saved before and restored after, so the real launch sees them as they were."""
+    if not enabled():
+        return
+    mod = kernel.module
+    if "FB_HAZARDS" in (mod.defines or {}) or "fb/" not in (getattr(mod, "source", "") or ""):
+        return      # a hazard build itself, or a kernel that uses none of our headers (it would record nothing)
+    key = (id(mod), kernel.name, str(grid), str(block), shared, str(cluster),
+           tuple(getattr(a, "shape", None) or (a if isinstance(a, (int, float)) else type(a).__name__) for a in args))
+    if key in _checked:
+        return
+    _checked.add(key)
+    from cuda.bindings import driver
+    from .device import _check
+    from .memory import sync
+    saved = {}
+    try:
+        for ptr, n in _arrays(args).items():
+            copy = int(_check(driver.cuMemAlloc(n)))
+            _check(driver.cuMemcpyDtoD(copy, ptr, n))
+            saved[ptr] = (copy, n)
+        report = run(kernel, grid, block, *args, shared=shared, cluster=cluster)
+        sync()
+        for ptr, (copy, n) in saved.items():
+            _check(driver.cuMemcpyDtoD(ptr, copy, n))
+        sync()
+    finally:
+        for copy, _ in saved.values():
+            driver.cuMemFree(copy)
+    if isinstance(report, Report):
+        print(f"hazard check: {kernel.name} grid {grid} block {block}: {len(report.violations)} violation(s) in "
+              f"{report.events} events", flush=True)
+        if os.environ.get("FEEDBEAST_HAZARDS") == "report":
+            if not report.ok:
+                print(report, flush=True)
+        else:
+            report.raise_if_any()

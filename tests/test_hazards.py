@@ -1,0 +1,425 @@
+"""The hazard checker (feedbeast.hazards): each rule on a synthetic trace that breaks it and on one that does not;
+hazard builds compile for sm_90a; the normal build's SASS is unchanged by the hazard hooks.
+
+A synthetic trace is what a hazard build writes: events in slot order, each (kind, line, block, thread, rank,
+a, b, c, d) as include/fb/hazard.cuh records them. The helpers below write the few operations a ring uses.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast import hazards as hz
+
+ROOT = Path(__file__).resolve().parents[1]
+FULL, EMPTY, STAGE, BYTES = 0x100, 0x108, 0x400, 4096
+
+
+class Trace:
+    """Build a trace of one block: each method appends the event its fb:: wrapper would record."""
+
+    def __init__(self):
+        self.events = []
+        self.line = 0
+
+    def _e(self, kind, t, a=0, b=0, c=0, d=0, line=None):
+        self.line += 1
+        self.events.append((kind, line or self.line, 0, t, 0, a, b, c, d))
+        return self
+
+    def init(self, t, bar, count):
+        return self._e(hz.MBAR_INIT, t, bar, count)
+
+    def arrive(self, t, bar, tx=0):
+        return self._e(hz.MBAR_ARRIVE, t, bar, tx)
+
+    def expect_tx(self, t, bar, tx):
+        return self._e(hz.MBAR_EXPECT_TX, t, bar, tx)
+
+    def wait(self, t, bar, parity, name="full", stage=0):
+        raw = name.encode()[:8].ljust(8, b"\0")
+        return self._e(hz.MBAR_WAIT, t, bar, parity | (stage + 1) << 8, int.from_bytes(raw[:4], "little"),
+                       int.from_bytes(raw[4:], "little"))
+
+    def bulk(self, t, dst, nbytes, bar):
+        return self._e(hz.BULK_LOAD, t, dst, nbytes, bar)
+
+    def fence(self, t):
+        return self._e(hz.FENCE_PROXY_ASYNC, t)
+
+    def sync(self, t):
+        return self._e(hz.BAR_SYNC, t)
+
+    def read(self, t, at, n):
+        return self._e(hz.GENERIC_READ, t, at, n)
+
+    def write(self, t, at, n):
+        return self._e(hz.GENERIC_WRITE, t, at, n)
+
+    def wgmma(self, t, at, n):
+        return self._e(hz.WGMMA_READ, t, at, n)
+
+    def wgmma_commit(self, t):
+        return self._e(hz.WGMMA_COMMIT, t)
+
+    def wgmma_wait(self, t, n):
+        return self._e(hz.WGMMA_WAIT, t, 0, n)
+
+    def store(self, t, src, map_id):
+        return self._e(hz.TMA_STORE, t, src, map_id)
+
+    def bulk_commit(self, t):
+        return self._e(hz.BULK_COMMIT, t)
+
+    def bulk_wait_read(self, t, n):
+        return self._e(hz.BULK_WAIT_READ, t, 0, n)
+
+    def check(self, threads=256, maps=None):
+        return hz.check(hz.decode(hz.encode(self.events)), threads_per_block=threads, maps=maps or {})
+
+
+def rules(report):
+    return sorted({v.rule for v in report.violations})
+
+
+def setup(tr, consumers=(1,)):
+    """Thread 0 initialises full (1 arrival) and empty (one per consumer), then everyone syncs."""
+    tr.init(0, FULL, 1).init(0, EMPTY, len(consumers))
+    for t in (0, *consumers):
+        tr.sync(t)
+    return tr
+
+
+def produce(tr, lap, t=0, nbytes=BYTES, tx=BYTES):
+    tr.wait(t, EMPTY, (lap & 1) ^ 1, "empty")
+    tr.arrive(t, FULL, tx)
+    return tr.bulk(t, STAGE, nbytes, FULL)
+
+
+# ---- rule: missing-proxy-fence --------------------------------------------------------------------------
+
+def ring(laps=2, consumer=lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.fence(t), tr.arrive(t, EMPTY))):
+    tr = setup(Trace())
+    for lap in range(laps):
+        produce(tr, lap)
+        consumer(tr, 1, lap)
+    return tr
+
+
+def test_a_ring_whose_consumer_fences_before_it_releases_is_clean():
+    r = ring().check()
+    assert r.ok, str(r)
+    assert r.events > 10
+
+
+def test_a_missing_proxy_fence_is_found():
+    r = ring(consumer=lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.arrive(t, EMPTY))).check()
+    assert rules(r) == ["missing-proxy-fence"], str(r)
+    v = r.violations[0]
+    assert v.second.name == "cp.async.bulk" and v.first.name == "mbarrier.wait"   # the refill, after the reads
+
+
+def test_a_proxy_fence_after_the_release_does_not_count():
+    r = ring(consumer=lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.arrive(t, EMPTY), tr.fence(t))).check()
+    assert rules(r) == ["missing-proxy-fence"], str(r)
+
+
+def test_marked_reads_replace_the_assumed_ones():
+    def marked(tr, t, lap):
+        tr.wait(t, FULL, lap & 1).read(t, STAGE, 64).arrive(t, EMPTY).fence(t)
+    r = ring(consumer=marked).check()
+    assert rules(r) == ["missing-proxy-fence"] and r.violations[0].first.name == "generic.read", str(r)
+
+
+def test_a_fence_on_the_other_side_of_a_barrier_counts():
+    """Threads write a staging buffer; after __syncthreads thread 0 fences and issues the TMA store: the fence
+    is on the path from the writes to the store (PTX ISA, proxy-preserved causality)."""
+    tr = Trace()
+    for t in (0, 1):
+        tr.write(t, STAGE + 64 * t, 64)
+    tr.sync(0).sync(1)
+    tr.fence(0).store(0, STAGE, 7).bulk_commit(0).bulk_wait_read(0, 0)
+    assert tr.check(maps={7: 128}).ok
+    tr2 = Trace()
+    for t in (0, 1):
+        tr2.write(t, STAGE + 64 * t, 64)
+    tr2.sync(0).sync(1).store(0, STAGE, 7)
+    assert rules(tr2.check(maps={7: 128})) == ["missing-proxy-fence"]
+
+
+# ---- rule: async-read-in-flight -------------------------------------------------------------------------
+
+def wgmma_ring(release_first: bool, laps=2):
+    tr = setup(Trace())
+    for lap in range(laps):
+        produce(tr, lap)
+        tr.wait(1, FULL, lap & 1).wgmma(1, STAGE, BYTES).wgmma_commit(1)
+        if release_first:          # the bug: the stage goes back before the wgmma reading it retired
+            tr.arrive(1, EMPTY).wgmma_wait(1, 0)
+        else:
+            tr.wgmma_wait(1, 0).arrive(1, EMPTY)
+    return tr
+
+
+def test_a_stage_released_after_wgmma_wait_group_is_clean():
+    r = wgmma_ring(False).check()
+    assert r.ok, str(r)
+
+
+def test_a_stage_released_before_wgmma_wait_group_is_found():
+    r = wgmma_ring(True).check()
+    assert rules(r) == ["async-read-in-flight"], str(r)
+    v = r.violations[0]
+    assert v.first.name == "wgmma.read" and v.second.name == "cp.async.bulk"
+    assert "not ordered before it" in v.message
+
+
+def test_a_wgmma_never_waited_for_is_found():
+    tr = setup(Trace())
+    for lap in range(2):
+        produce(tr, lap)
+        tr.wait(1, FULL, lap & 1).wgmma(1, STAGE, BYTES).wgmma_commit(1).arrive(1, EMPTY)
+    r = tr.check()
+    assert rules(r) == ["async-read-in-flight"] and "no wait retired it" in r.violations[0].message, str(r)
+
+
+def test_wait_group_one_leaves_the_newest_group_in_flight():
+    tr = setup(Trace())
+    for lap in range(2):
+        produce(tr, lap)
+        tr.wait(1, FULL, lap & 1).wgmma(1, STAGE, BYTES).wgmma_commit(1).wgmma_wait(1, 1).arrive(1, EMPTY)
+    assert rules(tr.check()) == ["async-read-in-flight"]
+
+
+def staging(wait_read: bool):
+    tr = Trace()
+    for tile in range(2):          # thread 0 writes the staging buffer, fences, stores it; twice
+        if tile and wait_read:
+            tr.bulk_wait_read(0, 0)
+        tr.write(0, STAGE, 256).fence(0).store(0, STAGE, 9).bulk_commit(0)
+    tr.bulk_wait_read(0, 0)
+    return tr.check(maps={9: 256})
+
+
+def test_a_staging_buffer_rewritten_after_the_store_read_it_is_clean():
+    assert staging(True).ok
+
+
+def test_a_staging_buffer_rewritten_before_the_store_read_it_is_found():
+    r = staging(False)
+    assert rules(r) == ["async-read-in-flight"] and r.violations[0].first.name == "tma.store", str(r)
+
+
+# ---- rule: unordered-access ---------------------------------------------------------------------------
+
+def test_a_read_before_the_copy_landed_is_found():
+    """The consumer waits on full with the flipped parity: a fresh barrier passes it at once."""
+    tr = setup(Trace())
+    produce(tr, 0)
+    tr.wait(1, FULL, 1).read(1, STAGE, 64).fence(1).arrive(1, EMPTY)
+    r = tr.check()
+    assert "unordered-access" in rules(r) and "had not landed" in str(r), str(r)
+
+
+def test_a_refill_without_waiting_for_empty_is_found():
+    tr = setup(Trace())
+    for lap in range(2):
+        tr.arrive(0, FULL, BYTES).bulk(0, STAGE, BYTES, FULL)     # no wait on empty
+        tr.wait(1, FULL, lap & 1).fence(1).arrive(1, EMPTY)
+    assert "unordered-access" in rules(tr.check())
+
+
+# ---- rule: expect-tx-mismatch ------------------------------------------------------------------------
+
+def test_expect_tx_in_elements_instead_of_bytes_is_found():
+    tr = setup(Trace())
+    produce(tr, 0, tx=BYTES // 4)
+    tr.wait(1, FULL, 0).fence(1).arrive(1, EMPTY)
+    r = tr.check()
+    assert rules(r) == ["expect-tx-mismatch"] and f"brought {BYTES} bytes" in str(r), str(r)
+
+
+def test_expect_tx_larger_than_the_copies_is_found_at_the_end():
+    tr = setup(Trace())
+    produce(tr, 0, tx=2 * BYTES)
+    r = tr.check()
+    assert rules(r) == ["expect-tx-mismatch"] and "never completed" in str(r), str(r)
+
+
+def test_bytes_that_land_before_the_announcement_are_fine():
+    tr = setup(Trace())
+    tr.wait(0, EMPTY, 1, "empty").bulk(0, STAGE, BYTES, FULL).arrive(0, FULL, BYTES)
+    tr.wait(1, FULL, 0).fence(1).arrive(1, EMPTY)
+    assert tr.check().ok
+
+
+# ---- rule: arrival-count -----------------------------------------------------------------------------
+
+def test_fewer_arrivals_than_the_count_is_found():
+    tr = setup(Trace(), consumers=(1, 2))       # empty expects 2 arrivals
+    produce(tr, 0)
+    tr.wait(1, FULL, 0).fence(1).arrive(1, EMPTY)
+    tr.wait(2, FULL, 0).fence(2)                  # consumer 2 forgets to arrive
+    r = tr.check()
+    assert rules(r) == ["arrival-count"] and "1 of 2 arrivals" in str(r), str(r)
+
+
+# ---- rule: wait-parity -------------------------------------------------------------------------------
+
+def test_more_arrivals_per_lap_than_the_count_is_found_by_the_phases_a_waiter_sees():
+    tr = Trace().init(0, FULL, 1).init(0, EMPTY, 1)   # empty counts 1, but two consumers arrive
+    for t in (0, 1, 2):
+        tr.sync(t)
+    for lap in range(3):
+        produce(tr, lap)
+        for t in (1, 2):
+            tr.wait(t, FULL, lap & 1).fence(t).arrive(t, EMPTY)
+    r = tr.check()
+    assert "wait-parity" in rules(r), str(r)
+
+
+def test_a_waiter_that_sees_the_same_phase_twice_is_found():
+    tr = setup(Trace())
+    produce(tr, 0)
+    tr.wait(1, FULL, 0).fence(1).arrive(1, EMPTY)
+    produce(tr, 1)
+    tr.wait(1, FULL, 0)                       # lap 1 needs parity 1: this returns on phase 0 again
+    r = tr.check()
+    assert "wait-parity" in rules(r) and "already waited for" in str(r), str(r)
+
+
+# ---- rule: barrier-uninitialized ---------------------------------------------------------------------
+
+def test_a_barrier_used_before_init_is_found():
+    tr = Trace().arrive(0, FULL, 0)
+    assert rules(tr.check()) == ["barrier-uninitialized"]
+
+
+# ---- reports ---------------------------------------------------------------------------------------
+
+def test_the_report_names_rule_lines_and_source():
+    src = "\n".join(f"line {i}" for i in range(1, 200))
+    r = hz.check(hz.decode(hz.encode(wgmma_ring(True).events)), threads_per_block=256, source=src,
+                 module_name="ring.cu", kernel="ring")
+    text = str(r)
+    assert "async-read-in-flight" in text and "ring.cu:" in text and "line " in text
+    with pytest.raises(fb.HazardFound, match="async-read-in-flight"):
+        r.raise_if_any()
+
+
+def test_decode_drops_a_slot_that_was_not_completed():
+    words = hz.encode(ring().events)
+    words[3, 7] = 0
+    assert len(hz.decode(words)) == len(words) - 1
+
+
+def test_encode_decode_roundtrip():
+    ev = hz.decode(hz.encode([(hz.TMA_LOAD, 77, 5, 130, 1, 0x400, 0xdeadbeef, 0x100, 3)]))[0]
+    assert (ev.kind, ev.line, ev.block, ev.thread, ev.rank, ev.a, ev.b, ev.c, ev.d) == \
+        (hz.TMA_LOAD, 77, 5, 130, 1, 0x400, 0xdeadbeef, 0x100, 3)
+
+
+def test_every_kind_of_the_header_is_named_in_the_same_order():
+    text = (ROOT / "src/feedbeast/include/fb/hazard.cuh").read_text()
+    enum = text[text.index("enum Kind"):text.index("};", text.index("enum Kind"))]
+    names = re.findall(r"^\s+(k\w+)", enum, re.M)
+    assert len(names) == len(hz.KINDS) - 1
+
+
+# ---- builds ----------------------------------------------------------------------------------------
+
+RING = r"""
+#include <fb/bulk_copy.cuh>
+#include <fb/mbarrier.cuh>
+#include <fb/tma.cuh>
+#include <fb/wgmma.cuh>
+extern "C" __global__ void ring(const float* x, float* y, int n) {
+  __shared__ alignas(1024) unsigned char stage[16384];
+  __shared__ cuda::std::uint64_t full, empty;
+  if (threadIdx.x == 0) { fb::mbar::init(&full, 1); fb::mbar::init(&empty, 128); fb::mbar::fence_init(); }
+  __syncthreads();
+  for (int i = 0; i < n; ++i) {
+    if (threadIdx.x == 128) {
+      fb::mbar::wait(&empty, (i & 1) ^ 1, "empty", 0);
+      fb::mbar::arrive_expect_tx(&full, 4096);
+      fb::bulk_copy_g2s(stage, x + 1024 * i, 4096, &full);
+    } else if (threadIdx.x < 128) {
+      fb::mbar::wait(&full, i & 1, "full", 0);
+      fb::hazard::generic_read(stage, 4096);
+      y[threadIdx.x] += reinterpret_cast<float*>(stage)[threadIdx.x];
+      fb::fence_proxy_async();
+      fb::mbar::arrive(&empty);
+    }
+  }
+}
+"""
+
+
+def test_a_hazard_build_compiles_for_sm90a_and_records():
+    mod = fb.compile(RING, "sm_90a", hazards=True)
+    assert mod.defines.get("FB_HAZARDS") == 1
+    assert "fb_hz_events" in mod.sass() or mod.cubin.find(b"fb_hz_events") >= 0
+    normal = fb.compile(RING, "sm_90a")
+    assert normal.cubin.find(b"fb_hz_events") < 0             # the normal build has no trace at all
+    calls = lambda m: sum(n for op, n in m.histogram("ring").items() if op.startswith("CALL"))  # noqa: E731
+    assert calls(mod) >= 6 and calls(normal) == 0   # one call of the recorder per traced operation
+
+
+def _instructions(mod, kernel):
+    return [ln.split("*/", 1)[1].split(";")[0].strip() for ln in mod.sass(kernel).splitlines()
+            if re.match(r"\s*/\*[0-9a-f]{4}\*/", ln)]
+
+
+def _headers_without_hooks(tmp_path) -> Path:
+    """A copy of include/fb/ with every hazard hook taken out: the headers as they were without the checker."""
+    out = tmp_path / "include"
+    shutil.copytree(ROOT / "src/feedbeast/include", out)
+    for p in (out / "fb").glob("*.cuh"):
+        if p.name == "hazard.cuh":    # it defines the hooks (empty in a normal build) and the markers
+            continue
+        s = p.read_text()
+        s = re.sub(r"^\s*FB_HZ_RECORD(_WARPGROUP)?\([^;]*\);\n", "", s, flags=re.M)
+        s = s.replace(" FB_HZ_LINE_PARAM", "").replace("FB_HZ_LINE_PARAM", "").replace(" FB_HZ_LINE", "")
+        p.write_text(s)
+    return out
+
+
+KERNELS = [("chapters/04-mbarrier.ipynb", "rowsum_mod"), ("chapters/05-tma.ipynb", "ring"),
+           ("chapters/05-tma.ipynb", "gemm"), ("chapters/07-capstone-gemm.ipynb", "capstone"),
+           ("chapters/03-cp-async.ipynb", "ring")]
+
+
+@pytest.mark.parametrize("notebook, cell", KERNELS)
+def test_the_normal_build_is_unchanged_by_the_hooks(notebook, cell, tmp_path, monkeypatch):
+    """Same SASS instruction list with the headers as they are and with every hazard hook taken out."""
+    import importlib
+    from feedbeast.notebook import load
+    fbc = importlib.import_module("feedbeast.compile")
+    c = load(ROOT / notebook).cuda(cell)
+    with_hooks = c.compile("sm_90a")
+    monkeypatch.setattr(fbc, "INCLUDE_DIR", _headers_without_hooks(tmp_path))
+    without = fb.compile(c.source, "sm_90a", defines=c.defines, use_cache=False, name=f"{cell}.cu")
+    assert with_hooks.kernel_names == without.kernel_names
+    for k in with_hooks.kernel_names:
+        a, b = _instructions(with_hooks, k), _instructions(without, k)
+        assert a == b, f"{notebook}:{cell}:{k}: {len(a)} vs {len(b)} instructions"
+
+
+@pytest.mark.parametrize("notebook, cell", KERNELS)
+def test_hazard_builds_of_chapter_kernels_compile(notebook, cell):
+    from feedbeast.notebook import load
+    c = load(ROOT / notebook).cuda(cell)
+    mod = fb.compile(c.source, "sm_90a", defines={**c.defines, "FB_HAZARDS": 1, "FB_DEBUG": 1}, name=f"{cell}.cu")
+    assert mod.kernel_names and mod.cubin.find(b"fb_hz_events") >= 0
+
+
+def test_a_launch_without_a_gpu_is_skipped_by_name():
+    if fb.gpu() is not None:
+        pytest.skip("this machine has a GPU: tests/test_hazards_gpu.py runs the check there")
+    r = fb.compile(RING, "sm_90a").hazard_check("ring", 1, 160, None, None, 1)
+    assert isinstance(r, fb.Skipped) and "hazard check of ring" in str(r)
