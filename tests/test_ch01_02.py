@@ -24,11 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ("chapters/01-synchronous-loads.ipynb", "chapters/02-software-pipelining.ipynb",
              "solutions/01-tiled-rowsum.ipynb", "solutions/02-double-buffered-rowsum.ipynb")
 NUMBA = {"cuda": cuda, "float32": float32, "math": math, "np": np}   # this process's numba.cuda, set up above
-chase = load(ROOT / NOTEBOOKS[0]).definitions("chase", **NUMBA)["chase"]
-_ch02 = load(ROOT / NOTEBOOKS[1]).definitions("TILE", "TW", "matmul_tiled", "matmul_db", "make_rowsum_tiled",
-                                               "make_rowsum_db", "rowsum_tiled", "rowsum_db", **NUMBA)
-TILE, TW = _ch02["TILE"], _ch02["TW"]
-matmul_tiled, matmul_db = _ch02["matmul_tiled"], _ch02["matmul_db"]
+_ch01 = load(ROOT / NOTEBOOKS[0]).definitions("chase", "TILE", "matmul_tiled", "sgemm_vec", SIM=SIM, **NUMBA)
+chase, TILE, matmul_tiled, sgemm_vec = (_ch01[k] for k in ("chase", "TILE", "matmul_tiled", "sgemm_vec"))
+_ch02 = load(ROOT / NOTEBOOKS[1]).definitions("TW", "sgemm_sync", "sgemm_db", "sgemm_grid", "make_rowsum_tiled",
+                                               "make_rowsum_db", "rowsum_tiled", "rowsum_db", SIM=SIM, **NUMBA)
+TW = _ch02["TW"]
+sgemm_sync, sgemm_db, sgemm_grid = _ch02["sgemm_sync"], _ch02["sgemm_db"], _ch02["sgemm_grid"]
+MATMULS, MATMUL_IDS = [matmul_tiled, sgemm_vec, sgemm_sync, sgemm_db], ["tiled", "ch01-sgemm", "sync", "double-buffered"]
 make_rowsum_tiled, make_rowsum_db = _ch02["make_rowsum_tiled"], _ch02["make_rowsum_db"]
 rowsum_tiled, rowsum_db = _ch02["rowsum_tiled"], _ch02["rowsum_db"]     # the chapter's band of 8 rows
 
@@ -47,7 +49,8 @@ def run_rowsum(kern, rows, cols, band=8, seed=0):
 def launch_matmul(kern, a, b):
     (m, k), n = a.shape, b.shape[1]
     c = fbn.device_or_host((m, n), np.float32)
-    kern[(math.ceil(n / TILE), math.ceil(m / TILE)), (TILE, TILE)](fbn.device_or_host(a), fbn.device_or_host(b), c)
+    grid = ((math.ceil(n / TILE), math.ceil(m / TILE)), (TILE, TILE)) if kern is matmul_tiled else sgemm_grid(m, n)
+    kern[grid](fbn.device_or_host(a), fbn.device_or_host(b), c)
     return fbn.to_host(c)
 
 
@@ -114,7 +117,7 @@ def test_rowsum_other_band():
     assert run_rowsum(make_rowsum_db(2), 7, 200, band=2)
 
 
-@pytest.mark.parametrize("kern", [matmul_tiled, matmul_db], ids=["tiled", "double-buffered"])
+@pytest.mark.parametrize("kern", MATMULS, ids=MATMUL_IDS)
 def test_matmul_ragged(kern):
     assert run_matmul(kern, 21, 19, 37)
 
@@ -125,7 +128,7 @@ def test_gpu_rowsum_full_size(anygpu):
 
 
 def test_gpu_matmul_ragged_full_size(anygpu):
-    for kern in (matmul_tiled, matmul_db):
+    for kern in MATMULS:
         assert run_matmul(kern, *ex.MATMUL_RAGGED)
 
 
@@ -138,7 +141,7 @@ def test_gpu_rowsum_stress(anygpu, kern):
     stress.repeat_identical(lambda: launch_rowsum(kern, x))
 
 
-@pytest.mark.parametrize("kern", [matmul_tiled, matmul_db], ids=["tiled", "double-buffered"])
+@pytest.mark.parametrize("kern", MATMULS, ids=MATMUL_IDS)
 def test_gpu_matmul_stress(anygpu, kern):
     for m, n, k in stress.sizes((300, 310, 290), multiple_of=TILE):
         assert run_matmul(kern, m, n, k)
@@ -148,8 +151,9 @@ def test_gpu_matmul_stress(anygpu, kern):
 
 def test_gpu_prefetch_stays_in_registers(anygpu):
     run_rowsum(rowsum_tiled, 19, 300), run_rowsum(rowsum_db, 19, 300)
-    run_matmul(matmul_tiled, 21, 19, 37), run_matmul(matmul_db, 21, 19, 37)
-    for kern in (rowsum_tiled, rowsum_db, matmul_tiled, matmul_db):
+    for kern in MATMULS:
+        run_matmul(kern, 21, 19, 37)
+    for kern in (rowsum_tiled, rowsum_db, *MATMULS):
         res = fbn.resources(kern)
         print(kern.__name__, res)
         assert res["local_bytes"] == 0, f"{kern.__name__} uses local memory: {res}"
@@ -172,12 +176,13 @@ from numba import cuda, float32
 from feedbeast.notebook import load
 SIGS = {"chase": "void(uint32[::1], int64, uint32[::1])", "stream": "void(float32[::1], float32[::1])",
         "matmul_tiled": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
-        "matmul_db": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"}
+        "sgemm": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
+        "stream_numba": "void(float32[::1], float32[::1])"}
 for path in sys.argv[1:]:
     nb = load(path)
-    makers = [f for f in nb.functions() if f.startswith("make_")]
+    makers = [f for f in nb.functions() if f.startswith("make_") and f != "make_ld4"]
     kernels = [f for f in nb.functions("cuda.jit") if not f.startswith("make_")]
-    ns = nb.definitions(*kernels, *makers, cuda=cuda, float32=float32, math=math, np=np)
+    ns = nb.definitions(*kernels, *makers, cuda=cuda, float32=float32, math=math, np=np, SIM=False)
     for name in kernels + makers:
         k = ns[name](8) if name in makers else ns[name]
         sig = SIGS.get(k.py_func.__name__, "void(float32[:, ::1], float32[::1])")
@@ -202,7 +207,7 @@ def test_notebook_kernels_compile_with_the_real_numba_compiler(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.split("\n")
-    for name in ("chase", "make_stream", "matmul_tiled", "matmul_db", "rowsum_naive", "make_rowsum_tiled",
+    for name in ("chase", "stream_numba", "matmul_tiled", "make_sgemm", "rowsum_naive", "make_rowsum_tiled",
                  "make_rowsum_db", "rowsum_tiled", "rowsum_db"):
         assert any(f" {name} ok" in ln for ln in lines), f"{name} was not compiled:\n{r.stdout}"
     assert "LOCAL" not in r.stdout, f"a kernel keeps an array in local memory:\n{r.stdout}"

@@ -16,6 +16,11 @@ also the record of what was measured. The CLI's `--csv --page raw` output is pla
 (tested on a recorded file, tests/data/ncu_raw.csv), whereas `ncu_report` ships inside the Nsight Compute
 installation, not on PyPI, and its version must match the tool's.
 
+Nsight Compute locks the GPU's clocks to their base value while it measures (its default
+`--clock-control base`), and flushes the caches before each replay pass: durations under `ncu` are slower
+than the same kernel timed by `fb.bench`, and steadier, which makes them a good second opinion when two
+builds differ by a few per cent.
+
 With no GPU, no `ncu`, or counters not permitted to this user (ERR_NVGPUCTRPERM), `profile` returns a
 Skipped that says which; when a table was recorded on a GPU before (results/<gpu>/profile.jsonl), the
 Skipped carries it (`.recorded`) and prints it, so a reader without a GPU still sees what the counters said.
@@ -50,6 +55,7 @@ METRICS = {
     "sm_busy": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "fma_pipe": "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
     "tensor_pipe": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "tensor_pipe_hmma": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
     "duration": "gpu__time_duration.sum",
     "registers": "launch__registers_per_thread",
 }
@@ -67,6 +73,7 @@ LABELS = {
     "sm_busy": "SM throughput, % of peak",
     "fma_pipe": "FMA pipe busy, % of active cycles",
     "tensor_pipe": "tensor pipe (wgmma) busy, % of active cycles",
+    "tensor_pipe_hmma": "tensor pipe (mma) busy, % of active cycles",
     "duration": "duration under ncu",
     "registers": "registers per thread",
 }
@@ -171,7 +178,8 @@ def from_raw(rec: dict, name: str = "", gpu_name: str = "") -> Profile:
                                                                                        u.get(metric, ""))
     stalls = {k[len(_STALL_PREFIX):-len(_STALL_SUFFIX)]: v for k, v in m.items()
               if k.startswith(_STALL_PREFIX) and k.endswith(_STALL_SUFFIX) and v is not None
-              and not k.endswith("_not_issued" + _STALL_SUFFIX)}
+              and not k.endswith(("_not_issued" + _STALL_SUFFIX, "_stalled_selected" + _STALL_SUFFIX))}
+    # "selected" is not a stall: it is the warp that issued (always 1 per issue); it is left out.
     return Profile(name or rec.get("Kernel Name", ""), rec.get("Kernel Name", ""), values, stalls, m,
                    gpu_name or rec.get("Device Name", ""), units)
 
@@ -271,3 +279,24 @@ def append(pr: Profile) -> Path:
     with path.open("a") as f:
         f.write(json.dumps(rec) + "\n")
     return path
+
+
+def cells_script(notebook, cells, code: str = "") -> str:
+    """Python source that re-runs some cells of a notebook (by cell id, in the order given) and then
+    `code`: the child process `profile` starts needs the kernels and inputs the notebook built. %%cuda cells
+    are compiled as the magic compiles them; lines that start with % (line magics) are left out."""
+    path = str(Path(notebook).resolve())
+    return textwrap.dedent(f'''
+        import matplotlib
+        matplotlib.use("Agg")
+        import nbformat
+        from feedbeast.magic import cuda_cell
+        _cells = {{c.get("id"): c.source for c in nbformat.read({path!r}, 4).cells}}
+        for _id in {list(cells)!r}:
+            _src = _cells[_id]
+            if _src.startswith("%%cuda"):
+                _line, _, _body = _src.partition("\\n")
+                cuda_cell(_line[len("%%cuda"):], _body, globals())
+            else:
+                exec("\\n".join(l for l in _src.splitlines() if not l.lstrip().startswith("%")), globals())
+        ''') + textwrap.dedent(code) + "\nimport feedbeast as _fb\n_fb.sync()\n"
