@@ -423,3 +423,27 @@ def test_a_launch_without_a_gpu_is_skipped_by_name():
         pytest.skip("this machine has a GPU: tests/test_hazards_gpu.py runs the check there")
     r = fb.compile(RING, "sm_90a").hazard_check("ring", 1, 160, None, None, 1)
     assert isinstance(r, fb.Skipped) and "hazard check of ring" in str(r)
+
+
+def test_a_relaxed_remote_arrive_after_wgmma_wait_group_releases_the_stage():
+    """Chapter 07's argument: the arrival says only "my wgmma reads are done", and wait_group waited for them."""
+    def ring_with(relaxed: bool, wait_first: bool):
+        tr = setup(Trace())
+        for lap in range(2):
+            produce(tr, lap)
+            tr.wait(1, FULL, lap & 1).wgmma(1, STAGE, BYTES).wgmma_commit(1)
+            if wait_first:
+                tr.wgmma_wait(1, 0)
+            tr._e(hz.MBAR_ARRIVE, 1, EMPTY, 0, 1, int(relaxed))      # remote form, rank 0
+            if not wait_first:
+                tr.wgmma_wait(1, 0)
+        return tr.check()
+    assert ring_with(True, True).ok
+    assert rules(ring_with(True, False)) == ["async-read-in-flight"]
+
+
+def test_a_relaxed_arrive_does_not_order_ordinary_reads():
+    def relaxed_consumer(tr, t, lap):
+        tr.wait(t, FULL, lap & 1).read(t, STAGE, 64).fence(t)
+        tr._e(hz.MBAR_ARRIVE, t, EMPTY, 0, 1, 1)
+    assert rules(ring(consumer=relaxed_consumer).check()) == ["unordered-access"]

@@ -229,7 +229,8 @@ class _Barrier:
         self.landed = 0                  # tx bytes of copies issued in the current phase
         self.clock = np.zeros(width, np.int64)
         self.fenced = np.zeros(width, np.int64)
-        self.done = {}                   # phase -> (clock, fenced)
+        self.retired = np.zeros(width, np.int64)
+        self.done = {}                   # phase -> (clock, fenced, retired)
         self.writes = []                 # async writes completing on the current phase
         self.phase_writes = {}           # phase -> ranges those writes covered
         self.name = ""
@@ -252,7 +253,10 @@ class _Cluster:
         self.barriers = {}          # (rank, addr) -> _Barrier
         self.nbar = 0
         self.width = self.T + 64    # thread components, then one per barrier (grown on demand)
-        self.vc, self.fv = {}, {}   # per thread: happens-before clock, and what is ordered through a proxy fence
+        # per thread: the happens-before clock; what is ordered through a proxy fence; and what is known of
+        # async reads retired (by wgmma.wait_group / cp.async.bulk.wait_group.read), which a .relaxed arrive
+        # carries too: it orders none of the thread's own accesses, but the reads it waited for are done.
+        self.vc, self.fv, self.cc = {}, {}, {}
         self.pending_sync = {}      # thread -> the barrier instance it arrived at
         self.instances = {}
         self.instance_no = defaultdict(int)
@@ -267,29 +271,32 @@ class _Cluster:
         if need <= self.width:
             return
         new = max(need, 2 * self.width)
-        for d in (self.vc, self.fv):
+        for d in (self.vc, self.fv, self.cc):
             for k in d:
                 d[k] = _pad(d[k], new)
         for b in self.barriers.values():
-            b.clock, b.fenced = _pad(b.clock, new), _pad(b.fenced, new)
-            b.done = {p: (_pad(c, new), _pad(f, new)) for p, (c, f) in b.done.items()}
+            b.clock, b.fenced, b.retired = _pad(b.clock, new), _pad(b.fenced, new), _pad(b.retired, new)
+            b.done = {p: tuple(_pad(x, new) for x in v) for p, v in b.done.items()}
         for inst in self.instances.values():
-            inst[0], inst[1] = _pad(inst[0], new), _pad(inst[1], new)
+            inst[0], inst[1], inst[3] = _pad(inst[0], new), _pad(inst[1], new), _pad(inst[3], new)
         self.width = new
 
     def clock(self, t):
         if t not in self.vc:
             self.vc[t] = np.zeros(self.width, np.int64)
             self.fv[t] = np.zeros(self.width, np.int64)
+            self.cc[t] = np.zeros(self.width, np.int64)
         return self.vc[t]
 
-    def release_into(self, t, clock, fenced):
+    def release_into(self, t, clock, fenced, retired):
         np.maximum(clock, self.vc[t], out=clock)
         np.maximum(fenced, self.fv[t], out=fenced)
+        np.maximum(retired, self.cc[t], out=retired)
 
-    def acquire_from(self, t, clock, fenced):
+    def acquire_from(self, t, clock, fenced, retired):
         np.maximum(self.vc[t], clock, out=self.vc[t])
         np.maximum(self.fv[t], fenced, out=self.fv[t])
+        np.maximum(self.cc[t], retired, out=self.cc[t])
 
     # ---- mbarriers
     def barrier(self, rank, addr, ev):
@@ -313,7 +320,7 @@ class _Cluster:
         p = b.phase
         b.clock[self.T + b.index] = p + 1
         b.fenced[self.T + b.index] = p + 1
-        b.done[p] = (b.clock, b.fenced)
+        b.done[p] = (b.clock, b.fenced, b.retired)
         for w in b.writes:
             w.done = ("phase", b.index, p)
         b.phase_writes[p] = sorted({(w.start, w.size) for w in b.writes if w.size})
@@ -322,6 +329,7 @@ class _Cluster:
         b.arrivals = b.expected = b.landed = 0
         b.clock = np.zeros(self.width, np.int64)    # the next phase carries only its own arrivals
         b.fenced = np.zeros(self.width, np.int64)
+        b.retired = np.zeros(self.width, np.int64)
 
     def _maybe_complete(self, b, ev):
         if b.arrivals < b.count:
@@ -339,7 +347,10 @@ class _Cluster:
         b.arrivals += 1
         b.last_arrive = ev
         if release:
-            self.release_into(t, b.clock, b.fenced)
+            self.release_into(t, b.clock, b.fenced, b.retired)
+        else:       # .relaxed: only what the thread knows of completed async operations
+            np.maximum(b.retired, self.cc[t], out=b.retired)
+            np.maximum(b.retired[self.T:], self.vc[t][self.T:], out=b.retired[self.T:])
         self._maybe_complete(b, ev)
 
     def land(self, b, bytes_, acc, ev):
@@ -353,16 +364,18 @@ class _Cluster:
     def _pages(rank, start, size):
         return [(rank, p) for p in range(start >> 10, ((start + max(size, 1) - 1) >> 10) + 1)]
 
-    def _ordered(self, a: _Access, t) -> bool:
-        """Has access a completed before thread t's current point?"""
+    def _ordered(self, a: _Access, t, new: _Access) -> bool:
+        """Has access a completed before thread t's current point (where it makes access `new`)? That an async
+        operation completed may also be known through a .relaxed arrive, unless `new` reads what it wrote."""
         d, vc = a.done, self.vc[t]
         if d is None:
             return False
-        if d[0] == "at":
-            return vc[d[1]] >= d[2]
+        known = vc if a.generic or a.write and not new.write else np.maximum(vc, self.cc[t])
         if d[0] == "phase":
-            return vc[self.T + d[1]] >= d[2] + 1
-        return any(vc[v] >= r for v, r in d[1].items())
+            return known[self.T + d[1]] >= d[2] + 1
+        if d[0] == "at":
+            return known[d[1]] >= d[2]
+        return any(known[v] >= r for v, r in d[1].items())
 
     def access(self, t, ev, rank, start, size, write, generic, done=None, what=""):
         vc = self.clock(t)
@@ -389,7 +402,7 @@ class _Cluster:
         return a
 
     def check_pair(self, old: _Access, new: _Access, t):
-        if not self._ordered(old, t):
+        if not self._ordered(old, t, new):
             if not old.generic and not old.write:
                 self.violate(Violation(
                     "async-read-in-flight",
@@ -433,8 +446,8 @@ class _Cluster:
         inst = self.instances.get(inst_key)
         if inst is None:
             inst = self.instances[inst_key] = [np.zeros(self.width, np.int64), np.zeros(self.width, np.int64),
-                                               set()]
-        self.release_into(t, inst[0], inst[1])
+                                               set(), np.zeros(self.width, np.int64)]
+        self.release_into(t, inst[0], inst[1], inst[3])
         inst[2].add(t)
         self.pending_sync[t] = inst_key
         if members and len(inst[2]) >= members:
@@ -448,7 +461,7 @@ class _Cluster:
             return
         self.instance_no[inst_key[0]] = max(self.instance_no[inst_key[0]], inst_key[1] + 1)
         for m in inst[2]:
-            self.acquire_from(m, inst[0], inst[1])
+            self.acquire_from(m, inst[0], inst[1], inst[3])
             if self.pending_sync.get(m) == inst_key:
                 del self.pending_sync[m]
 
@@ -521,6 +534,7 @@ class _Cluster:
 
     def _retire(self, groups, pending, include_open, t):
         now = int(self.vc[t][t])
+        self.cc[t][t] = now
         closed, open_ = groups[:-1], groups[-1]
         n = len(closed) if pending is None else max(0, len(closed) - pending)
         for grp in closed[:n] + ([open_] if include_open else []):
@@ -531,6 +545,7 @@ class _Cluster:
     def _retire_warpgroup(self, groups, pending, t):
         """wgmma.wait_group by thread t: the warpgroup's groups but the last `pending` are complete for t."""
         now = int(self.vc[t][t])
+        self.cc[t][t] = now
         closed = groups[:-1]
         for grp in closed[:max(0, len(closed) - pending)]:
             for a in grp:

@@ -219,6 +219,8 @@ class Kernel:
         ready = self._ready(grid, block, args, shared, cluster)
         if isinstance(ready, Skipped):
             return lambda: ready
+        from .hazards import check_on_launch   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
+        check_on_launch(self, grid, block, args, shared, cluster)
         from cuda.bindings import driver
         buf, ptrs = self._pack(args)
         cfg = self._config(*ready[:2], shared, ready[2], stream)
