@@ -214,6 +214,13 @@ __device__ inline void scale_rows(float (&o)[R], const float (&f)[2]) {
   for (int i = 0; i < R; ++i) o[i] *= f[(i % 4) / 2];
 }
 
+// The same, skipped when no row of this warp changed its maximum (every alpha exactly 1, as exp2(0) is):
+// after the first tiles the running maximum rarely moves. The test is warp-uniform, so no divergence.
+template <int R>
+__device__ inline void scale_rows_if_changed(float (&o)[R], const float (&f)[2]) {
+  if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) scale_rows(o, f);
+}
+
 // P (the softmax numerator, fp32 accumulator layout) as bf16 A fragments for the k16 steps of O += P V:
 // step j takes columns 16j .. 16j+15, i.e. accumulator registers 8j .. 8j+7, with no data movement.
 template <int R>
