@@ -180,19 +180,11 @@ def sass(kernel) -> str | Skipped:
 def expect_sass(kernel, *opcodes: str):
     """Like Module.expect_sass, for a launched Numba kernel: the count of each required opcode prefix.
     Raises SassMismatch naming what is missing; a Skipped in the simulator."""
-    from .errors import SassMismatch
-    from .sass import matches, opcode_histogram
+    from .sass import expect_opcodes, opcode_histogram
     text = sass(kernel)
     if isinstance(text, Skipped):
         return text
-    hist = opcode_histogram(text)
-    missing = [p for p in opcodes if not any(matches(op, p) for op in hist)]
-    if missing:
-        top = ", ".join(f"{op}×{n}" for op, n in hist.most_common(12))
-        raise SassMismatch(f"SASS of {getattr(kernel, '__name__', 'kernel')}: missing {', '.join(missing)}; "
-                           f"most frequent instructions: {top}")
-    import collections
-    return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in opcodes})
+    return expect_opcodes(opcode_histogram(text), *opcodes, where=f"kernel {getattr(kernel, '__name__', 'kernel')}")
 
 
 def resident_blocks(kernel, threads_per_block: int, dynamic_shared: int = 0):

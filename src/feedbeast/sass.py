@@ -1,11 +1,16 @@
-"""SASS: the machine code the GPU runs, read with cuobjdump (no GPU needed).
+"""[verify] SASS: the machine code the GPU runs, read with `nvdisasm -json` (no GPU needed).
 
 `expect_sass(mod, "LDGSTS", "DEPBAR")` fails naming each missing instruction. Names match by prefix
 on '.' boundaries: "SYNCS.ARRIVE" matches "SYNCS.ARRIVE.TRANS64.A1T0".
+`instructions(cubin)` is the structured form ({kernel: [Instruction]}); `sass_text` prints it one
+instruction a line, '/*0040*/ LDGSTS.E.BYPASS.128 [R3], [R4.64] ;', for reading and for `highlight`.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
+import json
 import re
 import shutil
 import subprocess
@@ -39,25 +44,85 @@ def _run(args, cubin: bytes) -> str:
     return r.stdout
 
 
-_FUNC = re.compile(r"^\s*Function : (\S+)\s*$", re.MULTILINE)
-_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", re.IGNORECASE)
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    offset: int            # bytes from the start of its function
+    opcode: str            # with modifiers: "LDGSTS.E.BYPASS.128"
+    operands: tuple = ()
+    predicate: str = ""    # "@P0", "@!P1" or ""
+
+    def __str__(self):
+        words = " ".join(w for w in (self.predicate, self.opcode, ", ".join(self.operands)) if w)
+        return f"/*{self.offset:04x}*/ {words} ;"
 
 
-def sass_text(cubin: bytes, kernel: str | None = None) -> str:
-    """SASS of one kernel (or all), instructions only: '/*0040*/  LDGSTS.E.BYPASS.128 [R3], [R4.64] ;'."""
-    if hasattr(cubin, "code"):   # a cuda.core ObjectCode (what Numba hands back)
-        cubin = bytes(cubin.code)
-    raw = _run([tool("cuobjdump"), "--dump-sass"], cubin)
-    chunks = _FUNC.split(raw)   # [preamble, name1, body1, name2, body2...]
-    out = []
-    for name, body in zip(chunks[1::2], chunks[2::2]):
-        if kernel is not None and name != kernel:
-            continue
-        lines = [ln.split(";")[0].strip() + " ;" for ln in body.splitlines() if _INSN.search(ln)]
-        out.append(f"// {name}\n" + "\n".join(lines))
-    if kernel is not None and not out:
+_REGISTER = re.compile(r"[-!|~]*[A-Z][A-Z0-9_.]*")
+
+
+def _split_operands(text: str) -> tuple:
+    """'R1,c[0x0][0x28]' -> ('R1', 'c[0x0][0x28]'): commas inside brackets or braces stay. The JSON writes
+    no comma between a register and a memory operand ('URZ[UR10]' is 'URZ, [UR10]'); a constant bank or a
+    descriptor ('c[0x0][0x28]', 'desc[UR4][R2.64]') is lower case and stays one operand, while two
+    addresses in a row ('[UR16][UR10]') are two."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[" and depth == 0 and (_REGISTER.fullmatch(cur.strip()) or cur.strip().startswith("[")):
+            out.append(cur.strip())
+            cur = ""
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return tuple(out + [cur.strip()]) if cur.strip() or out else ()
+
+
+@functools.lru_cache(maxsize=64)
+def _disassemble(cubin: bytes) -> dict:
+    raw = json.loads(_run([tool("nvdisasm"), "-json"], cubin))
+    functions = raw[1] if isinstance(raw, list) and len(raw) > 1 else []
+    out, owner = {}, None
+    for fn in functions:
+        start, name = fn.get("start", 0), fn["function-name"]
+        insns = [Instruction(start + 16 * i, ins["opcode"], _split_operands(ins.get("operands", "")),   # 16 B each
+                             ins.get("predicate", "")) for i, ins in enumerate(fn.get("sass-instructions", []))]
+        # A subroutine the compiler placed inside a kernel's code (64-bit division, a guardrail trap) is listed
+        # after that kernel with a start inside its range: it stays part of the kernel, as cuobjdump shows it.
+        if owner and start > owner[1] and start + fn.get("length", 0) <= owner[1] + owner[2]:
+            out[owner[0]] += insns
+        else:
+            owner = (name, start, fn.get("length", 0))
+            out[name] = insns
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def instructions(cubin, kernel: str | None = None) -> dict[str, tuple]:
+    """{function: (Instruction, ...)} of a cubin (bytes, a Module or a cuda.core ObjectCode), from
+    `nvdisasm -json`; only `kernel`'s when it is given."""
+    if hasattr(cubin, "cubin"):   # a Module
+        cubin = cubin.cubin
+    if hasattr(cubin, "code"):    # a cuda.core ObjectCode (what Numba hands back)
+        cubin = cubin.code
+    funcs = _disassemble(bytes(cubin))
+    if kernel is None:
+        return dict(funcs)
+    if kernel not in funcs:
         raise FeedbeastError(f"no kernel {kernel!r} in this cubin")
-    return "\n".join(out)
+    return {kernel: funcs[kernel]}
+
+
+def sass_text(cubin, kernel: str | None = None) -> str:
+    """SASS of one kernel (or all), one instruction a line: '/*0040*/ LDGSTS.E.BYPASS.128 [R3], [R4.64] ;'."""
+    return "\n".join(f"// {name}\n" + "\n".join(map(str, insns))
+                     for name, insns in instructions(cubin, kernel).items())
+
+
+# Reading the text back (a listing a notebook holds, or an excerpt): the format sass_text prints.
+_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", re.IGNORECASE)
 
 
 def opcodes(sass: str) -> list[str]:
@@ -80,17 +145,19 @@ def matches(opcode: str, pattern: str) -> bool:
     return opcode == pattern or opcode.startswith(pattern + ".")
 
 
-def expect_sass(mod, *required: str, kernel: str | None = None, forbid: tuple = ()) -> collections.Counter:
-    """Assert that the SASS of `mod` (a Module) has every `required` opcode and none of `forbid`.
+def histogram(mod, kernel: str | None = None) -> collections.Counter:
+    """Opcode counts of a Module's (or a cubin's) SASS, one kernel or all."""
+    return collections.Counter(i.opcode for insns in instructions(mod, kernel).values() for i in insns)
 
-    Returns the histogram of the matched instructions. Raises SassMismatch naming what is missing.
-    """
-    hist = opcode_histogram(mod.sass(kernel))
-    where = f"kernel {kernel}" if kernel else f"module ({', '.join(mod.kernel_names)})"
+
+def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = (), where: str,
+                   arch: str | None = None) -> collections.Counter:
+    """The check behind every expect_sass: `hist` (opcode counts) has each `required` opcode and none of
+    `forbid`. Returns the count of each required one; raises SassMismatch naming what is missing."""
     missing = [p for p in required if not any(matches(op, p) for op in hist)]
     present = [p for p in forbid if any(matches(op, p) for op in hist)]
     if missing or present:
-        msg = [f"SASS of {where} for {mod.arch}:"]
+        msg = [f"SASS of {where}{f' for {arch}' if arch else ''}:"]
         if missing:
             msg.append(f"  missing {', '.join(missing)}")
         if present:
@@ -103,17 +170,26 @@ def expect_sass(mod, *required: str, kernel: str | None = None, forbid: tuple = 
     return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in required})
 
 
-def proxy_fences(sass: str) -> int:
-    """How many `fence.proxy.async.shared::cta` the SASS has. On sm_90 each is a MEMBAR.ALL.CTA directly
-    followed by FENCE.VIEW.ASYNC.S; a FENCE.VIEW.ASYNC.S alone (after mbarrier initialisation) is another
-    fence."""
-    ops = opcodes(sass)
+def expect_sass(mod, *required: str, kernel: str | None = None, forbid: tuple = ()) -> collections.Counter:
+    """Assert that the SASS of `mod` (a Module) has every `required` opcode and none of `forbid`.
+
+    Returns the count of each required opcode. Raises SassMismatch naming what is missing.
+    """
+    where = f"kernel {kernel}" if kernel else f"module ({', '.join(mod.kernel_names)})"
+    return expect_opcodes(histogram(mod, kernel), *required, forbid=forbid, where=where, arch=mod.arch)
+
+
+def proxy_fences(sass) -> int:
+    """How many `fence.proxy.async.shared::cta` the SASS (text or Instructions) has. On sm_90 each is a
+    MEMBAR.ALL.CTA directly followed by FENCE.VIEW.ASYNC.S; a FENCE.VIEW.ASYNC.S alone (after mbarrier
+    initialisation) is another fence."""
+    ops = opcodes(sass) if isinstance(sass, str) else [i.opcode for i in sass]
     return sum(1 for a, b in zip(ops, ops[1:]) if matches(a, "MEMBAR") and b == "FENCE.VIEW.ASYNC.S")
 
 
 def expect_proxy_fence(mod, kernel: str, why: str) -> int:
     """Raise SassMismatch (saying `why` the fence is needed) if `kernel` has no shared-memory proxy fence."""
-    n = proxy_fences(mod.sass(kernel))
+    n = proxy_fences(instructions(mod, kernel)[kernel])
     name = f"proxy fence in the SASS of kernel {kernel}"
     if n == 0:
         msg = (f"SASS of kernel {kernel} for {mod.arch}: no fence.proxy.async.shared::cta "
