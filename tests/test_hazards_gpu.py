@@ -1,0 +1,208 @@
+"""On an sm_90 GPU: the hazard checker on races planted in the course's kernels (each found, by its rule) and on
+the same kernels as shipped (none found), at small ragged sizes.
+
+    python tests/test_hazards_gpu.py                  # the table: planted race x (hazard checker, racecheck)
+    python tests/test_hazards_gpu.py --run NAME       # one launch of the normal build (what racecheck runs)
+
+A planted race is an edit of a chapter kernel's text made here, in the test, never in the course: the chapter
+keeps the correct kernel. Each is a race of the async proxy that compute-sanitizer's racecheck does not model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+import feedbeast as fb  # noqa: E402
+from feedbeast import hazards as hz  # noqa: E402
+from feedbeast.notebook import load  # noqa: E402
+
+FENCE_04 = "    fb::fence_proxy_async();                               // my reads, before the next bulk copy\n"
+ARRIVE_04 = ("    fb::mbar::arrive(&ring.empty[s]);                            // this thread is done with stage s\n"
+             "#endif\n")
+RELEASE_05 = ("    fb::wgmma::wait_group<1>();                  // the wgmma of step k-1 are done: release its stage\n"
+              "    if (k > 0) {\n      __syncwarp();\n      if (lane == 0) fb::mbar::arrive(&empty[(k - 1) % STAGES]);\n"
+              "    }\n")
+WAIT_READ_07 = "  if (leader) fb::tma::wait_group_read<0>();"
+
+
+@dataclasses.dataclass
+class Case:
+    notebook: str
+    cell: str
+    edits: tuple            # (old, new) text replacements of the kernel source
+    rule: str | None        # the rule the checker must name; None: the kernel as shipped, nothing to find
+    what: str
+
+
+def _ch04(mod, small=True):
+    rows, cols = 13, 8200                                  # 3 chunks a row, the last one short
+    x = fb.examples.rowsum_inputs(rows, cols, seed=3)
+    y = fb.empty(rows, np.float32)
+    args = (fb.to_device(x), y, rows, cols, 0)
+    return dict(kernel=mod.rowsum_ring, grid=2, block=160, args=args, shared=2 * 4096 * 4), \
+        (y, fb.examples.rowsum_reference(x))
+
+
+def _ch05_gemm(mod):
+    m, n, k = 200, 136, 320                                # 5 K steps through a 4-stage ring: stages refill
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(fb.bfloat16)
+    b = rng.standard_normal((k, n)).astype(fb.bfloat16)
+    a_d, bt_d = fb.to_device(a), fb.to_device(np.ascontiguousarray(b.T))
+    maps = (fb.tensor_map(a_d, box=(128, 64), swizzle=128), fb.tensor_map(bt_d, box=(128, 64), swizzle=128))
+    c = fb.empty((m, n), np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    return dict(kernel=mod.gemm_tma_wgmma, grid=(-(-n // 128), -(-m // 128)), block=128, args=(*maps, c, m, n, k),
+                shared=4 * 2 * 128 * 64 * 2 + 1024, keep=(a_d, bt_d)), (c, ref)
+
+
+def _ch07(mod):
+    m, n, k = 300, 520, 200                                # 3 x 3 tiles of 128 x 256, K ragged
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k)).astype(fb.bfloat16)
+    b = rng.standard_normal((k, n)).astype(fb.bfloat16)
+    a_d, bt_d = fb.to_device(a), fb.to_device(np.ascontiguousarray(b.T))
+    c = fb.empty((m, n), fb.bfloat16)
+    ta = fb.tensor_map(a_d, (128, 64), swizzle=128)
+    tb = fb.tensor_map(bt_d, (256, 64), swizzle=128)
+    tc = fb.tensor_map(c, (64, 64), swizzle=128)
+    order = fb.to_device(np.zeros((1, 2), np.int32))
+    smem = 3 * (128 + 256) * 64 * 2 + 128 * 256 * 2 + 1024
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    return dict(kernel=mod.gemm_persistent, grid=4, block=384, args=(ta, tb, tc, c, order, m, n, k), shared=smem,
+                keep=(a_d, bt_d)), (c, ref)
+
+
+LAUNCH = {("chapters/04-mbarrier.ipynb", "rowsum_mod"): (_ch04, {"STAGES": 2}),
+          ("chapters/05-tma.ipynb", "gemm"): (_ch05_gemm, {"STAGES": 4}),
+          ("chapters/07-capstone-gemm.ipynb", "capstone"): (_ch07, {})}
+
+CASES = {
+    "ch04 ring as shipped": Case("chapters/04-mbarrier.ipynb", "rowsum_mod", (), None, "clean"),
+    "ch04: fence.proxy.async after the release arrive": Case(
+        "chapters/04-mbarrier.ipynb", "rowsum_mod", ((FENCE_04, ""), (ARRIVE_04, ARRIVE_04 + FENCE_04)),
+        "missing-proxy-fence", "the consumers' fence moved after their arrive on empty[s]"),
+    "ch04: no fence.proxy.async": Case(
+        "chapters/04-mbarrier.ipynb", "rowsum_mod", ((FENCE_04, ""),), "missing-proxy-fence",
+        "the consumers' fence deleted"),
+    "ch05 GEMM as shipped": Case("chapters/05-tma.ipynb", "gemm", (), None, "clean"),
+    "ch05 GEMM: release before wgmma.wait_group": Case(
+        "chapters/05-tma.ipynb", "gemm",
+        ((RELEASE_05, RELEASE_05.split("\n", 1)[1] + RELEASE_05.split("\n", 1)[0] + "\n"),),
+        "async-read-in-flight", "empty[s] arrive moved before the wait_group that retires the stage's wgmma"),
+    "ch05 GEMM: wait_group<2> before the release": Case(
+        "chapters/05-tma.ipynb", "gemm", (("fb::wgmma::wait_group<1>();", "fb::wgmma::wait_group<2>();"),),
+        "async-read-in-flight", "the release waits for all but two groups: step k-1's may still read"),
+    "ch07 GEMM as shipped": Case("chapters/07-capstone-gemm.ipynb", "capstone", (), None, "clean"),
+    "ch07: staging rewritten before the TMA store read it": Case(
+        "chapters/07-capstone-gemm.ipynb", "capstone", ((WAIT_READ_07, "  if (false) fb::tma::wait_group_read<0>();"),),
+        "async-read-in-flight", "the epilogue's wait_group_read<0> removed"),
+}
+
+
+def source(case: Case):
+    c = load(ROOT / case.notebook).cuda(case.cell)
+    src = c.source
+    for old, new in case.edits:
+        assert src.count(old) == 1, f"{case.notebook}:{case.cell}: the text to edit is not there once: {old!r}"
+        src = src.replace(old, new)
+    return src, c.defines
+
+
+def build(case: Case, hazards=False):
+    src, defines = source(case)
+    launcher, extra = LAUNCH[(case.notebook, case.cell)]
+    return fb.compile(src, "sm_90a", defines={**defines, **{k: str(v) for k, v in extra.items()}},
+                      name=f"{case.cell}.cu", hazards=hazards), launcher
+
+
+def hazard_check(name):
+    case = CASES[name]
+    mod, launcher = build(case)
+    launch, _ = launcher(mod)
+    t0 = time.time()
+    report = hz.run(launch["kernel"], launch["grid"], launch["block"], *launch["args"], shared=launch["shared"])
+    return report, time.time() - t0
+
+
+def run_normal(name):
+    """One launch of the normal build and the check of its output (what racecheck watches)."""
+    mod, launcher = build(CASES[name])
+    launch, (out, ref) = launcher(mod)
+    launch["kernel"].launch(launch["grid"], launch["block"], *launch["args"], shared=launch["shared"])
+    fb.sync()
+    print(fb.check(out, ref, name=name, raise_on_fail=False))
+
+
+# ---- pytest (GPU only) ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.rule])
+def test_each_planted_race_is_found_by_its_rule(name, gpu90):
+    report, _ = hazard_check(name)
+    assert CASES[name].rule in report.by_rule(), str(report)
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if not c.rule])
+def test_the_kernels_as_shipped_are_clean(name, gpu90):
+    report, _ = hazard_check(name)
+    assert report.ok and report.events > 100, str(report)
+
+
+# ---- the table --------------------------------------------------------------------------------------------
+
+def racecheck(name, timeout=180):
+    from feedbeast.sanitize import count_reports, find_sanitizer
+    san = find_sanitizer()
+    if san is None:
+        return "skipped: no compute-sanitizer"
+    cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--target-processes", "application-only",
+           sys.executable, __file__, "--run", name]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"timed out ({timeout} s)"
+    log = r.stdout + r.stderr
+    n = count_reports(log, "racecheck")
+    check = next((ln.strip() for ln in log.splitlines() if name in ln and ("passed" in ln or "FAILED" in ln)), "")
+    return f"{n if n is not None else '?'} hazards" + (f"; output {check.split(':', 1)[-1].strip()[:60]}" if check
+                                                       else f"; exit {r.returncode}")
+
+
+def table():
+    from concurrent.futures import ThreadPoolExecutor
+    print(f"GPU: {fb.describe()}")
+    rows = {}
+    with ThreadPoolExecutor(4) as pool:
+        races = {n: pool.submit(racecheck, n) for n in CASES}
+        for name, case in CASES.items():
+            try:
+                report, secs = hazard_check(name)
+                got = ", ".join(f"{r} x{len(v)}" for r, v in report.by_rule().items()) or "0"
+                cell = f"{got} ({report.events} events, {secs:.1f} s)"
+                print(f"--- {name}\n{report}\n", flush=True)
+            except Exception as e:          # a fault of a planted race is a result too
+                cell = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+                print(f"--- {name}: {cell}", flush=True)
+            rows[name] = [case.rule or "none", cell]
+        for name in CASES:
+            rows[name].append(races[name].result())
+    print("| planted race | expected rule | hazard checker | compute-sanitizer racecheck |")
+    print("|---|---|---|---|")
+    for name, (rule, mine, race) in rows.items():
+        print(f"| {name} | {rule} | {mine} | {race} |")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--run"]:
+        run_normal(sys.argv[2])
+    else:
+        table()
