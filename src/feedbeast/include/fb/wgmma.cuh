@@ -123,8 +123,8 @@ __device__ inline void mma_m64n256k16_bf16(float (&d)[128], u64 desc_a, u64 desc
 // Which element of the 64xN fp32 result register d[i] of thread t (0..127 in the warpgroup) holds
 // (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts", wgmma .m64nNk16 D fragment):
 // warp w = t/32 owns rows 16w..16w+15; in each 8-column block j = i/4, a thread holds two pairs of
-// neighbouring columns, the second pair 8 rows below the first.
-__device__ inline void accumulator_row_col(int t, int i, int& row, int& col) {
+// neighbouring columns, the second pair 8 rows below the first. constexpr: tests evaluate it at compile time.
+__host__ __device__ constexpr void accumulator_row_col(int t, int i, int& row, int& col) {
   // BEGIN FRAGMENT MAP
   row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i % 4) / 2);
   col = 8 * (i / 4) + 2 * (t % 4) + (i % 2);
