@@ -52,6 +52,44 @@ def test_sass_text_and_highlight():
     assert ">> " in hl and "LDGSTS" in hl
 
 
+def test_sass_comes_from_nvdisasm_json_as_instructions():
+    mod = fb.compile(CP_ASYNC, "sm_90a")
+    insns = fb.sass.instructions(mod)
+    assert sorted(insns) == ["other", "stage"]
+    stage = insns["stage"]
+    assert [i.opcode for i in stage] == fb.sass.opcodes(mod.sass("stage"))     # the printed text reads back the same
+    assert [i.offset for i in stage] == [16 * k for k in range(len(stage))]
+    copy = next(i for i in stage if i.opcode.startswith("LDGSTS"))
+    assert copy.operands[0].startswith("[") and "[" in copy.operands[1], copy   # the shared address, the global one
+    assert any(i.predicate.startswith("@") for i in stage)
+    assert fb.sass.histogram(mod, "stage") == mod.histogram("stage")
+    with pytest.raises(fb.FeedbeastError, match="no kernel 'nope'"):
+        fb.sass.instructions(mod, "nope")
+
+
+@pytest.mark.parametrize("json_operands, operands", [
+    ("R1,c[0x0][0x28]", ("R1", "c[0x0][0x28]")),                # a constant bank is one operand
+    ("URZ[UR10],UR4", ("URZ", "[UR10]", "UR4")),                # the JSON drops the comma before an address
+    ("[UR16][UR10]", ("[UR16]", "[UR10]")),                     # two addresses in a row
+    ("R2,desc[UR4][R2.64]", ("R2", "desc[UR4][R2.64]")),        # a descriptor and its address are one
+    ("", ()),
+])
+def test_nvdisasm_operands_split_as_cuobjdump_prints_them(json_operands, operands):
+    assert fb.sass._split_operands(json_operands) == operands
+
+
+def test_initial_value_reads_a_device_variable_out_of_the_cubin():
+    mod = fb.compile(r"""
+__device__ const int table[4] = {3, -1, 4, 1};
+__device__ int zeros[8];
+extern "C" __global__ void use(int* out) { out[threadIdx.x] = table[threadIdx.x % 4] + zeros[threadIdx.x % 8]; }
+""", "sm_90a")
+    assert fb.cubin.initial_value(mod, "table", np.int32).tolist() == [3, -1, 4, 1]
+    assert fb.cubin.initial_value(mod, "zeros", np.int32, (2, 4)).tolist() == [[0] * 4] * 2
+    with pytest.raises(fb.FeedbeastError, match="no symbol 'missing'"):
+        fb.cubin.initial_value(mod, "missing", np.int32)
+
+
 def test_compile_error_shows_the_failing_line():
     bad = CP_ASYNC.replace("2.f * tile", "2.f * tiles")
     with pytest.raises(fb.CompileError) as e:

@@ -181,8 +181,8 @@ class Module:
         return sass_text(self.cubin, kernel)
 
     def histogram(self, kernel: str | None = None):
-        from .sass import opcode_histogram
-        return opcode_histogram(self.sass(kernel))
+        from .sass import histogram
+        return histogram(self, kernel)
 
     def expect_sass(self, *opcodes: str, kernel: str | None = None, forbid: tuple = ()):
         from .sass import expect_sass
