@@ -185,8 +185,7 @@ def test_gpu_rung_ragged_shapes_o_and_lse(gpu90, validate, name):
 
 
 def test_gpu_pp_with_three_stages(gpu90, validate):
-    results = validate(module("pp", STAGES=3).debug_build(), "attn_pp", shapes=[(1, 2, 1000, 128), (2, 1, 700, 64)],
-                       stages=3)
+    results = validate(module("pp", STAGES=3).debug_build(), "attn_pp", shapes=[(1, 2, 1000, 128), (2, 1, 700, 64)])
     assert results and all(results), results
 
 
