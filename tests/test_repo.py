@@ -103,3 +103,101 @@ def test_reset_labs_backs_up_an_edited_lab(tmp_path):
 def test_readme_shows_the_test_command_and_ci_runs_it():
     assert "make test" in (ROOT / "README.md").read_text()
     assert "make test" in (ROOT / ".ci/run").read_text()
+
+
+PACKAGE = ROOT / "src/feedbeast"
+STAGES = ("build", "run", "verify", "measure", "simulate", "course", "shared")
+
+
+def test_readme_layout_lists_every_module_once_by_stage():
+    text = (ROOT / "README.md").read_text()
+    layout = text[text.index("## Layout"):]
+    layout = layout[:layout.index("\n## ", 1)]
+    listed = []
+    for stage in STAGES:
+        row = re.search(rf"^\| {stage} \| ([^|]+) \|", layout, re.MULTILINE)
+        assert row, f"README's Layout has no row for the stage {stage!r}"
+        listed += re.findall(r"`([^`]+)`", row.group(1))
+    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"} | {"sim/", "include/fb/"}
+    twice = sorted({m for m in listed if listed.count(m) > 1})
+    assert not twice, f"listed under two stages in README's Layout: {twice}"
+    assert set(listed) == modules, (f"README's Layout misses {sorted(modules - set(listed))} "
+                                    f"and lists {sorted(set(listed) - modules)}, which do not exist")
+
+
+def _imports() -> dict:
+    """{module: modules of the package it imports anywhere (a function-level import counts too)}."""
+    import ast
+    names = {".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in PACKAGE.rglob("*.py")}
+    names = {n[:-len(".__init__")] if n.endswith(".__init__") else n for n in names}
+    graph = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(PACKAGE).with_suffix("").parts
+        me = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        pkg = list(parts[:-1])
+        deps = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = pkg[:len(pkg) - node.level + 1] + (node.module.split(".") if node.module else [])
+                for a in node.names:
+                    full = ".".join(base + [a.name])
+                    deps.add(full if full in names else ".".join(base))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                deps |= {m[len("feedbeast."):] for m in mods if m.startswith("feedbeast.")}
+        graph[me] = {d for d in deps if d in names and d and d != me}
+    return graph
+
+
+# Import circles that remain, each with what breaks it: the test fails on any other, and when one is gone.
+KNOWN_CIRCLES = {
+    frozenset({"bench", "ceilings"}): "ceilings times with bench.bench; bench resolves ceiling names and physical "
+                                      "peaks from ceilings",
+    frozenset({"compile", "hazards", "launch"}): "Module.hazard_check and Kernel.launch call hazards, which "
+                                                 "compiles the hazard build and uses launch's helpers",
+}
+
+
+def test_no_import_circles():
+    graph = _imports()
+    index, low, stack, on, circles = {}, {}, [], set(), []
+
+    def visit(v):   # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(frozenset(comp))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    new = [sorted(c) for c in circles if c not in KNOWN_CIRCLES]
+    assert not new, "modules that import each other (directly or through others): " + "; ".join(
+        " <-> ".join(c) + " (" + ", ".join(f"{a} imports {sorted(graph[a] & set(c))}" for a in c) + ")" for c in new)
+    gone = [sorted(c) for c in KNOWN_CIRCLES if c not in circles]
+    assert not gone, f"these circles are gone: remove them from KNOWN_CIRCLES: {gone}"
+    assert graph["compile"] and "launch" not in _reachable(graph, "cubin")   # the graph is read at all
+
+
+def _reachable(graph, start):
+    seen, todo = set(), [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen

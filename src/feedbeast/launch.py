@@ -165,7 +165,7 @@ class Kernel:
         """Every check, then (on a machine that can run it) the module loaded and the shared memory
         opted in. Returns (grid, block, cluster) as 3-tuples, or the Skipped that says why not."""
         if self._limits is None:   # read once: a launch must stay cheap (decode kernels run for microseconds)
-            from .compile import kernel_max_threads
+            from .cubin import kernel_max_threads
             res = self.resources
             self._limits = (res.shared_static if res is not None else 0,
                             kernel_max_threads(self.module.cubin, self.name))
