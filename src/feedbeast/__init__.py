@@ -10,7 +10,9 @@ One way to do each thing:
     check(out, ref)                    against a float64 reference
     bench(fn, name=, nbytes=|flops=, ceiling=)   CUDA-event timing vs a same-run ceiling and the physical peak
     profile(script, kernel=)          Nsight Compute counters of one launch (a small table)
+    notebook.load(path)                a notebook's %%cuda cells (.compile(name, **defines)) and definitions
 On a machine that cannot run a kernel, launch/check/bench return a Skipped that says why.
+The modules by stage (build, run, verify, measure, simulate, course): README, "Layout".
 """
 from .bench import BenchResult, bench
 from .ceilings import PhysicalLimitError, ceiling, gemm, physical_peak

@@ -1,4 +1,4 @@
-"""[build] What a cubin (an ELF image) says about its kernels, read without a GPU or a driver.
+"""What a cubin (an ELF image) says about its kernels, read without a GPU or a driver.
 
     kernel_names(cubin)                 entry functions
     kernel_params(cubin, "k")           (offset, size) of each parameter, as the launch packs them

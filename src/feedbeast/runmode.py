@@ -1,4 +1,4 @@
-"""[run] How this process runs: facts the runners set and the rest of the toolkit reads.
+"""How this process runs: facts the runners set and the rest of the toolkit reads.
 
 `make sanitize` runs each notebook with FEEDBEAST_UNDER_SANITIZER=1 (sanitize.run sets it). Inside it,
 debug builds wait longer (compile), deliberate failures are not run (isolated), sizes shrink (pick), and

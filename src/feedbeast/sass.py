@@ -1,4 +1,4 @@
-"""[verify] SASS: the machine code the GPU runs, read with `nvdisasm -json` (no GPU needed).
+"""SASS: the machine code the GPU runs, read with `nvdisasm -json` (no GPU needed).
 
 `expect_sass(mod, "LDGSTS", "DEPBAR")` fails naming each missing instruction. Names match by prefix
 on '.' boundaries: "SYNCS.ARRIVE" matches "SYNCS.ARRIVE.TRANS64.A1T0".
