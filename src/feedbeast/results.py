@@ -74,6 +74,16 @@ def summarize(folder: Path) -> Path:
         peak = f"{r['pct_peak']:.1f}" if r.get("pct_peak") is not None else "-"
         lines.append(f"| {r['name']} | {r['sizes'] or ''} | {r['median_ms'] * 1e3:.1f} us | {rate} | {pct} | {ceil} "
                      f"| {r.get('bound') or '-'} | {peak} |")
+    prof = folder / "profile.jsonl"
+    if prof.exists():   # counters recorded by fb.profile: the latest table per name
+        from .profiling import Profile
+        latest_p = {}
+        for r in load(prof):
+            latest_p[r["name"]] = r
+        lines += ["", "## Counters (Nsight Compute, one launch each, clocks locked by ncu)", ""]
+        for r in sorted(latest_p.values(), key=lambda r: r["name"]):
+            p = Profile(r["name"], r["kernel"], r["values"], r["stalls"], {}, r.get("gpu", ""), r.get("units", {}))
+            lines += ["```", p.table(), "```"]
     (folder / "results.md").write_text("\n".join(lines) + "\n")
     with_pct = [r for r in rows if r["pct"] is not None]
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(with_pct) + 1.2))
