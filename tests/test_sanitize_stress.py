@@ -117,8 +117,8 @@ def test_sanitize_without_a_gpu_prints_skips_and_exits_0(monkeypatch, capsys, tm
     assert sanitize.main(["chapters", "solutions", "--logs", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     n = len(sanitize.notebooks([ROOT / "chapters", ROOT / "solutions"]))
-    assert out.count("skipped: no GPU: ") == 3 * n
-    assert "| notebook | memcheck | racecheck | synccheck |" in out
+    assert out.count("skipped: no GPU: ") == len(sanitize.TOOLS) * n
+    assert "| notebook | memcheck | racecheck | synccheck | hazards |" in out
     assert sanitize.main(["chapters", "--strict", "--logs", str(tmp_path)]) == 1
 
 
@@ -235,3 +235,22 @@ def test_the_inner_runner_names_slow_cells(tmp_path, monkeypatch):
                         f"sys.exit(sanitize.run({str(path)!r}))"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "code cell 1 of slow.ipynb took" in r.stdout and "code cell 2 " not in r.stdout
+
+
+def test_the_hazards_tool_runs_the_notebook_without_the_sanitizer_and_names_the_rule(tmp_path, monkeypatch):
+    import types
+    seen = {}
+
+    def fake(cmd, **kw):
+        seen["cmd"], seen["env"] = cmd, kw["env"]
+        return types.SimpleNamespace(stdout=log, stderr="", returncode=rc)
+    monkeypatch.setattr(sanitize.subprocess, "run", fake)
+    log, rc = "hazard check: ring grid 2 block 160: 0 violation(s) in 812 events\nsanitize run: x.ipynb: every cell ran\n", 0
+    cell, bad = sanitize.sanitize_one("compute-sanitizer", tmp_path / "x.ipynb", "hazards", tmp_path, 10)
+    assert (bad, cell.split(" (")[0]) == (0, "0") and "1 launches" in cell
+    assert seen["cmd"][0] == sys.executable and "compute-sanitizer" not in seen["cmd"]
+    assert seen["env"]["FEEDBEAST_HAZARDS"] == "1"
+    log, rc = ("sanitize run: code cell 9 of x.ipynb raised HazardFound: missing-proxy-fence: a generic-proxy ...\n",
+               1)
+    cell, bad = sanitize.sanitize_one("compute-sanitizer", tmp_path / "x.ipynb", "hazards", tmp_path, 10)
+    assert bad == 1 and cell.startswith("HazardFound: missing-proxy-fence"), cell

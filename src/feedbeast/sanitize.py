@@ -1,6 +1,7 @@
-"""`make sanitize`: every chapter and solution notebook under compute-sanitizer, one tool at a time.
+"""`make sanitize`: every chapter and solution notebook under compute-sanitizer and the hazard checker, one tool
+at a time.
 
-    python -m feedbeast sanitize [--tools memcheck,racecheck,synccheck] [--strict] [--jobs N] [chapters solutions]
+    python -m feedbeast sanitize [--tools memcheck,racecheck,synccheck,hazards] [--strict] [--jobs N] [chapters solutions]
     python -m feedbeast.sanitize run chapters/00-feeding-the-beast.ipynb   # the inner runner
 
 For each notebook and tool this runs
@@ -8,6 +9,11 @@ For each notebook and tool this runs
     compute-sanitizer --tool T --error-exitcode 1 python -m feedbeast.sanitize run NOTEBOOK
 
 and prints a table of the reports found; zero everywhere is the bar. Logs go to build/sanitize/.
+
+The fourth tool, `hazards`, is ours (feedbeast.hazards): the same runner without compute-sanitizer and with
+FEEDBEAST_HAZARDS=1, so that every launch first runs the kernel's hazard build at the same arguments and a
+violation of the async-proxy ordering rules raises HazardFound. compute-sanitizer does not model the async
+proxy (TMA, bulk copies, wgmma); this tool checks exactly that. It needs a GPU, not compute-sanitizer.
 
 How a notebook runs under the sanitizer: `run` executes the notebook's code cells in order inside
 this one Python process, with an IPython shell (so `%load_ext feedbeast` and `%%cuda` cells behave
@@ -31,7 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-TOOLS = ("memcheck", "racecheck", "synccheck")
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
+TOOLS = SANITIZER_TOOLS + ("hazards",)
 TIMED_OFF = "timing is off under compute-sanitizer"
 SLOW_CELL_S = 30        # a cell slower than this is named in the log: where a sanitized run spends its time
 
@@ -92,6 +99,9 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "1", "--print-limit", "100", "--report-api-errors", "no",
            "--target-processes", "application-only", sys.executable, "-m", "feedbeast.sanitize", "run", str(nb)]
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    if tool == "hazards":       # ours: no compute-sanitizer; every launch is hazard-checked first
+        cmd = cmd[cmd.index(sys.executable):]
+        env["FEEDBEAST_HAZARDS"] = "1"
     logdir.mkdir(parents=True, exist_ok=True)
     log_path = logdir / f"{nb.parent.name}-{nb.stem}.{tool}.log"
     t = time.time()
@@ -103,14 +113,22 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
         log_path.write_text(log + f"\n(timed out after {timeout} s)\n")
         return f"timed out ({timeout} s)", 1
     log_path.write_text(" ".join(cmd) + "\n" + log)
-    n = count_reports(log, tool)
     secs = f"{time.time() - t:.0f} s"
+    if tool == "hazards":
+        found = re.findall(r"HazardFound: ([\w-]+)", log)
+        if found:
+            return f"HazardFound: {found[0]} ({secs})", 1
+        n, checked = None, sum(1 for ln in log.splitlines() if ln.startswith("hazard check: "))
+        if rc == 0:
+            return f"0 ({checked} launches, {secs})", 0
+    else:
+        n = count_reports(log, tool)
     if n:
         return f"{n} reports ({secs})", 1
-    from .grade import parse_text
-    checks = [o for o in parse_text(log) if o.status == "failed"]
-    if rc == 0 and checks:      # a check that printed FAILED (fb.check(..., raise_on_fail=False)) without raising
-        return f"check failed: {checks[0].name}"[:90], 1
+    # a check that printed FAILED (fb.check(..., raise_on_fail=False)) without raising: "<name>: FAILED: ..."
+    failed = re.findall(r"^(.+?): FAILED\b", log, re.M)
+    if rc == 0 and failed:
+        return f"check failed: {failed[0]}"[:90], 1
     if rc != 0:
         failed = [ln for ln in log.splitlines() if ln.startswith("sanitize run: ")]
         why = failed[-1][len("sanitize run: "):] if failed else f"exit status {rc}"
@@ -135,7 +153,7 @@ def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/san
     skip, short = None, None
     if g is None:
         skip = short = "skipped: no GPU"
-    elif sanitizer is None:
+    elif sanitizer is None and set(tools) & set(SANITIZER_TOOLS):
         short = "skipped: no compute-sanitizer"
         skip = short + " (put a CUDA toolkit's bin/ on PATH or set CUDA_HOME)"
     print(f"compute-sanitizer: {sanitizer or 'not found'}; GPU: {g.name if g else 'none'}", flush=True)
@@ -144,9 +162,12 @@ def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/san
     failures = 0
     if skip:
         for _, name, tool in pairs:
+            if g is not None and tool == "hazards":
+                continue
             print(f"{skip}: {tool} {name}")
             rows[name][tool] = short
-    else:
+        pairs = [p for p in pairs if g is not None and p[2] == "hazards"]
+    if pairs:
         def one(pair):
             nb, name, tool = pair
             print(f"{tool} {name} ...", flush=True)
@@ -163,8 +184,9 @@ def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/san
         from .results import results_root
         out = results_root() / g.slug
         out.mkdir(parents=True, exist_ok=True)
-        (out / "sanitize.md").write_text(f"# compute-sanitizer on {g.name}\n\n{text}\n\n"
-                                         f"A cell is the number of reports; logs in {logdir}/.\n")
+        (out / "sanitize.md").write_text(f"# compute-sanitizer and the hazard checker on {g.name}\n\n{text}\n\n"
+                                         f"A cell is the number of reports (hazards: of launches checked, those "
+                                         f"with a violation); logs in {logdir}/.\n")
         print(f"wrote {out / 'sanitize.md'}")
     if failures:
         print(f"sanitize: {failures} notebook runs with reports or failures (logs in {logdir}/)")
@@ -235,7 +257,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedbeast sanitize",
                                  description="Run notebooks under compute-sanitizer tools.")
     ap.add_argument("paths", nargs="*", default=["chapters", "solutions"])
-    ap.add_argument("--tools", default=",".join(TOOLS), help="comma-separated (default: all three)")
+    ap.add_argument("--tools", default=",".join(TOOLS), help="comma-separated (default: all four)")
     ap.add_argument("--strict", action="store_true", default=os.environ.get("FEEDBEAST_SANITIZE_STRICT") == "1",
                     help="a skip (no GPU, no compute-sanitizer) fails")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per notebook and tool")
