@@ -76,14 +76,15 @@ def summarize(folder: Path) -> Path:
                      f"| {r.get('bound') or '-'} | {peak} |")
     prof = folder / "profile.jsonl"
     if prof.exists():   # counters recorded by fb.profile: the latest table per name
-        from .profiling import Profile
         latest_p = {}
         for r in load(prof):
             latest_p[r["name"]] = r
         lines += ["", "## Counters (Nsight Compute, one launch each, clocks locked by ncu)", ""]
         for r in sorted(latest_p.values(), key=lambda r: r["name"]):
-            p = Profile(r["name"], r["kernel"], r["values"], r["stalls"], {}, r.get("gpu", ""), r.get("units", {}))
-            lines += ["```", p.table(), "```"]
+            vals = ", ".join(f"{k} {v:.4g}{r.get('units', {}).get(k, '')}" for k, v in r["values"].items()
+                             if isinstance(v, (int, float)))
+            stalls = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["stalls"].items(), key=lambda kv: -kv[1])[:4])
+            lines.append(f"- **{r['name']}** ({r['kernel'][:60]}): {vals}; top stalls (warps per issue): {stalls}")
     (folder / "results.md").write_text("\n".join(lines) + "\n")
     with_pct = [r for r in rows if r["pct"] is not None]
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(with_pct) + 1.2))
