@@ -201,3 +201,79 @@ def _reachable(graph, start):
                 seen.add(w)
                 todo.append(w)
     return seen
+
+
+# ---- one source per kernel line: no block of six or more CUDA lines stands in two places
+REPEAT_LINES = 6
+_THIN = re.compile(r"^[{}()\[\];,]*$|^#\s*(include|endif|else|pragma once)\b")   # not code worth counting
+# Repeats that remain, by the two places (a header or a notebook's %%cuda cell), each with its owner's plan.
+# The test fails on any other repeat, and on an entry here that no longer repeats (remove it then).
+KNOWN_REPEATS = {
+    frozenset({"include/fb/wgmma.cuh"}): "the asm operand lists of mma_m64n128k16 and mma_m64n256k16",
+    frozenset({"include/fb/attention.cuh"}): "chapter 09's header, being written",
+    frozenset({"chapters/09-attention.ipynb:tma", "chapters/09-attention.ipynb:pp"}): "chapter 09, being written",
+    frozenset({"chapters/09-attention.ipynb:tma", "chapters/09-attention.ipynb:ws"}): "chapter 09, being written",
+    frozenset({"chapters/09-attention.ipynb:ws", "chapters/09-attention.ipynb:pp"}): "chapter 09, being written",
+    frozenset({"chapters/09-attention.ipynb:pp", "solutions/09-sliding-window-attention.ipynb:lab"}): "lab 09",
+    frozenset({"chapters/09-attention.ipynb:tma", "solutions/09-sliding-window-attention.ipynb:lab"}): "lab 09",
+    frozenset({"chapters/09-attention.ipynb:ws", "solutions/09-sliding-window-attention.ipynb:lab"}): "lab 09",
+}
+
+
+def _cuda_sources() -> dict:
+    """{place: (first line number, source)}: every header, and every %%cuda cell of the chapters and
+    solutions (labs are generated from solutions) as feedbeast.notebook loads it."""
+    from feedbeast.notebook import load
+    out = {f"include/fb/{h.name}": (1, h.read_text()) for h in sorted((PACKAGE / "include/fb").glob("*.cuh"))}
+    for path in sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")):
+        for name, cell in load(path).cuda_cells.items():
+            out[f"{path.parent.name}/{path.name}:{name}"] = (2, cell.source)   # line 1 is the %%cuda line
+    return out
+
+
+def repeated_blocks(sources: dict, n: int = REPEAT_LINES) -> list:
+    """[(place a, lines a, place b, lines b, first line)] for each maximal run of n or more code lines (comments,
+    blank and punctuation-only lines left out, white space folded) that stands in two places."""
+    code = {}
+    for place, (first, text) in sources.items():
+        rows = [(first + i, re.sub(r"\s+", " ", ln.split("//")[0].strip())) for i, ln in enumerate(text.splitlines())]
+        code[place] = [(no, ln) for no, ln in rows if ln and not _THIN.match(ln)]
+    seen = {}
+    for place, rows in code.items():
+        for i in range(len(rows) - n + 1):
+            seen.setdefault(tuple(ln for _, ln in rows[i:i + n]), []).append((place, i))
+    starts = set()
+    for places in seen.values():
+        for j, (pa, ia) in enumerate(places):
+            for pb, ib in places[j + 1:]:
+                if pa != pb or abs(ia - ib) >= n:
+                    starts.add((pa, pb, ia, ib))
+    out = []
+    for pa, pb, ia, ib in sorted(starts):
+        if (pa, pb, ia - 1, ib - 1) in starts:
+            continue   # inside a longer run, reported from its start
+        k = 0
+        while (pa, pb, ia + k + 1, ib + k + 1) in starts:
+            k += 1
+        last = k + n - 1
+        out.append((pa, (code[pa][ia][0], code[pa][ia + last][0]), pb, (code[pb][ib][0], code[pb][ib + last][0]),
+                    code[pa][ia][1]))
+    return out
+
+
+def test_repeated_blocks_finds_a_copied_run_and_ignores_comments():
+    body = "\n".join(f"  x{i} += y[{i}];   // step {i}" for i in range(7))
+    found = repeated_blocks({"a": (1, "int f() {\n" + body + "\n}"), "b": (2, "// copy\n\n" + body.replace("//", "// -"))})
+    assert [(a, la, b, lb) for a, la, b, lb, _ in found] == [("a", (2, 8), "b", (4, 10))]
+    assert not repeated_blocks({"a": (1, body), "b": (1, body.replace("x3", "z3"))})   # 3 + 3 lines: no run of 6
+
+
+def test_no_block_of_six_cuda_lines_stands_in_two_places():
+    found = repeated_blocks(_cuda_sources())
+    pairs = {frozenset({a, b}) for a, _, b, _, _ in found}
+    new = [f"  {a}:{la[0]}-{la[1]} and {b}:{lb[0]}-{lb[1]}, from `{first}`"
+           for a, la, b, lb, first in found if frozenset({a, b}) not in KNOWN_REPEATS]
+    assert not new, ("the same kernel lines stand in two places; keep them in one (a header in include/fb/, or a "
+                     "device function the cells share) and build variants with -D switches:\n" + "\n".join(new))
+    gone = sorted(" ~ ".join(sorted(k)) for k in KNOWN_REPEATS if k not in pairs)
+    assert not gone, f"no longer repeated: remove from KNOWN_REPEATS: {gone}"
