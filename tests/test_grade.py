@@ -247,3 +247,22 @@ def test_cli_expands_quoted_globs(tmp_path):
     shutil.copy(SOLUTION, tmp_path / "00-a.ipynb")
     assert g.expand([str(tmp_path / "00-*.ipynb")]) == [tmp_path / "00-a.ipynb"]
     assert g.expand([str(tmp_path / "99-*.ipynb")]) == [tmp_path / "99-*.ipynb"]   # graded as missing
+
+
+# ---- SASS-visible rules: the proxy fence's place, not only its count -----------------------------------------
+
+def test_a_proxy_fence_after_the_release_arrive_is_rejected_by_its_place():
+    """Lab 04's consumers fence their reads before arriving on empty[s]; moved after the arrive the fence is
+    still counted once, and the order rule rejects it. The solution as shipped passes the same rule."""
+    import feedbeast as fb
+    from feedbeast import notebook
+    cell = notebook.load(ROOT / "solutions/04-mbarrier-ring.ipynb").cuda("lab")
+    assert fb.sass.expect_proxy_fence(cell.compile("sm_90a"), "gemv_ring", "test") >= 1
+    lines = cell.source.split("\n")
+    i = next(k for k, ln in enumerate(lines) if "fence_proxy_async();" in ln)
+    j = next(k for k in range(i + 1, len(lines)) if "arrive(" in lines[k])
+    moved = "\n".join(lines[:i] + lines[i + 1:j + 1] + [lines[i]] + lines[j + 1:])
+    mod = fb.compile(moved, "sm_90a", defines=cell.defines)
+    assert fb.sass.proxy_fences(fb.sass.instructions(mod, "gemv_ring")["gemv_ring"]) >= 1   # the count alone passes
+    with pytest.raises(fb.SassMismatch, match="in the wrong place: LDS.* then SYNCS.ARRIVE.TRANS64.A1T0"):
+        fb.sass.expect_proxy_fence(mod, "gemv_ring", "test")

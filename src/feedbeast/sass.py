@@ -187,13 +187,46 @@ def proxy_fences(sass) -> int:
     return sum(1 for a, b in zip(ops, ops[1:]) if matches(a, "MEMBAR") and b == "FENCE.VIEW.ASYNC.S")
 
 
+_GENERIC_SHARED = ("LDS", "STS", "LDSM", "STSM")        # ordinary (generic-proxy) shared-memory accesses
+_ASYNC_AFTER = ("SYNCS.ARRIVE.TRANS64.A1T0",            # a release: the next bulk/TMA write may refill the stage
+                "UTMASTG", "UBLKCP.G.S")                # a TMA / bulk store: reads shared memory, async proxy
+
+
+def proxy_fence_order(ins) -> list[str]:
+    """Places where an ordinary shared-memory access is followed, in the SASS's order, by a release arrive or an
+    async-proxy store with no fence.proxy.async (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S) between them: a fence
+    after the arrive (or the store) instead of before it."""
+    ops = [i.opcode for i in ins]
+    where = [i.offset for i in ins]
+    bad = []
+    for j, op in enumerate(ops):
+        if not any(matches(op, a) for a in _ASYNC_AFTER):
+            continue
+        for k in range(j - 1, -1, -1):
+            if ops[k] == "FENCE.VIEW.ASYNC.S" and k > 0 and matches(ops[k - 1], "MEMBAR"):
+                break
+            if any(matches(ops[k], g) for g in _GENERIC_SHARED):
+                bad.append(f"{ops[k]} at {where[k]:#06x}, then {op} at {where[j]:#06x} with no proxy fence between")
+                break
+    return bad
+
+
 def expect_proxy_fence(mod, kernel: str, why: str) -> int:
-    """Raise SassMismatch (saying `why` the fence is needed) if `kernel` has no shared-memory proxy fence."""
-    n = proxy_fences(instructions(mod, kernel)[kernel])
+    """Raise SassMismatch (saying `why` the fence is needed) if `kernel` has no shared-memory proxy fence, or if
+    one of its release arrives or TMA/bulk stores follows ordinary shared-memory accesses with no fence between
+    (the fence placed after the arrive: the order, not only the count)."""
+    ins = instructions(mod, kernel)[kernel]
+    n = proxy_fences(ins)
     name = f"proxy fence in the SASS of kernel {kernel}"
     if n == 0:
         msg = (f"SASS of kernel {kernel} for {mod.arch}: no fence.proxy.async.shared::cta "
                f"(MEMBAR.ALL.CTA then FENCE.VIEW.ASYNC.S): {why}")
+        verdicts.failed(name, msg)
+        raise SassMismatch(msg)
+    misplaced = proxy_fence_order(ins)
+    if misplaced:
+        msg = (f"SASS of kernel {kernel} for {mod.arch}: fence.proxy.async.shared::cta in the wrong place: "
+               + "; ".join(misplaced[:3]) + f": {why}")
         verdicts.failed(name, msg)
         raise SassMismatch(msg)
     verdicts.passed(name, f"{n} fence(s)")
