@@ -201,9 +201,9 @@ def test_trace_build_records_every_role(gpu90, src):
 
 @pytest.mark.parametrize("notebook, cell, kernel", [
     ("chapters/04-mbarrier.ipynb", "rowsum_mod", "rowsum_ring"),
-    ("solutions/04-mbarrier-ring.ipynb", "lab", "rowsum_lab"),
+    ("solutions/04-mbarrier-ring.ipynb", "lab", "gemv_ring"),
     ("chapters/05-tma.ipynb", "ring", "rowsum_tma"),
-    ("solutions/05-tma-ring.ipynb", "lab", "rowsum_lab"),
+    ("solutions/05-tma-ring.ipynb", "lab", "transpose_ring"),
     ("chapters/06-warp-specialization.ipynb", "rowsum", "rowsum_ws"),
     ("chapters/06-warp-specialization.ipynb", "rowsum", "rowsum_single"),
 ])

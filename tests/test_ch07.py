@@ -93,8 +93,8 @@ def test_cuda_barrier_ring_refuses_clusters(ch):
 
 def test_lab_solution_sass():
     mod = SOLUTION.compile("lab")
-    mod.expect_sass("UTMALDG", "UTMASTG", "HGMMA.64x256x16.F32.BF16", "USETMAXREG", kernel="gemm_lab")
-    assert mod.resources["gemm_lab"].spills == 0
+    mod.expect_sass("UTMALDG", "UTMASTG", "HGMMA.64x128x16.F32.BF16", "USETMAXREG", kernel="gemm_persistent_lab")
+    assert mod.resources["gemm_persistent_lab"].spills == 0
 
 
 # ---- on a Hopper GPU ------------------------------------------------------------------------------------
