@@ -266,3 +266,19 @@ def test_a_proxy_fence_after_the_release_arrive_is_rejected_by_its_place():
     assert fb.sass.proxy_fences(fb.sass.instructions(mod, "gemv_ring")["gemv_ring"]) >= 1   # the count alone passes
     with pytest.raises(fb.SassMismatch, match="in the wrong place: LDS.* then SYNCS.ARRIVE.TRANS64.A1T0"):
         fb.sass.expect_proxy_fence(mod, "gemv_ring", "test")
+
+
+def test_a_cp_async_wait_that_leaves_too_many_groups_in_flight_is_rejected():
+    """Lab 03 waits with cp.async.wait_group<STAGES - 2> (DEPBAR.LE SB0, 0x1 for 3 stages); <STAGES - 1> lets
+    the tile being summed still be in flight: the count is in the SASS."""
+    import feedbeast as fb
+    from feedbeast import notebook
+    cell = notebook.load(ROOT / "solutions/03-cp-async-rowsum.ipynb").cuda("lab")
+    stages = int(cell.defines["STAGES"])
+    kernel = next(k for k in cell.compile("sm_80").kernel_names if k.startswith("ring"))
+    assert fb.sass.expect_cp_async_wait(cell.compile("sm_80"), kernel, stages - 2, "test") == [stages - 2]
+    assert "cp_async_wait<STAGES - 2>" in cell.source, "the solution changed: update this test"
+    late = fb.compile(cell.source.replace("cp_async_wait<STAGES - 2>", "cp_async_wait<STAGES - 1>"), "sm_80",
+                      defines=cell.defines)
+    with pytest.raises(fb.SassMismatch, match=r"waits \[2\].*expected N <= 1"):
+        fb.sass.expect_cp_async_wait(late, kernel, stages - 2, "test")

@@ -233,6 +233,32 @@ def expect_proxy_fence(mod, kernel: str, why: str) -> int:
     return n
 
 
+def cp_async_waits(ins) -> list[int]:
+    """N of each cp.async.wait_group N in program order: DEPBAR.LE SB0, N in the SASS (wait_all is N = 0)."""
+    out = []
+    for i in ins:
+        if matches(i.opcode, "DEPBAR") and len(i.operands) >= 2 and i.operands[0] == "SB0":
+            try:
+                out.append(int(i.operands[1], 0))
+            except ValueError:
+                pass
+    return out
+
+
+def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
+    """Raise SassMismatch (saying `why`) unless `kernel` waits on its cp.async groups and every wait leaves at most
+    `most` groups in flight (a larger N lets a tile be read before it lands). Returns the N of each wait."""
+    waits = cp_async_waits(instructions(mod, kernel)[kernel])
+    name = f"cp.async wait count in the SASS of kernel {kernel}"
+    if not waits or max(waits) > most:
+        found = f"waits {waits} (DEPBAR.LE SB0, N)" if waits else "no cp.async.wait_group (DEPBAR.LE SB0, N)"
+        msg = f"SASS of kernel {kernel} for {mod.arch}: {found}; expected N <= {most}: {why}"
+        verdicts.failed(name, msg)
+        raise SassMismatch(msg)
+    verdicts.passed(name, f"waits {waits}, at most {most} groups in flight")
+    return waits
+
+
 def highlight(sass: str, *patterns: str, context: int = 2, limit: int = 40) -> str:
     """The lines of `sass` that hold `patterns`, with `context` lines around, marked with '>>'."""
     lines = sass.splitlines()
