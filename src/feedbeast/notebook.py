@@ -81,7 +81,8 @@ class _Stmt:
     node: ast.stmt
     binds: frozenset    # top-level names it binds
     amends: frozenset   # top-level names it changes in place (`REPS["x"] = ...`)
-    reads: frozenset    # top-level names it (or a function it defines) reads
+    reads: frozenset    # top-level names it reads when it runs
+    reads_later: frozenset   # ...and those the functions it defines read when called
 
 
 class Notebook:
@@ -128,7 +129,7 @@ class Notebook:
         for j, node in enumerate(tree.body):
             binds, amends = _targets(node)
             if binds or amends:
-                self._stmts.append(_Stmt((i, j), node, frozenset(binds), frozenset(amends), frozenset(_reads(node))))
+                self._stmts.append(_Stmt((i, j), node, frozenset(binds), frozenset(amends), *_reads(node)))
 
     def names(self) -> list[str]:
         """Every top-level name a def, class, assignment or import of the notebook binds."""
@@ -158,8 +159,10 @@ class Notebook:
         """Run the definitions of `names` (and what they need) in a fresh namespace and return it.
 
         Names given in `namespace` or as keywords are taken as they are, not looked up in the notebook.
-        Each name is the notebook's last binding of it; what a definition reads is the binding in force
-        where that definition stands. Raises LookupError naming what the notebook does not define.
+        Each name asked for is the notebook's last binding of it. What a statement reads when it runs is the
+        binding in force where it stands; what a function reads when called is that one and the notebook's
+        last (they run in notebook order, so each call sees what it would after running the notebook).
+        Raises LookupError naming what the notebook does not define.
         """
         ns = dict(namespace or {})
         ns.update(bound)
@@ -168,7 +171,7 @@ class Notebook:
         modules: set[str] = set()
         missing: list[str] = []
 
-        def need(name, before=None, why=None):
+        def need(name, before, why, called_later=False):
             if name in given:
                 return
             s = self._binding(name, before)
@@ -176,9 +179,11 @@ class Notebook:
                 if name in self.cuda_cells:
                     modules.add(name)
                 else:
-                    missing.append(f"{name}" + (f" (read by cell {why[0]})" if why else ""))
+                    missing.append(f"{name} (read in cell {why[0]})")
                 return
             take(s)
+            if called_later:   # a function body sees the notebook's last binding too (the one in force at a call)
+                take(self._binding(name))
 
         def take(s):
             if s.pos in chosen:
@@ -186,6 +191,8 @@ class Notebook:
             chosen[s.pos] = s
             for n in sorted(s.reads - s.binds):
                 need(n, s.pos, s.pos)
+            for n in sorted(s.reads_later - s.binds):
+                need(n, s.pos, s.pos, called_later=True)
             for n in s.binds:        # in-place changes up to the next rebinding: REPS["x"] = ...
                 nxt = [t.pos for t in self._stmts if n in t.binds and t.pos > s.pos]
                 for t in self._stmts:
@@ -236,17 +243,23 @@ def _targets(node) -> tuple[set, set]:
     return binds, amends
 
 
-def _reads(node) -> set:
-    """Module-level names a statement reads, including from inside the functions and classes it defines."""
-    table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
-    out = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+_EAGER = {"listcomp", "setcomp", "dictcomp", "genexpr"}   # scopes that run where they stand
 
-    def walk(t):
+
+def _reads(node) -> tuple[frozenset, frozenset]:
+    """Module-level names a statement reads: (now, later). `now` when the statement runs (an assignment, a
+    default value, a decorator, a class body); `later` from inside the functions it defines, when called."""
+    table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
+    now = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    later = set()
+
+    def walk(t, deferred):
+        deferred = deferred or (t.get_type() == "function" and t.get_name() not in _EAGER)
         for s in t.get_symbols():
             if s.is_global() and s.is_referenced():
-                out.add(s.get_name())
+                (later if deferred else now).add(s.get_name())
         for c in t.get_children():
-            walk(c)
+            walk(c, deferred)
     for child in table.get_children():
-        walk(child)
-    return out
+        walk(child, False)
+    return frozenset(now), frozenset(later - now)

@@ -1,0 +1,92 @@
+"""feedbeast.notebook: a notebook's %%cuda cells and its Python definitions, chosen by name (CPU only)."""
+import nbformat
+import pytest
+
+import feedbeast as fb
+from feedbeast.notebook import load
+
+CELLS = [
+    "%load_ext feedbeast\nimport math\nimport numpy as np",
+    "SCALE = 3\nOFFSET = 0.5",
+    "raise RuntimeError('a cell that must not run: it binds nothing asked for')\nunrelated = 1",
+    "def scaled(x):\n    # reads SCALE when called, and math at definition time through the default\n"
+    "    return SCALE * x + OFFSET\n\n\ndef root(x, f=math.sqrt):\n    return f(scaled(x))",
+    "%matplotlib inline\nTABLE = {}\nTABLE['a'] = scaled(1)\nTABLE['b'] = root(2)",
+    "%%cuda --arch sm_90a --name twice -D N=4 -D WIDE\n"
+    "extern \"C\" __global__ void twice(int* x) {\n#ifdef WIDE\n  x[threadIdx.x] *= 2 * N;\n#endif\n}",
+    "%%cuda --name sized -D N={n}\nextern \"C\" __global__ void sized(int* x) { x[0] = N; }",
+    "SCALE = 10   # a later binding: the notebook's last one is what a name asked for gets",
+    "use_module = twice.kernel_names",
+    "def broken(:\n    pass",
+]
+
+
+@pytest.fixture
+def nb(tmp_path):
+    path = tmp_path / "t.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS]), path)
+    return load(path)
+
+
+def test_cuda_cells_keep_their_flags(nb):
+    c = nb.cuda("twice")
+    assert (c.arch, c.defines, c.source.splitlines()[0]) == ("sm_90a", {"N": "4", "WIDE": None},
+                                                            'extern "C" __global__ void twice(int* x) {')
+    assert sorted(nb.cuda_cells) == ["sized", "twice"]
+    with pytest.raises(LookupError, match="no %%cuda cell with --name nope in t.ipynb; it has: twice, sized"):
+        nb.cuda("nope")
+
+
+def test_compile_takes_the_cells_flags_and_overrides(nb):
+    mod = nb.compile("twice")
+    assert mod.arch == "sm_90a" and mod.defines == {"N": "4", "WIDE": None}
+    assert any(op.startswith("STG") for op in mod.histogram("twice"))   # -D WIDE reached NVRTC: the body is there
+    assert nb.compile("twice", N=8).defines["N"] == "8"
+    with pytest.raises(fb.FeedbeastError, match=r"-D N take their values from the notebook's variables"):
+        nb.compile("sized")
+    assert nb.compile("sized", N=3).defines == {"N": "3"}
+
+
+def test_definitions_run_only_what_the_names_need(nb):
+    ns = nb.definitions("root")
+    assert ns["root"](2) == pytest.approx((10 * 2 + 0.5) ** 0.5)     # SCALE: the last binding, in force at call
+    assert "unrelated" not in ns and "TABLE" not in ns and "np" not in ns
+    assert {"scaled", "math", "OFFSET"} <= set(ns)
+
+
+def test_definitions_follow_the_notebooks_order(nb):
+    ns = nb.definitions("TABLE")        # TABLE's cells ran with SCALE = 3; SCALE = 10 came later
+    assert ns["TABLE"] == {"a": 3.5, "b": pytest.approx(6.5 ** 0.5)} and ns["SCALE"] == 10
+
+
+def test_definitions_include_in_place_changes_and_given_names(nb):
+    ns = nb.definitions("TABLE", SCALE=1)
+    assert ns["TABLE"] == {"a": 1.5, "b": pytest.approx(2.5 ** 0.5)}
+    assert ns["SCALE"] == 1
+
+
+def test_definitions_bind_a_cuda_cell_name_to_its_module(nb):
+    assert nb.definitions("use_module")["use_module"] == ["twice"]
+
+
+def test_definitions_name_what_is_missing(nb):
+    with pytest.raises(LookupError, match=r"defines no nothing_here at top level.*cells \[9\] are not valid Python"):
+        nb.definitions("nothing_here")
+
+
+def test_functions_by_decorator(tmp_path):
+    path = tmp_path / "k.ipynb"
+    src = ("from numba import cuda\n\n@cuda.jit\ndef k(x):\n    pass\n\n@cuda.jit(device=True)\ndef d(x):\n"
+           "    return x\n\ndef make_k(n):\n    return k\n")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src)]), path)
+    nb = load(path)
+    assert nb.functions("cuda.jit") == ["k", "d"] and nb.functions() == ["k", "d", "make_k"]
+    assert "make_k" in nb.names() and "cuda" in nb.names()
+
+
+def test_load_reads_a_changed_file_again(tmp_path):
+    path = tmp_path / "c.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("A = 1")]), path)
+    assert load(path).definitions("A")["A"] == 1
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("A = 2\n")]), path)
+    assert load(path).definitions("A")["A"] == 2
