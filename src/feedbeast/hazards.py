@@ -218,6 +218,7 @@ class _Access:
     generic: bool        # the proxy: generic (ld/st, cp.async) or async (bulk, TMA, wgmma)
     done: object = None  # completion: ("at", thread, time) | ("phase", barrier, phase) | ("any", {thread: time})
     what: str = ""
+    plain: bool = False  # an ordinary load or store (marked or assumed): two of them are racecheck's business
 
 
 class _Barrier:
@@ -377,9 +378,9 @@ class _Cluster:
             return known[d[1]] >= d[2]
         return any(known[v] >= r for v, r in d[1].items())
 
-    def access(self, t, ev, rank, start, size, write, generic, done=None, what=""):
+    def access(self, t, ev, rank, start, size, write, generic, done=None, what="", plain=False):
         vc = self.clock(t)
-        a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name)
+        a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain)
         pages = self._pages(rank, start, size)
         seen = set()
         for table in ((self.reads, self.writes) if write else (self.writes,)):
@@ -388,8 +389,8 @@ class _Cluster:
                     if id(old) in seen or old.start + old.size <= start or start + size <= old.start:
                         continue
                     seen.add(id(old))
-                    if old.t == t and old.generic and generic:
-                        continue        # program order
+                    if old.t == t and old.generic and generic or old.plain and plain:
+                        continue        # program order; or two ordinary accesses (compute-sanitizer racecheck)
                     self.check_pair(old, a, t)
         if write:   # a write replaces what it was checked against
             for table in (self.reads, self.writes):
@@ -436,7 +437,7 @@ class _Cluster:
         ev, rank, ranges, time = pend
         for start, size in ranges:
             a = _Access(ev, t, time, start, size, False, True, ("at", t, time),
-                        "ordinary reads after the wait (assumed: no fb::hazard marker)")
+                        "ordinary reads after the wait (assumed: no fb::hazard marker)", True)
             for key in self._pages(rank, start, size):
                 self.reads[key].append(a)
 
@@ -513,10 +514,10 @@ class _Cluster:
             self._maybe_complete(b, ev)
         elif k == MBAR_WAIT:
             self.wait(t, rank, ev)
-        elif k == WGMMA_READ:
+        elif k == WGMMA_READ and ev.thread % 128 == 0:     # warpgroup-wide: its first thread speaks for it
             a = self.access(t, ev, rank, ev.a, ev.b, False, False, ("any", {}), "wgmma operand read")
             self.groups[("wgmma", wg)][-1].append(a)
-        elif k == WGMMA_COMMIT:
+        elif k == WGMMA_COMMIT and ev.thread % 128 == 0:
             self.groups[("wgmma", wg)].append([])
         elif k == WGMMA_WAIT:
             self._retire_warpgroup(self.groups[("wgmma", wg)], ev.b, t)
@@ -530,7 +531,7 @@ class _Cluster:
             self.sync_arrive(t, ("cluster",), 0)
         elif k in (GENERIC_READ, GENERIC_WRITE):
             self.access(t, ev, rank, ev.a, ev.b, k == GENERIC_WRITE, True, ("at", t, int(vc[t])),
-                        "ordinary " + ("write" if k == GENERIC_WRITE else "read"))
+                        "ordinary " + ("write" if k == GENERIC_WRITE else "read"), plain=True)
 
     def _retire(self, groups, pending, include_open, t):
         now = int(self.vc[t][t])
