@@ -3,6 +3,7 @@ SASS and resources of every kernel (CPU), and the kernels themselves on ragged s
 
 The kernels are read from the chapter and the lab solution, so that what is tested is what ships.
 """
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -22,14 +23,9 @@ SOLUTION = load(ROOT / "solutions/05-tma-ring.ipynb")
 WGMMA_H = ROOT / "src/feedbeast/include/fb/wgmma.cuh"
 
 
-_MODULES = {}
-
-
+@functools.cache
 def module(name, nb=CHAPTER, **defines):
-    key = (name, nb.path, tuple(sorted(defines.items())))
-    if key not in _MODULES:
-        _MODULES[key] = nb.compile(name, "sm_90a", **defines)
-    return _MODULES[key]
+    return nb.compile(name, "sm_90a", **defines)
 
 
 # ---- the swizzle model ----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 and the cooperative and ping-pong GEMMs, the warp-specialized rowsum and the lab solution on ragged sizes
 (Hopper only). The kernels are read from the chapter and the lab solution, so that what is tested ships.
 """
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +19,9 @@ SOLUTION = load(ROOT / "solutions/06-warp-specialized-gemm.ipynb")
 SETMAXNREG = ("USETMAXREG.TRY_ALLOC.CTAPOOL", "USETMAXREG.DEALLOC.CTAPOOL")
 
 
-_MODULES = {}
-
-
+@functools.cache
 def module(name, nb=CHAPTER, **defines):
-    key = (name, nb.path, tuple(sorted(defines.items())))
-    if key not in _MODULES:
-        _MODULES[key] = nb.compile(name, "sm_90a", **defines)
-    return _MODULES[key]
+    return nb.compile(name, "sm_90a", **defines)
 
 
 # ---- CPU: SASS, resources, ptxas diagnostics ----------------------------------------------------
