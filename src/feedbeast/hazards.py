@@ -33,8 +33,8 @@ cp.async.bulk.wait_group.read ("cp.async.bulk.wait_group"), a cp.async at its cp
                         copy that fills it landed, a refill before the readers released the stage)
   expect-tx-mismatch    the bytes announced with expect_tx in a phase differ from the bytes that complete on it
   arrival-count         a phase that got fewer arrivals than the barrier's count (at the end of the kernel)
-  wait-parity           a wait that returned for a phase its thread had already seen, or that skipped phases
-                        (parity aliasing: the waiter is two phases away from the barrier)
+  wait-parity           a wait that returned for a phase its thread had already seen (parity aliasing: the
+                        waiter is two phases ahead of the barrier), or for a parity no phase had completed
   barrier-uninitialized an arrive, copy or wait on a barrier that was never initialised
 
 A thread that waits on a phase on which copies landed and then, before its next arrive or barrier, issues no
@@ -575,11 +575,6 @@ class _Cluster:
             self.violate(Violation("wait-parity", f"the wait for parity {parity} returned on phase {seen}, which "
                                    "this thread had already waited for: it is two phases ahead of the barrier "
                                    "(parity cannot tell phase k from k + 2), or its parity is stale", ev, None,
-                                   b.name, seen))
-        elif last is not None and seen > last + 1:
-            self.violate(Violation("wait-parity", f"phases {last + 1}..{seen - 1} completed between two waits of "
-                                   f"this thread (it saw phase {last}, then {seen}): more arrivals per lap than "
-                                   f"the barrier's count ({b.count}), or a waiter that skips phases", ev, None,
                                    b.name, seen))
         self.last_seen[(t, b.index)] = seen
         ranges = b.phase_writes.get(seen)
