@@ -471,3 +471,14 @@ def test_ping_pong_consumers_that_take_turns_skip_phases_legally():
         c = 1 + lap % 2                            # consumer 1 takes even laps, consumer 2 odd ones
         tr.wait(c, FULL, lap & 1).fence(c).arrive(c, EMPTY)
     assert tr.check().ok
+
+
+def test_threads_of_a_wgmma_warpgroup_are_not_taken_for_ordinary_readers():
+    """Only the warpgroup's first thread records the wgmma; the others record their wait_group."""
+    tr = setup(Trace(), consumers=(WG, WG + 1))
+    for lap in range(2):
+        produce(tr, lap)
+        tr.wait(WG, FULL, lap & 1).wait(WG + 1, FULL, lap & 1)
+        tr.wgmma(WG, STAGE, BYTES).wgmma_commit(WG).wgmma_wait(WG, 0).wgmma_wait(WG + 1, 0)
+        tr.arrive(WG, EMPTY).arrive(WG + 1, EMPTY)
+    assert tr.check().ok

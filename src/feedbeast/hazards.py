@@ -475,10 +475,9 @@ class _Cluster:
         vc[t] += 1
         k = ev.kind
         if t in self.implicit:
-            if k in (WGMMA_READ, GENERIC_READ, TMA_STORE):
+            if k in (WGMMA_READ, WGMMA_FENCE, WGMMA_COMMIT, WGMMA_WAIT, GENERIC_READ, TMA_STORE):
                 self.implicit.pop(t)        # the thread reads the stage another way, or marks its reads itself
-            elif k not in (FENCE_PROXY_ASYNC, GENERIC_WRITE, WGMMA_FENCE, WGMMA_WAIT, CP_WAIT, BULK_WAIT,
-                           BULK_WAIT_READ):
+            elif k not in (FENCE_PROXY_ASYNC, GENERIC_WRITE, CP_WAIT, BULK_WAIT, BULK_WAIT_READ):
                 self.commit_implicit(t)
         wg = (rank, ev.thread // 128)
         if k == CP_ASYNC:
