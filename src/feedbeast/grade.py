@@ -80,6 +80,7 @@ class Report:
     seconds: float = 0.0
     error: str = ""      # why the notebook could not be graded fully (unreadable, a cell raised, a hang)
     solution: str = ""   # the solution notebook whose check cells ran
+    hazards: bool = False   # the kernel ran with FEEDBEAST_HAZARDS=1 (each launch also hazard-checked)
 
     def _with(self, status):
         return [o for o in self.outcomes if o.status == status]
@@ -123,7 +124,7 @@ class Report:
         elif not self.outcomes and not self.error:
             verdict += " (the notebook reported no check)"
         return (f"{self.path}: {verdict}: {len(self.passed)} passed, {len(self.failed)} failed, "
-                f"{len(self.skipped)} skipped ({self.seconds:.0f} s)")
+                f"{len(self.skipped)} skipped ({self.seconds:.0f} s{', hazard builds on' if self.hazards else ''})")
 
     def __str__(self):
         return "\n".join([o.line() for o in self.outcomes] + [self.summary()])
@@ -131,6 +132,7 @@ class Report:
     def to_dict(self) -> dict:
         return {"notebook": self.path, "lab": self.lab, "solution": self.solution, "status": self.status,
                 "exit": self.exit_code, "seconds": round(self.seconds, 1), "error": self.error,
+                "hazards": self.hazards,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
                 "checks": [o.to_dict() for o in self.outcomes]}
 
@@ -400,7 +402,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
                 break
     recorded_names = {o.name for o in from_registry + errors if o.status == "failed"}
     extra = [o for o in outcomes if o.cell == -1 or o.name not in recorded_names]   # printed FAILED lines
-    return Report(str(path), _merge(from_registry + extra), time.time() - t0, error, str(sol_path))
+    return Report(str(path), _merge(from_registry + extra), time.time() - t0, error, str(sol_path), hazards)
 
 
 def expand(patterns) -> list[Path]:
