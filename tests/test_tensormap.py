@@ -49,6 +49,7 @@ def test_a_box_larger_than_the_tensor_is_legal():
     ({"shape": (0, 64)}, "1 to 2\\^32"),
     ({"shape": (4, 64), "strides": (2**40, 4)}, "below 2\\^40"),
     ({"l2_promotion": 32}, "l2_promotion"),
+    ({"shape": (1024,), "box": (32,), "strides": (4,)}, "rank 1: describe the vector as a 1 x 1024"),
 ])
 def test_each_rule_has_its_own_message(kw, message):
     with pytest.raises(fb.TensorMapError, match=message):
@@ -144,6 +145,11 @@ AGREEMENT = [
     _case((100, 64), F32, (32, 32), element_strides=(0, 1)),
     _case((2**32 + 1, 8), U8, (8, 16), strides=(16, 1)),
     _case((4, 64), F32, (4, 32), strides=(2**40, 4)),
+    _case((1024,), F32, (32,)),                              # rank 1: refused (see tensormap.MIN_RANK)
+    _case((64,), BF, (64,), swizzle=128),
+    # the same data as 1 x n: accepted
+    _case((1, 1024), F32, (1, 32)),
+    _case((1, 64), F32, (1, 256)),
 ]
 
 

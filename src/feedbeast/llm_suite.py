@@ -32,14 +32,14 @@ PREFILL = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14
            (16384, 4096, 4096), (1024, 8192, 8192), (4096, 4096, 16384)]
 DECODE_MS = (1, 8, 16, 32, 64)
 DECODE_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
-CANDIDATES = ("grouped16+tma-store", "hilbert+tma-store", "inflight+tma-store", "cluster2+mc/relaxed",
-              "cluster2+mc/relaxed+inflight")
+# The chapter's variants that came closest to cuBLAS on an H100 (a first run of this suite measured all of
+# grouped16+tma-store, hilbert+tma-store, inflight+tma-store, cluster2+mc/relaxed, cluster2+mc/relaxed+inflight:
+# the clustered ones were 1-7 points behind on every shape).
+CANDIDATES = ("grouped16+tma-store", "hilbert+tma-store", "inflight+tma-store")
 DECODE_CAPSTONE = "grouped16+tma-store"
 # Variants of the chapter's kernels with other settings, measured alongside (named as such in the results).
-EXTRA_VARIANTS = {"grouped8+tma-store": dict(GROUP_M=8), "cluster2+mc/relaxed/g8": dict(CLUSTER=2, MULTICAST=1, GROUP_M=8),
-                  "cluster2+mc/relaxed/g32": dict(CLUSTER=2, MULTICAST=1, GROUP_M=32)}
-DECODE_CONFIGS = {"decode": {}, "decode/stages4x2": dict(stages=4, per_sm=2), "decode/cw1x2": dict(cw=1, per_sm=2),
-                  "decode/cw4s4": dict(cw=4, stages=4)}
+EXTRA_VARIANTS = {"hilbert+inflight": dict(ORDER=1, MMA_INFLIGHT=1)}
+DECODE_CONFIGS = {"decode": {}, "decode/stages4x2": dict(stages=4, per_sm=2), "decode/cw4s4": dict(cw=4, stages=4)}
 TAG = "LLM_SUITE "
 
 
@@ -129,6 +129,41 @@ def time_clean(fn, reps=30, warmup=3):
     return times
 
 
+def _compile_one(job):
+    import feedbeast as fb
+    source, defines, name = job
+    fb.compile(source, "sm_90a", defines=defines, name=name)
+    return name
+
+
+def warm_cache(candidates=CANDIDATES, extra=EXTRA_VARIANTS, decode_configs=DECODE_CONFIGS, chapter=CHAPTER):
+    """Compile every module the suite needs in parallel processes (NVRTC is single-threaded), so that
+    run() finds them in the disk cache. Touches no GPU."""
+    import nbformat
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+    code = [c.source for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code"]
+    cuda = {re.search(r"--name (\w+)", src.partition("\n")[0]).group(1): src.partition("\n")[2]
+            for src in code if src.startswith("%%cuda")}
+    ns = {}
+    for src in code:
+        if src.startswith("BM, BN, BK = 128, 256, 64"):
+            exec(src.split("\nMODS = ")[0], ns)                          # VARIANTS only, nothing compiled
+        elif src.startswith("DEC_MPS"):
+            exec(src.split("\n_decode_modules")[0], ns)                  # the settings' defaults only
+    variants = {**{n: ns["VARIANTS"][n] for n in candidates}, **(extra or {})}
+    jobs = [(cuda["capstone"], {k: str(v) for k, v in d.items()}, "capstone.cu") for d in variants.values()]
+    for cfg in decode_configs.values():
+        for mp in ns["DEC_MPS"]:
+            jobs.append((cuda["decode"], {"MP": mp, "CW": cfg.get("cw", ns["DEC_CW"]),
+                                          "STAGES": cfg.get("stages", ns["DEC_STAGES"])}, "decode.cu"))
+    jobs.append((READ_FLUSH, {}, "read_flush.cu"))
+    with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_compile_one, jobs))
+    return len(jobs)
+
+
 def _emit(rec):
     print(TAG + json.dumps(rec), flush=True)
     return rec
@@ -153,8 +188,8 @@ def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_M
     candidates = tuple(candidates) + tuple(extra or ())
     env = {"gpu": g.name, "driver": g.driver_version, "nvrtc": list(g.nvrtc_version), "torch": torch.__version__}
     copy = fb.ceiling("copy")
-    records = [_emit({"regime": "ceiling", "kernel": "copy", "gbps": copy.gbps, "dram_peak_gbps": g.peak_dram_gbps,
-                      **env})]
+    dram_peak = fb.ceilings.physical_peak("dram", g).value
+    records = [_emit({"regime": "ceiling", "kernel": "copy", "gbps": copy.gbps, "dram_peak_gbps": dram_peak, **env})]
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def rand(*shape):
@@ -178,7 +213,7 @@ def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_M
         if nbytes:
             out["gbps"] = nbytes / t / 1e6
             out["pct_copy"] = 100 * out["gbps"] / copy.gbps
-            out["above_dram_peak"] = bool(out["gbps"] > g.peak_dram_gbps)   # would be a bug of the experiment
+            out["above_dram_peak"] = bool(out["gbps"] > dram_peak)   # would be a bug of the experiment
         return out
 
     for m, n, k in prefill:
@@ -354,6 +389,10 @@ def main(argv=None):
         records = from_log(Path(argv[1]).read_text())
         print(tables(records))
     else:
+        import time
+        t0 = time.perf_counter()
+        if "--no-warm" not in argv:
+            print(f"compiled {warm_cache()} modules in parallel in {time.perf_counter() - t0:.0f} s", flush=True)
         records = run()
     folder = save(records, root)
     if folder:

@@ -75,6 +75,12 @@ class TensorMap:
 # Nothing here is a rule of our own: a box larger than the tensor, for example, is legal, and the TMA
 # unit fills the box's elements outside the tensor (the OOB fill).
 MAX_RANK = 5                 # "tensorRank must be non-zero and less than or equal to ... 5"
+# Rank 1 is documented as legal, but the call this module makes refused every rank-1 tiled map it was given
+# on an H100 with driver 580 (CUDA 13.0) through cuda.bindings: (1024,), (256,), (100,), (64,) float32 and
+# (64,) bf16, boxes of 4 to 256 elements, with and without swizzle (CUDA_ERROR_INVALID_VALUE), while the same
+# data as 1 x n was accepted. Whether the driver or the binding's empty stride list is the cause, the map
+# cannot be made here, so the check refuses first and says what works.
+MIN_RANK = 2
 MAX_DIM = 2**32              # globalDim: "non-zero and less than or equal to 2^32"
 STRIDE_ALIGN = 16            # globalStrides: "a multiple of 16"
 MAX_STRIDE = 2**40           # globalStrides: "less than 2^40"
@@ -102,6 +108,10 @@ def check_rules(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, el
         raise TensorMapError(f"dtype {dtype} has no TMA data type; use one of {', '.join(SUPPORTED_DTYPES)}")
     if not 1 <= rank <= MAX_RANK:
         raise TensorMapError(f"rank {rank}: tiled tensor maps have 1 to {MAX_RANK} dimensions")
+    if rank < MIN_RANK:
+        raise TensorMapError(f"rank 1: describe the vector as a 1 x {shape[0]} matrix (shape=(1, {shape[0]}), "
+                             f"box=(1, {box[0] if box else 'n'})): a rank-1 map was refused by driver 580 through "
+                             "cuda.bindings in every case tried")
     if len(box) != rank:
         raise TensorMapError(f"box has {len(box)} dimensions but the tensor has {rank}: give one box "
                              "size per tensor dimension, outermost first")
