@@ -391,7 +391,8 @@ def main(argv=None):
     else:
         import time
         t0 = time.perf_counter()
-        if "--no-warm" not in argv:
+        import feedbeast as fb
+        if "--no-warm" not in argv and fb.needs("sm_90a") is None:
             print(f"compiled {warm_cache()} modules in parallel in {time.perf_counter() - t0:.0f} s", flush=True)
         records = run()
     folder = save(records, root)
