@@ -35,7 +35,9 @@ cp.async.bulk.wait_group.read ("cp.async.bulk.wait_group"), a cp.async at its cp
   arrival-count         a phase that got fewer arrivals than the barrier's count (at the end of the kernel)
   wait-parity           a wait that returned for a phase its thread had already seen (parity aliasing: the
                         waiter is two phases ahead of the barrier), or for a parity no phase had completed
-  barrier-uninitialized an arrive, copy or wait on a barrier that was never initialised
+
+A barrier used but never initialised through fb::mbar::init (a cuda::barrier, raw PTX, or a forgotten init)
+makes the trace uncheckable: the report says so (Report.unchecked) instead of guessing.
 
 A thread that waits on a phase on which copies landed and then, before its next arrive or barrier, issues no
 async operation and marks no access, is taken to read what landed with ordinary loads (the consumer of a
@@ -46,7 +48,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -80,7 +84,6 @@ RULES = {
     "arrival-count": "a phase got fewer arrivals than the barrier's count (PTX ISA: mbarrier, Phase completion)",
     "wait-parity": "a wait returned for a phase other than the next one its thread uses (PTX ISA: "
                    "mbarrier.test_wait/try_wait, parity)",
-    "barrier-uninitialized": "an mbarrier used before mbarrier.init (PTX ISA: mbarrier.init)",
 }
 
 WORDS = 8            # 32-bit words per event
@@ -162,6 +165,7 @@ class Report:
     source: str | None = None
     module_name: str = "kernel.cu"
     blocks_traced: int = 0
+    unchecked: str = ""              # why the trace could not be checked (then there are no violations)
 
     @property
     def ok(self) -> bool:
@@ -178,6 +182,8 @@ class Report:
                 f"{len(self.violations)} violation(s)")
         if self.dropped:
             head += f"; {self.dropped} events did not fit the trace buffer (use a smaller size)"
+        if self.unchecked:
+            head += f"; not checked: {self.unchecked}"
         if not self.violations:
             return head
         rows = [head]
@@ -266,6 +272,7 @@ class _Cluster:
         self.writes = defaultdict(list)              # (rank, 1 KB page) -> write accesses
         self.last_seen = {}         # (thread, barrier) -> phase last observed
         self.implicit = {}          # thread -> (wait event, rank, ranges, time): reads assumed after a wait
+        self.untraced = set()       # barriers used but not initialised through fb::mbar::init
 
     # ---- clocks
     def _grow(self, need):
@@ -302,10 +309,8 @@ class _Cluster:
     # ---- mbarriers
     def barrier(self, rank, addr, ev):
         b = self.barriers.get((rank, addr))
-        if b is None:
-            block = self.blocks[rank] if rank < len(self.blocks) else rank
-            self.violate(Violation("barrier-uninitialized", f"the mbarrier at shared address {addr:#x} of block "
-                                   f"{block} was used but never initialised", ev))
+        if b is None:       # initialised outside the fb:: wrappers (cuda::barrier, raw PTX), or never
+            self.untraced.add(addr)
             b = self.init_barrier(rank, addr, 1, ev)
         return b
 
@@ -630,6 +635,14 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
         cl.step(ev, rank)
     for cl in clusters.values():
         cl.finish()
+    untraced = set().union(*(cl.untraced for cl in clusters.values())) if clusters else set()
+    unchecked = ""
+    if untraced:
+        # the ordering those barriers give is invisible: any verdict on the accesses they order would be a guess
+        unchecked = (f"{len(untraced)} mbarrier(s) used but not initialised through fb::mbar::init "
+                     f"(shared addresses {', '.join(hex(a) for a in sorted(untraced))}): a cuda::barrier or raw PTX "
+                     "the trace does not see, or a missing init")
+        violations = []
     blocks = {ev.block for ev in events}
     # one report per distinct (rule, lines): the same bug repeats in every lap and every thread
     uniq, seen = [], set()
@@ -638,7 +651,7 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
         if key not in seen:
             seen.add(key)
             uniq.append(v)
-    return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks))
+    return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks), unchecked)
 
 
 # ---- running a hazard build on the GPU ----------------------------------------------------------------
@@ -718,8 +731,31 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     words = buf.to_host()[:n]
     events = decode(words)
     maps = _map_bytes(k, args, {e.b for e in events if e.kind in (TMA_LOAD, TMA_STORE)})
-    return check(events, threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, maps=maps, kernel=kernel.name,
-                 source=mod.source, module_name=mod.name, dropped=max(0, count - capacity))
+    meta = dict(threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, maps=maps, kernel=kernel.name,
+                source=mod.source, module_name=mod.name, dropped=max(0, count - capacity))
+    report = check(events, **meta)
+    if os.environ.get("FEEDBEAST_HAZARDS_DUMP"):       # keep the trace, to replay it elsewhere (replay below)
+        save(Path(os.environ["FEEDBEAST_HAZARDS_DUMP"]), words, meta)
+    return report
+
+
+def save(folder, words, meta):
+    """Write a trace and what its check needs as one .npz in `folder`."""
+    import json
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(list(folder.glob("*.npz")))
+    meta = {**meta, "maps": {str(k): v for k, v in meta["maps"].items()}}
+    np.savez_compressed(folder / f"{n:03d}-{meta['kernel']}.npz", words=np.asarray(words, np.uint32),
+                        meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+
+
+def replay(path) -> Report:
+    """Check a trace saved with FEEDBEAST_HAZARDS_DUMP=folder (no GPU needed)."""
+    import json
+    z = np.load(path)
+    meta = json.loads(bytes(z["meta"]).decode())
+    meta["maps"] = {int(k): v for k, v in meta["maps"].items()}
+    return check(decode(z["words"]), **meta)
 
 
 def enabled() -> bool:
@@ -786,3 +822,15 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
                 print(report, flush=True)
         else:
             report.raise_if_any()
+
+
+if __name__ == "__main__":      # python -m feedbeast.hazards replay TRACE.npz ...
+    if sys.argv[1:2] != ["replay"] or len(sys.argv) < 3:
+        print("usage: python -m feedbeast.hazards replay TRACE.npz ...")
+        sys.exit(2)
+    bad = 0
+    for p in sys.argv[2:]:
+        r = replay(p)
+        print(f"{p}: {r}")
+        bad += not r.ok
+    sys.exit(1 if bad else 0)
