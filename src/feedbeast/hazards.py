@@ -816,7 +816,8 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
             driver.cuMemFree(copy)
     if isinstance(report, Report):
         print(f"hazard check: {kernel.name} grid {grid} block {block}: {len(report.violations)} violation(s) in "
-              f"{report.events} events", flush=True)
+              f"{report.events} events" + (f"; not checked: {report.unchecked}" if report.unchecked else ""),
+              flush=True)
         if os.environ.get("FEEDBEAST_HAZARDS") == "report":
             if not report.ok:
                 print(report, flush=True)

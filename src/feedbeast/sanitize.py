@@ -118,9 +118,10 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
         found = re.findall(r"HazardFound: ([\w-]+)", log)
         if found:
             return f"HazardFound: {found[0]} ({secs})", 1
-        n, checked = None, sum(1 for ln in log.splitlines() if ln.startswith("hazard check: "))
+        lines = [ln for ln in log.splitlines() if ln.startswith("hazard check: ")]
+        n, unchecked = None, sum("; not checked:" in ln for ln in lines)
         if rc == 0:
-            return f"0 ({checked} launches, {secs})", 0
+            return f"0 ({len(lines)} launches" + (f", {unchecked} not checkable" if unchecked else "") + f", {secs})", 0
     else:
         n = count_reports(log, tool)
     if n:
