@@ -160,7 +160,10 @@ def warm_cache(candidates=CANDIDATES, extra=EXTRA_VARIANTS, decode_configs=DECOD
     jobs.append((READ_FLUSH, {}, "read_flush.cu"))
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_compile_one, jobs))
+        # by its importable name: under `python -m`, this module is __main__ and a spawned child could not
+        # find __main__._compile_one
+        from feedbeast.llm_suite import _compile_one as compile_one
+        list(pool.map(compile_one, jobs))
     return len(jobs)
 
 
@@ -392,7 +395,7 @@ def main(argv=None):
         import time
         t0 = time.perf_counter()
         import feedbeast as fb
-        if "--no-warm" not in argv and fb.needs("sm_90a") is None:
+        if "--no-warm" not in argv and (fb.needs("sm_90a") is None or "--warm" in argv):
             print(f"compiled {warm_cache()} modules in parallel in {time.perf_counter() - t0:.0f} s", flush=True)
         records = run()
     folder = save(records, root)
