@@ -38,7 +38,7 @@ COURSE = Path(os.environ.get("FEEDBEAST_HUB_COURSE", HERE.parent)).resolve()
 PER_GPU = int(os.environ.get("FEEDBEAST_HUB_PER_GPU", "6"))
 # What a learner's copy leaves out: history, environments, bundles, build outputs.
 SKIP = shutil.ignore_patterns(".git", ".venv", "venv", "wheelhouse", "build", "_book", "node_modules",
-                              "__pycache__", "*.pyc", ".ipynb_checkpoints", ".pytest_cache", ".gpuq",
+                              "__pycache__", "*.pyc", ".ipynb_checkpoints", ".pytest_cache",
                               "*.egg-info", "jupyterhub.sqlite", "jupyterhub_cookie_secret")
 
 # ---- the hub ----------------------------------------------------------------------------------------------
