@@ -219,7 +219,12 @@ def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_M
             out["above_dram_peak"] = bool(out["gbps"] > dram_peak)   # would be a bug of the experiment
         return out
 
-    for m, n, k in prefill:
+    def failed(regime, m, n, k, e):        # one shape's failure is reported, and the rest still run
+        import traceback
+        traceback.print_exc()
+        records.append(_emit({"regime": regime, "kernel": "error", "m": m, "n": n, "k": k, "error": repr(e)[:300]}))
+
+    def prefill_shape(m, n, k):
         a, w = rand(m, k), rand(n, k)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         ref64 = a.double() @ w.double().T
@@ -242,33 +247,42 @@ def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_M
             records.append(_emit({"regime": "prefill", "kernel": name, "m": m, "n": n, "k": k, **r,
                                   "pct_cublas": 100 * r["tflops"] / ref["tflops"], "rel_err": err,
                                   "correct": bool(err < 1e-2), **env}))
-        del a, w, out, ref64
-        torch.cuda.empty_cache()
 
+    def decode_shape(a, w, m, n, k):
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ref64 = a.double() @ w.double().T
+        nbytes = 2 * (m * k + n * k + m * n)
+
+        def cublas():
+            return torch.matmul(a, w.T, out=out)
+        cb = timed(cublas, nbytes=nbytes)
+        records.append(_emit({"regime": "decode", "kernel": "cublas", "m": m, "n": n, "k": k, **cb, **env}))
+        preps = [(name, lambda cfg=cfg: ns["prepare_decode"](view(a), view(w), m, n, k, **cfg))
+                 for name, cfg in decode_configs.items()]
+        if DECODE_CAPSTONE in candidates:
+            preps.append((DECODE_CAPSTONE, lambda: ns["prepare"](DECODE_CAPSTONE, view(a), view(w), m, n, k)))
+        for kernel, prep in preps:
+            c, launch = prep()
+            launch()
+            err = rel_err(c, ref64)
+            r = timed(launch, nbytes=nbytes)
+            records.append(_emit({"regime": "decode", "kernel": kernel, "m": m, "n": n, "k": k, **r,
+                                  "vs_cublas_time": cb["median_ms"] / r["median_ms"], "rel_err": err,
+                                  "correct": bool(err < 1e-2), **env}))
+
+    for m, n, k in prefill:
+        try:
+            prefill_shape(m, n, k)
+        except Exception as e:
+            failed("prefill", m, n, k, e)
+        torch.cuda.empty_cache()
     for n, k in decode_nk:
         w = rand(n, k)
         for m in decode_ms:
-            a = rand(m, k)
-            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            ref64 = a.double() @ w.double().T
-            nbytes = 2 * (m * k + n * k + m * n)
-
-            def cublas():
-                return torch.matmul(a, w.T, out=out)
-            cb = timed(cublas, nbytes=nbytes)
-            records.append(_emit({"regime": "decode", "kernel": "cublas", "m": m, "n": n, "k": k, **cb, **env}))
-            preps = [(name, lambda cfg=cfg: ns["prepare_decode"](view(a), view(w), m, n, k, **cfg))
-                     for name, cfg in decode_configs.items()]
-            if DECODE_CAPSTONE in candidates:
-                preps.append((DECODE_CAPSTONE, lambda: ns["prepare"](DECODE_CAPSTONE, view(a), view(w), m, n, k)))
-            for kernel, prep in preps:
-                c, launch = prep()
-                launch()
-                err = rel_err(c, ref64)
-                r = timed(launch, nbytes=nbytes)
-                records.append(_emit({"regime": "decode", "kernel": kernel, "m": m, "n": n, "k": k, **r,
-                                      "vs_cublas_time": cb["median_ms"] / r["median_ms"], "rel_err": err,
-                                      "correct": bool(err < 1e-2), **env}))
+            try:
+                decode_shape(rand(m, k), w, m, n, k)
+            except Exception as e:
+                failed("decode", m, n, k, e)
         del w
         torch.cuda.empty_cache()
     print(tables(records))
@@ -278,7 +292,7 @@ def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_M
 def tables(records) -> str:
     """The prefill and decode tables, as text."""
     out = []
-    pre = [r for r in records if r["regime"] == "prefill"]
+    pre = [r for r in records if r["regime"] == "prefill" and r["kernel"] != "error"]
     shapes = list(dict.fromkeys((r["m"], r["n"], r["k"]) for r in pre))
     names = list(dict.fromkeys(r["kernel"] for r in pre if r["kernel"] != "cublas"))
     if pre:
@@ -287,12 +301,14 @@ def tables(records) -> str:
         out.append(f"{'M x N x K':>20} {'cuBLAS':>7} | " + " | ".join(f"{n[:28]:>28}" for n in names) + " |   best")
         for s in shapes:
             rs = {r["kernel"]: r for r in pre if (r["m"], r["n"], r["k"]) == s}
+            if "cublas" not in rs:
+                continue
             cells = [f"{rs[n]['pct_cublas']:6.1f}%{'' if rs[n]['correct'] else ' WRONG':>21}" if n in rs else " " * 28
                      for n in names]
             best = max((rs[n]["pct_cublas"] for n in names if n in rs and rs[n]["correct"]), default=float("nan"))
             out.append(f"{'x'.join(map(str, s)):>20} {rs['cublas']['tflops']:7.0f} | " + " | ".join(cells)
                        + f" | {best:5.1f}%")
-    dec = [r for r in records if r["regime"] == "decode"]
+    dec = [r for r in records if r["regime"] == "decode" and r["kernel"] != "error"]
     if dec:
         out.append("decode: % of the copy ceiling (A + B + C bytes) and time, cuBLAS/ours > 1 means ours is faster")
         out.append(f"{'M':>3} {'N':>6} {'K':>5} | {'cuBLAS us':>9} {'%copy':>6} | {'decode us':>9} {'%copy':>6} "
@@ -324,7 +340,7 @@ def plot(records, folder: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     gpu = next((r["gpu"] for r in records if "gpu" in r), "GPU")
-    pre = [r for r in records if r["regime"] == "prefill" and r["kernel"] != "cublas"]
+    pre = [r for r in records if r["regime"] == "prefill" and r["kernel"] not in ("cublas", "error")]
     if pre:
         shapes = list(dict.fromkeys((r["m"], r["n"], r["k"]) for r in pre))
         names = list(dict.fromkeys(r["kernel"] for r in pre))
@@ -344,7 +360,7 @@ def plot(records, folder: Path):
         fig.tight_layout()
         fig.savefig(folder / "llm_prefill.png", dpi=110)
         plt.close(fig)
-    dec = [r for r in records if r["regime"] == "decode"]
+    dec = [r for r in records if r["regime"] == "decode" and r["kernel"] != "error"]
     if dec:
         fig, ax = plt.subplots(figsize=(9, 4.5))
         for i, (n, k) in enumerate(dict.fromkeys((r["n"], r["k"]) for r in dec)):
