@@ -19,6 +19,8 @@ What grading can see depends on the machine:
   the hazard build and raises HazardFound naming the rule). The races of the async proxy (a stage released
   before the wgmma that read it retired, a proxy fence after the release instead of before it, a TMA-store
   staging buffer rewritten before the store read it) usually give right numbers: grading must name the rule.
+  A proxy fence moved after the release arrive is also visible in the SASS (fb.sass.expect_proxy_fence checks
+  the fence's place), so it fails on any machine; a cp.async wait count one too large likewise.
 
 The correctness checks of labs 04-07 launch a debug build (Module.debug_build()), so a deadlocked barrier
 wait raises BarrierTimeout naming the barrier after a bounded wait. A hang that is not a barrier wait would
@@ -76,19 +78,21 @@ MAX_SHARED = 20
 
 
 class Bug:
-    def __init__(self, replacements, gpu, cpu=None, hangs=False, rule=None, cpu_may_fail=None):
+    def __init__(self, replacements, gpu, cpu=None, hangs=False, rule=None, cpu_may_fail=None, says=None):
         self.replacements = replacements   # [(old, new)], each old exactly once in the solution's code cells
         self.gpu = set(gpu)                # failure kinds acceptable on the lab's GPU
         self.cpu = cpu                     # None: no launch without a GPU, must be skipped; else a regex that
         #                                    a failed outcome matches without a GPU
         self.hangs = hangs                 # may deadlock on a GPU: graded with HANG_TIMEOUT
         self.rule = rule                   # a race: on a GPU the failure must name this hazard rule
+        self.says = says                   # or: on a GPU a failure must match this regex (the rule in words)
         self.cpu_may_fail = cpu_may_fail   # with cpu None: a SASS check may also see it (a regex its failure
         #                                    must match), e.g. a proxy fence in the wrong place
 
 
 NUMBA_WRONG = r"FAILED|AssertionError"     # the simulator ran it: a FAILED check line and the cell's assert
 FENCE_SASS = r"SassMismatch.*(fence\.proxy\.async|FENCE\.VIEW\.ASYNC)|proxy fence"
+FENCE_PLACE = r"missing-proxy-fence|fence\.proxy\.async\S* in the wrong place"   # the hazard rule, or the SASS order
 
 BUGS = {
     "01": {
@@ -115,6 +119,10 @@ BUGS = {
         # catches it without a GPU; on a GPU the correctness check usually fails first.
         "missing-wait": Bug([("      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n",
                               "")], gpu={WRONG, SASS}, cpu=r"SassMismatch.*DEPBAR"),
+        # Wait count one too large: tile j may still be in flight when it is read. The SASS check of the
+        # wait count (DEPBAR.LE SB0, N with N <= STAGES - 2) rejects it on any machine.
+        "wait-count-one-too-many": Bug([("fb::cp_async_wait<STAGES - 2>();", "fb::cp_async_wait<STAGES - 1>();")],
+                                       gpu={SASS, WRONG}, cpu=r"SassMismatch.*(cp\.async|DEPBAR)"),
         # The zero-filled chunks past the end of a row are folded in as elements: exp(0 - m) is added to the
         # sum for each of them (every row whose width is not a multiple of the tile).
         "zeros-folded-in": Bug([("      if (j * TILE_F + 4 * threadIdx.x < cols)              // zero-filled chunks are not "
@@ -150,7 +158,7 @@ BUGS = {
         "fence-after-release": Bug([("      fb::fence_proxy_async();                     // my reads of slot s, before "
                                      "the next bulk copy\n      fb::mbar::arrive(&b.empty[s]);\n",
                                      "      fb::mbar::arrive(&b.empty[s]);\n      fb::fence_proxy_async();\n")],
-                                   gpu={HAZARD}, rule="missing-proxy-fence", cpu_may_fail=FENCE_SASS),
+                                   gpu={SASS, HAZARD}, cpu=FENCE_PLACE, says=FENCE_PLACE),
     },
     "05": {
         # Coordinates outermost first (row, column) instead of innermost first: the wrong boxes are moved.
@@ -180,7 +188,7 @@ BUGS = {
                                      "  if (threadIdx.x % 32 == 0) fb::mbar::arrive(&bar.empty[s]);\n",
                                      "  __syncwarp();\n  if (threadIdx.x % 32 == 0) fb::mbar::arrive(&bar.empty[s]);\n"
                                      "  fb::fence_proxy_async();\n")],
-                                   gpu={HAZARD}, rule="missing-proxy-fence", cpu_may_fail=FENCE_SASS),
+                                   gpu={SASS, HAZARD}, cpu=FENCE_PLACE, says=FENCE_PLACE),
         # A race: the staging tile is rewritten without waiting until the store issued from it two boxes ago
         # has read it (the given cp.async.bulk.wait_group.read deleted).
         "staging-rewritten-before-store-read": Bug(
@@ -480,6 +488,9 @@ def _fails_on_gpu(rep, lab, bug):
     if spec.rule:
         assert any(spec.rule in f for f in _failures(rep)), \
             f"a race of the async proxy must be rejected naming the rule {spec.rule!r}:\n{rep}"
+    if spec.says:
+        assert any(re.search(spec.says, f, re.S) for f in _failures(rep)), \
+            f"the rejection must say {spec.says!r}:\n{rep}"
 
 
 @pytest.mark.parametrize("lab,bug", [c for c in CASES if c[0] in GPU_LABS])
