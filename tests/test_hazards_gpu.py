@@ -32,6 +32,8 @@ RELEASE_05 = ("    fb::wgmma::wait_group<1>();                  // the wgmma of 
               "    if (k > 0) {\n      __syncwarp();\n      if (lane == 0) fb::mbar::arrive(&empty[(k - 1) % STAGES]);\n"
               "    }\n")
 WAIT_READ_07 = "  if (leader) fb::tma::wait_group_read<0>();"
+RELEASE_07 = ("    fb::wgmma::wait_group<0>();\n    if (threadIdx.x % 128 == 0) release_stage(empty, s);\n#endif\n")
+RELEASE_07_BUG = ("    if (threadIdx.x % 128 == 0) release_stage(empty, s);\n    fb::wgmma::wait_group<0>();\n#endif\n")
 
 
 @dataclasses.dataclass
@@ -41,9 +43,10 @@ class Case:
     edits: tuple            # (old, new) text replacements of the kernel source
     rule: str | None        # the rule the checker must name; None: the kernel as shipped, nothing to find
     what: str
+    defines: dict = dataclasses.field(default_factory=dict)   # a variant the chapter ships (-D)
 
 
-def _ch04(mod, small=True):
+def _ch04(mod, defines):
     rows, cols = 13, 8200                                  # 3 chunks a row, the last one short
     x = fb.examples.rowsum_inputs(rows, cols, seed=3)
     y = fb.empty(rows, np.float32)
@@ -52,7 +55,7 @@ def _ch04(mod, small=True):
         (y, fb.examples.rowsum_reference(x))
 
 
-def _ch05_gemm(mod):
+def _ch05_gemm(mod, defines):
     m, n, k = 200, 136, 320                                # 5 K steps through a 4-stage ring: stages refill
     rng = np.random.default_rng(5)
     a = rng.standard_normal((m, k)).astype(fb.bfloat16)
@@ -65,7 +68,9 @@ def _ch05_gemm(mod):
                 shared=4 * 2 * 128 * 64 * 2 + 1024, keep=(a_d, bt_d)), (c, ref)
 
 
-def _ch07(mod):
+def _ch07(mod, defines):
+    cluster = int(defines.get("CLUSTER", 1))
+    share = cluster if int(defines.get("MULTICAST", 0)) else 1
     m, n, k = 300, 520, 200                                # 3 x 3 tiles of 128 x 256, K ragged
     rng = np.random.default_rng(7)
     a = rng.standard_normal((m, k)).astype(fb.bfloat16)
@@ -73,13 +78,13 @@ def _ch07(mod):
     a_d, bt_d = fb.to_device(a), fb.to_device(np.ascontiguousarray(b.T))
     c = fb.empty((m, n), fb.bfloat16)
     ta = fb.tensor_map(a_d, (128, 64), swizzle=128)
-    tb = fb.tensor_map(bt_d, (256, 64), swizzle=128)
+    tb = fb.tensor_map(bt_d, (256 // share, 64), swizzle=128)
     tc = fb.tensor_map(c, (64, 64), swizzle=128)
     order = fb.to_device(np.zeros((1, 2), np.int32))
     smem = 3 * (128 + 256) * 64 * 2 + 128 * 256 * 2 + 1024
     ref = a.astype(np.float64) @ b.astype(np.float64)
     return dict(kernel=mod.gemm_persistent, grid=4, block=384, args=(ta, tb, tc, c, order, m, n, k), shared=smem,
-                keep=(a_d, bt_d)), (c, ref)
+                cluster=(cluster, 1, 1) if cluster > 1 else None, keep=(a_d, bt_d)), (c, ref)
 
 
 LAUNCH = {("chapters/04-mbarrier.ipynb", "rowsum_mod"): (_ch04, {"STAGES": 2}),
@@ -95,14 +100,22 @@ CASES = {
         "chapters/04-mbarrier.ipynb", "rowsum_mod", ((FENCE_04, ""),), "missing-proxy-fence",
         "the consumers' fence deleted"),
     "ch05 GEMM as shipped": Case("chapters/05-tma.ipynb", "gemm", (), None, "clean"),
-    "ch05 GEMM: release before wgmma.wait_group": Case(
+    "ch05 GEMM: release before wgmma.wait_group (not a race here)": Case(
         "chapters/05-tma.ipynb", "gemm",
         ((RELEASE_05, RELEASE_05.split("\n", 1)[1] + RELEASE_05.split("\n", 1)[0] + "\n"),),
-        "async-read-in-flight", "empty[s] arrive moved before the wait_group that retires the stage's wgmma"),
+        None, "the refilling thread is in the consumer warpgroup: its own wait_group retires the stage first"),
     "ch05 GEMM: wait_group<2> before the release": Case(
         "chapters/05-tma.ipynb", "gemm", (("fb::wgmma::wait_group<1>();", "fb::wgmma::wait_group<2>();"),),
         "async-read-in-flight", "the release waits for all but two groups: step k-1's may still read"),
     "ch07 GEMM as shipped": Case("chapters/07-capstone-gemm.ipynb", "capstone", (), None, "clean"),
+    "ch07 GEMM, 2-CTA clusters, multicast, relaxed arrives": Case(
+        "chapters/07-capstone-gemm.ipynb", "capstone", (), None, "clean", dict(CLUSTER=2, MULTICAST=1)),
+    "ch07 GEMM, 2-CTA clusters, multicast, release arrives, one batch in flight": Case(
+        "chapters/07-capstone-gemm.ipynb", "capstone", (), None, "clean",
+        dict(CLUSTER=2, MULTICAST=1, RELAXED_ARRIVE=0, MMA_INFLIGHT=1)),
+    "ch07: release before wgmma.wait_group": Case(
+        "chapters/07-capstone-gemm.ipynb", "capstone", ((RELEASE_07, RELEASE_07_BUG),), "async-read-in-flight",
+        "a consumer warpgroup arrives on empty[s] before wait_group<0> retires the wgmma reading stage s"),
     "ch07: staging rewritten before the TMA store read it": Case(
         "chapters/07-capstone-gemm.ipynb", "capstone", ((WAIT_READ_07, "  if (false) fb::tma::wait_group_read<0>();"),),
         "async-read-in-flight", "the epilogue's wait_group_read<0> removed"),
@@ -121,8 +134,9 @@ def source(case: Case):
 def build(case: Case, hazards=False):
     src, defines = source(case)
     launcher, extra = LAUNCH[(case.notebook, case.cell)]
-    return fb.compile(src, "sm_90a", defines={**defines, **{k: str(v) for k, v in extra.items()}},
-                      name=f"{case.cell}.cu", hazards=hazards), launcher
+    defs = {**defines, **{k: str(v) for k, v in {**extra, **case.defines}.items()}}
+    return fb.compile(src, "sm_90a", defines=defs, name=f"{case.cell}.cu", hazards=hazards), \
+        (lambda mod: launcher(mod, defs))
 
 
 def hazard_check(name):
@@ -130,7 +144,8 @@ def hazard_check(name):
     mod, launcher = build(case)
     launch, _ = launcher(mod)
     t0 = time.time()
-    report = hz.run(launch["kernel"], launch["grid"], launch["block"], *launch["args"], shared=launch["shared"])
+    report = hz.run(launch["kernel"], launch["grid"], launch["block"], *launch["args"], shared=launch["shared"],
+                    cluster=launch.get("cluster"))
     return report, time.time() - t0
 
 
@@ -138,7 +153,8 @@ def run_normal(name):
     """One launch of the normal build and the check of its output (what racecheck watches)."""
     mod, launcher = build(CASES[name])
     launch, (out, ref) = launcher(mod)
-    launch["kernel"].launch(launch["grid"], launch["block"], *launch["args"], shared=launch["shared"])
+    launch["kernel"].launch(launch["grid"], launch["block"], *launch["args"], shared=launch["shared"],
+                            cluster=launch.get("cluster"))
     fb.sync()
     print(fb.check(out, ref, name=name, raise_on_fail=False))
 
@@ -201,8 +217,43 @@ def table():
         print(f"| {name} | {rule} | {mine} | {race} |")
 
 
+def hazards_only():
+    """Each case's hazard check, one line per case as soon as it is known (the shell runs racecheck alongside)."""
+    print(f"GPU: {fb.describe()}", flush=True)
+    for name, case in CASES.items():
+        try:
+            report, secs = hazard_check(name)
+            got = ", ".join(f"{r} x{len(v)}" for r, v in report.by_rule().items()) or "0"
+            print(f"--- {name}\n{report}", flush=True)
+            print(f"ROW|{name}|{case.rule or 'none'}|{got} ({report.events} events, {secs:.1f} s)", flush=True)
+        except Exception as e:          # a fault of a planted race is a result too
+            print(f"ROW|{name}|{case.rule or 'none'}|{type(e).__name__}: {str(e).splitlines()[0][:80]}", flush=True)
+
+
+def summary(hazard_log, racecheck_dir):
+    from feedbeast.sanitize import count_reports
+    rows = [ln.split("|")[1:] for ln in Path(hazard_log).read_text().splitlines() if ln.startswith("ROW|")]
+    print("| planted race | expected rule | hazard checker | compute-sanitizer racecheck |")
+    print("|---|---|---|---|")
+    for name, rule, mine in rows:
+        log = Path(racecheck_dir) / (re.sub(r"\W+", "_", name) + ".log")
+        race = "not run"
+        if log.exists():
+            text = log.read_text()
+            n = count_reports(text, "racecheck")
+            out = next((ln.split(": ", 1)[-1].strip() for ln in text.splitlines() if ": passed" in ln or ": FAILED" in ln), "")
+            race = f"{n if n is not None else '?'} hazards" + (f"; output {out[:50]}" if out else "")
+        print(f"| {name} | {rule} | {mine} | {race} |")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--run"]:
         run_normal(sys.argv[2])
+    elif sys.argv[1:2] == ["--hazards"]:
+        hazards_only()
+    elif sys.argv[1:2] == ["--summary"]:
+        summary(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["--names"]:
+        print("\n".join(n for n, c in CASES.items() if c.rule))
     else:
         table()

@@ -735,17 +735,17 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
                 source=mod.source, module_name=mod.name, dropped=max(0, count - capacity))
     report = check(events, **meta)
     if os.environ.get("FEEDBEAST_HAZARDS_DUMP"):       # keep the trace, to replay it elsewhere (replay below)
-        save(Path(os.environ["FEEDBEAST_HAZARDS_DUMP"]), words, meta)
+        save(Path(os.environ["FEEDBEAST_HAZARDS_DUMP"]), words, meta, len(report.violations))
     return report
 
 
-def save(folder, words, meta):
-    """Write a trace and what its check needs as one .npz in `folder`."""
+def save(folder, words, meta, violations=0):
+    """Write a trace and what its check needs as one .npz in `folder` (named with its violation count)."""
     import json
     folder.mkdir(parents=True, exist_ok=True)
     n = len(list(folder.glob("*.npz")))
     meta = {**meta, "maps": {str(k): v for k, v in meta["maps"].items()}}
-    np.savez_compressed(folder / f"{n:03d}-{meta['kernel']}.npz", words=np.asarray(words, np.uint32),
+    np.savez_compressed(folder / f"{n:03d}-{meta['kernel']}-v{violations}.npz", words=np.asarray(words, np.uint32),
                         meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
 
 
