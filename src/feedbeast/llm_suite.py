@@ -38,8 +38,9 @@ DECODE_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
 CANDIDATES = ("grouped16+tma-store", "hilbert+tma-store", "inflight+tma-store")
 DECODE_CAPSTONE = "grouped16+tma-store"
 # Variants of the chapter's kernels with other settings, measured alongside (named as such in the results).
-EXTRA_VARIANTS = {"hilbert+inflight": dict(ORDER=1, MMA_INFLIGHT=1)}
-DECODE_CONFIGS = {"decode": {}, "decode/stages4x2": dict(stages=4, per_sm=2), "decode/cw4s4": dict(cw=4, stages=4)}
+EXTRA_VARIANTS = {"hilbert+inflight": dict(ORDER=1, MMA_INFLIGHT=1), "inflight/g8": dict(MMA_INFLIGHT=1, GROUP_M=8)}
+DECODE_CONFIGS = {"decode": {}, "decode/stages4x2": dict(stages=4, per_sm=2), "decode/stages6x2": dict(stages=6, per_sm=2),
+                  "decode/cw4s4": dict(cw=4, stages=4)}
 TAG = "LLM_SUITE "
 
 
