@@ -88,6 +88,22 @@ def test_kernel_identity_traces_a_result_to_its_code():
     assert fbb.kernel_identity(other)[0]["source_sha256"] != rec["source_sha256"]
 
 
+def test_kernel_identity_of_factory_kernels_names_their_parameters():
+    import feedbeast.numba_support as fbn
+    fbn.setup()
+    from numba import cuda
+
+    def make(prefetch, tw=128):
+        @cuda.jit
+        def k(x):
+            if prefetch:
+                x[0] = tw
+        return k
+    a, b = fbb.kernel_identity(make(True)), fbb.kernel_identity(make(False, 256))
+    assert a[0]["source_sha256"] == b[0]["source_sha256"]            # one source, two kernels
+    assert a[0]["defines"] == {"prefetch": True, "tw": 128} and b[0]["defines"] == {"prefetch": False, "tw": 256}
+
+
 def test_parse_recorded_ncu_csv():
     rows = profiling.parse_raw_csv((DATA / "ncu_raw.csv").read_text())
     assert len(rows) == 1

@@ -227,7 +227,11 @@ def kernel_identity(obj) -> list[dict]:
                     src = inspect.getsource(o.py_func)
                 except (OSError, TypeError):
                     src = o.py_func.__code__.co_code.hex()
-            rec = {"kernel": o.py_func.__name__, "arch": None, "defines": {}, "registers": None,
+            # A factory's kernels share their source; what tells them apart is the values they close over.
+            cells = zip(o.py_func.__code__.co_freevars, o.py_func.__closure__ or ())
+            consts = {k: c.cell_contents for k, c in cells
+                      if isinstance(getattr(c, "cell_contents", None), (bool, int, float, str))}
+            rec = {"kernel": o.py_func.__name__, "arch": None, "defines": consts, "registers": None,
                    "source_sha256": hashlib.sha256(src.encode()).hexdigest()[:12]}
             ov = list(getattr(o, "overloads", {}).values())
             if ov:
