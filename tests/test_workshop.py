@@ -102,7 +102,10 @@ load_subconfig({str(CONFIG)!r})
 c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = {str(homes)!r} + "/{{username}}"
-c.Spawner.args = ["--ServerApp.ip=127.0.0.1"] + (["--allow-root"] if {os.geteuid() == 0} else [])
+c.Spawner.args = ["--ServerApp.ip=127.0.0.1",   # what the test does not use is not loaded (start time)
+                  '--ServerApp.jpserver_extensions={{"jupyter_lsp": False, "jupyter_server_terminals": False}}'] \
+    + (["--allow-root"] if {os.geteuid() == 0} else [])
+c.LocalProcessSpawner.interrupt_timeout = 2      # the teardown: stop the servers without waiting 10 s each
 c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {hub_port}
