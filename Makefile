@@ -34,11 +34,12 @@ install: $(STAMP)
 bundle-into-current:
 	$(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
 
-$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
+$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt requirements/hub.txt \
+	  pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/lab.txt \
-	  -r requirements/book.txt
+	  -r requirements/book.txt -r requirements/hub.txt
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	rm -f $(VENV)/.installed-cu*
 	touch $@
@@ -101,7 +102,7 @@ else
 	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
-	  $(if $(filter 13,$(CUDA)),-r requirements/sanitize.txt)
+	  -r requirements/hub.txt $(if $(filter 13,$(CUDA)),-r requirements/sanitize.txt)
 endif
 	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
 
