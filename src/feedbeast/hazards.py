@@ -702,6 +702,9 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     if skip is not None:
         return skip
     mod = hazard_module(kernel.module)
+    if b"fb_hz_events" not in mod.cubin:      # it includes no header with a traced wrapper: nothing to record
+        return Report(kernel.name, [], 0, source=mod.source, module_name=mod.name,
+                      unchecked="the kernel uses no traced fb:: wrapper")
     k = mod.kernel(kernel.name)
     k._load()
     buf = empty((capacity, WORDS), np.uint32, poison=False)
