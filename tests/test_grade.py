@@ -306,3 +306,30 @@ def test_a_model_counterexample_is_recorded_whole():
     assert not result and rec[-1]["status"] == "failed" and rec[-1]["name"] == "model (check_ring)", rec
     assert rec[-1]["message"] == str(result) and "shortest trace" in rec[-1]["message"], rec[-1]["message"]
     assert len(rec[-1]["message"].splitlines()) > 3
+
+
+# ---- the roster (no hub: folders as a server has them) ------------------------------------------------------
+
+def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_path):
+    import csv
+    import os
+    from feedbeast import roster
+    sols, _ = _tiny(tmp_path, TINY_CHECKS[:1])
+    homes = tmp_path / "homes"
+    for name, x in (("ada", 42), ("bob", 7)):
+        labs = homes / name / "feedbeast" / "labs"
+        labs.mkdir(parents=True)
+        nb = nbformat.read(sols / "05-tiny.ipynb", as_version=4)
+        nb.cells[1].source = f"x = {x}"
+        nbformat.write(nb, labs / "05-tiny.ipynb")
+    cyd = homes / "cyd" / "feedbeast" / "labs"
+    cyd.mkdir(parents=True)
+    os.symlink(homes / "ada" / "feedbeast" / "labs" / "05-tiny.ipynb", cyd / "05-tiny.ipynb")   # ada's work
+    code = roster.main(["--homes", str(homes), "--solutions", str(sols), "--jobs", "2",
+                        "--csv", str(tmp_path / "g.csv"), "--json", str(tmp_path / "g.json")])
+    rows = {r["username"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
+    assert {n: (r["lab 05"], r["lab 05 status"]) for n, r in rows.items()} == \
+        {"ada": ("100.0", "ok"), "bob": ("50.0", "failed"), "cyd": ("0", "missing")}, rows
+    docs = {d["learner"]: d for d in json.loads((tmp_path / "g.json").read_text())}
+    assert "x is 7, expected 42" in json.dumps(docs["bob"]) and docs["cyd"]["refused"], docs["cyd"]
+    assert code == 1     # cyd could not be graded
