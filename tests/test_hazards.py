@@ -494,3 +494,47 @@ def test_a_saved_trace_replays_to_the_same_report(tmp_path):
     (path,) = tmp_path.glob("*.npz")
     r = hz.replay(path)
     assert rules(r) == ["async-read-in-flight"] and r.kernel == "ring"
+
+
+def _cluster_ring(relaxed: bool, release_early: bool = False, laps=3):
+    """Two CTAs of a cluster: each producer loads its A and multicasts its half of B into both CTAs' stage;
+    each CTA's consumer warpgroup reads the stage with wgmma, then arrives on empty[s] of both CTAs."""
+    ev = []
+
+    def e(kind, rank, t, a=0, b=0, c=0, d=0):
+        ev.append((kind, len(ev) + 1, rank, t, rank, a, b, c, d))
+    A, HALF_B = 0x400, 0x400 + 16384
+    for r in (0, 1):
+        e(hz.MBAR_INIT, r, 0, FULL, 1)
+        e(hz.MBAR_INIT, r, 0, EMPTY, 2)
+    for r in (0, 1):
+        for t in (0, WG):
+            e(hz.CLUSTER_SYNC, r, t)
+    for lap in range(laps):
+        for r in (0, 1):
+            e(hz.MBAR_WAIT, r, 0, EMPTY, ((lap & 1) ^ 1) | 1 << 8)
+            e(hz.MBAR_ARRIVE, r, 0, FULL, 16384 + 2 * 8192)
+            e(hz.TMA_LOAD, r, 0, A, 1, FULL, 0)                        # map 1: A box, 16 KB
+            e(hz.TMA_LOAD, r, 0, HALF_B + 8192 * r, 2, FULL, 0b11)     # map 2: half of B, to both CTAs
+        for r in (0, 1):
+            e(hz.MBAR_WAIT, r, WG, FULL, (lap & 1) | 1 << 8)
+            e(hz.WGMMA_READ, r, WG, A, 16384)
+            e(hz.WGMMA_READ, r, WG, HALF_B, 16384)
+            e(hz.WGMMA_COMMIT, r, WG)
+            if not release_early:
+                e(hz.WGMMA_WAIT, r, WG, 0, 0)
+            for peer in (0, 1):
+                e(hz.MBAR_ARRIVE, r, WG, EMPTY, 0, 1 + peer, int(relaxed))
+            if release_early:
+                e(hz.WGMMA_WAIT, r, WG, 0, 0)
+    return hz.check(hz.decode(hz.encode(ev)), threads_per_block=384, grid=(2, 1, 1), cluster=(2, 1, 1),
+                    maps={1: 16384, 2: 8192})
+
+
+def test_a_multicast_cluster_ring_is_clean_with_release_or_relaxed_remote_arrives():
+    assert _cluster_ring(False).ok, str(_cluster_ring(False))
+    assert _cluster_ring(True).ok, str(_cluster_ring(True))
+
+
+def test_a_multicast_cluster_ring_that_releases_before_wait_group_is_found():
+    assert rules(_cluster_ring(True, release_early=True)) == ["async-read-in-flight"]
