@@ -77,7 +77,7 @@ def _as_owner(folder: Path):
 
 
 def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learner_timeout: int = 3600,
-                  solutions: Path | None = None, as_owner: bool = True) -> dict:
+                  solutions: Path | None = None, as_owner: bool = True, hazards: str = "auto") -> dict:
     """Grade one learner in a fresh process; the JSON document of `feedbeast grade --json`."""
     solutions = Path(solutions) if solutions else COURSE / "solutions"
     with tempfile.TemporaryDirectory(prefix=f"fb-roster-{name}-") as tmp:
@@ -94,7 +94,7 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
                 os.chown(p, *ids)
             env["HOME"] = str(tmp)
         cmd = [sys.executable, "-m", "feedbeast", "grade", "--json", "--learner", name,
-               "--timeout", str(timeout), "--solutions", str(solutions), *map(str, copies)]
+               "--timeout", str(timeout), "--solutions", str(solutions), "--hazards", hazards, *map(str, copies)]
         t0 = time.time()
         try:
             r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=learner_timeout,
@@ -159,6 +159,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write every check of every learner here")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     ap.add_argument("--solutions", default=None, help="the course's solutions/ (default: this checkout's)")
+    ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
+                    help="hazard builds for labs 03-08 (auto: when a GPU is here)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="learners graded at once (each in its own process; GPU memory adds up)")
     ap.add_argument("--as-me", action="store_true",
@@ -175,7 +177,7 @@ def main(argv=None) -> int:
               "to grade each learner as themselves", file=sys.stderr)
     def one(item):
         return grade_learner(item[0], item[1], args.labs, args.timeout, solutions=args.solutions,
-                             as_owner=not args.as_me)
+                             as_owner=not args.as_me, hazards=args.hazards)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         docs = list(pool.map(one, found.items()))
