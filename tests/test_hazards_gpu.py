@@ -230,6 +230,28 @@ def hazards_only():
             print(f"ROW|{name}|{case.rule or 'none'}|{type(e).__name__}: {str(e).splitlines()[0][:80]}", flush=True)
 
 
+def isolated_rows(names=("ch04 ring as shipped", "ch04: fence.proxy.async after the release arrive")):
+    """FEEDBEAST_HAZARDS=isolated: a normal launch whose hazard check runs in a separate process."""
+    import os
+    os.environ["FEEDBEAST_HAZARDS"] = "isolated"
+    try:
+        for name in names:
+            mod, launcher = build(CASES[name])
+            launch, _ = launcher(mod)
+            t0 = time.time()
+            try:
+                r = launch["kernel"].launch(launch["grid"], launch["block"], *launch["args"], shared=launch["shared"],
+                                            cluster=launch.get("cluster"))
+                fb.sync()
+                got = str(r) if r is not None else "0 (no HazardFound)"
+            except fb.HazardFound as e:
+                got = "HazardFound: " + str(e).split(":", 1)[0]
+            print(f"ROW|{name} [FEEDBEAST_HAZARDS=isolated]|{CASES[name].rule or 'none'}|{got} ({time.time() - t0:.1f} s)",
+                  flush=True)
+    finally:
+        os.environ.pop("FEEDBEAST_HAZARDS", None)
+
+
 def summary(hazard_log, racecheck_dir):
     from feedbeast.sanitize import count_reports
     rows = [ln.split("|")[1:] for ln in Path(hazard_log).read_text().splitlines() if ln.startswith("ROW|")]
@@ -251,6 +273,7 @@ if __name__ == "__main__":
         run_normal(sys.argv[2])
     elif sys.argv[1:2] == ["--hazards"]:
         hazards_only()
+        isolated_rows()
     elif sys.argv[1:2] == ["--summary"]:
         summary(sys.argv[2], sys.argv[3])
     elif sys.argv[1:2] == ["--names"]:

@@ -763,8 +763,8 @@ def replay(path) -> Report:
 
 def enabled() -> bool:
     """FEEDBEAST_HAZARDS=1: every launch of a source-compiled kernel is also hazard-checked (=report: the
-    report is printed and nothing is raised, for surveys)."""
-    return os.environ.get("FEEDBEAST_HAZARDS") in ("1", "report")
+    report is printed and nothing is raised, for surveys; =isolated: the check runs in a separate process)."""
+    return os.environ.get("FEEDBEAST_HAZARDS") in ("1", "report", "isolated")
 
 
 _checked = set()
@@ -786,6 +786,76 @@ def _arrays(args):
     return out
 
 
+_CHILD = r"""
+import json
+from feedbeast import hazards as hz
+from feedbeast.compile import compile as _compile
+mod = _compile(source, arch, defines=defines, options=tuple(options), name=name)
+arrays = [fb.to_device(h) for h in host]
+args = []
+for kind, x, extra in spec:
+    if kind == "array":
+        args.append(arrays[x])
+    elif kind == "map":
+        args.append(fb.tensor_map(arrays[x], extra.pop("box"), **extra))
+    else:
+        args.append(x)
+r = hz.run(mod.kernel(kname), grid, block, *args, shared=shared, cluster=cluster)
+print("__HZ__" + json.dumps({"text": str(r), "rules": [v.rule for v in r.violations] if isinstance(r, hz.Report)
+                             else [], "ok": bool(getattr(r, "ok", True)), "events": getattr(r, "events", 0)}))
+"""
+
+
+def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
+    """The hazard check in a separate process (fb.isolated): the arguments' device buffers go over as host copies,
+    tensor maps are encoded again over them, so a hazard build that faults or hangs leaves this process's GPU
+    context usable. Returns (report text, rules found, events)."""
+    import json
+    from cuda.bindings import driver
+    from .device import _check
+    from .isolated import isolated
+    from .memory import DeviceArray
+    from .memory import sync
+    from .tensormap import TensorMap
+    sync()                  # the inputs as the launch would see them
+    index, host, spec = {}, [], []
+
+    def array(a):
+        if isinstance(a, DeviceArray):
+            ptr, shape, dtype = a.ptr, a.shape, a.dtype
+        else:
+            cai = a.__cuda_array_interface__
+            ptr, shape, dtype = cai["data"][0], tuple(cai["shape"]), np.dtype(cai["typestr"])
+        if ptr not in index:
+            h = np.empty(shape, dtype)
+            _check(driver.cuMemcpyDtoH(h.ctypes.data, ptr, h.nbytes))
+            index[ptr] = len(host)
+            host.append(h)
+        return index[ptr]
+    for a in args:
+        if isinstance(a, TensorMap):
+            spec.append(("map", array(a.array), dict(box=a.box, swizzle=a.swizzle, oob_fill=a.oob_fill,
+                                                     l2_promotion=a.l2_promotion, shape=a.shape,
+                                                     strides_bytes=a.strides_bytes,
+                                                     element_strides=a.element_strides)))
+        elif isinstance(a, DeviceArray) or hasattr(a, "__cuda_array_interface__"):
+            spec.append(("array", array(a), None))
+        else:
+            spec.append(("value", a.item() if isinstance(a, np.generic) else a, None))
+    m = kernel.module
+    out = isolated(_CHILD, source=m.source, arch=m.arch, defines=dict(m.defines or {}), options=list(m.options),
+                   name=m.name, host=host, spec=spec, kname=kernel.name, grid=grid, block=block, shared=shared,
+                   cluster=cluster)
+    from .skip import Skipped
+    if isinstance(out, Skipped):
+        return str(out), [], 0
+    line = next((ln for ln in str(out).splitlines() if ln.startswith("__HZ__")), None)
+    if line is None:
+        raise FeedbeastError(f"the isolated hazard check of {kernel.name} printed no result:\n{str(out)[-2000:]}")
+    info = json.loads(line[len("__HZ__"):])
+    return info["text"], info["rules"], info["events"]
+
+
 def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
     """The FEEDBEAST_HAZARDS=1 hook of Kernel.launch, before the launch itself: run the hazard build at the same
     arguments (once per kernel, shape and configuration) and raise HazardFound if it breaks a rule. The
@@ -800,6 +870,13 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
     if key in _checked:
         return
     _checked.add(key)
+    if os.environ.get("FEEDBEAST_HAZARDS") == "isolated":     # in a child process: a fault cannot cost this one
+        text, found, events = run_isolated(kernel, grid, block, *args, shared=shared, cluster=cluster)
+        print(f"hazard check: {kernel.name} grid {grid} block {block}: {len(found)} violation(s) in {events} events "
+              "(separate process)", flush=True)
+        if found:
+            raise HazardFound(f"{found[0]}: {RULES[found[0]]}\n{text}")
+        return
     from cuda.bindings import driver
     from .device import _check
     from .memory import sync
