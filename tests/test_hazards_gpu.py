@@ -29,7 +29,8 @@ FENCE_04 = "    fb::fence_proxy_async();                               // my rea
 ARRIVE_04 = ("    fb::mbar::arrive(&ring.empty[s]);                            // this thread is done with stage s\n"
              "#endif\n")
 RELEASE_05 = ("    fb::wgmma::wait_group<1>();                  // the wgmma of step k-1 are done: release its stage\n"
-              "    if (k > 0) {\n      __syncwarp();\n      if (lane == 0) fb::mbar::arrive(&empty[(k - 1) % STAGES]);\n"
+              "    if (k > 0) {\n      __syncwarp();\n"
+              "      if (lane == 0) fb::mbar::arrive(&empty[(k - 1) % STAGES]);\n"
               "    }\n")
 WAIT_READ_07 = "  if (leader) fb::tma::wait_group_read<0>();"
 RELEASE_07 = ("    fb::wgmma::wait_group<0>();\n    if (threadIdx.x % 128 == 0) release_stage(empty, s);\n#endif\n")
@@ -246,8 +247,8 @@ def isolated_rows(names=("ch04 ring as shipped", "ch04: fence.proxy.async after 
                 got = str(r) if r is not None else "0 (no HazardFound)"
             except fb.HazardFound as e:
                 got = "HazardFound: " + str(e).split(":", 1)[0]
-            print(f"ROW|{name} [FEEDBEAST_HAZARDS=isolated]|{CASES[name].rule or 'none'}|{got} ({time.time() - t0:.1f} s)",
-                  flush=True)
+            rule = CASES[name].rule or "none"
+            print(f"ROW|{name} [FEEDBEAST_HAZARDS=isolated]|{rule}|{got} ({time.time() - t0:.1f} s)", flush=True)
     finally:
         os.environ.pop("FEEDBEAST_HAZARDS", None)
 
@@ -263,7 +264,8 @@ def summary(hazard_log, racecheck_dir):
         if log.exists():
             text = log.read_text()
             n = count_reports(text, "racecheck")
-            out = next((ln.split(": ", 1)[-1].strip() for ln in text.splitlines() if ": passed" in ln or ": FAILED" in ln), "")
+            out = next((ln.split(": ", 1)[-1].strip() for ln in text.splitlines()
+                        if ": passed" in ln or ": FAILED" in ln), "")
             race = f"{n if n is not None else '?'} hazards" + (f"; output {out[:50]}" if out else "")
         print(f"| {name} | {rule} | {mine} | {race} |")
 

@@ -716,7 +716,8 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     def put(name, data):
         err, ptr, size = driver.cuModuleGetGlobal(mod._cu_module, name)
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise FeedbeastError(f"{mod.name}: the hazard build has no {name.decode()} (does it include an fb/ header?)")
+            raise FeedbeastError(f"{mod.name}: the hazard build has no {name.decode()} "
+                                 "(does it include an fb/ header?)")
         _check(driver.cuMemcpyHtoD(ptr, data, len(data)))
         return ptr
     put(b"fb_hz_events", struct.pack("<Q", buf.ptr))
