@@ -54,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import verdicts
 from .errors import FeedbeastError
 
 try:   # the error class lives with the others so that fb.isolated can raise it by name
@@ -877,6 +878,7 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
               "(separate process)", flush=True)
         if found:
             raise HazardFound(f"{found[0]}: {RULES[found[0]]}\n{text}")
+        verdicts.passed(f"hazard check of {kernel.name}", f"grid {grid} block {block}: 0 violations in {events} events")
         return
     from cuda.bindings import driver
     from .device import _check
@@ -904,6 +906,11 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
                 print(report, flush=True)
         else:
             report.raise_if_any()
+            what, where = f"hazard check of {kernel.name}", f"grid {grid} block {block}"
+            if report.unchecked:     # what grading reads: a part the checker could not follow is not a pass
+                verdicts.skipped(what, f"{where}: not checked: {report.unchecked}")
+            else:
+                verdicts.passed(what, f"{where}: 0 violations in {report.events} events")
 
 
 if __name__ == "__main__":      # python -m feedbeast.hazards replay TRACE.npz ...
