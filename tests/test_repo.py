@@ -153,8 +153,9 @@ def _imports() -> dict:
 KNOWN_CIRCLES = {
     frozenset({"bench", "ceilings"}): "ceilings times with bench.bench; bench resolves ceiling names and physical "
                                       "peaks from ceilings",
-    frozenset({"compile", "hazards", "launch"}): "Module.hazard_check and Kernel.launch call hazards, which "
-                                                 "compiles the hazard build and uses launch's helpers",
+    frozenset({"compile", "hazards", "isolated", "launch"}): "Module.hazard_check and Kernel.launch call hazards, "
+                                                             "which compiles the hazard build, uses launch's "
+                                                             "helpers and runs a check in fb.isolated",
 }
 
 
