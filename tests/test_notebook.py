@@ -18,6 +18,7 @@ CELLS = [
     "SCALE = 10   # a later binding: the notebook's last one is what a name asked for gets",
     "use_module = twice.kernel_names",
     "def broken(:\n    pass",
+    "SQUARES = {k: v * SCALE for k, v in {'a': 1, 'b': 2}.items()}   # k, v: the comprehension's own names",
 ]
 
 
@@ -63,6 +64,10 @@ def test_definitions_include_in_place_changes_and_given_names(nb):
     ns = nb.definitions("TABLE", SCALE=1)
     assert ns["TABLE"] == {"a": 1.5, "b": pytest.approx(2.5 ** 0.5)}
     assert ns["SCALE"] == 1
+
+
+def test_definitions_leave_a_comprehensions_names_to_it(nb):
+    assert nb.definitions("SQUARES")["SQUARES"] == {"a": 10, "b": 20}   # Python 3.12 inlines comprehensions
 
 
 def test_definitions_bind_a_cuda_cell_name_to_its_module(nb):

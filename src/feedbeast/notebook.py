@@ -250,7 +250,8 @@ def _reads(node) -> tuple[frozenset, frozenset]:
     """Module-level names a statement reads: (now, later). `now` when the statement runs (an assignment, a
     default value, a decorator, a class body); `later` from inside the functions it defines, when called."""
     table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
-    now = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    # Not a name the statement assigns: Python 3.12 lists an inlined comprehension's variables here too.
+    now = {s.get_name() for s in table.get_symbols() if s.is_referenced() and not s.is_assigned()}
     later = set()
 
     def walk(t, deferred):
