@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast import notebook
 from feedbeast.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,7 +223,7 @@ BUGS = {
 
 
 def planted(tmp: Path, bug: str | None) -> Path:
-    nb = nbformat.read(SOLUTION_PATH, as_version=4)
+    nb = notebook.read(SOLUTION_PATH)
     for old, new in (BUGS[bug][0] if bug else []):
         cells = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
         assert sum(c.source.count(old) for c in cells) == 1, f"{bug}: {old!r} must occur once in the solution"

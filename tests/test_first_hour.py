@@ -24,8 +24,9 @@ import uuid
 import zipfile
 from pathlib import Path
 
-import nbformat
 import pytest
+
+from feedbeast import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")) + \
@@ -37,7 +38,7 @@ SETUP_ID = "course-setup"
 
 def setup_cell_source() -> str:
     """The setup cell, as chapter 00 carries it (notebook-header rules: every notebook has it verbatim)."""
-    nb = nbformat.read(ROOT / "chapters/00-feeding-the-beast.ipynb", as_version=4)
+    nb = notebook.read(ROOT / "chapters/00-feeding-the-beast.ipynb")
     return next(c.source for c in nb.cells if c.get("id") == SETUP_ID)
 
 
@@ -48,7 +49,7 @@ def setup_cell_source() -> str:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_notebook_header(path):
     """Title, then the setup cell (verbatim, id course-setup), then the rest; the named kernel."""
-    nb = nbformat.read(path, as_version=4)
+    nb = notebook.read(path)
     assert nb.metadata.get("kernelspec") == KERNELSPEC, \
         f"{path.name}: metadata.kernelspec must be {KERNELSPEC}"
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), \
@@ -349,8 +350,8 @@ def test_lab_00_runs_through_the_servers_kernel(lab):
                                                         "name": "", "kernel": {"name": "feedbeast"}})
     assert status == 201 and sess["kernel"]["name"] == "feedbeast"
     kid = sess["kernel"]["id"]
-    lab_cells = [c for c in nbformat.read(ROOT / "labs/00-copy-kernel.ipynb", 4).cells if c.cell_type == "code"]
-    sol_cells = [c for c in nbformat.read(ROOT / "solutions/00-copy-kernel.ipynb", 4).cells
+    lab_cells = [c for c in notebook.read(ROOT / "labs/00-copy-kernel.ipynb").cells if c.cell_type == "code"]
+    sol_cells = [c for c in notebook.read(ROOT / "solutions/00-copy-kernel.ipynb").cells
                  if c.cell_type == "code"]
     ws = websocket.create_connection(
         f"ws://127.0.0.1:{lab.url.rsplit(':', 1)[1]}/api/kernels/{kid}/channels?token={lab.token}",
@@ -467,7 +468,7 @@ def test_lab_00_renders_in_headless_chromium_with_nothing_covering_it(lab, tmp_p
         shot.write_bytes(base64.b64decode(call("Page.captureScreenshot", format="png")["data"]))
         ws.close()
         print(f"\nscreenshot: {shot}\npage: {s}\nChromium run: {time.perf_counter() - t0:.1f} s")
-        nb_cells = len(nbformat.read(ROOT / "labs/00-copy-kernel.ipynb", 4).cells)
+        nb_cells = len(notebook.read(ROOT / "labs/00-copy-kernel.ipynb").cells)
         assert s["panel"] and s["cells"] == nb_cells, s
         assert s["tab"] == "00-copy-kernel.ipynb", s
         assert s["kernel"] == "Feeding the Beast", s
@@ -500,7 +501,7 @@ def test_chapter_00_and_lab_00_kernels_build_for_the_smaller_gpus(arch):
     major, minor = int(arch[3]), int(arch[4])
     assert runs_on(arch, (major, minor)) and not runs_on(arch, (major - 1, 0))
     for path in ("chapters/00-feeding-the-beast.ipynb", "solutions/00-copy-kernel.ipynb"):
-        cells = [c.source for c in nbformat.read(ROOT / path, 4).cells
+        cells = [c.source for c in notebook.read(ROOT / path).cells
                  if c.cell_type == "code" and c.source.startswith("%%cuda")]
         assert cells, path
         for src in cells:
