@@ -88,6 +88,7 @@ RULES = {
 }
 
 WORDS = 8            # 32-bit words per event
+SMEM_WINDOW = 1 << 24   # shared-memory offsets lie below; a cluster CTA's addresses add rank << 24
 ALL = 0xFFFFFFFF
 
 
@@ -474,6 +475,11 @@ class _Cluster:
 
     # ---- one event
     def step(self, ev: Event, rank: int):
+        # In a cluster launch a CTA's own .shared::cta addresses carry its rank above bit 24 (the window of
+        # .shared::cluster it sits in: 0x1000400 in rank 1 for offset 0x400). Offsets are what CTAs share.
+        if ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
+            ev = dataclasses.replace(ev, a=ev.a % SMEM_WINDOW,
+                                     c=ev.c % SMEM_WINDOW if ev.kind in (BULK_LOAD, TMA_LOAD) else ev.c)
         t = rank * self.tpb + ev.thread
         if t in self.pending_sync:          # the thread is past its barrier: the barrier completed
             self.sync_complete(self.pending_sync[t])
@@ -792,8 +798,10 @@ _CHILD = r"""
 import json
 from feedbeast import hazards as hz
 from feedbeast.compile import compile as _compile
+import pickle
 mod = _compile(source, arch, defines=defines, options=tuple(options), name=name)
-arrays = [fb.to_device(h) for h in host]
+with open(host_file, "rb") as f:          # the buffers go through a file: too large for a command line
+    arrays = [fb.to_device(h) for h in pickle.load(f)]
 args = []
 for kind, x, extra in spec:
     if kind == "array":
@@ -844,10 +852,16 @@ def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
             spec.append(("array", array(a), None))
         else:
             spec.append(("value", a.item() if isinstance(a, np.generic) else a, None))
+    import pickle
+    import tempfile
     m = kernel.module
-    out = isolated(_CHILD, source=m.source, arch=m.arch, defines=dict(m.defines or {}), options=list(m.options),
-                   name=m.name, host=host, spec=spec, kname=kernel.name, grid=grid, block=block, shared=shared,
-                   cluster=cluster)
+    with tempfile.TemporaryDirectory() as tmp:
+        host_file = os.path.join(tmp, "buffers.pickle")
+        with open(host_file, "wb") as f:
+            pickle.dump(host, f)
+        out = isolated(_CHILD, source=m.source, arch=m.arch, defines=dict(m.defines or {}), options=list(m.options),
+                       name=m.name, host_file=host_file, spec=spec, kname=kernel.name, grid=grid, block=block,
+                       shared=shared, cluster=cluster)
     from .skip import Skipped
     if isinstance(out, Skipped):
         return str(out), [], 0
