@@ -51,7 +51,8 @@ def sizes(base_shape, multiple_of=1, align=1, at_least=1, n: int | None = None, 
     random dimension is ragged, i.e. not a multiple of it. align: what the kernel requires of a
     dimension (an int, or one per dimension; e.g. 8 for a bf16 row that TMA or cp.async reads in
     16-byte pieces); each random dimension is a multiple of it. at_least: the smallest size the kernel
-    takes (an int, or one per dimension; e.g. the TMA box, which may not be larger than the tensor).
+    takes (an int, or one per dimension). A TMA box does not need it: a box larger than the tensor is
+    legal, and the TMA unit fills the elements outside the tensor.
     About one case in four draws every dimension from the tiny end (below 2 tiles above at_least),
     where tail handling breaks first.
     """
