@@ -485,6 +485,31 @@ def test_threads_of_a_wgmma_warpgroup_are_not_taken_for_ordinary_readers():
     assert tr.check().ok
 
 
+def test_a_turn_taken_between_the_wait_and_the_wgmma_is_not_an_ordinary_read():
+    """Ping-pong: a consumer waits for its stage, then for its turn (a named barrier), then issues the wgmma.
+    The turn is not an access, so the stage stays a wgmma read and needs no proxy fence before its release."""
+    tr = setup(Trace(), consumers=(WG, WG + 1))
+    for lap in range(2):
+        produce(tr, lap)
+        tr.wait(WG, FULL, lap & 1).wait(WG + 1, FULL, lap & 1)
+        tr._e(hz.BAR_SYNC, WG, 1, 256)                              # the warpgroup's turn
+        tr._e(hz.BAR_SYNC, WG + 1, 1, 256)
+        tr.wgmma(WG, STAGE, BYTES).wgmma_commit(WG).wgmma_wait(WG, 0).wgmma_wait(WG + 1, 0)
+        tr.arrive(WG, EMPTY).arrive(WG + 1, EMPTY)
+    assert tr.check().ok
+
+
+def test_a_turn_taken_before_ordinary_reads_still_needs_the_fence():
+    """The same wait and turn, then unmarked ordinary reads and a release with no fence: still found."""
+    tr = setup(Trace())
+    for lap in range(2):
+        produce(tr, lap)
+        tr.wait(1, FULL, lap & 1)
+        tr._e(hz.BAR_SYNC, 1, 1, 32)
+        tr.arrive(1, EMPTY)
+    assert rules(tr.check()) == ["missing-proxy-fence"]
+
+
 def test_a_saved_trace_replays_to_the_same_report(tmp_path):
     words = hz.encode(wgmma_ring(True).events)
     meta = dict(threads_per_block=256, grid=(1, 1, 1), cluster=(1, 1, 1), maps={}, kernel="ring", source=None,

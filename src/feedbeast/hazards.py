@@ -273,7 +273,7 @@ class _Cluster:
         self.reads = defaultdict(list)               # (rank, 1 KB page) -> read accesses
         self.writes = defaultdict(list)              # (rank, 1 KB page) -> write accesses
         self.last_seen = {}         # (thread, barrier) -> phase last observed
-        self.implicit = {}          # thread -> (wait event, rank, ranges, time): reads assumed after a wait
+        self.implicit = {}          # thread -> [(wait event, rank, ranges, time)]: reads assumed after waits
         self.untraced = set()       # barriers used but not initialised through fb::mbar::init
 
     # ---- clocks
@@ -438,15 +438,12 @@ class _Cluster:
                 "fence.proxy.async on that path (one after the release does not count)", new.ev, old.ev))
 
     def commit_implicit(self, t):
-        pend = self.implicit.pop(t, None)
-        if not pend:
-            return
-        ev, rank, ranges, time = pend
-        for start, size in ranges:
-            a = _Access(ev, t, time, start, size, False, True, ("at", t, time),
-                        "ordinary reads after the wait (assumed: no fb::hazard marker)", True)
-            for key in self._pages(rank, start, size):
-                self.reads[key].append(a)
+        for ev, rank, ranges, time in self.implicit.pop(t, []):
+            for start, size in ranges:
+                a = _Access(ev, t, time, start, size, False, True, ("at", t, time),
+                            "ordinary reads after the wait (assumed: no fb::hazard marker)", True)
+                for key in self._pages(rank, start, size):
+                    self.reads[key].append(a)
 
     # ---- bar.sync, __syncwarp, barrier.cluster
     def sync_arrive(self, t, key, members):
@@ -489,6 +486,8 @@ class _Cluster:
         if t in self.implicit:
             if k in (WGMMA_READ, WGMMA_FENCE, WGMMA_COMMIT, WGMMA_WAIT, GENERIC_READ, TMA_STORE):
                 self.implicit.pop(t)        # the thread reads the stage another way, or marks its reads itself
+            elif k in (MBAR_WAIT, BAR_SYNC, SYNCWARP):
+                pass                        # not an access: a wait for the next stage or a turn (ping-pong)
             elif k not in (FENCE_PROXY_ASYNC, GENERIC_WRITE, CP_WAIT, BULK_WAIT, BULK_WAIT_READ):
                 self.commit_implicit(t)
         wg = (rank, ev.thread // 128)
@@ -590,7 +589,7 @@ class _Cluster:
         self.last_seen[(t, b.index)] = seen
         ranges = b.phase_writes.get(seen)
         if ranges:
-            self.implicit[t] = (ev, rank, ranges, int(self.vc[t][t]))
+            self.implicit.setdefault(t, []).append((ev, rank, ranges, int(self.vc[t][t])))
 
     def finish(self):
         for t in list(self.implicit):
