@@ -93,14 +93,10 @@ __device__ __forceinline__ unsigned chars(const char* s, int from) {
   }
   return v;
 }
-// A tensor map's identity in the trace: a 32-bit FNV-1a hash of its 128 bytes, which the host computes
-// over the same bytes of each tensor-map argument (feedbeast.hazards.map_id) to find the map's box size.
-// Its content, not its parameter address: a kernel that uses only some of its maps cannot be mistaken.
+// A tensor map's identity in the trace: the low bits of its (kernel parameter) address. The host matches
+// them to the launch's tensor-map arguments by their parameter offsets and takes the box bytes from them.
 __device__ __forceinline__ unsigned map_id(const void* map) {
-  const unsigned* w = static_cast<const unsigned*>(map);
-  unsigned h = 2166136261u;
-  for (int i = 0; i < 32; ++i) h = (h ^ w[i]) * 16777619u;
-  return h;
+  return static_cast<unsigned>(reinterpret_cast<unsigned long long>(map));
 }
 }  // namespace hazard
 }  // namespace fb
