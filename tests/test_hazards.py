@@ -10,6 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import feedbeast as fb
@@ -508,6 +509,28 @@ def test_a_turn_taken_before_ordinary_reads_still_needs_the_fence():
         tr._e(hz.BAR_SYNC, 1, 1, 32)
         tr.arrive(1, EMPTY)
     assert rules(tr.check()) == ["missing-proxy-fence"]
+
+
+def test_maps_are_matched_by_the_kernels_own_byte_accounting_when_offsets_cannot_tell():
+    """A kernel takes three maps but loads through two: parameter offsets fit two ways. The match whose bytes
+    agree with the kernel's expect_tx is kept (chapter 07's capstone without its TMA-store map)."""
+    from types import SimpleNamespace
+    from feedbeast.tensormap import TensorMap
+
+    def tm(rows):
+        return TensorMap((rows, 64), np.dtype("uint16"), (rows, 64), (128, 2), 0, "zero", 0, (1, 1))
+    maps, base = (tm(128), tm(256), tm(64)), 0x1000              # boxes of 16, 32 and 8 KB
+    kernel = SimpleNamespace(params=[(0, 128), (128, 128), (256, 128)])
+    tr = setup(Trace())
+    for lap in range(2):
+        tr.wait(0, EMPTY, (lap & 1) ^ 1, "empty").arrive(0, FULL, 49152)
+        tr._e(hz.TMA_LOAD, 0, STAGE, base, FULL, 0)._e(hz.TMA_LOAD, 0, STAGE + 16384, base + 128, FULL, 0)
+        tr.wait(1, FULL, lap & 1).fence(1).arrive(1, EMPTY)
+    fits = hz._map_fits(kernel, maps, {base, base + 128})
+    assert len(fits) == 2
+    report, chosen = hz._check_fits(hz.decode(hz.encode(tr.events)), fits, threads_per_block=256)
+    assert report.ok, str(report)
+    assert chosen == {base: 16384, base + 128: 32768}
 
 
 def test_a_saved_trace_replays_to_the_same_report(tmp_path):
