@@ -58,6 +58,8 @@ def test_notebook_header(path):
     assert setup.cell_type == "code" and setup.get("id") == SETUP_ID, \
         f"{path.name}: the second cell is the setup code cell with id {SETUP_ID!r}"
     assert setup.source == setup_cell_source(), f"{path.name}: the setup cell differs from chapter 00's"
+    assert setup.metadata.get("jupyter", {}).get("source_hidden") is True, \
+        f"{path.name}: the setup cell is shown collapsed (metadata jupyter.source_hidden = true)"
     assert not setup.get("outputs"), f"{path.name}: the setup cell carries no output"
     assert sum(c.get("id") == SETUP_ID or "FEEDBEAST_SRC" in c.source for c in nb.cells) == 1
 
