@@ -118,7 +118,7 @@ grade: $(STAMP)
 book: $(STAMP)
 	$(PYTHON) book/build.py --out _book
 
-## make sanitize   chapters and solutions under compute-sanitizer memcheck, racecheck, synccheck
+## make sanitize   chapters and solutions under compute-sanitizer memcheck, racecheck, synccheck and the hazard checker
 # compute-sanitizer comes as a wheel (requirements/sanitize.txt) for CUDA 13; ENV=current and CUDA=12
 # use the one found on the machine (PATH, $$CUDA_HOME, /usr/local/cuda).
 SANITIZE_FLAGS ?=
