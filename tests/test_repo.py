@@ -210,7 +210,6 @@ _THIN = re.compile(r"^[{}()\[\];,]*$|^#\s*(include|endif|else|pragma once)\b")  
 # Repeats that remain, by the two places (a header or a notebook's %%cuda cell), each with its owner's plan.
 # The test fails on any other repeat, and on an entry here that no longer repeats (remove it then).
 KNOWN_REPEATS = {
-    frozenset({"include/fb/wgmma.cuh"}): "the asm operand lists of mma_m64n128k16 and mma_m64n256k16",
     frozenset({"include/fb/attention.cuh"}): "chapter 09's header, being written",
     frozenset({"chapters/09-attention.ipynb:tma", "chapters/09-attention.ipynb:pp"}): "chapter 09, being written",
     frozenset({"chapters/09-attention.ipynb:tma", "chapters/09-attention.ipynb:ws"}): "chapter 09, being written",
