@@ -7,67 +7,27 @@ against float64 on M in {1, 7, 8, 64, 127} and ragged N, K down to 1 (rows padde
 NaN so that reading it would show); repeated decode runs agree bit for bit.
 The kernels and host helpers are read from the chapter's cells, so what is tested is what ships.
 """
-import math
-import re
 from pathlib import Path
 
-import nbformat
-import numpy as np
 import pytest
 
-import feedbeast as fb
-from feedbeast import stress
-from feedbeast.examples import matmul_inputs, matmul_reference
+from feedbeast.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters/07-capstone-gemm.ipynb"
 
 
-def cells(path):
-    return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
-
-
-def cuda_cell(path, name):
-    for src in cells(path):
-        first, _, body = src.partition("\n")
-        if first.startswith("%%cuda") and re.search(rf"--name {name}\b", first):
-            return body
-    raise LookupError(f"no %%cuda cell named {name} in {path.name}")
-
-
-class _Source:
-    def __init__(self, source):
-        self.source = source
-
-
-def chapter_namespace(only=None):
-    """The chapter's host helpers with its kernels; `only`: the capstone variants to compile (all if None)."""
-    ns = {"fb": fb, "np": np, "math": math, "matmul_inputs": matmul_inputs, "matmul_reference": matmul_reference,
-          "stress": stress, "g": fb.gpu(), "capstone": _Source(cuda_cell(CHAPTER, "capstone")),
-          "decode": _Source(cuda_cell(CHAPTER, "decode"))}
-    for code in cells(CHAPTER):
-        if code.startswith("def grouped_order"):
-            exec(code.split("\ntiles_m, tiles_n")[0], ns)
-        elif code.startswith("BM, BN, BK = 128, 256, 64"):
-            if only is not None:
-                code = code.replace("for name, d in VARIANTS.items()}",
-                                    f"for name, d in VARIANTS.items() if name in {list(only)!r}}}")
-            exec(code, ns)
-        elif code.startswith("DEC_MPS"):
-            exec(code.split("\n# ---- check")[0], ns)
-    return ns
-
-
 @pytest.fixture(scope="module")
 def ch():
-    """Every capstone variant compiled: only GPU tests ask for it (after gpu90, so a CPU run skips first)."""
-    return chapter_namespace()
+    """Every capstone variant compiled (the chapter's MODS): only GPU tests ask for it (after gpu90, so a CPU
+    run skips first)."""
+    return load(CHAPTER).definitions("VARIANTS", "run_check")
 
 
 @pytest.fixture(scope="module")
 def dec():
     """The decode kernels and helpers, no capstone variant compiled (keeps the CPU run short)."""
-    return chapter_namespace(only=())
+    return load(CHAPTER).definitions("DEC_MPS", "DEC_BK", "DECODE", "decode_plan", "run_decode_check")
 
 
 def test_decode_kernels_stream_through_tma_into_wgmma(dec):
