@@ -501,3 +501,147 @@ def test_bug_fails_grading_on_a_gpu(graded, lab, bug, anygpu):
 @pytest.mark.parametrize("lab,bug", [c for c in CASES if c[0] in HOPPER_LABS])
 def test_bug_fails_grading_on_hopper(graded, lab, bug, gpu90):
     _fails_on_gpu(graded(lab, bug), lab, bug)
+
+
+# ---- the closing table, on a GPU: python tests/test_grade_labs.py --table [--budget S] [--racecheck] ----------
+# Grades every planted bug of labs 03-07 and the untouched solutions (four at a time), reads from each report what
+# the hazard checker said (the grader runs each launch's hazard build), and with --racecheck runs each planted
+# race's notebook (its cells up to `## Measure`) under compute-sanitizer racecheck, as `make sanitize` would.
+# Prints one Markdown row per variant; what did not finish within the budget is listed as not run.
+
+RACES = {(lab, bug) for lab in BUGS for bug, spec in BUGS[lab].items()
+         if spec.rule or spec.says or (HAZARD in spec.gpu and SASS in spec.gpu)}
+
+
+def _hazard_column(rep) -> str:
+    """What the hazard checker said during grading: the rules it named, or its clean checks."""
+    rules = []
+    for o in rep.failed:
+        text = f"{o.name}: {o.message}"
+        if "HazardFound" in text or o.name.startswith("hazard check"):
+            rules += [r for r in HAZARD_RULES if f"[{r}]" in text or f"{r}:" in text][:1]
+    clean = [o for o in rep.passed if o.name.startswith("hazard check")]
+    skipped = [o for o in rep.skipped if o.name.startswith("hazard check")]
+    if rules:
+        return ", ".join(dict.fromkeys(rules)) + f" ({len(clean)} clean check(s) before)"
+    out = f"0 violations in {len(clean)} check(s)" if clean else "no check completed"
+    return out + (f", {len(skipped)} not checkable" if skipped else "")
+
+
+def _verdict(lab, bug, rep) -> tuple[bool, str]:
+    if bug is None:
+        ok = rep.status == "ok" and not rep.failed
+        return ok, f"{rep.status}, exit {rep.exit_code}"
+    spec = BUGS[lab][bug]
+    kinds = _kinds(rep, lab)
+    fails = _failures(rep)
+    ok = rep.status == "failed" and bool(kinds & spec.gpu)
+    if spec.rule:
+        ok = ok and any(spec.rule in f for f in fails)
+    if spec.says:
+        ok = ok and any(re.search(spec.says, f, re.S) for f in fails)
+    named = [r for r in HAZARD_RULES if any(r in f for f in fails)]
+    first = next((f for f in fails), "")
+    first = re.sub(r"\s+", " ", first)[:110].replace("|", "/")
+    return ok, (f"{rep.status}, exit {rep.exit_code}; {'/'.join(sorted(kinds)) or 'no failure recognised'}"
+                + (f"; names {', '.join(named)}" if named else "") + f" ({first})")
+
+
+def _racecheck(tmp: Path, lab: str, bug: str, timeout: int) -> str:
+    """The planted notebook's cells before `## Measure` under compute-sanitizer racecheck (as make sanitize)."""
+    import subprocess
+    import sys
+    from feedbeast import sanitize
+    san = sanitize.find_sanitizer()
+    if san is None:
+        return "not run: no compute-sanitizer"
+    nb = nbm.read(planted(tmp, lab, bug))
+    cut = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+                and c.source.lstrip().startswith("## Measure")), len(nb.cells))
+    nb.cells = nb.cells[:cut]
+    path = tmp / f"{lab}-{bug}-racecheck.ipynb"
+    nbformat.write(nb, path)
+    env = {k: v for k, v in os.environ.items() if k != "FEEDBEAST_HAZARDS"}
+    env["MPLBACKEND"] = "Agg"
+    cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--print-limit", "100", "--report-api-errors",
+           "no", "--target-processes", "application-only", sys.executable, "-m", "feedbeast.sanitize", "run",
+           str(path)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return f"not finished in {timeout} s"
+    log = r.stdout + r.stderr
+    (tmp / f"{lab}-{bug}-racecheck.log").write_text(log)
+    n = sanitize.count_reports(log, "racecheck")
+    passed = len(re.findall(r": passed\b", log))
+    failed = len(re.findall(r": FAILED\b", log))
+    ran = "every cell ran" in log
+    return (f"{'no summary' if n is None else f'{n} hazards'}; checks {passed} passed, {failed} failed"
+            + ("" if ran else "; the run stopped: " + next((ln for ln in log.splitlines()
+                                                             if ln.startswith("sanitize run:")), f"exit {r.returncode}")[:90]))
+
+
+def _table(argv) -> int:
+    import argparse
+    import shutil
+    import tempfile
+    import time
+    from feedbeast import grade as gr
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--table", action="store_true")
+    ap.add_argument("--budget", type=float, default=200)
+    ap.add_argument("--racecheck", action="store_true")
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--reports", default=os.environ.get("FEEDBEAST_GRADE_REPORTS"))
+    ap.add_argument("labs", nargs="*", default=["03", "04", "05", "06", "07"])
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    tmp = Path(tempfile.mkdtemp(prefix="planted-"))
+    jobs = [(lab, None) for lab in a.labs] + [(lab, bug) for lab in a.labs for bug in BUGS[lab]]
+    races = [(lab, bug) for lab, bug in jobs if (lab, bug) in RACES]
+
+    def grade_one(lab, bug):
+        hangs = bug is not None and BUGS[lab][bug].hangs
+        return gr.grade(planted(tmp, lab, bug), timeout=HANG_TIMEOUT if hangs else TIMEOUT)
+
+    pool = concurrent.futures.ThreadPoolExecutor(a.jobs)
+    futs = {key: pool.submit(grade_one, *key) for key in jobs}
+    rpool = concurrent.futures.ThreadPoolExecutor(3)
+    left = max(30, int(a.budget - 10))
+    rfuts = {key: rpool.submit(_racecheck, tmp, *key, left) for key in races} if a.racecheck else {}
+    rows, bad = {}, 0
+    while time.time() - t0 < a.budget and not all(f.done() for f in [*futs.values(), *rfuts.values()]):
+        time.sleep(1)
+    print(f"\n| lab | planted bug | class | grading (status, exit, kinds, rule named, first failure) | as expected | "
+          f"hazard checker (during grading) | compute-sanitizer racecheck |\n|---|---|---|---|---|---|---|")
+    for (lab, bug), f in futs.items():
+        kind = "untouched solution" if bug is None else ("race" if (lab, bug) in RACES else "other")
+        if not f.done():
+            grading, ok, hz = "not finished in the budget", None, "-"
+        else:
+            try:
+                rep = f.result()
+                ok, grading = _verdict(lab, bug, rep)
+                hz = _hazard_column(rep)
+                if a.reports:
+                    Path(a.reports).mkdir(parents=True, exist_ok=True)
+                    (Path(a.reports) / f"{lab}-{bug or 'solution'}.txt").write_text(str(rep) + "\n")
+            except Exception as e:      # noqa: BLE001
+                ok, grading, hz = False, f"error {type(e).__name__}: {str(e)[:100]}", "-"
+        bad += ok is False
+        rc = "-"
+        if (lab, bug) in rfuts:
+            rf = rfuts[lab, bug]
+            rc = rf.result() if rf.done() else "not finished in the budget"
+        print(f"| {lab} | {bug or '-'} | {kind} | {grading} | {'yes' if ok else 'NO' if ok is False else '-'} | "
+              f"{hz} | {rc} |", flush=True)
+    print(f"\n{len(futs)} variants, {bad} not as expected, {time.time() - t0:.0f} s", flush=True)
+    for log in sorted(tmp.glob("*-racecheck.log")):
+        if a.reports:
+            shutil.copy(log, Path(a.reports) / log.name)
+    os._exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(_table(sys.argv[1:]))

@@ -40,7 +40,8 @@ from pathlib import Path
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 TOOLS = SANITIZER_TOOLS + ("hazards",)
 TIMED_OFF = "timing is off under compute-sanitizer"
-SLOW_CELL_S = 30        # a cell slower than this is named in the log: where a sanitized run spends its time
+SLOW_CELL_S = float(os.environ.get("FEEDBEAST_SANITIZE_SLOW_CELL_S", 30))   # a cell slower than this is named
+#                                                     in the log: where a sanitized run spends its time
 
 
 from .runmode import under_sanitizer as running  # noqa: E402  (True inside the notebook runs; `run` sets it)
@@ -119,9 +120,11 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
         if found:
             return f"HazardFound: {found[0]} ({secs})", 1
         lines = [ln for ln in log.splitlines() if ln.startswith("hazard check: ")]
+        repeats = sum(ln.startswith("hazard check (repeat): ") for ln in log.splitlines())
         n, unchecked = None, sum("; not checked:" in ln for ln in lines)
         if rc == 0:
-            return f"0 ({len(lines)} launches" + (f", {unchecked} not checkable" if unchecked else "") + f", {secs})", 0
+            return (f"0 ({len(lines)} launches" + (f", {unchecked} not checkable" if unchecked else "")
+                    + (f"; {repeats} more at other sizes" if repeats else "") + f", {secs})"), 0
     else:
         n = count_reports(log, tool)
     if n:
@@ -231,9 +234,10 @@ def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/san
 # ---- the inner runner: one notebook, in this process --------------------------------------------
 
 def _timing_off():
-    """fb.bench / fb.ceiling run the timed function once and return a Skipped."""
+    """fb.bench / fb.ceiling run the timed function once and return a Skipped; fb.profile (Nsight Compute in a
+    child process, which would run its own launches outside the tool) returns a Skipped."""
     import feedbeast
-    from . import ceilings
+    from . import ceilings, profiling
     from .memory import sync
     from .skip import Skipped
 
@@ -248,9 +252,15 @@ def _timing_off():
     def ceiling(which: str, size=None):
         return Skipped(TIMED_OFF, f"{which} ceiling")
 
+    def profile(launch, *, kernel: str, name: str | None = None, **kw):
+        return Skipped("counters are not read under make sanitize (the profiler would run the launches in a "
+                       "process of its own, unchecked)", f"profile {name or kernel}")
+
     feedbeast.bench = bench
     feedbeast.ceiling = ceiling
     ceilings.ceiling = ceiling
+    feedbeast.profile = profile
+    profiling.profile = profile
 
 
 def run(path) -> int:
