@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from feedbeast import grade as g
+from feedbeast.notebook import planted as plant, read
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions/00-copy-kernel.ipynb"
@@ -43,26 +44,17 @@ def _has_gpu():
 
 
 def planted(tmp: Path, bug: str | None, kernelspec: str | None = None) -> Path:
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%cuda"))
-    for old, new in BUGS.get(bug, []):
-        assert old in cell.source, f"the solution changed: {old!r} not found; update BUGS"
-        cell.source = cell.source.replace(old, new)
-    if kernelspec:
-        nb.metadata["kernelspec"] = {"name": kernelspec, "display_name": kernelspec, "language": "python"}
-    path = tmp / f"00-{bug or 'solution'}.ipynb"
-    nbformat.write(nb, path)
-    return path
+    return plant(SOLUTION, BUGS.get(bug, []), once=False, cuda_only=True, kernelspec=kernelspec,
+                 to=tmp / f"00-{bug or 'solution'}.ipynb")
 
 
 def fake_checks(src: Path, dst: Path) -> Path:
     """The notebook with its check cells replaced by one that prints passes."""
-    nb = nbformat.read(src, as_version=4)
-    start = next(i for i, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
-    end = next(i for i, c in enumerate(nb.cells) if i > start and g._heading(c) and not g._is_check(g._heading(c)))
-    nb.cells = nb.cells[:start + 1] + [nbformat.v4.new_code_cell(FAKE)] + nb.cells[end:]
-    nbformat.write(nb, dst)
-    return dst
+    def fake(nb):
+        start = next(i for i, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
+        end = next(i for i, c in enumerate(nb.cells) if i > start and g._heading(c) and not g._is_check(g._heading(c)))
+        nb.cells = nb.cells[:start + 1] + [nbformat.v4.new_code_cell(FAKE)] + nb.cells[end:]
+    return plant(src, edit=fake, to=dst)
 
 
 _cache: dict = {}
@@ -233,7 +225,7 @@ def test_sections_follow_the_headings():
 
 def test_every_shipped_solution_has_check_cells_and_matches_its_lab():
     for sol in sorted((ROOT / "solutions").glob("*.ipynb")):
-        assert g.check_part(nbformat.read(sol, as_version=4)), f"{sol.name}: no code cell under '## Check'"
+        assert g.check_part(read(sol)), f"{sol.name}: no code cell under '## Check'"
         assert g.find_solution(ROOT / "labs" / sol.name) == ROOT / "solutions" / sol.name
 
 
@@ -319,9 +311,7 @@ def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_pat
     for name, x in (("ada", 42), ("bob", 7)):
         labs = homes / name / "feedbeast" / "labs"
         labs.mkdir(parents=True)
-        nb = nbformat.read(sols / "05-tiny.ipynb", as_version=4)
-        nb.cells[1].source = f"x = {x}"
-        nbformat.write(nb, labs / "05-tiny.ipynb")
+        plant(sols / "05-tiny.ipynb", [("x = 42", f"x = {x}")], to=labs / "05-tiny.ipynb")
     cyd = homes / "cyd" / "feedbeast" / "labs"
     cyd.mkdir(parents=True)
     os.symlink(homes / "ada" / "feedbeast" / "labs" / "05-tiny.ipynb", cyd / "05-tiny.ipynb")   # ada's work

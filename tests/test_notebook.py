@@ -95,3 +95,21 @@ def test_load_reads_a_changed_file_again(tmp_path):
     assert load(path).definitions("A")["A"] == 1
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("A = 2\n")]), path)
     assert load(path).definitions("A")["A"] == 2
+
+
+def test_planted_changes_a_copy_and_refuses_a_stale_replacement(nb, tmp_path):
+    from feedbeast.notebook import planted
+    src = nb.path
+    out = planted(src, [("SCALE = 3", "SCALE = 4")], to=tmp_path / "bug.ipynb", kernelspec="feedbeast")
+    assert out == tmp_path / "bug.ipynb" and load(out).definitions("SCALE", "OFFSET")["OFFSET"] == 0.5
+    copy = fb.notebook.read(out)
+    assert copy.cells[1].source == "SCALE = 4\nOFFSET = 0.5" and copy.metadata.kernelspec.name == "feedbeast"
+    assert [c.id for c in copy.cells] == [c.id for c in fb.notebook.read(src).cells]
+    assert "SCALE = 3" in fb.notebook.read(src).cells[1].source          # the source is left as it was
+    # in memory; only %%cuda cells; every occurrence when once=False
+    mem = planted(src, [("x[threadIdx.x]", "x[0]")], cuda_only=True, once=False, edit=lambda n: n.cells.pop())
+    assert "x[0] *= 2 * N" in mem.cells[5].source and len(mem.cells) == len(CELLS) - 1
+    with pytest.raises(ValueError, match=r"'SCALE = ' occurs 2 times in its code cells \(want exactly once\)"):
+        planted(src, [("SCALE = ", "S = ")])
+    with pytest.raises(ValueError, match=r"'SCALE = 3' occurs 0 times in its %%cuda cells"):
+        planted(src, [("SCALE = 3", "SCALE = 4")], cuda_only=True, once=False)

@@ -23,8 +23,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import nbformat
 import pytest
+
+from feedbeast import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "workshop" / "jupyterhub_config.py"
@@ -184,8 +185,7 @@ def _execute(hub: Hub, user: str, kernel_id: str, code: str, limit: float = 60) 
 
 
 def _save(hub: Hub, user: str, path: str, nb) -> None:
-    hub.api("PUT", f"/user/{user}/api/contents/{path}",
-            {"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))})
+    hub.api("PUT", f"/user/{user}/api/contents/{path}", {"type": "notebook", "format": "json", "content": nb})
 
 
 def test_three_learners_one_lab_run_in_a_server_and_the_roster(hub, tmp_path):
@@ -203,7 +203,7 @@ def test_three_learners_one_lab_run_in_a_server_and_the_roster(hub, tmp_path):
     assert shares == {"ada": "0", "bob": "1", "cyd": "0"}, shares     # least used first, 2 per device
 
     # bob works in his server: the course kernel, his own lab 00 (solved), run cell by cell.
-    sol = nbformat.read(ROOT / "solutions/00-copy-kernel.ipynb", as_version=4)
+    sol = notebook.planted(ROOT / "solutions/00-copy-kernel.ipynb")   # an unchanged copy: his solved lab
     _save(hub, "bob", "labs/00-copy-kernel.ipynb", sol)
     specs = hub.api("GET", "/user/bob/api/kernelspecs")["kernelspecs"]
     assert "feedbeast" in specs, sorted(specs)
@@ -222,9 +222,8 @@ def test_three_learners_one_lab_run_in_a_server_and_the_roster(hub, tmp_path):
     hub.api("DELETE", f"/user/bob/api/kernels/{kernel['id']}")
 
     # cyd breaks hers (a typo the compiler rejects); ada leaves hers as given.
-    broken = nbformat.read(ROOT / "solutions/00-copy-kernel.ipynb", as_version=4)
-    cell = next(c for c in broken.cells if c.cell_type == "code" and c.source.startswith("%%cuda"))
-    cell.source = cell.source.replace("d4[i] = a;", "d4[i] = a_typo;")
+    broken = notebook.planted(ROOT / "solutions/00-copy-kernel.ipynb", [("d4[i] = a;", "d4[i] = a_typo;")],
+                              cuda_only=True)
     _save(hub, "cyd", "labs/00-copy-kernel.ipynb", broken)
 
     out_csv, out_json = tmp_path / "grades.csv", tmp_path / "grades.json"

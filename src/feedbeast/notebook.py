@@ -11,6 +11,10 @@ A variant of a kernel is a compile-time switch (`nb.compile("coop", USE_SETMAXNR
 of its text. `definitions` runs no cell as a whole: it picks the top-level statements that bind the names
 asked for, then, transitively, those binding the names they read, and runs them in notebook order. A
 %%cuda cell's --name is bound to its compiled Module when a definition reads it.
+
+A copy with a planted change (a bug a grader must reject, a learner's edit) is the one text edit allowed:
+
+    fb.notebook.planted("solutions/04-mbarrier-ring.ipynb", [(old, new)], to=tmp / "04-bug.ipynb")
 """
 from __future__ import annotations
 
@@ -28,6 +32,41 @@ def read(path):
     """The notebook as nbformat reads it (version 4)."""
     import nbformat
     return nbformat.read(str(path), as_version=4)
+
+
+def planted(src, replacements=(), *, to=None, once: bool = True, cuda_only: bool = False,
+            kernelspec: str | None = None, edit=None):
+    """A copy of the notebook at `src` with a change planted in it: a bug for a grader to reject, a learner's
+    edit. The one way tests and tools derive one notebook from another.
+
+    replacements: (old, new) pairs made in the code cells (only the %%cuda cells with `cuda_only`). With
+        `once`, each `old` must occur exactly once among them; otherwise at least once, and every occurrence
+        is replaced. A miss raises ValueError: the notebook changed and the replacement is stale.
+    kernelspec: the name the copy's metadata gives its kernel. edit: a function called last with the copy
+        (a NotebookNode) to change it in place.
+    Returns the copy; with `to`, writes it there (cell ids kept) and returns that path.
+    """
+    nb = read(src)
+    for old, new in replacements:
+        cells = [c for c in nb.cells if c.cell_type == "code" and old in c.source and
+                 (not cuda_only or c.source.startswith("%%cuda"))]
+        count = sum(c.source.count(old) for c in cells)
+        if count == 0 or (once and count > 1):
+            where = "%%cuda cells" if cuda_only else "code cells"
+            raise ValueError(f"{Path(src).name}: {old!r} occurs {count} times in its {where} (want "
+                             f"{'exactly once' if once else 'at least once'}): the notebook changed, "
+                             "update the replacement")
+        for c in cells:
+            c.source = c.source.replace(old, new)
+    if kernelspec:
+        nb.metadata["kernelspec"] = {"name": kernelspec, "display_name": kernelspec, "language": "python"}
+    if edit is not None:
+        edit(nb)
+    if to is None:
+        return nb
+    import nbformat
+    nbformat.write(nb, str(to))
+    return Path(to)
 
 
 @dataclasses.dataclass(frozen=True)
