@@ -172,3 +172,43 @@ def test_profile_reports_missing_counter_permission(monkeypatch, tmp_path):
     monkeypatch.setattr(profiling.subprocess, "run", lambda *a, **k: done)
     s = fb.profile("pass", kernel="k", name="test/perm")
     assert not s and "may not read the GPU's performance counters" in str(s)
+
+
+def test_compare_puts_profiles_side_by_side_and_marks_recorded_figures(monkeypatch, tmp_path):
+    a = profiling.Profile("x/1", "k", {"duration": 2000.0, "dram": 50.0}, {"barrier": 2.0, "wait": 0.5, "misc": 0.1},
+                          {}, "GPU A")
+    b = profiling.Profile("x/4", "k", {"duration": 1000.0, "dram": 90.0}, {"long_scoreboard": 3.0, "wait": 0.2},
+                          {}, "GPU A")
+    t = profiling.compare({"one": a, "four": b}, keys=("duration", "dram"), stalls=1,
+                          extra={"in flight, KB": {"one": 24, "four": 96}})
+    lines = t.splitlines()
+    assert lines[0].split() == ["one", "four"]
+    assert lines[1].split()[-2:] == ["2.0", "1.0"]                         # ns shown as us
+    assert "in flight, KB" in t and lines[3].split()[-2:] == ["24.0", "96.0"]
+    # the largest stall of each column, each shown for both columns
+    assert [ln.split()[1] for ln in lines if ln.startswith("stall:")] == ["barrier", "long_scoreboard"]
+    assert "0.00" in next(ln for ln in lines if "long_scoreboard" in ln)
+    assert "GPU A: one launch each" in lines[-1]
+    # a Skipped column: its recorded table when it has one, '-' when not, and the last line says so
+    s = fb.Skipped("needs a GPU, this machine has none", "profile x/4")
+    s.recorded = b
+    s2 = fb.Skipped("needs a GPU, this machine has none", "profile x/8")
+    t2 = profiling.compare({"one": s2, "four": s}, keys=("dram",), stalls=1)
+    assert t2.splitlines()[1].split()[-2:] == ["-", "90.0"] and "recorded on GPU A" in t2.splitlines()[-1]
+    assert profiling.as_profile(s) is b and profiling.as_profile(s2) is None and profiling.as_profile(a) is a
+
+
+def test_cells_script_replaces_text_in_a_cell_or_stops(tmp_path):
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1\nVARIANTS = [1, 2, 3]\n")]
+    nb.cells[0].id = "c1"
+    p = tmp_path / "n.ipynb"
+    nbformat.write(nb, p)
+    ns = {}
+    src = profiling.cells_script(p, ["c1"], "y = sum(VARIANTS)\n", {"c1": [("[1, 2, 3]", "[5]")]})
+    exec(src.replace("import feedbeast as _fb\n_fb.sync()\n", ""), ns)
+    assert ns["y"] == 5 and ns["x"] == 1
+    bad = profiling.cells_script(p, ["c1"], "", {"c1": [("not there", "")]})
+    with pytest.raises(AssertionError):
+        exec(bad.replace("import feedbeast as _fb\n_fb.sync()\n", ""), {})

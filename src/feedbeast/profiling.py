@@ -286,10 +286,12 @@ def append(pr: Profile) -> Path:
     return path
 
 
-def cells_script(notebook, cells, code: str = "") -> str:
+def cells_script(notebook, cells, code: str = "", replace: dict | None = None) -> str:
     """Python source that re-runs some cells of a notebook (by cell id, in the order given) and then
     `code`: the child process `profile` starts needs the kernels and inputs the notebook built. %%cuda cells
-    are compiled as the magic compiles them; lines that start with % (line magics) are left out."""
+    are compiled as the magic compiles them; lines that start with % (line magics) are left out.
+    replace: {cell id: [(old, new), ...]} text replacements made in those cells first (e.g. to build one
+    variant of many); each `old` must occur in its cell, or the child stops with an AssertionError."""
     path = str(Path(notebook).resolve())
     return textwrap.dedent(f'''
         import matplotlib
@@ -297,11 +299,64 @@ def cells_script(notebook, cells, code: str = "") -> str:
         import nbformat
         from feedbeast.magic import cuda_cell
         _cells = {{c.get("id"): c.source for c in nbformat.read({path!r}, 4).cells}}
+        _replace = {dict(replace or {})!r}
         for _id in {list(cells)!r}:
             _src = _cells[_id]
+            for _old, _new in _replace.get(_id, []):
+                assert _old in _src, (_id, _old)
+                _src = _src.replace(_old, _new)
             if _src.startswith("%%cuda"):
                 _line, _, _body = _src.partition("\\n")
                 cuda_cell(_line[len("%%cuda"):], _body, globals())
             else:
                 exec("\\n".join(l for l in _src.splitlines() if not l.lstrip().startswith("%")), globals())
         ''') + textwrap.dedent(code) + "\nimport feedbeast as _fb\n_fb.sync()\n"
+
+
+def as_profile(p) -> Profile | None:
+    """The Profile behind `p`: `p` itself, the table a Skipped carries from a GPU run, or None."""
+    if isinstance(p, Profile):
+        return p
+    return getattr(p, "recorded", None)
+
+
+_SCALE = {"duration": (1e-3, "duration under ncu, us"), "dram_bytes": (1e-6, "DRAM bytes, MB")}
+
+
+def compare(profiles: dict, keys=("duration", "dram", "occupancy"), stalls: int = 3, extra: dict | None = None) -> str:
+    """A side-by-side table of several launches' counters: `profiles` maps a column label to a Profile, or
+    to the Skipped that `profile` returned (its recorded table is used when it has one, else the column
+    shows '-'). Rows: the values named in `keys`, then `extra` rows ({row label: {column label: number}}),
+    then every stall reason that is among the `stalls` largest of any column, in warps stalled per issued
+    instruction. The last line says where the figures come from (this GPU under ncu, or a recorded run)."""
+    cols = {label: as_profile(p) for label, p in profiles.items()}
+    rows = []
+    for key in keys:
+        scale, label = _SCALE.get(key, (1, LABELS.get(key, key)))
+        rows.append((label, [None if pr is None or pr.values.get(key) is None else pr.values[key] * scale
+                             for pr in cols.values()], "{:.1f}"))
+    for label, by_col in (extra or {}).items():
+        rows.append((label, [by_col.get(c) for c in cols], "{:.1f}"))
+    reasons = []
+    for pr in cols.values():
+        for r, _ in (pr.top_stalls(stalls) if pr else []):
+            if r not in reasons:
+                reasons.append(r)
+    for r in reasons:
+        rows.append((f"stall: {r} (warps per issue)", [pr.stalls.get(r, 0.0) if pr else None for pr in cols.values()],
+                     "{:.2f}"))
+    w0 = max([len(r[0]) for r in rows] + [10])
+    wc = [max(10, len(c)) for c in cols]
+    lines = [" " * w0 + "".join(f"  {c:>{w}}" for c, w in zip(cols, wc))]
+    for label, vals, fmt in rows:
+        lines.append(f"{label:<{w0}}" + "".join(f"  {'-' if v is None else fmt.format(v):>{w}}" for v, w in zip(vals, wc)))
+    live = [p for p in profiles.values() if isinstance(p, Profile)]
+    gpus = sorted({pr.gpu for pr in cols.values() if pr is not None and pr.gpu})
+    if live and len(live) == len(profiles):
+        lines.append(f"({', '.join(gpus)}: one launch each under Nsight Compute, clocks locked at base)")
+    elif any(pr is not None for pr in cols.values()):
+        why = next((str(p).splitlines()[0].split(";")[0] for p in profiles.values() if not isinstance(p, Profile)), "")
+        lines.append(f"({why}; the figures above were recorded on {', '.join(gpus) or 'a GPU'} under Nsight Compute)")
+    else:
+        lines.append(f"({next(iter(map(str, profiles.values())), 'no profiles').splitlines()[0]}; nothing recorded)")
+    return "\n".join(lines)
