@@ -591,3 +591,52 @@ def test_a_multicast_cluster_ring_is_clean_with_release_or_relaxed_remote_arrive
 def test_a_multicast_cluster_ring_that_releases_before_wait_group_is_found():
     assert rules(_cluster_ring(True, release_early=True)) == ["async-read-in-flight"]
     assert rules(_cluster_ring(True, release_early=True, window=True)) == ["async-read-in-flight"]
+
+
+def _launch_hook_calls(monkeypatch, sanitize: bool):
+    """check_on_launch with the GPU part replaced: which launches would be traced, and what it printed."""
+    import types
+    import feedbeast.memory
+    calls = []
+
+    def fake_run(kernel, grid, block, *args, **kw):
+        calls.append((kernel.name, grid, block))
+        return hz.Report(kernel.name, [], 10, seconds={"build": 0.0, "run": 0.0, "check": 0.0})
+    monkeypatch.setattr(hz, "run", fake_run)
+    monkeypatch.setattr(hz, "_arrays", lambda args: {})
+    monkeypatch.setattr(feedbeast.memory, "sync", lambda: None)
+    monkeypatch.setattr(hz, "_checked", set())
+    monkeypatch.setattr(hz, "_configs", {})
+    monkeypatch.setenv("FEEDBEAST_HAZARDS", "report")
+    if sanitize:
+        monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
+    else:
+        monkeypatch.delenv("FEEDBEAST_UNDER_SANITIZER", raising=False)
+
+    def module(src="#include <fb/tma.cuh>\n// ring", **defines):   # a fresh object, as a compile would give
+        return types.SimpleNamespace(source=src, arch="sm_90a", defines=defines, options=())
+
+    def launch(mod, grid, block=128, *args):
+        hz.check_on_launch(types.SimpleNamespace(module=mod, name="ring"), grid, block, args, 0, None)
+    return calls, module, launch
+
+
+def test_the_launch_hook_checks_a_build_once_per_launch_not_per_module_object(monkeypatch, capsys):
+    calls, module, launch = _launch_hook_calls(monkeypatch, sanitize=False)
+    launch(module(STAGES=4), 8, 128, 1000)
+    launch(module(STAGES=4), 8, 128, 1000)      # compiled again: the same build, the same launch
+    launch(module(STAGES=2), 8, 128, 1000)      # another build
+    launch(module(STAGES=4), 16, 128, 2000)     # another size: checked (grading checks every size)
+    assert [c[1] for c in calls] == [8, 8, 16], calls
+    assert "repeat" not in capsys.readouterr().out
+
+
+def test_make_sanitize_traces_each_build_and_launch_configuration_once(monkeypatch, capsys):
+    calls, module, launch = _launch_hook_calls(monkeypatch, sanitize=True)
+    launch(module(STAGES=4), 8, 128, 1000)
+    launch(module(STAGES=4), 16, 128, 2000)     # a larger size of the same build and configuration
+    launch(module(STAGES=4), 16, 256, 2000)     # another block size: another configuration
+    launch(module(STAGES=8), 16, 128, 2000)     # another build
+    assert [(c[1], c[2]) for c in calls] == [(8, 128), (16, 256), (16, 128)], calls
+    out = capsys.readouterr().out
+    assert out.count("hazard check: ") == 3 and out.count("hazard check (repeat): ring grid 16 block 128") == 1, out
