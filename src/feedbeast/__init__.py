@@ -31,6 +31,11 @@ from .tensormap import TensorMap, tensor_map
 from .magic import load_ipython_extension
 from .runmode import under_sanitizer as _under_sanitizer
 from . import ceilings, cubin, examples, notebook, results, sanitize, sass  # noqa: E402  (fb.sass, fb.notebook...)
+from . import hazards as _hazards, launch as _launch  # noqa: E402
+
+# The hazard checker plugs into launching here: it compiles and launches, so compile and launch do not import it.
+_launch.before_launch.append(_hazards.check_on_launch)
+_launch.hazard_run = _hazards.run
 
 __version__ = "0.1.0"
 

@@ -136,8 +136,10 @@ class Module:
     def hazard_check(self, kernel: str, grid, block, *args, shared: int = 0, cluster=None, **kw):
         """Run the hazard build of `kernel` once with these arguments and check its trace: a
         feedbeast.hazards.Report (or a Skipped); .raise_if_any() raises HazardFound naming the rule."""
-        from .hazards import run
-        return run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
+        from . import launch   # the checker is installed there (feedbeast/__init__): compile does not import it
+        if launch.hazard_run is None:
+            raise FeedbeastError("no hazard checker is installed: import feedbeast (it installs feedbeast.hazards)")
+        return launch.hazard_run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
 
     @property
     def kernel_names(self) -> list[str]:

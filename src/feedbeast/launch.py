@@ -27,6 +27,14 @@ from .memory import (LOST_HINT, DeviceArray, debug_channel, ensure_usable,  # no
                      raise_pending_debug_report)
 from .skip import Skipped, needs
 
+# Checks a later stage plugs into every launch (the package's __init__ installs the hazard checker's, which
+# runs the hazard build first when FEEDBEAST_HAZARDS=1). Launching knows no checker: the checker compiles and
+# launches, so importing it from here would tie build, run and verify into one circle.
+#   before_launch: f(kernel, grid, block, args, shared, cluster), called by launch() and bind()
+#   hazard_run:    f(kernel, grid, block, *args, shared=, cluster=, **kw) -> report, behind Module.hazard_check
+before_launch: list = []
+hazard_run = None
+
 
 def _dim3(v, what):
     t = tuple(v) if isinstance(v, (tuple, list)) else (v,)
@@ -203,8 +211,8 @@ class Kernel:
         ready = self._ready(grid, block, args, shared, cluster)
         if isinstance(ready, Skipped):
             return ready
-        from .hazards import check_on_launch   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
-        check_on_launch(self, grid, block, args, shared, cluster)
+        for check in before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
+            check(self, grid, block, args, shared, cluster)
         _buf, ptrs = self._pack(args)
         self._raw_launch(*ready[:2], shared, ready[2], stream, ptrs)
         return None
@@ -219,8 +227,8 @@ class Kernel:
         ready = self._ready(grid, block, args, shared, cluster)
         if isinstance(ready, Skipped):
             return lambda: ready
-        from .hazards import check_on_launch   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
-        check_on_launch(self, grid, block, args, shared, cluster)
+        for check in before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
+            check(self, grid, block, args, shared, cluster)
         from cuda.bindings import driver
         buf, ptrs = self._pack(args)
         cfg = self._config(*ready[:2], shared, ready[2], stream)
