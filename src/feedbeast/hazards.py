@@ -270,6 +270,7 @@ class _Cluster:
         self.instances = {}
         self.instance_no = defaultdict(int)
         self.groups = defaultdict(lambda: [[]])      # (kind, owner) -> groups, the open one last
+        self.wg_retired = {}                         # (id of a warpgroup's groups, thread) -> groups it retired
         self.reads = defaultdict(list)               # (rank, 1 KB page) -> read accesses
         self.writes = defaultdict(list)              # (rank, 1 KB page) -> write accesses
         self.last_seen = {}         # (thread, barrier) -> phase last observed
@@ -557,10 +558,14 @@ class _Cluster:
         """wgmma.wait_group by thread t: the warpgroup's groups but the last `pending` are complete for t."""
         now = int(self.vc[t][t])
         self.cc[t][t] = now
-        closed = groups[:-1]
-        for grp in closed[:max(0, len(closed) - pending)]:
+        # The groups list only grows (commit appends): thread t's earlier waits retired a prefix of it, which
+        # keeps its earlier time; only the groups past that prefix are new to t (linear, not quadratic, in laps).
+        start = self.wg_retired.get((id(groups), t), 0)
+        end = max(start, len(groups) - 1 - pending)
+        for grp in groups[start:end]:
             for a in grp:
                 a.done[1].setdefault(t, now)
+        self.wg_retired[(id(groups), t)] = end
 
     def wait(self, t, rank, ev):
         b = self.barrier(rank, ev.a, ev)
