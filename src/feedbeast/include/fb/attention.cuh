@@ -1,7 +1,7 @@
 // Attention forward on Hopper (sm_90a), chapter 09: the pieces every rung of the ladder shares.
 //
 //  - wgmma shapes the two GEMMs of attention need: S = Q K^T with both operands K-major in shared memory
-//    (m64n64k16, m64n128k16), and O += P V with P in registers (the softmax output never touches shared
+//    (fb/wgmma.cuh's m64n128k16), and O += P V with P in registers (the softmax output never touches shared
 //    memory) and V read "MN-major", transposed by the instruction (imm-trans-b = 1);
 //  - the descriptor of an MN-major tile with the 128-byte swizzle;
 //  - the online-softmax bookkeeping of one thread's two rows of a 64 x N wgmma accumulator.
@@ -37,28 +37,31 @@ __device__ inline unsigned mn_block_start(u64 desc, int j) {
   return static_cast<unsigned>(((desc & 0x3FFF) << 4) + j * (((desc >> 16) & 0x3FFF) << 4));
 }
 
-// D(64x64, fp32) (+)= A(64x16) * B(16x64), both bf16 K-major in shared memory (128-byte swizzle).
-__device__ inline void mma_ss_m64n64k16_bf16(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_a), 64 * 128, 0, 0);
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 64 * 128, 0, 0);
+// S = Q K^T with both operands K-major in shared memory is chapter 05's GEMM step: for BN = 128 key rows,
+// fb::wgmma::mma_m64n128k16_bf16 (D(64x128, fp32) (+)= A(64x16) * B(16x128), 128-byte swizzle).
+__device__ inline void mma_ss_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
+  fb::wgmma::mma_m64n128k16_bf16(d, desc_a, desc_b, accumulate FB_HZ_PASS);
+}
+
+// D(64x176, fp32) (+)= A(64x16) * B(16x176), both bf16 K-major in shared memory (128-byte swizzle): S for a
+// key tile of 176 rows (wgmma allows any N that is a multiple of 8 up to 256 for bf16).
+__device__ inline void mma_ss_m64n176k16_bf16(float (&d)[88], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_a), 64 * 128, 0, 0);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 176 * 128, 0, 0);
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, %88, %89, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// D(64x128, fp32) (+)= A(64x16) * B(16x128), both bf16 K-major in shared memory (128-byte swizzle).
-__device__ inline void mma_ss_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_a), 64 * 128, 0, 0);
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 128 * 128, 0, 0);
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+// S (+)= Q K^T for one k16 step, the key tile's width N chosen by the accumulator's size (N / 2 registers).
+__device__ inline void mma_qk_k16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
+  mma_ss_m64n128k16_bf16(d, desc_a, desc_b, accumulate FB_HZ_PASS);
+}
+__device__ inline void mma_qk_k16(float (&d)[88], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
+  mma_ss_m64n176k16_bf16(d, desc_a, desc_b, accumulate FB_HZ_PASS);
 }
 
 // D(64x64, fp32) (+)= A(64x16, bf16, in registers) * B(16x64, bf16, shared memory, MN-major: rows of N
@@ -98,6 +101,20 @@ __device__ inline void bar_arrive(int id, int threads) {
 }
 
 // ---- softmax helpers -------------------------------------------------------------------------------
+// 2^x on the multi-function unit alone (PTX ISA, "ex2": .approx.ftz, one MUFU.EX2). exp2f also handles results
+// below 2^-126 exactly, at three more instructions per call; a softmax numerator that small rounds to 0 in bf16.
+__device__ inline float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+#ifndef FB_ATTN_EXP2
+#define FB_ATTN_EXP2 exp2f
+#endif
+#ifndef FB_ATTN_TREE
+#define FB_ATTN_TREE 0
+#endif
+
 // Two bf16 in one register, the first in the low half (the lower column index of a fragment pair).
 __device__ inline u32 pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -177,23 +194,43 @@ struct OnlineSoftmax {
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = NEG_INF;
+#if FB_ATTN_TREE
+      const float mx0 = row_max_tree(s, r);
+#else
+      float mx0 = NEG_INF;
 #pragma unroll
       for (int i = 0; i < R; ++i)
-        if ((i % 4) / 2 == r) mx = fmaxf(mx, s[i]);
-      mx = fmaxf(m[r], quad_max(mx) * scale_log2);    // log2 units, as m
+        if ((i % 4) / 2 == r) mx0 = fmaxf(mx0, s[i]);
+#endif
+      const float mx = fmaxf(m[r], quad_max(mx0) * scale_log2);    // log2 units, as m
       const float base = mx == NEG_INF ? 0.f : mx;
       alpha[r] = exp2f(m[r] - base);
       m[r] = mx;
-      float sum = 0.f;
+      float sum[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int i = 0; i < R; ++i)
         if ((i % 4) / 2 == r) {
-          s[i] = exp2f(fmaf(s[i], scale_log2, -base));
-          sum += s[i];
+          s[i] = FB_ATTN_EXP2(fmaf(s[i], scale_log2, -base));
+#if FB_ATTN_TREE
+          sum[(i / 4) % 4] += s[i];
+#else
+          sum[0] += s[i];
+#endif
         }
-      l[r] = l[r] * alpha[r] + sum;
+#if FB_ATTN_TREE
+      l[r] = l[r] * alpha[r] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
+#else
+      l[r] = l[r] * alpha[r] + sum[0];
+#endif
     }
+  }
+
+  // The largest of one row's R/2 scores in this thread (scores LO .. LO+W-1 of row r: register
+  // 4 (j / 2) + 2 r + j % 2 holds score j), as a tree of depth log2(R/2) rather than a chain.
+  template <int LO = 0, int W = R / 2>
+  __device__ static inline float row_max_tree(const float (&s)[R], int r) {
+    if constexpr (W == 1) return s[4 * (LO / 2) + 2 * r + LO % 2];
+    else return fmaxf(row_max_tree<LO, W / 2>(s, r), row_max_tree<LO + W / 2, W - W / 2>(s, r));
   }
 
   // Natural-log log-sum-exp of each row, after the last tile (needs the whole row's sum).
