@@ -240,6 +240,7 @@ class _Barrier:
         self.fenced = np.zeros(width, np.int64)
         self.retired = np.zeros(width, np.int64)
         self.done = {}                   # phase -> (clock, fenced, retired)
+        self.latest = {}                 # parity -> the latest completed phase of that parity
         self.writes = []                 # async writes completing on the current phase
         self.phase_writes = {}           # phase -> ranges those writes covered
         self.name = ""
@@ -330,6 +331,7 @@ class _Cluster:
         b.clock[self.T + b.index] = p + 1
         b.fenced[self.T + b.index] = p + 1
         b.done[p] = (b.clock, b.fenced, b.retired)
+        b.latest[p % 2] = p
         for w in b.writes:
             w.done = ("phase", b.index, p)
         b.phase_writes[p] = sorted({(w.start, w.size) for w in b.writes if w.size})
@@ -573,9 +575,8 @@ class _Cluster:
         name = _name4(ev.c, ev.d)
         if name:
             b.name = f"{name}[{stage}]" if stage >= 0 else name
-        done = [p for p in b.done if p % 2 == parity]
-        if done:
-            seen = max(done)
+        if parity in b.latest:
+            seen = b.latest[parity]
         elif parity == 1:
             seen = -1      # a fresh barrier: the phase "before" phase 0 counts as complete
         else:
