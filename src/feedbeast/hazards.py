@@ -721,7 +721,11 @@ def _check_fits(events, fits, **meta):
     """Check the trace (a Report, and the matching used) under each way of matching its maps to the arguments (several only when the kernel used
     fewer maps than it takes, so parameter offsets cannot say which), and keep the one whose bytes agree best
     with the kernel's own expect_tx accounting; a bug of that accounting still shows under every match."""
-    tried = [(check(events, maps=f, **meta), f) for f in (fits or [{}])]
+    tried = []
+    for f in fits or [{}]:
+        tried.append((check(events, maps=f, **meta), f))
+        if not any(v.rule in _SIZE_RULES for v in tried[-1][0].violations):
+            break       # the first match that fully agrees: what min() below would pick, without more replays
     return min(tried, key=lambda rf: sum(v.rule in _SIZE_RULES for v in rf[0].violations))
 
 
