@@ -14,6 +14,9 @@ The fourth tool, `hazards`, is ours (feedbeast.hazards): the same runner without
 FEEDBEAST_HAZARDS=1, so that every launch first runs the kernel's hazard build at the same arguments and a
 violation of the async-proxy ordering rules raises HazardFound. compute-sanitizer does not model the async
 proxy (TMA, bulk copies, wgmma); this tool checks exactly that. It needs a GPU, not compute-sanitizer.
+Inside it each build and launch configuration (the same source and defines, block, cluster, shared memory) is
+traced once, at its first launch (a notebook's correctness check comes before its timed sizes); a launch of it at
+another size prints a `hazard check (repeat):` line instead, and the table counts those apart.
 
 How a notebook runs under the sanitizer: `run` executes the notebook's code cells in order inside
 this one Python process, with an IPython shell (so `%load_ext feedbeast` and `%%cuda` cells behave
