@@ -7,7 +7,7 @@
 
 Every result names the resource it is bound by (`bound=`: "dram", "l2", "smem", "fp32", "tensor", "tf32";
 by default the one its ceiling is bound by) and is compared with that resource's physical peak on this GPU
-(feedbeast.ceilings.physical_peak): a result above it raises PhysicalLimitError, because the experiment,
+(feedbeast.peaks.physical_peak): a result above it raises PhysicalLimitError, because the experiment,
 not the hardware, is wrong. Each result is appended to results/<gpu>/bench.jsonl with the GPU, versions,
 sizes and the identity of the kernel it timed (name, arch, defines, registers, a hash of its source).
 Timings are reported, never asserted.
@@ -20,6 +20,8 @@ import inspect
 import numpy as np
 
 from .device import _check, gpu
+from .errors import FeedbeastError
+from .peaks import PhysicalLimitError, bound_of, physical_peak
 from .skip import Skipped, needs_gpu
 
 
@@ -121,6 +123,17 @@ def flush_l2():
     _check(driver.cuMemsetD8Async(_flush_buf.ptr, 0, _flush_buf.nbytes, driver.CUstream(0)))
 
 
+# A ceiling given by name is measured by feedbeast.ceilings, which times it with bench(): the package's
+# __init__ installs its lookup here, so that bench does not import it back.
+_ceiling_by_name = None
+
+
+def use_ceilings(lookup):
+    """Install `lookup(which, size=None) -> BenchResult or Skipped`, what bench(ceiling=name) measures."""
+    global _ceiling_by_name
+    _ceiling_by_name = lookup
+
+
 def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = None, ceiling=None,
           bound: str | None = None, kernel=None, warmup: int = 3, reps: int = 30, flush: bool = True,
           sizes: dict | None = None, record: bool = True):
@@ -160,8 +173,10 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
     res = BenchResult(name, times, nbytes, flops, sizes=sizes)
     if ceiling is not None:
         if isinstance(ceiling, (str, tuple)):
-            from .ceilings import ceiling as get
-            c = get(*ceiling) if isinstance(ceiling, tuple) else get(ceiling)
+            if _ceiling_by_name is None:
+                raise FeedbeastError(f"bench {name}: no ceilings are installed to measure {ceiling!r} "
+                                     "(import feedbeast: it installs feedbeast.ceilings)")
+            c = _ceiling_by_name(*ceiling) if isinstance(ceiling, tuple) else _ceiling_by_name(ceiling)
             if not isinstance(c, Skipped):
                 res.ceiling_name, res.ceiling_value = c.name, c.value
         elif isinstance(ceiling, BenchResult):
@@ -180,7 +195,6 @@ PEAK_TOLERANCE = 0.01   # timer granularity: a result 1 % over its peak is still
 
 
 def _against_peak(res: BenchResult, bound: str | None):
-    from .ceilings import PhysicalLimitError, bound_of, physical_peak
     if name_is_ceiling := res.name.startswith("ceiling/"):
         bound = bound or bound_of(res.name)
     res.bound = bound or bound_of(res.ceiling_name)

@@ -1,0 +1,108 @@
+"""Physical peaks: what the hardware cannot exceed, from this GPU's clocks and SM count.
+
+A same-run ceiling (feedbeast.ceilings) says how close a kernel is to the best *software* here; a physical
+peak says what no software can beat. A result above its peak is a bug of the experiment (loads the compiler
+removed, bytes counted twice, data served by a cache the bench did not name), so bench() raises
+PhysicalLimitError. The clock is the driver's CU_DEVICE_ATTRIBUTE_CLOCK_RATE (the maximum boost clock), so
+each peak is an upper bound for any clock the GPU actually runs at.
+
+    physical_peak("dram")     # PhysicalPeak: GB/s and the arithmetic with this GPU's numbers
+    bound_of("ceiling/copy")  # "dram": the resource a same-run ceiling is bound by
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .errors import FeedbeastError
+
+
+class PhysicalLimitError(FeedbeastError):
+    """A benchmark reported more than its resource can physically deliver: the experiment is wrong."""
+
+
+# FP32 results per clock per SM (fused multiply-add counts 2 flops): CUDA C++ Programming Guide,
+# "Arithmetic Instructions", throughput table ("32-bit floating-point add, multiply, multiply-add"):
+# 64 for compute capability 8.0, 128 for 8.6, 8.7, 8.9, 9.0, 10.x and 12.x.
+FP32_FMA_PER_CLOCK_PER_SM = {(8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128, (9, 0): 128, (10, 0): 128,
+                             (10, 3): 128, (12, 0): 128}
+
+# Dense bf16/fp16 tensor-core flops per clock per SM (fp32 accumulation, no sparsity), from the datasheet
+# rate divided by SMs x the clock the datasheet used:
+#   A100: 312 TFLOP/s / (108 SMs x 1.41 GHz) = 2048 (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020);
+#   H100 SXM5: 989.4 TFLOP/s / (132 SMs x 1.83 GHz) = 4096 (NVIDIA H100 Tensor Core GPU Architecture
+#   whitepaper, 2022, table "NVIDIA Data Center GPUs compared");
+#   B200: 2.25 PFLOP/s dense / (148 SMs x ~1.86 GHz) ~ 8192 (NVIDIA HGX B200 datasheet, 2024).
+# tf32 is half of these on all three (same sources). Other architectures: not known here, so not checked.
+TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM = {(8, 0): 2048, (9, 0): 4096, (10, 0): 8192}
+
+# Shared memory: 32 banks, each 32 bits wide per clock (CUDA C++ Programming Guide, "Shared Memory" under
+# compute capability 5.x and later, the same for 6.x-12.x): 128 bytes per clock per SM.
+SMEM_BYTES_PER_CLOCK_PER_SM = 128
+
+RESOURCES = ("dram", "l2", "smem", "fp32", "tensor", "tf32")
+
+
+@dataclasses.dataclass(frozen=True)
+class PhysicalPeak:
+    resource: str
+    value: float | None      # GB/s for memories, TFLOP/s for pipes; None where no figure is known
+    unit: str
+    how: str                 # the arithmetic, with this GPU's numbers
+
+    def __repr__(self):
+        if self.value is None:
+            return f"{self.resource} peak: unknown ({self.how})"
+        return f"{self.resource} peak: {self.value:,.1f} {self.unit} = {self.how}"
+
+
+def physical_peak(resource: str, g=None) -> PhysicalPeak:
+    """The physical peak of `resource` on GPU `g` (default: this one):
+    "dram" (GB/s), "l2" (GB/s, an upper bound), "smem" (GB/s), "fp32", "tensor" (bf16/fp16), "tf32" (TFLOP/s)."""
+    from .device import gpu
+    g = g or gpu()
+    if resource not in RESOURCES:
+        raise ValueError(f"unknown resource {resource!r}: one of {', '.join(RESOURCES)}")
+    if g is None:
+        return PhysicalPeak(resource, None, "", "no GPU here")
+    ghz, sms, cc = g.sm_clock_mhz / 1e3, g.sm_count, tuple(g.cc)
+    if resource == "dram":
+        # Two transfers per memory clock on the whole bus: CUDA C++ Best Practices Guide, "Theoretical
+        # Bandwidth Calculation" (memory clock and bus width are the driver's device attributes).
+        v = 2 * g.mem_clock_mhz * 1e6 * g.bus_width_bits / 8 / 1e9
+        return PhysicalPeak("dram", v, "GB/s", f"2 x {g.mem_clock_mhz} MHz x {g.bus_width_bits} bit / 8")
+    if resource in ("smem", "l2"):
+        v = sms * SMEM_BYTES_PER_CLOCK_PER_SM * ghz
+        how = f"{sms} SMs x {SMEM_BYTES_PER_CLOCK_PER_SM} B/clock x {ghz:.3f} GHz"
+        if resource == "l2":
+            # NVIDIA publishes no L2 bandwidth for Hopper; every byte from L2 enters an SM through its L1,
+            # which moves at most 128 B per clock: a bound, not the L2's own rate.
+            how += " (bound: what the SMs' L1s can take in; no published L2 figure)"
+        return PhysicalPeak(resource, v, "GB/s", how)
+    if resource == "fp32":
+        per = FP32_FMA_PER_CLOCK_PER_SM.get(cc)
+        if per is None:
+            return PhysicalPeak("fp32", None, "TFLOP/s", f"no FP32 rate on record for compute capability {cc}")
+        return PhysicalPeak("fp32", sms * per * 2 * ghz / 1e3, "TFLOP/s",
+                            f"{sms} SMs x {per} FMA/clock x 2 x {ghz:.3f} GHz")
+    per = TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM.get(cc)
+    if per is None:
+        return PhysicalPeak(resource, None, "TFLOP/s", f"no tensor-core rate on record for compute capability {cc}")
+    if resource == "tf32":
+        per //= 2
+    return PhysicalPeak(resource, sms * per * ghz / 1e3, "TFLOP/s", f"{sms} SMs x {per} flop/clock x {ghz:.3f} GHz")
+
+
+def bound_of(ceiling_name: str | None) -> str | None:
+    """The resource a same-run ceiling is bound by: copy -> dram, cuBLAS bf16/fp16 -> tensor, fp32 -> fp32."""
+    if not ceiling_name:
+        return None
+    n = ceiling_name.lower()
+    if "copy" in n:
+        return "dram"
+    if "tf32" in n:
+        return "tf32"
+    if "fp32" in n:
+        return "fp32"
+    if "bf16" in n or "fp16" in n:
+        return "tensor"
+    return None
