@@ -39,7 +39,6 @@ import re
 import threading
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from feedbeast import grade as g
@@ -279,21 +278,10 @@ def _needs(lab):
     return fb.needs(arch) if arch else fb.needs_gpu()
 
 
-def _code_cells(nb):
-    return [c for c in nb.cells if c.cell_type == "code"]
-
-
 def planted(tmp: Path, lab: str, bug: str | None) -> Path:
-    nb = nbm.read(ROOT / "solutions" / LABS[lab][0])
-    for old, new in (BUGS[lab][bug].replacements if bug else []):
-        hits = [c for c in _code_cells(nb) if old in c.source]
-        count = sum(c.source.count(old) for c in hits)
-        assert count == 1, (f"lab {lab} bug {bug}: {old!r} occurs {count} times in the solution's code cells "
-                            "(should be once): the solution changed, update BUGS in tests/test_grade_labs.py")
-        hits[0].source = hits[0].source.replace(old, new)
-    path = tmp / f"{lab}-{bug or 'solution'}.ipynb"
-    nbformat.write(nb, path)
-    return path
+    # Each replacement must match the solution's code cells once (else ValueError: update BUGS here).
+    return nbm.planted(ROOT / "solutions" / LABS[lab][0], BUGS[lab][bug].replacements if bug else (),
+                       to=tmp / f"{lab}-{bug or 'solution'}.ipynb")
 
 
 # ---- the labs are exercises (no grading) ------------------------------------------------------------------
@@ -330,13 +318,13 @@ def test_the_overlap_measure_sees_a_reprinted_kernel(tmp_path):
     """The measure can fail: a solution whose kernel cell is its chapter's (comments and spacing changed,
     solution markers added) shares far more than MAX_SHARED lines."""
     chapter = ROOT / "chapters" / CHAPTERS["08"]
-    nb = nbm.read(ROOT / "solutions" / LABS["08"][0])
-    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%cuda"))
     body = next(c for c in nbm.load(chapter).cuda_cells.values() if "__global__" in c.source).source
     body = re.sub(r"//.*$", "// a comment of my own", body, flags=re.M).replace("  ", " ")
-    cell.source = "%%cuda --arch sm_100a --name lab\n// BEGIN SOLUTION\n" + body + "\n// END SOLUTION\n"
-    copy = tmp_path / "08-reprinted.ipynb"
-    nbformat.write(nb, copy)
+
+    def reprint(nb):
+        cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%cuda"))
+        cell.source = "%%cuda --arch sm_100a --name lab\n// BEGIN SOLUTION\n" + body + "\n// END SOLUTION\n"
+    copy = nbm.planted(ROOT / "solutions" / LABS["08"][0], edit=reprint, to=tmp_path / "08-reprinted.ipynb")
     assert len(cuda_lines(copy) & cuda_lines(chapter)) > 3 * MAX_SHARED
 
 
@@ -555,12 +543,11 @@ def _racecheck(tmp: Path, lab: str, bug: str, timeout: int) -> str:
     san = sanitize.find_sanitizer()
     if san is None:
         return "not run: no compute-sanitizer"
-    nb = nbm.read(planted(tmp, lab, bug))
-    cut = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
-                and c.source.lstrip().startswith("## Measure")), len(nb.cells))
-    nb.cells = nb.cells[:cut]
-    path = tmp / f"{lab}-{bug}-racecheck.ipynb"
-    nbformat.write(nb, path)
+    def before_measure(nb):
+        cut = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+                    and c.source.lstrip().startswith("## Measure")), len(nb.cells))
+        nb.cells = nb.cells[:cut]
+    path = nbm.planted(planted(tmp, lab, bug), edit=before_measure, to=tmp / f"{lab}-{bug}-racecheck.ipynb")
     env = {k: v for k, v in os.environ.items() if k != "FEEDBEAST_HAZARDS"}
     env["MPLBACKEND"] = "Agg"
     cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--print-limit", "100", "--report-api-errors",
