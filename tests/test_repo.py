@@ -229,13 +229,23 @@ KNOWN_REPEATS = {
 
 
 def _cuda_sources() -> dict:
-    """{place: (first line number, source)}: every header, and every %%cuda cell of the chapters and
-    solutions (labs are generated from solutions) as feedbeast.notebook loads it."""
+    """{place: (first line number, source)}: every header, every %%cuda cell of the chapters and solutions (labs
+    are generated from solutions) as feedbeast.notebook loads it, and every CUDA source of six or more lines
+    written as a Python string in the package or the tests."""
+    import ast
     from feedbeast.notebook import load
     out = {f"include/fb/{h.name}": (1, h.read_text()) for h in sorted((PACKAGE / "include/fb").glob("*.cuh"))}
     for path in sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")):
         for name, cell in load(path).cuda_cells.items():
             out[f"{path.parent.name}/{path.name}:{name}"] = (2, cell.source)   # line 1 is the %%cuda line
+    for py in sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "tests").glob("*.py")):
+        tree = ast.parse(py.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(getattr(n, "body", None), list) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                    and node.value.count("\n") >= 5 and re.search(r"__global__|__device__", node.value):
+                out[f"{py.relative_to(ROOT)}:{node.lineno}"] = (node.lineno, node.value)
     return out
 
 
@@ -277,7 +287,10 @@ def test_repeated_blocks_finds_a_copied_run_and_ignores_comments():
 
 
 def test_no_block_of_six_cuda_lines_stands_in_two_places():
-    found = repeated_blocks(_cuda_sources())
+    sources = _cuda_sources()
+    kinds = {"header" if k.startswith("include/") else "cell" if ".ipynb:" in k else "python" for k in sources}
+    assert kinds == {"header", "cell", "python"}, f"read only {kinds}"   # every kind of place is read at all
+    found = repeated_blocks(sources)
     pairs = {frozenset({a, b}) for a, _, b, _, _ in found}
     new = [f"  {a}:{la[0]}-{la[1]} and {b}:{lb[0]}-{lb[1]}, from `{first}`"
            for a, la, b, lb, first in found if frozenset({a, b}) not in KNOWN_REPEATS]
