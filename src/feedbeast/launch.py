@@ -196,12 +196,17 @@ class Kernel:
             raise LaunchError(
                 f"{self.name} needs {static} B static + {shared} B dynamic = {static + shared} B of shared memory "
                 f"per block, but {g.name} allows {g.smem_per_block_optin} B: use fewer stages or smaller tiles")
+        self._opt_in(shared)
+        return grid, block, cluster
+
+    def _opt_in(self, shared):
+        """Allow `shared` bytes of dynamic shared memory (above 48 KB a kernel must opt in: cuFuncSetAttribute
+        with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), once per size that grows the limit."""
         if shared > self._dyn_limit:
             from cuda.bindings import driver
             _check(driver.cuFuncSetAttribute(
                 self._fn, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared))
             self._dyn_limit = shared
-        return grid, block, cluster
 
     def launch(self, grid, block, *args, shared: int = 0, cluster=None, stream=0):
         """Launch asynchronously; returns None, or a Skipped when this machine cannot run it.
@@ -252,23 +257,14 @@ class Kernel:
         if needs(self.module.arch) is not None:
             return 0
         self._load()
-        if shared > self._dyn_limit:
-            _check(driver.cuFuncSetAttribute(
-                self._fn, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared))
-            self._dyn_limit = shared
-        c, b = _dim3(cluster, "cluster"), _dim3(block, "block")
-        cfg = driver.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = c
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b
-        cfg.sharedMemBytes = shared
-        a = driver.CUlaunchAttribute()
-        a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = c
-        cfg.attrs = [a]
-        cfg.numAttrs = 1
-        return int(_check(driver.cuOccupancyMaxActiveClusters(self._fn, cfg)))
+        self._opt_in(shared)
+        c = _dim3(cluster, "cluster")   # the occupancy query takes the cluster shape as its grid
+        return int(_check(driver.cuOccupancyMaxActiveClusters(self._fn, self._config(c, _dim3(block, "block"),
+                                                                                      shared, c, 0))))
 
     def _config(self, grid, block, shared, cluster, stream):
+        """The driver's launch configuration: dimensions, dynamic shared memory, stream, and the cluster shape
+        as a launch attribute (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) when there is one."""
         from cuda.bindings import driver
         cfg = driver.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
