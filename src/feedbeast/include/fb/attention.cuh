@@ -13,6 +13,8 @@
 #include <cuda/std/cstdint>
 #include <cuda/std/limits>
 #include <fb/hazard.cuh>
+#include <fb/tma.cuh>
+#include <fb/trace.cuh>
 #include <fb/wgmma.cuh>
 
 namespace fb {
@@ -244,6 +246,12 @@ struct OnlineSoftmax {
   }
 };
 
+// ptxas may move a wgmma.wait_group up to the first instruction that does not depend on the softmax before
+// it: in rung 4 the wait for O += P V then came before the softmax it was meant to overlap (the SASS showed
+// WARPGROUP.DEPBAR ahead of every MUFU.EX2). A memory fence between the two is an order ptxas keeps; the
+// consumer warps have no memory accesses of their own in flight for it to wait on.
+__device__ inline void order_before_wait() { asm volatile("fence.acq_rel.cta;" ::: "memory"); }
+
 // Multiply accumulator registers (same fragment layout, D/2 of them) row by row.
 template <int R>
 __device__ inline void scale_rows(float (&o)[R], const float (&f)[2]) {
@@ -287,6 +295,149 @@ __device__ inline void store_rows(const float (&o)[D / 2], const float (&inv_l)[
     if (row0 < q_len) lse_out[row0] = lse[0];
     if (row0 + 8 < q_len) lse_out[row0 + 8] = lse[1];
   }
+}
+
+// ---- the ring of rungs 2-4 (and lab 09): shared memory, barriers, loads, the two GEMMs, one key tile ------
+// Dynamic shared memory of a block, 1024-byte aligned: Q (BM rows), then NSTAGES tiles of K, then NSTAGES of V
+// (BN rows each). A tile of ROWS rows is D / 64 panels of ROWS x 128 B, as TMA writes boxes of ROWS x 64 bf16
+// with the 128-byte swizzle. (NSTAGES, not STAGES: the kernels take STAGES as a -D macro.)
+template <int D, int BM, int BN, int NSTAGES> struct Plan {
+  static constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
+  static constexpr int K_OFF = Q_BYTES, V_OFF = K_OFF + NSTAGES * KV_BYTES;
+  static constexpr int BYTES = V_OFF + NSTAGES * KV_BYTES + 1024;   // + alignment slack
+};
+
+// Which work block (x, y) of the grid owns: query rows m0 .. m0 + BM - 1 of head y (x taken in reverse, so
+// that with a causal mask the longest blocks start first), that head's first row in the 2-D tensor maps, and
+// how many key tiles of BN rows it visits (with `causal`, those up to the diagonal).
+struct BlockTiles { int m0, head_row, tiles; };
+template <int BM, int BN>
+__device__ inline BlockTiles block_tiles(int seq, int causal) {
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+  const int kv_end = causal ? min(seq, m0 + BM) : seq;
+  return {m0, static_cast<int>(blockIdx.y) * seq, (kv_end + BN - 1) / BN};
+}
+
+// Thread 0 prefetches the three tensor maps and initialises the barriers: q_full, full_k[s] and full_v[s] wait
+// for one arrival (the producer's arrive.expect_tx) and a tile's bytes, empty[s] for one arrival per consumer
+// warpgroup. Then the whole block synchronises once.
+template <int NSTAGES>
+__device__ inline void init_ring(const fb::TensorMap& qmap, const fb::TensorMap& kmap, const fb::TensorMap& vmap,
+                                 u64* q_full, u64* full_k, u64* full_v, u64* empty, int consumers) {
+  if (threadIdx.x == 0) {
+    fb::tma::prefetch_tensormap(qmap);
+    fb::tma::prefetch_tensormap(kmap);
+    fb::tma::prefetch_tensormap(vmap);
+    fb::mbar::init(q_full, 1);
+    for (int s = 0; s < NSTAGES; ++s) {
+      fb::mbar::init(&full_k[s], 1);
+      fb::mbar::init(&full_v[s], 1);
+      fb::mbar::init(&empty[s], consumers);
+    }
+    fb::mbar::fence_init();
+  }
+  __syncthreads();
+}
+
+// ROWS rows from global row `row` of a 2-D map (all D columns: D / 64 boxes) onto barrier `bar`.
+template <int D, int ROWS>
+__device__ inline void load_tile(unsigned char* dst, const fb::TensorMap& map, int row, u64* bar) {
+#pragma unroll
+  for (int p = 0; p < D / 64; ++p) fb::tma::load_2d(dst + p * ROWS * 128, map, 64 * p, row, bar);
+}
+
+// S(64 x BN) = Q(64 x D) K^T: D / 16 wgmma steps of 32 B along K; the 64-column panels are ROWS * 128 B apart.
+// Each step's descriptor is the first one plus the step's byte offset / 16 (the start-address field, bits 0-13,
+// holds address / 16 and a shared-memory address stays below 2^18, so the sum never carries out of it): one
+// add per wgmma instead of building every descriptor from its address.
+template <int D, int BM, int BN>
+__device__ inline void qk_gemm(float (&s)[BN / 2], const unsigned char* q, const unsigned char* k) {
+  const u64 dq = fb::wgmma::descriptor_k_major_sw128(q), dk = fb::wgmma::descriptor_k_major_sw128(k);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    mma_qk_k16(s, dq + ((kk / 4) * BM * 128 + (kk % 4) * 32) / 16, dk + ((kk / 4) * BN * 128 + (kk % 4) * 32) / 16,
+               kk > 0);
+}
+
+// O(64 x D) += P(64 x BN) V: BN / 16 wgmma steps, V rows 16 kk .. 16 kk + 15 at 16 * 128 B per step.
+template <int D, int BN>
+__device__ inline void pv_gemm(float (&o)[D / 2], const u32 (&p)[BN / 16][4], const unsigned char* v) {
+  constexpr u32 LBO = BN * 128, SBO = 1024;        // next 64-column panel; next 8 rows of V
+  const u64 dv = descriptor_mn_major_sw128(v, LBO, SBO);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    if constexpr (D == 128) mma_rs_m64n128k16_bf16_tb(o, p[kk], dv + kk * 16 * 128 / 16, 1);
+    else mma_rs_m64n64k16_bf16_tb(o, p[kk], dv + kk * 16 * 128 / 16, 1);
+  }
+}
+
+// The producer (one thread): Q, then key tiles 0 .. tiles - 1 of K and V, each into stage j % NSTAGES once
+// both consumers released it. With a recording Tracer: a `wait` span per free-stage wait, an `issue` span
+// per pair of loads.
+template <int D, int BM, int BN, int NSTAGES>
+__device__ inline void produce_ring(const fb::TensorMap& qmap, const fb::TensorMap& kmap, const fb::TensorMap& vmap,
+                                    unsigned char* smem, u64* q_full, u64* full_k, u64* full_v, u64* empty,
+                                    const BlockTiles& b, fb::Tracer& tr) {
+  using P = Plan<D, BM, BN, NSTAGES>;
+  fb::mbar::arrive_expect_tx(q_full, P::Q_BYTES);
+  load_tile<D, BM>(smem, qmap, b.head_row + b.m0, q_full);
+  for (int j = 0; j < b.tiles; ++j) {
+    const int s = j % NSTAGES;
+    const long long t0 = tr.now();
+    fb::mbar::wait(&empty[s], ((j / NSTAGES) & 1) ^ 1, "empty", s);   // the first lap passes at once
+    const long long t1 = tr.now();
+    fb::mbar::arrive_expect_tx(&full_k[s], P::KV_BYTES);
+    load_tile<D, BN>(smem + P::K_OFF + s * P::KV_BYTES, kmap, b.head_row + j * BN, &full_k[s]);
+    fb::mbar::arrive_expect_tx(&full_v[s], P::KV_BYTES);
+    load_tile<D, BN>(smem + P::V_OFF + s * P::KV_BYTES, vmap, b.head_row + j * BN, &full_v[s]);
+    tr.span(fb::TraceKind::wait, t0, t1);
+    tr.span(fb::TraceKind::issue, t1, tr.now());
+  }
+}
+
+// Key tile j for one consumer warpgroup, one step after the other (rungs 2 and 3): wait for K, S = Q K^T, the
+// online softmax (FAST: step_fast and the skipped rescale), wait for V, O += P V, then the warpgroup's first
+// thread releases the stage. `q`: this warpgroup's 64 rows of Q; row0: this thread's first query row.
+template <int D, int BM, int BN, int NSTAGES, bool FAST>
+__device__ inline void attend_tile(float (&o)[D / 2], OnlineSoftmax<BN>& sm, const unsigned char* q,
+                                   const unsigned char* smem, u64* full_k, u64* full_v, u64* empty, int j,
+                                   int row0, int seq, float scale_log2, int causal) {
+  using P = Plan<D, BM, BN, NSTAGES>;
+  const int s = j % NSTAGES, t = threadIdx.x % 4;
+  const u32 parity = (j / NSTAGES) & 1;
+  float sc[BN / 2], alpha[2];
+  fb::mbar::wait(&full_k[s], parity, "full_k", s);
+  fb::wgmma::fence();
+  qk_gemm<D, BM, BN>(sc, q, smem + P::K_OFF + s * P::KV_BYTES);
+  fb::wgmma::commit_group();
+  fb::wgmma::wait_group<0>();
+  fb::wgmma::fence_operand(sc);
+  if constexpr (FAST) {
+    sm.step_fast(sc, alpha, row0, row0 - (threadIdx.x % 32) / 4, j * BN, seq, scale_log2, causal, t);
+    scale_rows_if_changed(o, alpha);
+  } else {
+    sm.step(sc, alpha, row0, j * BN, seq, scale_log2, causal, t);
+    scale_rows(o, alpha);
+  }
+  u32 p[BN / 16][4];
+  p_fragments(sc, p);
+  fb::mbar::wait(&full_v[s], parity, "full_v", s);
+  fb::wgmma::fence();
+  pv_gemm<D, BN>(o, p, smem + P::V_OFF + s * P::KV_BYTES);
+  fb::wgmma::commit_group();
+  fb::wgmma::wait_group<0>();
+  fb::wgmma::fence_operand(o);
+  if (threadIdx.x % 128 == 0) fb::mbar::arrive(&empty[s]);   // this warpgroup is done with stage s
+}
+
+// The epilogue of a consumer warpgroup: O / l and the log-sum-exp of this thread's two rows, for rows < seq
+// (O and lse point at row 0 of this head).
+template <int D, int BN>
+__device__ inline void finish_rows(OnlineSoftmax<BN>& sm, const float (&o)[D / 2], __nv_bfloat16* O, float* lse,
+                                   int row0, int seq) {
+  float inv_l[2], lse_row[2];
+  sm.finish(inv_l, lse_row);
+  store_rows<D>(o, inv_l, lse_row, O, lse, row0, seq, threadIdx.x % 4);
 }
 }  // namespace attention
 }  // namespace fb
