@@ -51,6 +51,7 @@ import os
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -92,8 +93,7 @@ SMEM_WINDOW = 1 << 24   # shared-memory offsets lie below; a cluster CTA's addre
 ALL = 0xFFFFFFFF
 
 
-@dataclasses.dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):   # a tuple: a trace has up to millions of them, made and read in tight loops
     index: int          # slot in the trace: the replay order
     kind: int
     line: int
@@ -115,9 +115,11 @@ def decode(words: np.ndarray) -> list[Event]:
     w = np.asarray(words, dtype=np.uint32).reshape(-1, WORDS)
     ok = w[:, 7] == np.arange(1, len(w) + 1, dtype=np.uint32)
     idx = np.nonzero(ok)[0]
-    rows = w[idx].astype(np.int64).tolist()      # Python ints in one step: a trace can hold millions of events
-    return [Event(i, r[0] & 0xFF, r[0] >> 8, r[1], r[2] & 0xFFFF, r[2] >> 16, r[3], r[4], r[5], r[6])
-            for i, r in zip(idx.tolist(), rows)]
+    w = w[idx].astype(np.int64)
+    cols = (idx, w[:, 0] & 0xFF, w[:, 0] >> 8, w[:, 1], w[:, 2] & 0xFFFF, w[:, 2] >> 16, w[:, 3], w[:, 4], w[:, 5],
+            w[:, 6])
+    make = tuple.__new__     # Python ints, field by field in numpy: a trace can hold millions of events
+    return [make(Event, r) for r in zip(*(c.tolist() for c in cols))]
 
 
 def encode(events) -> np.ndarray:
@@ -478,7 +480,7 @@ class _Cluster:
         # In a cluster launch a CTA's own .shared::cta addresses carry its rank above bit 24 (the window of
         # .shared::cluster it sits in: 0x1000400 in rank 1 for offset 0x400). Offsets are what CTAs share.
         if ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
-            ev = dataclasses.replace(ev, a=ev.a % SMEM_WINDOW,
+            ev = ev._replace(a=ev.a % SMEM_WINDOW,
                                      c=ev.c % SMEM_WINDOW if ev.kind in (BULK_LOAD, TMA_LOAD) else ev.c)
         t = rank * self.tpb + ev.thread
         if t in self.pending_sync:          # the thread is past its barrier: the barrier completed
