@@ -80,6 +80,47 @@ def test_setmaxnreg_budget_fits_the_register_file():
     assert 128 * (24 + 2 * 240) <= 65536
 
 
+def _exps_between_the_waits(mod, kernel="attn_pp_d128"):
+    """MUFU.EX2 between rung 4's wait_group<1> (S_j ready) and its next wait_group<0> (P_{j-1} V_{j-1} done)."""
+    sass = mod.sass(kernel).splitlines()
+    i = next(k for k, ln in enumerate(sass) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in ln)
+    j = next(k for k in range(i + 1, len(sass)) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in sass[k])
+    return sum("MUFU.EX2" in ln for ln in sass[i:j])
+
+
+def test_rung4_softmax_runs_between_its_two_waits():
+    # The overlap inside a warpgroup: the softmax of S_j (64 exponentials per thread and tile, 2 more for the
+    # rescale factors) between the two waits, while P_{j-1} V_{j-1} runs. Without fa::order_before_wait ptxas
+    # hoists the second wait above all of them (the negative control: if a future ptxas stops doing that, this
+    # test says so, and the fence can go).
+    assert _exps_between_the_waits(module("pp")) >= 64
+    assert _exps_between_the_waits(module("pp", ORDER_WAIT=0)) == 0
+
+
+def test_lean_softmax_exponential_is_one_instruction():
+    # step_fast's 2^x is ex2.approx.ftz: one MUFU.EX2 and nothing around it. exp2f would add an FSETP (is the
+    # result below 2^-126?) and two predicated FMUL per call: rung 3's plain softmax shows them.
+    for mod, kernel in ((module("pp"), "attn_pp_d128"), (module("ws", FAST_SOFTMAX=1), "attn_ws_d128")):
+        hist = mod.histogram(kernel)
+        assert hist["MUFU.EX2"] >= 64 and hist.get("FSETP.GEU.AND", 0) <= 4, (kernel, hist.get("FSETP.GEU.AND"))
+    plain = module("ws").histogram("attn_ws_d128")
+    assert plain.get("FSETP.GEU.AND", 0) >= 64
+
+
+def test_gemm_issue_is_short():
+    # Each wgmma's descriptor is the stage's first descriptor plus a constant: from rung 4's turn (BAR.SYNC) to its
+    # wait for S_j, 16 HGMMA and fewer than 8 other instructions each (building every descriptor from its address
+    # took about 16 each: -D FB_ATTN_DESC_EACH=1).
+    def issue(mod):
+        sass = mod.sass("attn_pp_d128").splitlines()
+        i = next(k for k, ln in enumerate(sass) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in ln)
+        start = max(k for k in range(i) if "BAR.SYNC" in sass[k])
+        return i - start, sum("HGMMA" in ln for ln in sass[start:i])
+    lean, each = issue(module("pp")), issue(module("pp", FB_ATTN_DESC_EACH=1))
+    assert lean[1] == each[1] == 16
+    assert lean[0] < 8 * 16 < each[0], (lean, each)
+
+
 @pytest.mark.parametrize("stages", [2, 3])
 def test_ring_depths_fit_shared_memory(stages):
     # Q + STAGES x (K + V) at d = 128, plus the 1024 B alignment slack, within the 227 KB a block may opt in to.

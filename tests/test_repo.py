@@ -219,12 +219,6 @@ _THIN = re.compile(r"^[{}()\[\];,]*$|^#\s*(include|endif|else|pragma once)\b")  
 # Repeats that remain, by the two places (a header or a notebook's %%cuda cell), each with its owner's plan.
 # The test fails on any other repeat, and on an entry here that no longer repeats (remove it then).
 KNOWN_REPEATS = {
-    frozenset({"chapters/09-attention.ipynb:tma", "chapters/09-attention.ipynb:pp"}): "chapter 09, being written",
-    frozenset({"chapters/09-attention.ipynb:tma", "chapters/09-attention.ipynb:ws"}): "chapter 09, being written",
-    frozenset({"chapters/09-attention.ipynb:ws", "chapters/09-attention.ipynb:pp"}): "chapter 09, being written",
-    frozenset({"chapters/09-attention.ipynb:pp", "solutions/09-sliding-window-attention.ipynb:lab"}): "lab 09",
-    frozenset({"chapters/09-attention.ipynb:tma", "solutions/09-sliding-window-attention.ipynb:lab"}): "lab 09",
-    frozenset({"chapters/09-attention.ipynb:ws", "solutions/09-sliding-window-attention.ipynb:lab"}): "lab 09",
 }
 
 

@@ -9,6 +9,9 @@
 // PTX ISA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (wgmma.mma_async,
 // "Register Fragments and Shared Memory Matrix Layouts", "Matrix Descriptor Format").
 #pragma once
+#ifndef FB_ATTN_DESC_EACH
+#define FB_ATTN_DESC_EACH 0
+#endif
 #include <cuda_bf16.h>
 #include <cuda/std/cstdint>
 #include <cuda/std/limits>
@@ -43,27 +46,6 @@ __device__ inline unsigned mn_block_start(u64 desc, int j) {
 // fb::wgmma::mma_m64n128k16_bf16 (D(64x128, fp32) (+)= A(64x16) * B(16x128), 128-byte swizzle).
 __device__ inline void mma_ss_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
   fb::wgmma::mma_m64n128k16_bf16(d, desc_a, desc_b, accumulate FB_HZ_PASS);
-}
-
-// D(64x176, fp32) (+)= A(64x16) * B(16x176), both bf16 K-major in shared memory (128-byte swizzle): S for a
-// key tile of 176 rows (wgmma allows any N that is a multiple of 8 up to 256 for bf16).
-__device__ inline void mma_ss_m64n176k16_bf16(float (&d)[88], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
-  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_a), 64 * 128, 0, 0);
-  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 176 * 128, 0, 0);
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, %88, %89, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// S (+)= Q K^T for one k16 step, the key tile's width N chosen by the accumulator's size (N / 2 registers).
-__device__ inline void mma_qk_k16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
-  mma_ss_m64n128k16_bf16(d, desc_a, desc_b, accumulate FB_HZ_PASS);
-}
-__device__ inline void mma_qk_k16(float (&d)[88], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
-  mma_ss_m64n176k16_bf16(d, desc_a, desc_b, accumulate FB_HZ_PASS);
 }
 
 // D(64x64, fp32) (+)= A(64x16, bf16, in registers) * B(16x64, bf16, shared memory, MN-major: rows of N
@@ -103,19 +85,14 @@ __device__ inline void bar_arrive(int id, int threads) {
 }
 
 // ---- softmax helpers -------------------------------------------------------------------------------
-// 2^x on the multi-function unit alone (PTX ISA, "ex2": .approx.ftz, one MUFU.EX2). exp2f also handles results
-// below 2^-126 exactly, at three more instructions per call; a softmax numerator that small rounds to 0 in bf16.
+// 2^x on the multi-function unit alone (PTX ISA, "ex2": .approx.ftz, one MUFU.EX2 per call). exp2f also handles
+// results below 2^-126 exactly, at three more instructions per call (FSETP and two FMUL around the MUFU.EX2); a
+// softmax numerator that small is 0 in bf16 anyway. Rung 4 on an H100: +4 to +10 % from this alone.
 __device__ inline float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-#ifndef FB_ATTN_EXP2
-#define FB_ATTN_EXP2 exp2f
-#endif
-#ifndef FB_ATTN_TREE
-#define FB_ATTN_TREE 0
-#endif
 
 // Two bf16 in one register, the first in the low half (the lower column index of a fragment pair).
 __device__ inline u32 pack_bf16(float lo, float hi) {
@@ -166,10 +143,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int i = 0; i < R; ++i)
         if ((i % 4) / 2 == r) mx = fmaxf(mx, s[i]);
-      mx = quad_max(mx);
-      const float base = mx == NEG_INF ? 0.f : mx;   // a row with nothing unmasked yet
-      alpha[r] = exp2f(m[r] - base);                   // exp2(-inf) = 0 on the first tile
-      m[r] = mx;
+      const float base = new_max(r, quad_max(mx), alpha);
       float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < R; ++i)
@@ -181,9 +155,20 @@ struct OnlineSoftmax {
     }
   }
 
-  // The same step with two savings for the tiles that need no mask (decided per warp: `warp_row0` is the
-  // warp's first row): the maximum is taken on the raw scores and the scale folded into one FFMA per score,
-  // exp2(s * scale_log2 - m), instead of a multiply, a select and a subtract.
+  // Row r's maximum becomes mx (log2 units): alpha[r] = 2^(old - new) rescales what was accumulated, and the
+  // return value is what to subtract from the scores (0 while the row has seen nothing unmasked: -inf - -inf
+  // would be NaN; exp2(-inf) = 0 then gives alpha = 0 on the first tile).
+  __device__ inline float new_max(int r, float mx, float (&alpha)[2]) {
+    const float base = mx == NEG_INF ? 0.f : mx;
+    alpha[r] = exp2f(m[r] - base);
+    m[r] = mx;
+    return base;
+  }
+
+  // The same step with three savings (decided per warp: `warp_row0` is the warp's first row): only the tiles
+  // on the diagonal or at the ragged end are masked; the maximum is taken on the raw scores and the scale folded
+  // into one FFMA per score, exp2(s * scale_log2 - m), instead of a multiply, a select and a subtract; and 2^x
+  // is exp2_approx, one MUFU.EX2.
   __device__ inline void step_fast(float (&s)[R], float (&alpha)[2], int row0, int warp_row0, int n0, int kv_len,
                                    float scale_log2, bool causal, int t) {
     const bool edge = n0 + N > kv_len || (causal && n0 + N - 1 > warp_row0);
@@ -196,43 +181,20 @@ struct OnlineSoftmax {
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-#if FB_ATTN_TREE
-      const float mx0 = row_max_tree(s, r);
-#else
-      float mx0 = NEG_INF;
+      float mx = NEG_INF;
 #pragma unroll
       for (int i = 0; i < R; ++i)
-        if ((i % 4) / 2 == r) mx0 = fmaxf(mx0, s[i]);
-#endif
-      const float mx = fmaxf(m[r], quad_max(mx0) * scale_log2);    // log2 units, as m
-      const float base = mx == NEG_INF ? 0.f : mx;
-      alpha[r] = exp2f(m[r] - base);
-      m[r] = mx;
-      float sum[4] = {0.f, 0.f, 0.f, 0.f};
+        if ((i % 4) / 2 == r) mx = fmaxf(mx, s[i]);
+      const float base = new_max(r, fmaxf(m[r], quad_max(mx) * scale_log2), alpha);   // log2 units, as m
+      float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < R; ++i)
         if ((i % 4) / 2 == r) {
-          s[i] = FB_ATTN_EXP2(fmaf(s[i], scale_log2, -base));
-#if FB_ATTN_TREE
-          sum[(i / 4) % 4] += s[i];
-#else
-          sum[0] += s[i];
-#endif
+          s[i] = exp2_approx(fmaf(s[i], scale_log2, -base));
+          sum += s[i];
         }
-#if FB_ATTN_TREE
-      l[r] = l[r] * alpha[r] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
-#else
-      l[r] = l[r] * alpha[r] + sum[0];
-#endif
+      l[r] = l[r] * alpha[r] + sum;
     }
-  }
-
-  // The largest of one row's R/2 scores in this thread (scores LO .. LO+W-1 of row r: register
-  // 4 (j / 2) + 2 r + j % 2 holds score j), as a tree of depth log2(R/2) rather than a chain.
-  template <int LO = 0, int W = R / 2>
-  __device__ static inline float row_max_tree(const float (&s)[R], int r) {
-    if constexpr (W == 1) return s[4 * (LO / 2) + 2 * r + LO % 2];
-    else return fmaxf(row_max_tree<LO, W / 2>(s, r), row_max_tree<LO + W / 2, W - W / 2>(s, r));
   }
 
   // Natural-log log-sum-exp of each row, after the last tile (needs the whole row's sum).
@@ -350,13 +312,21 @@ __device__ inline void load_tile(unsigned char* dst, const fb::TensorMap& map, i
 // Each step's descriptor is the first one plus the step's byte offset / 16 (the start-address field, bits 0-13,
 // holds address / 16 and a shared-memory address stays below 2^18, so the sum never carries out of it): one
 // add per wgmma instead of building every descriptor from its address.
+// (-D FB_ATTN_DESC_EACH=1 builds each descriptor from its address instead, to compare.)
 template <int D, int BM, int BN>
 __device__ inline void qk_gemm(float (&s)[BN / 2], const unsigned char* q, const unsigned char* k) {
+  static_assert(BN == 128, "key tiles of 128 rows: one m64n128k16 wgmma per k16 step");
   const u64 dq = fb::wgmma::descriptor_k_major_sw128(q), dk = fb::wgmma::descriptor_k_major_sw128(k);
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    mma_qk_k16(s, dq + ((kk / 4) * BM * 128 + (kk % 4) * 32) / 16, dk + ((kk / 4) * BN * 128 + (kk % 4) * 32) / 16,
-               kk > 0);
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int qoff = (kk / 4) * BM * 128 + (kk % 4) * 32, koff = (kk / 4) * BN * 128 + (kk % 4) * 32;
+#if FB_ATTN_DESC_EACH
+    mma_ss_m64n128k16_bf16(s, fb::wgmma::descriptor_k_major_sw128(q + qoff),
+                           fb::wgmma::descriptor_k_major_sw128(k + koff), kk > 0);
+#else
+    mma_ss_m64n128k16_bf16(s, dq + qoff / 16, dk + koff / 16, kk > 0);
+#endif
+  }
 }
 
 // O(64 x D) += P(64 x BN) V: BN / 16 wgmma steps, V rows 16 kk .. 16 kk + 15 at 16 * 128 B per step.
@@ -366,8 +336,13 @@ __device__ inline void pv_gemm(float (&o)[D / 2], const u32 (&p)[BN / 16][4], co
   const u64 dv = descriptor_mn_major_sw128(v, LBO, SBO);
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
-    if constexpr (D == 128) mma_rs_m64n128k16_bf16_tb(o, p[kk], dv + kk * 16 * 128 / 16, 1);
-    else mma_rs_m64n64k16_bf16_tb(o, p[kk], dv + kk * 16 * 128 / 16, 1);
+#if FB_ATTN_DESC_EACH
+    const u64 desc = descriptor_mn_major_sw128(v + kk * 16 * 128, LBO, SBO);
+#else
+    const u64 desc = dv + kk * 16 * 128 / 16;
+#endif
+    if constexpr (D == 128) mma_rs_m64n128k16_bf16_tb(o, p[kk], desc, 1);
+    else mma_rs_m64n64k16_bf16_tb(o, p[kk], desc, 1);
   }
 }
 
