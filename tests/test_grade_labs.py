@@ -512,7 +512,13 @@ def _hazard_column(rep) -> str:
     skipped = [o for o in rep.skipped if o.name.startswith("hazard check")]
     if rules:
         return ", ".join(dict.fromkeys(rules)) + f" ({len(clean)} clean check(s) before)"
-    out = f"0 violations in {len(clean)} check(s)" if clean else "no check completed"
+    if clean:
+        out = f"0 violations in {len(clean)} check(s)"
+    else:
+        text = " ".join(f"{o.name}: {o.message}" for o in rep.failed)
+        out = ("no trace: a launch hung (BarrierTimeout)" if "BarrierTimeout" in text or "hung kernel" in text
+               else "no trace: a launch faulted" if "KernelFault" in text or "CUDA_ERROR" in text
+               else "no check reached (an earlier check failed)" if rep.failed else "no check ran (no launch)")
     return out + (f", {len(skipped)} not checkable" if skipped else "")
 
 
@@ -535,6 +541,43 @@ def _verdict(lab, bug, rep) -> tuple[bool, str]:
                 + (f"; names {', '.join(named)}" if named else "") + f" ({first})")
 
 
+# Runs a notebook's code cells in this process as `make sanitize` does (feedbeast.sanitize.run), but goes on after a
+# cell that raises, and lets a failed SASS check through (said in the log): racecheck must see the launches that
+# a SASS check of the planted bug would otherwise stop.
+_RACE_RUNNER = r"""
+import os, sys
+os.environ["FEEDBEAST_UNDER_SANITIZER"] = "1"
+import nbformat
+from IPython.core.interactiveshell import InteractiveShell
+from feedbeast import sanitize, sass as S
+from feedbeast.compile import Module
+
+def _lenient(f):
+    def g(*a, **k):
+        try:
+            return f(*a, **k)
+        except Exception as e:
+            print(f"racecheck run: SASS check not enforced: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
+            return {}
+    return g
+
+S.expect_proxy_fence = _lenient(S.expect_proxy_fence)
+Module.expect_sass = _lenient(Module.expect_sass)
+path = os.path.abspath(sys.argv[1])
+nb = nbformat.read(path, 4)
+os.chdir(os.path.dirname(path))
+shell = InteractiveShell.instance()
+sanitize._timing_off()
+for i, c in enumerate(x for x in nb.cells if x.cell_type == "code"):
+    r = shell.run_cell(c.source, store_history=False)
+    if not r.success:
+        e = r.error_in_exec or r.error_before_exec
+        print(f"racecheck run: code cell {i + 1} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+              flush=True)
+print("racecheck run: done", flush=True)
+"""
+
+
 def _racecheck(tmp: Path, lab: str, bug: str, timeout: int) -> str:
     """The planted notebook's cells before `## Measure` under compute-sanitizer racecheck (as make sanitize)."""
     import subprocess
@@ -551,8 +594,7 @@ def _racecheck(tmp: Path, lab: str, bug: str, timeout: int) -> str:
     env = {k: v for k, v in os.environ.items() if k != "FEEDBEAST_HAZARDS"}
     env["MPLBACKEND"] = "Agg"
     cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--print-limit", "100", "--report-api-errors",
-           "no", "--target-processes", "application-only", sys.executable, "-m", "feedbeast.sanitize", "run",
-           str(path)]
+           "no", "--target-processes", "application-only", sys.executable, "-c", _RACE_RUNNER, str(path)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -562,10 +604,12 @@ def _racecheck(tmp: Path, lab: str, bug: str, timeout: int) -> str:
     n = sanitize.count_reports(log, "racecheck")
     passed = len(re.findall(r": passed\b", log))
     failed = len(re.findall(r": FAILED\b", log))
-    ran = "every cell ran" in log
-    return (f"{'no summary' if n is None else f'{n} hazards'}; checks {passed} passed, {failed} failed"
-            + ("" if ran else "; the run stopped: " + next((ln for ln in log.splitlines()
-                                                             if ln.startswith("sanitize run:")), f"exit {r.returncode}")[:90]))
+    notes = [ln[len("racecheck run: "):] for ln in log.splitlines()
+             if ln.startswith("racecheck run: ") and not ln.endswith(": done")]
+    if "racecheck run: done" not in log:
+        notes.append(f"did not finish (exit {r.returncode})")
+    return (f"{'no summary' if n is None else f'{n} hazards'}; results {passed} right, {failed} wrong"
+            + "".join(f"; {x[:80]}" for x in notes[:2])).replace("|", "/")
 
 
 def _table(argv) -> int:
@@ -583,6 +627,9 @@ def _table(argv) -> int:
     ap.add_argument("labs", nargs="*", default=["03", "04", "05", "06", "07"])
     a = ap.parse_args(argv)
     t0 = time.time()
+    # the graded kernels and the racecheck runs start in other folders: PYTHONPATH=src must not be relative
+    os.environ["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in
+                                               os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     tmp = Path(tempfile.mkdtemp(prefix="planted-"))
     jobs = [(lab, None) for lab in a.labs] + [(lab, bug) for lab in a.labs for bug in BUGS[lab]]
     races = [(lab, bug) for lab, bug in jobs if (lab, bug) in RACES]
