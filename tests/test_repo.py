@@ -216,10 +216,9 @@ def _reachable(graph, start):
 # ---- one source per kernel line: no block of six or more CUDA lines stands in two places
 REPEAT_LINES = 6
 _THIN = re.compile(r"^[{}()\[\];,]*$|^#\s*(include|endif|else|pragma once)\b")   # not code worth counting
-# Repeats that remain, by the two places (a header or a notebook's %%cuda cell), each with its owner's plan.
-# The test fails on any other repeat, and on an entry here that no longer repeats (remove it then).
-KNOWN_REPEATS = {
-}
+# Repeats allowed, by the two places (a header, a notebook's %%cuda cell, a Python string), each with its
+# reason. None: the test fails on any repeat, and on an entry here that no longer repeats.
+KNOWN_REPEATS: dict = {}
 
 
 def _cuda_sources() -> dict:
