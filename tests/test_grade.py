@@ -14,11 +14,11 @@ import json
 import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from feedbeast import grade as g
-from feedbeast.notebook import planted as plant, read
+from feedbeast.notebook import code, markdown, new, read
+from feedbeast.notebook import planted as plant
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions/00-copy-kernel.ipynb"
@@ -53,7 +53,7 @@ def fake_checks(src: Path, dst: Path) -> Path:
     def fake(nb):
         start = next(i for i, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
         end = next(i for i, c in enumerate(nb.cells) if i > start and g._heading(c) and not g._is_check(g._heading(c)))
-        nb.cells = nb.cells[:start + 1] + [nbformat.v4.new_code_cell(FAKE)] + nb.cells[end:]
+        nb.cells = nb.cells[:start + 1] + [code(FAKE)] + nb.cells[end:]
     return plant(src, edit=fake, to=dst)
 
 
@@ -165,14 +165,11 @@ def _tiny(tmp: Path, check_cells: list[str], learner: str = "x = 41") -> tuple[P
     sols, labs = tmp / "solutions", tmp / "labs"
     sols.mkdir(exist_ok=True)
     labs.mkdir(exist_ok=True)
-    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    sol = nbformat.v4.new_notebook(cells=[md("# Lab 05 · tiny"), code("x = 42"), md("## Check"),
-                                          *[code(s) for s in check_cells], md("## Measure"),
-                                          code("raise RuntimeError('Measure is not graded')")])
-    nbformat.write(sol, sols / "05-tiny.ipynb")
-    lab = nbformat.v4.new_notebook(cells=[md("# Lab 05 · tiny"), code(learner), md("## Check"),
-                                          code('print("x: passed")')])
-    nbformat.write(lab, labs / "05-renamed.ipynb")     # matched by its 05- prefix
+    md = markdown
+    new([md("# Lab 05 · tiny"), "x = 42", md("## Check"), *check_cells, md("## Measure"),
+         "raise RuntimeError('Measure is not graded')"], to=sols / "05-tiny.ipynb")
+    new([md("# Lab 05 · tiny"), learner, md("## Check"), 'print("x: passed")'],
+        to=labs / "05-renamed.ipynb")     # matched by its 05- prefix
     return sols, labs / "05-renamed.ipynb"
 
 
@@ -212,11 +209,9 @@ def test_hazards_env_and_hazardfound_is_a_failed_check_naming_the_rule(tmp_path)
 # ---- the contract alone (no kernel) -------------------------------------------------------------------------
 
 def test_sections_follow_the_headings():
-    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    nb = nbformat.v4.new_notebook(cells=[md("# Lab"), code("a"), md("## Your kernel"), code("b"),
-                                         md("## Check: correctness"), code("c"), md("### detail"), code("d"),
-                                         md("## Check: the machine code"), code("e"), md("## Measure"),
-                                         code("f")])
+    md = markdown
+    nb = new([md("# Lab"), code("a"), md("## Your kernel"), code("b"), md("## Check: correctness"), code("c"),
+              md("### detail"), code("d"), md("## Check: the machine code"), code("e"), md("## Measure"), code("f")])
     assert [c.source for c in g.learner_part(nb) if c.cell_type == "code"] == ["a", "b"]
     assert [c.source for c in g.check_part(nb)] == ["c", "d", "e"]
     nb.cells = [c for c in nb.cells if not c.source.startswith("## Check")]

@@ -547,10 +547,10 @@ def _verdict(lab, bug, rep) -> tuple[bool, str]:
 _RACE_RUNNER = r"""
 import os, sys
 os.environ["FEEDBEAST_UNDER_SANITIZER"] = "1"
-import nbformat
 from IPython.core.interactiveshell import InteractiveShell
 from feedbeast import sanitize, sass as S
 from feedbeast.compile import Module
+from feedbeast.notebook import read
 
 def _lenient(f):
     def g(*a, **k):
@@ -564,7 +564,7 @@ def _lenient(f):
 S.expect_proxy_fence = _lenient(S.expect_proxy_fence)
 Module.expect_sass = _lenient(Module.expect_sass)
 path = os.path.abspath(sys.argv[1])
-nb = nbformat.read(path, 4)
+nb = read(path)
 os.chdir(os.path.dirname(path))
 shell = InteractiveShell.instance()
 sanitize._timing_off()

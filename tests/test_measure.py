@@ -199,12 +199,10 @@ def test_compare_puts_profiles_side_by_side_and_marks_recorded_figures(monkeypat
 
 
 def test_cells_script_replaces_text_in_a_cell_or_stops(tmp_path):
-    import nbformat
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("x = 1\nVARIANTS = [1, 2, 3]\n")]
-    nb.cells[0].id = "c1"
-    p = tmp_path / "n.ipynb"
-    nbformat.write(nb, p)
+    from feedbeast import notebook
+    cell = notebook.code("x = 1\nVARIANTS = [1, 2, 3]\n")
+    cell.id = "c1"
+    p = notebook.new([cell], to=tmp_path / "n.ipynb")
     ns = {}
     src = profiling.cells_script(p, ["c1"], "y = sum(VARIANTS)\n", {"c1": [("[1, 2, 3]", "[5]")]})
     exec(src.replace("import feedbeast as _fb\n_fb.sync()\n", ""), ns)

@@ -1,9 +1,8 @@
 """feedbeast.notebook: a notebook's %%cuda cells and its Python definitions, chosen by name (CPU only)."""
-import nbformat
 import pytest
 
 import feedbeast as fb
-from feedbeast.notebook import load
+from feedbeast.notebook import load, new
 
 CELLS = [
     "%load_ext feedbeast\nimport math\nimport numpy as np",
@@ -25,8 +24,7 @@ CELLS = [
 @pytest.fixture
 def nb(tmp_path):
     path = tmp_path / "t.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS]), path)
-    return load(path)
+    return load(new(CELLS, to=path))
 
 
 def test_cuda_cells_keep_their_flags(nb):
@@ -83,7 +81,7 @@ def test_functions_by_decorator(tmp_path):
     path = tmp_path / "k.ipynb"
     src = ("from numba import cuda\n\n@cuda.jit\ndef k(x):\n    pass\n\n@cuda.jit(device=True)\ndef d(x):\n"
            "    return x\n\ndef make_k(n):\n    return k\n")
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src)]), path)
+    new([src], to=path)
     nb = load(path)
     assert nb.functions("cuda.jit") == ["k", "d"] and nb.functions() == ["k", "d", "make_k"]
     assert "make_k" in nb.names() and "cuda" in nb.names()
@@ -91,9 +89,9 @@ def test_functions_by_decorator(tmp_path):
 
 def test_load_reads_a_changed_file_again(tmp_path):
     path = tmp_path / "c.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("A = 1")]), path)
+    new(["A = 1"], to=path)
     assert load(path).definitions("A")["A"] == 1
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("A = 2\n")]), path)
+    new(["A = 2\n"], to=path)
     assert load(path).definitions("A")["A"] == 2
 
 

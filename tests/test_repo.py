@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from feedbeast import labs
-from feedbeast.notebook import read
+from feedbeast.notebook import new, read
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")) + \
@@ -87,8 +87,7 @@ def test_strip_source_keeps_indentation_and_rejects_unbalanced_markers():
 def test_reset_labs_backs_up_an_edited_lab(tmp_path):
     sol_dir, lab_dir = tmp_path / "solutions", tmp_path / "labs"
     sol_dir.mkdir()
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# BEGIN SOLUTION\nx = 1\n# END SOLUTION")])
-    nbformat.write(nb, sol_dir / "01-x.ipynb")
+    new(["# BEGIN SOLUTION\nx = 1\n# END SOLUTION"], to=sol_dir / "01-x.ipynb")
     labs.build(sol_dir, lab_dir)
     edited = (lab_dir / "01-x.ipynb").read_text().replace("TODO: your code here", "my attempt")
     (lab_dir / "01-x.ipynb").write_text(edited)

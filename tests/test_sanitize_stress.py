@@ -226,11 +226,8 @@ def test_the_sanitizer_follows_only_the_notebook_process(tmp_path, monkeypatch):
 
 
 def test_the_inner_runner_names_slow_cells(tmp_path, monkeypatch):
-    import nbformat
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(0.05)"),
-                                         nbformat.v4.new_code_cell("x = 1")])
-    path = tmp_path / "slow.ipynb"
-    nbformat.write(nb, path)
+    from feedbeast import notebook
+    path = notebook.new(["import time; time.sleep(0.05)", "x = 1"], to=tmp_path / "slow.ipynb")
     r = subprocess.run([sys.executable, "-c", "import sys; from feedbeast import sanitize; sanitize.SLOW_CELL_S = 0.02; "
                         f"sys.exit(sanitize.run({str(path)!r}))"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -15,6 +15,8 @@ asked for, then, transitively, those binding the names they read, and runs them 
 A copy with a planted change (a bug a grader must reject, a learner's edit) is the one text edit allowed:
 
     fb.notebook.planted("solutions/04-mbarrier-ring.ipynb", [(old, new)], to=tmp / "04-bug.ipynb")
+
+and a small notebook for a test is made with `new([markdown("## Check"), "x = 1"], to=path)`.
 """
 from __future__ import annotations
 
@@ -32,6 +34,32 @@ def read(path):
     """The notebook as nbformat reads it (version 4)."""
     import nbformat
     return nbformat.read(str(path), as_version=4)
+
+
+def code(source: str):
+    """A code cell (with an id), for new()."""
+    import nbformat
+    return nbformat.v4.new_code_cell(source)
+
+
+def markdown(source: str):
+    """A Markdown cell (with an id), for new()."""
+    import nbformat
+    return nbformat.v4.new_markdown_cell(source)
+
+
+def new(cells=(), *, to=None):
+    """A notebook made of `cells` (a string is a code cell; code() and markdown() cells are taken as they are):
+    a small lab or a synthetic notebook for a test. Returns it; with `to`, writes it there and returns that path."""
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[code(c) if isinstance(c, str) else c for c in cells])
+    return nb if to is None else _write(nb, to)
+
+
+def _write(nb, to) -> Path:
+    import nbformat
+    nbformat.write(nb, str(to))
+    return Path(to)
 
 
 def planted(src, replacements=(), *, to=None, once: bool = True, cuda_only: bool = False,
@@ -62,11 +90,7 @@ def planted(src, replacements=(), *, to=None, once: bool = True, cuda_only: bool
         nb.metadata["kernelspec"] = {"name": kernelspec, "display_name": kernelspec, "language": "python"}
     if edit is not None:
         edit(nb)
-    if to is None:
-        return nb
-    import nbformat
-    nbformat.write(nb, str(to))
-    return Path(to)
+    return nb if to is None else _write(nb, to)
 
 
 @dataclasses.dataclass(frozen=True)
