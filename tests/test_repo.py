@@ -99,6 +99,14 @@ def test_reset_labs_backs_up_an_edited_lab(tmp_path):
     assert (lab_dir / "notes.txt").read_text() == "mine"
 
 
+def test_at_most_two_test_files_open_notebooks_themselves():
+    """The others read, copy and make notebooks through feedbeast.notebook (load, read, planted, new)."""
+    opens = re.compile(r"^\s*(import nbformat|from nbformat)|nbformat\.(reads?|writes?)\(|json\.loads?\(.*ipynb|"
+                       r"open\([^)]*ipynb", re.M)
+    files = sorted(p.name for p in (ROOT / "tests").glob("*.py") if opens.search(p.read_text()))
+    assert "test_repo.py" in files and len(files) <= 2, f"test files that open notebooks themselves: {files}"
+
+
 def test_readme_shows_the_test_command_and_ci_runs_it():
     assert "make test" in (ROOT / "README.md").read_text()
     assert "make test" in (ROOT / ".ci/run").read_text()
