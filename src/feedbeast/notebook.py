@@ -75,7 +75,7 @@ def planted(src, replacements=(), *, to=None, once: bool = True, cuda_only: bool
     Returns the copy; with `to`, writes it there (cell ids kept) and returns that path.
     """
     nb = read(src)
-    for old, new in replacements:
+    for old, repl in replacements:
         cells = [c for c in nb.cells if c.cell_type == "code" and old in c.source and
                  (not cuda_only or c.source.startswith("%%cuda"))]
         count = sum(c.source.count(old) for c in cells)
@@ -85,7 +85,7 @@ def planted(src, replacements=(), *, to=None, once: bool = True, cuda_only: bool
                              f"{'exactly once' if once else 'at least once'}): the notebook changed, "
                              "update the replacement")
         for c in cells:
-            c.source = c.source.replace(old, new)
+            c.source = c.source.replace(old, repl)
     if kernelspec:
         nb.metadata["kernelspec"] = {"name": kernelspec, "display_name": kernelspec, "language": "python"}
     if edit is not None:
