@@ -546,7 +546,8 @@ def _verdict(lab, bug, rep) -> tuple[bool, str]:
 # a SASS check of the planted bug would otherwise stop.
 _RACE_RUNNER = r"""
 import os, sys
-os.environ["FEEDBEAST_UNDER_SANITIZER"] = "1"
+if sys.argv[2:3] != ["hazards"]:       # racecheck: as make sanitize runs it (its sizes, timing off)
+    os.environ["FEEDBEAST_UNDER_SANITIZER"] = "1"
 from IPython.core.interactiveshell import InteractiveShell
 from feedbeast import sanitize, sass as S
 from feedbeast.compile import Module
@@ -578,6 +579,39 @@ print("racecheck run: done", flush=True)
 """
 
 
+def _until_measure(tmp: Path, lab: str, bug: str, tag: str) -> Path:
+    def before_measure(nb):
+        cut = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+                    and c.source.lstrip().startswith("## Measure")), len(nb.cells))
+        nb.cells = nb.cells[:cut]
+    return nbm.planted(planted(tmp, lab, bug), edit=before_measure, to=tmp / f"{lab}-{bug}-{tag}.ipynb")
+
+
+def _hazards_direct(tmp: Path, lab: str, bug: str, timeout: int) -> str:
+    """The hazard checker alone on the planted notebook (cells before `## Measure`, every launch hazard-checked,
+    FEEDBEAST_HAZARDS=report, a failed SASS check let through): the rules it names."""
+    import subprocess
+    import sys
+    path = _until_measure(tmp, lab, bug, "hazards")
+    env = dict(os.environ, FEEDBEAST_HAZARDS="report", MPLBACKEND="Agg")
+    env.pop("FEEDBEAST_UNDER_SANITIZER", None)
+    try:
+        r = subprocess.run([sys.executable, "-c", _RACE_RUNNER, str(path), "hazards"], capture_output=True, text=True,
+                           timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return f"not finished in {timeout} s"
+    log = r.stdout + r.stderr
+    (tmp / f"{lab}-{bug}-hazards.log").write_text(log)
+    checks = [ln for ln in log.splitlines() if ln.startswith("hazard check: ")]
+    bad = [ln for ln in checks if not re.search(r": 0 violation\(s\)", ln)]
+    rules = list(dict.fromkeys(re.findall(r"^\[([a-z-]+)\] ", log, re.M)))
+    out = (f"{', '.join(rules)} ({len(bad)} of {len(checks)} checks)" if rules
+           else f"0 violations in {len(checks)} checks")
+    if "racecheck run: done" not in log:
+        out += f"; did not finish (exit {r.returncode})"
+    return out
+
+
 def _racecheck(tmp: Path, lab: str, bug: str, timeout: int) -> str:
     """The planted notebook's cells before `## Measure` under compute-sanitizer racecheck (as make sanitize)."""
     import subprocess
@@ -586,11 +620,7 @@ def _racecheck(tmp: Path, lab: str, bug: str, timeout: int) -> str:
     san = sanitize.find_sanitizer()
     if san is None:
         return "not run: no compute-sanitizer"
-    def before_measure(nb):
-        cut = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
-                    and c.source.lstrip().startswith("## Measure")), len(nb.cells))
-        nb.cells = nb.cells[:cut]
-    path = nbm.planted(planted(tmp, lab, bug), edit=before_measure, to=tmp / f"{lab}-{bug}-racecheck.ipynb")
+    path = _until_measure(tmp, lab, bug, "racecheck")
     env = {k: v for k, v in os.environ.items() if k != "FEEDBEAST_HAZARDS"}
     env["MPLBACKEND"] = "Agg"
     cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--print-limit", "100", "--report-api-errors",
@@ -643,11 +673,14 @@ def _table(argv) -> int:
     rpool = concurrent.futures.ThreadPoolExecutor(3)
     left = max(30, int(a.budget - 10))
     rfuts = {key: rpool.submit(_racecheck, tmp, *key, left) for key in races} if a.racecheck else {}
+    hfuts = {key: rpool.submit(_hazards_direct, tmp, *key, left) for key in races} if a.racecheck else {}
     rows, bad = {}, 0
-    while time.time() - t0 < a.budget and not all(f.done() for f in [*futs.values(), *rfuts.values()]):
+    while time.time() - t0 < a.budget and not all(f.done() for f in [*futs.values(), *rfuts.values(),
+                                                                     *hfuts.values()]):
         time.sleep(1)
     print(f"\n| lab | planted bug | class | grading (status, exit, kinds, rule named, first failure) | as expected | "
-          f"hazard checker (during grading) | compute-sanitizer racecheck |\n|---|---|---|---|---|---|---|")
+          f"hazard checker (during grading) | hazard checker alone (SASS check let through) | "
+          f"compute-sanitizer racecheck |\n|---|---|---|---|---|---|---|---|")
     for (lab, bug), f in futs.items():
         kind = "untouched solution" if bug is None else ("race" if (lab, bug) in RACES else "other")
         if not f.done():
@@ -663,14 +696,15 @@ def _table(argv) -> int:
             except Exception as e:      # noqa: BLE001
                 ok, grading, hz = False, f"error {type(e).__name__}: {str(e)[:100]}", "-"
         bad += ok is False
-        rc = "-"
+        rc = hd = "-"
         if (lab, bug) in rfuts:
-            rf = rfuts[lab, bug]
+            rf, hf = rfuts[lab, bug], hfuts[lab, bug]
             rc = rf.result() if rf.done() else "not finished in the budget"
+            hd = hf.result() if hf.done() else "not finished in the budget"
         print(f"| {lab} | {bug or '-'} | {kind} | {grading} | {'yes' if ok else 'NO' if ok is False else '-'} | "
-              f"{hz} | {rc} |", flush=True)
+              f"{hz} | {hd} | {rc} |", flush=True)
     print(f"\n{len(futs)} variants, {bad} not as expected, {time.time() - t0:.0f} s", flush=True)
-    for log in sorted(tmp.glob("*-racecheck.log")):
+    for log in sorted([*tmp.glob("*-racecheck.log"), *tmp.glob("*-hazards.log")]):
         if a.reports:
             shutil.copy(log, Path(a.reports) / log.name)
     os._exit(1 if bad else 0)
