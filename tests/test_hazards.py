@@ -640,3 +640,19 @@ def test_make_sanitize_traces_each_build_and_launch_configuration_once(monkeypat
     assert [(c[1], c[2]) for c in calls] == [(8, 128), (16, 256), (16, 128)], calls
     out = capsys.readouterr().out
     assert out.count("hazard check: ") == 3 and out.count("hazard check (repeat): ring grid 16 block 128") == 1, out
+
+
+def test_clusters_replayed_in_parallel_give_the_report_of_one_replay():
+    clean, racy = ring(laps=3), ring(laps=3, consumer=lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.arrive(t, EMPTY)))
+    events = []     # blocks 0 (racy), 1 (clean) and 2 (racy), their events interleaved as the slots would be
+    for i in range(max(len(clean.events), len(racy.events))):
+        for block, tr in ((0, racy), (1, clean), (2, racy)):
+            if i < len(tr.events):
+                e = tr.events[i]
+                events.append((e[0], e[1], block, *e[3:]))
+    decoded = hz.decode(hz.encode(events))
+    one = hz.check(decoded, threads_per_block=256, grid=(3, 1, 1), parallel=False)
+    many = hz.check(decoded, threads_per_block=256, grid=(3, 1, 1), parallel=True)
+    assert rules(one) == ["missing-proxy-fence"] and one.blocks_traced == 3, str(one)
+    assert str(many) == str(one)
+    assert [tuple(v.second) for v in many.violations] == [tuple(v.second) for v in one.violations]

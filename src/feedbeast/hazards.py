@@ -613,43 +613,98 @@ class _Cluster:
                                        b.last_copy, b.name, b.phase))
 
 
+def _replay(items, order, threads_per_block, blocks, maps):
+    """Replay one cluster's events [(position, event, rank)]. Returns ([(order key, violation)], untraced): the key
+    puts the violations of all clusters back in the order one interleaved replay would have found them."""
+    found, seen, now = [], set(), [None]
+
+    def violate(v):     # the cap of check's own filter, applied per cluster: it keeps all that one would keep
+        key = (v.rule, v.second.line, v.first.line if v.first else None)
+        if key in seen and len(found) > 200:
+            return
+        seen.add(key)
+        found.append((now[0] + (len(found),), v))
+    cl = _Cluster(threads_per_block, blocks, maps, violate)
+    for pos, ev, rank in items:
+        now[0] = (0, pos)
+        cl.step(ev, rank)
+    now[0] = (1, order)
+    cl.finish()
+    return found, cl.untraced
+
+
+_JOBS = None            # the clusters of the replay under way, for the forked workers (not pickled to them)
+PARALLEL_EVENTS = 200_000   # traces this long replay their clusters in parallel (one process each, forked)
+
+
+def _replay_job(i):
+    return _replay(*_JOBS[i])
+
+
+def _replay_parallel(jobs):
+    """The clusters' replays in forked processes (they share nothing): None where that is not possible here."""
+    global _JOBS
+    import multiprocessing
+    import warnings
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    _JOBS = jobs
+    try:
+        with warnings.catch_warnings():   # fork with other threads alive: the children run only this replay
+            warnings.simplefilter("ignore", DeprecationWarning)
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                return pool.map(_replay_job, range(len(jobs)), chunksize=1)
+    except Exception:   # noqa: BLE001 (no processes to be had: replay here)
+        return None
+    finally:
+        _JOBS = None
+
+
 def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
           kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
-          dropped: int = 0) -> Report:
-    """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes."""
+          dropped: int = 0, parallel: bool | None = None) -> Report:
+    """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes.
+
+    Clusters (or blocks) share no barrier and no shared memory, so each is replayed on its own; parallel: in
+    separate processes (None: when the trace has PARALLEL_EVENTS or more and several clusters)."""
     if isinstance(events, np.ndarray):
         events = decode(events)
     cx, cy, cz = (tuple(cluster) + (1, 1, 1))[:3]
     gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
     csize = cx * cy * cz
-    violations = []
-    per_kind_seen = set()
-
-    def violate(v):
-        key = (v.rule, v.second.line, v.first.line if v.first else None)
-        if key in per_kind_seen and len(violations) > 200:
-            return
-        per_kind_seen.add(key)
-        violations.append(v)
-
-    clusters = {}
-    for ev in events:
+    parts = {}
+    for pos, ev in enumerate(events):
         bx = ev.block % gx
         by = (ev.block // gx) % gy
         bz = ev.block // (gx * gy)
         cid = (bx // cx, by // cy, bz // cz)
         rank = (bx % cx) + cx * ((by % cy) + cy * (bz % cz)) if csize > 1 else 0
-        cl = clusters.get(cid)
-        if cl is None:
-            blocks = []
-            for r in range(csize):
-                rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
-                blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
-            cl = clusters[cid] = _Cluster(threads_per_block, blocks, maps or {}, violate)
-        cl.step(ev, rank)
-    for cl in clusters.values():
-        cl.finish()
-    untraced = set().union(*(cl.untraced for cl in clusters.values())) if clusters else set()
+        part = parts.get(cid)
+        if part is None:
+            part = parts[cid] = []
+        part.append((pos, ev, rank))
+    jobs = []
+    for order, (cid, items) in enumerate(parts.items()):
+        blocks = []
+        for r in range(csize):
+            rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
+            blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
+        jobs.append((items, order, threads_per_block, blocks, maps or {}))
+    if parallel is None:
+        parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
+    results = _replay_parallel(jobs) if parallel else None
+    if results is None:
+        results = [_replay(*job) for job in jobs]
+    # the violations in the order of one interleaved replay, through its filter: past 200, one per (rule, lines)
+    violations, per_kind_seen = [], set()
+    for _, v in sorted((kv for found, _ in results for kv in found), key=lambda kv: kv[0]):
+        key = (v.rule, v.second.line, v.first.line if v.first else None)
+        if key in per_kind_seen and len(violations) > 200:
+            continue
+        per_kind_seen.add(key)
+        violations.append(v)
+    untraced = set().union(*(u for _, u in results)) if results else set()
     unchecked = ""
     if untraced:
         # the ordering those barriers give is invisible: any verdict on the accesses they order would be a guess
