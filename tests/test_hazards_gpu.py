@@ -276,6 +276,8 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--hazards"]:
         hazards_only()
         isolated_rows()
+    elif sys.argv[1:2] == ["--isolated"]:
+        isolated_rows()
     elif sys.argv[1:2] == ["--summary"]:
         summary(sys.argv[2], sys.argv[3])
     elif sys.argv[1:2] == ["--names"]:
