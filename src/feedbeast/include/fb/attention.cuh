@@ -4,7 +4,9 @@
 //    (fb/wgmma.cuh's m64n128k16), and O += P V with P in registers (the softmax output never touches shared
 //    memory) and V read "MN-major", transposed by the instruction (imm-trans-b = 1);
 //  - the descriptor of an MN-major tile with the 128-byte swizzle;
-//  - the online-softmax bookkeeping of one thread's two rows of a 64 x N wgmma accumulator.
+//  - the online-softmax bookkeeping of one thread's two rows of a 64 x N wgmma accumulator;
+//  - the ring the TMA rungs (2-4) and lab 09 share: shared-memory plan, barriers, loads, the two GEMMs of a key
+//    tile, the producer's loop and the consumer's step for one key tile.
 //
 // PTX ISA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (wgmma.mma_async,
 // "Register Fragments and Shared Memory Matrix Layouts", "Matrix Descriptor Format").
@@ -87,7 +89,7 @@ __device__ inline void bar_arrive(int id, int threads) {
 // ---- softmax helpers -------------------------------------------------------------------------------
 // 2^x on the multi-function unit alone (PTX ISA, "ex2": .approx.ftz, one MUFU.EX2 per call). exp2f also handles
 // results below 2^-126 exactly, at three more instructions per call (FSETP and two FMUL around the MUFU.EX2); a
-// softmax numerator that small is 0 in bf16 anyway. Rung 4 on an H100: +4 to +10 % from this alone.
+// softmax numerator that small is 0 in bf16 anyway. Rung 4 on an H100: +2 to +10 % from this alone.
 __device__ inline float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
