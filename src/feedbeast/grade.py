@@ -5,8 +5,10 @@
 
 How a notebook is graded (the contract solutions/ follow, see docs/instructors.md):
 
-1. The matching solution is `solutions/<same name>` of the course checkout (or `--solutions DIR`), else
-   the one solution with the same `NN-` prefix.
+1. The matching solution is `solutions/<same name>` of the course checkout the notebook lies in (found from
+   `--course DIR` or `FEEDBEAST_COURSE` when given, else from the notebook, else the working directory:
+   feedbeast.coursedir),
+   or of `--solutions DIR`; else the one solution there with the same `NN-` prefix.
 2. A new notebook is run in a fresh kernel of this Python (whatever kernelspec the notebook names): the
    learner's cells before its first `## Check` heading, then the code cells of the solution's check section
    (from its first `## Check...` heading to the next level-2 heading that is not a check, `## Measure`).
@@ -49,7 +51,6 @@ CHECK_ERRORS = {"CheckFailed", "SassMismatch", "CompileError", "AssertionError",
                 "LaunchError", "TensorMapError", "KernelFault", "HazardFound"}
 HAZARD_LABS = {"03", "04", "05", "06", "07", "08"}
 EXIT = {"ok": 0, "failed": 1, "partial": 2}
-COURSE = Path(__file__).resolve().parents[2]          # the checkout feedbeast is imported from
 
 
 @dataclasses.dataclass
@@ -177,9 +178,11 @@ def check_part(nb) -> list:
     return out
 
 
-def find_solution(path: Path, solutions: Path | None = None) -> Path:
-    """solutions/<same name>, else the one solution with the same two-digit prefix."""
-    folder = Path(solutions) if solutions else COURSE / "solutions"
+def find_solution(path: Path, solutions: Path | None = None, course=None) -> Path:
+    """solutions/<same name>, else the one solution with the same two-digit prefix. The folder is
+    `solutions`, else the solutions/ of the course checkout found from the notebook (feedbeast.coursedir)."""
+    from .coursedir import find
+    folder = Path(solutions) if solutions else find(near=path, explicit=course) / "solutions"
     if not folder.is_dir():
         raise FileNotFoundError(f"no solutions folder at {folder}: pass --solutions DIR")
     same = folder / path.name
@@ -300,7 +303,8 @@ def _merge(outcomes: list[Outcome]) -> list[Outcome]:
 
 # ---- grading ---------------------------------------------------------------------------------------------
 
-def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None, kernel: str | None = None) -> Report:
+def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None, kernel: str | None = None,
+          course=None) -> Report:
     """Grade the learner notebook at `path` (not changed) with the check cells of its solution.
 
     `hazards`: run with FEEDBEAST_HAZARDS=1 (default: labs 03-08 on a machine with a GPU).
@@ -317,7 +321,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         why = f"cannot read the notebook: {type(e).__name__}: {e}"
         return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why)
     try:
-        sol_path = find_solution(path, solutions)
+        sol_path = find_solution(path, solutions, course)
         checks = check_part(nbformat.read(sol_path, as_version=4))
     except Exception as e:
         why = f"cannot find the lab's checks: {type(e).__name__}: {e}"
@@ -427,6 +431,8 @@ def main(argv=None) -> int:
     ap.add_argument("notebooks", nargs="+", help="lab notebooks or glob patterns (labs/00-*.ipynb)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     ap.add_argument("--solutions", default=None, help="folder of solution notebooks (default: the course's)")
+    ap.add_argument("--course", default=None, help="the course checkout (default: found from the notebook, "
+                                                   "else the working directory, else FEEDBEAST_COURSE)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     ap.add_argument("--learner", default=None, help="name to put in the JSON (the roster sets it)")
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
@@ -437,7 +443,7 @@ def main(argv=None) -> int:
     for path in expand(args.notebooks):
         if not args.json:
             print(f"grading {path} ...", flush=True)
-        rep = grade(path, timeout=args.timeout, solutions=args.solutions, hazards=hazards)
+        rep = grade(path, timeout=args.timeout, solutions=args.solutions, hazards=hazards, course=args.course)
         reports.append(rep)
         if not args.json:
             print(rep, flush=True)

@@ -26,8 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-CHAPTER = ROOT / "chapters/07-capstone-gemm.ipynb"
+CHAPTER_NAME = "chapters/07-capstone-gemm.ipynb"   # read from the course checkout (feedbeast.coursedir)
+
+
+def chapter_path(course=None) -> Path:
+    from .coursedir import find
+    return find(explicit=course) / CHAPTER_NAME
 PREFILL = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (4096, 14336, 4096),
            (16384, 4096, 4096), (1024, 8192, 8192), (4096, 4096, 16384)]
 DECODE_MS = (1, 8, 16, 32, 64)
@@ -49,13 +53,14 @@ class _Source:
         self.source = source
 
 
-def chapter_namespace(variants=CANDIDATES, chapter=CHAPTER, extra=None):
+def chapter_namespace(variants=CANDIDATES, chapter=None, extra=None):
     """Chapter 07's host helpers (prepare, prepare_decode, ...) with `variants` of the capstone compiled,
     and `extra` variants ({name: defines}) added to VARIANTS and compiled from the same source."""
     import nbformat
     import feedbeast as fb
     from feedbeast import stress
     from feedbeast.examples import matmul_inputs, matmul_reference
+    chapter = chapter or chapter_path()
     code = [c.source for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code"]
 
     def cuda(name):
@@ -137,12 +142,13 @@ def _compile_one(job):
     return name
 
 
-def warm_cache(candidates=CANDIDATES, extra=EXTRA_VARIANTS, decode_configs=DECODE_CONFIGS, chapter=CHAPTER):
+def warm_cache(candidates=CANDIDATES, extra=EXTRA_VARIANTS, decode_configs=DECODE_CONFIGS, chapter=None):
     """Compile every module the suite needs in parallel processes (NVRTC is single-threaded), so that
     run() finds them in the disk cache. Touches no GPU."""
     import nbformat
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
+    chapter = chapter or chapter_path()
     code = [c.source for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code"]
     cuda = {re.search(r"--name (\w+)", src.partition("\n")[0]).group(1): src.partition("\n")[2]
             for src in code if src.startswith("%%cuda")}
@@ -404,7 +410,13 @@ def from_log(text: str) -> list:
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    root = Path(os.environ.get("FEEDBEAST_RESULTS", ROOT / "results"))
+    course = None
+    if "--course" in argv:
+        i = argv.index("--course")
+        course = argv[i + 1]
+        del argv[i:i + 2]
+        os.environ["FEEDBEAST_COURSE"] = str(Path(course).resolve())
+    root = Path(os.environ.get("FEEDBEAST_RESULTS") or chapter_path(course).parents[1] / "results")
     if argv[:1] == ["--from-log"]:
         records = from_log(Path(argv[1]).read_text())
         print(tables(records))

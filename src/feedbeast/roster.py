@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .grade import COURSE
+from .coursedir import find as find_course
 
 
 def learners(homes: Path, subdir: str) -> dict[str, Path]:
@@ -79,7 +79,7 @@ def _as_owner(folder: Path):
 def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learner_timeout: int = 3600,
                   solutions: Path | None = None, as_owner: bool = True, hazards: str = "auto") -> dict:
     """Grade one learner in a fresh process; the JSON document of `feedbeast grade --json`."""
-    solutions = Path(solutions) if solutions else COURSE / "solutions"
+    solutions = Path(solutions) if solutions else find_course() / "solutions"
     with tempfile.TemporaryDirectory(prefix=f"fb-roster-{name}-") as tmp:
         tmp = Path(tmp)
         copies, refused = _copy_labs(labs, tmp, wanted)
@@ -158,7 +158,8 @@ def main(argv=None) -> int:
     ap.add_argument("--csv", required=True, help="CSV to write (one row per learner)")
     ap.add_argument("--json", default=None, help="also write every check of every learner here")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
-    ap.add_argument("--solutions", default=None, help="the course's solutions/ (default: this checkout's)")
+    ap.add_argument("--solutions", default=None, help="the course's solutions/ (default: those of the checkout found from the "
+                                                      "working directory, or FEEDBEAST_COURSE)")
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
                     help="hazard builds for labs 03-08 (auto: when a GPU is here)")
     ap.add_argument("--jobs", type=int, default=1,

@@ -1,0 +1,51 @@
+"""Where the course checkout is: found from what is being worked on, never from where feedbeast is installed.
+
+A wheel install puts the package in site-packages, far from chapters/ and solutions/; an editable one leaves
+it in src/. Neither says where the course is. The course is, in this order:
+
+1. an explicit folder (a `--course DIR` option), else
+2. `FEEDBEAST_COURSE`, else
+3. the first folder holding both `chapters/` and `solutions/` at or above the file being worked on (the
+   notebook being graded or benchmarked), else at or above the working directory.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MARKERS = ("chapters", "solutions")
+
+
+class CourseNotFound(FileNotFoundError):
+    pass
+
+
+def is_course(folder: Path) -> bool:
+    return all((folder / m).is_dir() for m in MARKERS)
+
+
+def _above(start: Path):
+    start = start.resolve()
+    if start.is_file() or not start.exists():
+        start = start.parent
+    yield start
+    yield from start.parents
+
+
+def find(near=None, explicit=None) -> Path:
+    """The course checkout (see the module's docstring). `near`: a file or folder being worked on."""
+    for given, how in ((explicit, "--course"), (os.environ.get("FEEDBEAST_COURSE"), "FEEDBEAST_COURSE")):
+        if given:
+            folder = Path(given).expanduser().resolve()
+            if not is_course(folder):
+                raise CourseNotFound(f"{how}={given} is not a checkout of the course (no {' and no '.join(m + '/' for m in MARKERS if not (folder / m).is_dir())} there)")
+            return folder
+    starts = [Path(near)] if near is not None else []
+    starts.append(Path.cwd())
+    for start in starts:
+        for folder in _above(start):
+            if is_course(folder):
+                return folder
+    looked = " or ".join(str(Path(s).resolve()) for s in starts)
+    raise CourseNotFound(f"no checkout of the course (a folder with chapters/ and solutions/) at or above {looked}: "
+                         "run from the checkout, or pass --course DIR (or set FEEDBEAST_COURSE)")

@@ -1,0 +1,56 @@
+"""The course is found from what is being worked on, never from where feedbeast is installed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from feedbeast.coursedir import CourseNotFound, find
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_course(folder: Path) -> Path:
+    (folder / "chapters").mkdir(parents=True)
+    (folder / "solutions").mkdir()
+    return folder
+
+
+def test_found_above_the_notebook_not_from_the_package(tmp_path, monkeypatch):
+    course = make_course(tmp_path / "course")
+    (course / "labs").mkdir()
+    nb = course / "labs" / "00-copy-kernel.ipynb"
+    nb.write_text("{}")
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    monkeypatch.chdir(tmp_path)          # the working directory is not in a course
+    assert find(near=nb) == course.resolve()
+
+
+def test_found_from_the_working_directory(tmp_path, monkeypatch):
+    course = make_course(tmp_path / "c")
+    (course / "labs").mkdir()
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    monkeypatch.chdir(course / "labs")
+    assert find(near=tmp_path / "elsewhere.ipynb") == course.resolve()
+
+
+def test_explicit_folder_wins_and_a_wrong_one_says_what_is_missing(tmp_path, monkeypatch):
+    course = make_course(tmp_path / "mine")
+    monkeypatch.setenv("FEEDBEAST_COURSE", str(course))
+    assert find(near=ROOT / "labs") == course.resolve()
+    (tmp_path / "bare").mkdir()
+    with pytest.raises(CourseNotFound, match=r"--course=.*bare.*no chapters/ and no solutions/"):
+        find(explicit=tmp_path / "bare")
+
+
+def test_nothing_found_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CourseNotFound, match="pass --course DIR"):
+        find(near=tmp_path / "x.ipynb")
+
+
+def test_the_package_finds_no_course_by_its_own_location():
+    for module in ("grade", "llm_suite", "profiling", "roster", "bench_run"):
+        text = (ROOT / "src" / "feedbeast" / f"{module}.py").read_text()
+        assert "parents[2]" not in text, f"feedbeast/{module}.py finds the course from its own file"
