@@ -44,6 +44,26 @@ def _run(args, cubin: bytes) -> str:
     return r.stdout
 
 
+_PREDICATE = re.compile(r"!?U?P(?:[0-9]+|T)")
+
+
+def is_predicate(operand: str) -> bool:
+    """'P0', '!P3', 'PT', 'UP1': a predicate register as an operand (LDGSTS's ignore-source flag, a SETP's
+    destination), as opposed to the instruction's guard (`Instruction.predicate`)."""
+    return bool(_PREDICATE.fullmatch(operand))
+
+
+def is_address(operand: str) -> bool:
+    """A memory operand: '[R7]', '[R6+0x1200]', 'desc[UR4][R2.64]', '[R18.64]'."""
+    return operand.startswith("[") or operand.startswith("desc[")
+
+
+def is_global_address(operand: str) -> bool:
+    """A 64-bit (global) address: through a memory descriptor ('desc[UR4][R2.64]') or a 64-bit register pair
+    ('[R18.64]'). Shared-memory addresses are 32-bit ('[R7]', '[UR8+0x400]')."""
+    return operand.startswith("desc[") or (operand.startswith("[") and ".64" in operand)
+
+
 @dataclasses.dataclass(frozen=True)
 class Instruction:
     offset: int            # bytes from the start of its function
@@ -55,18 +75,61 @@ class Instruction:
         words = " ".join(w for w in (self.predicate, self.opcode, ", ".join(self.operands)) if w)
         return f"/*{self.offset:04x}*/ {words} ;"
 
+    # Operands by their role, not their place: nvdisasm versions order some operands differently.
+    @property
+    def addresses(self) -> tuple:
+        return tuple(o for o in self.operands if is_address(o))
+
+    @property
+    def global_address(self) -> str | None:
+        return next((o for o in self.addresses if is_global_address(o)), None)
+
+    @property
+    def shared_address(self) -> str | None:
+        """The shared-memory address of an instruction that has one (LDGSTS's destination, LDS, STS, LDSM)."""
+        return next((o for o in self.addresses if not is_global_address(o)), None)
+
+    @property
+    def predicate_operands(self) -> tuple:
+        return tuple(o for o in self.operands if is_predicate(o))
+
+
+def _canonical(opcode: str, operands: tuple) -> tuple:
+    """Operands in one order whatever nvdisasm wrote. nvdisasm 13.0's -json gives cp.async (LDGSTS) its global
+    source first and its ignore-source predicate before the shared destination ('desc[UR4][R2.64],!P0[R7]');
+    13.2 and later, like cuobjdump, write the shared destination, the global source, then the predicate."""
+    if opcode.split(".")[0] == "LDGSTS":
+        shared = [o for o in operands if is_address(o) and not is_global_address(o)]
+        glob_ = [o for o in operands if is_global_address(o)]
+        rest = [o for o in operands if not is_address(o)]
+        return tuple(shared + glob_ + rest)
+    return operands
+
 
 _REGISTER = re.compile(r"[-!|~]*[A-Z][A-Z0-9_.]*")
+
+
+def _groups(text: str) -> int:
+    """How many bracket groups at the top level `text` holds: 'desc[UR10][R14.64]' has 2."""
+    n, depth = 0, 0
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            n += depth == 0
+    return n
 
 
 def _split_operands(text: str) -> tuple:
     """'R1,c[0x0][0x28]' -> ('R1', 'c[0x0][0x28]'): commas inside brackets or braces stay. The JSON writes
     no comma between a register and a memory operand ('URZ[UR10]' is 'URZ, [UR10]'); a constant bank or a
     descriptor ('c[0x0][0x28]', 'desc[UR4][R2.64]') is lower case and stays one operand, while two
-    addresses in a row ('[UR16][UR10]') are two."""
+    addresses in a row ('[UR16][UR10]', nvdisasm 13.0's 'desc[UR10][R14.64][R27]') are two."""
     out, depth, cur = [], 0, ""
     for ch in text:
-        if ch == "[" and depth == 0 and (_REGISTER.fullmatch(cur.strip()) or cur.strip().startswith("[")):
+        if ch == "[" and depth == 0 and (_REGISTER.fullmatch(cur.strip()) or cur.strip().startswith("[")
+                                         or (cur.strip().startswith("desc[") and _groups(cur) >= 2)):
             out.append(cur.strip())
             cur = ""
         if ch in "[{(":
@@ -83,12 +146,17 @@ def _split_operands(text: str) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _disassemble(cubin: bytes) -> dict:
-    raw = json.loads(_run([tool("nvdisasm"), "-json"], cubin))
+    return from_nvdisasm_json(json.loads(_run([tool("nvdisasm"), "-json"], cubin)))
+
+
+def from_nvdisasm_json(raw) -> dict:
+    """{function: (Instruction, ...)} from the document `nvdisasm -json` prints."""
     functions = raw[1] if isinstance(raw, list) and len(raw) > 1 else []
     out, owner = {}, None
     for fn in functions:
         start, name = fn.get("start", 0), fn["function-name"]
-        insns = [Instruction(start + 16 * i, ins["opcode"], _split_operands(ins.get("operands", "")),   # 16 B each
+        insns = [Instruction(start + 16 * i, ins["opcode"],                                            # 16 B each
+                             _canonical(ins["opcode"], _split_operands(ins.get("operands", ""))),
                              ins.get("predicate", "")) for i, ins in enumerate(fn.get("sass-instructions", []))]
         # A subroutine the compiler placed inside a kernel's code (64-bit division, a guardrail trap) is listed
         # after that kernel with a start inside its range: it stays part of the kernel, as cuobjdump shows it.
@@ -237,11 +305,10 @@ def cp_async_waits(ins) -> list[int]:
     """N of each cp.async.wait_group N in program order: DEPBAR.LE SB0, N in the SASS (wait_all is N = 0)."""
     out = []
     for i in ins:
-        if matches(i.opcode, "DEPBAR") and len(i.operands) >= 2 and i.operands[0] == "SB0":
-            try:
-                out.append(int(i.operands[1], 0))
-            except ValueError:
-                pass
+        if matches(i.opcode, "DEPBAR") and "SB0" in i.operands:
+            counts = [o for o in i.operands if re.fullmatch(r"0x[0-9a-f]+|[0-9]+", o)]
+            if counts:
+                out.append(int(counts[0], 0))
     return out
 
 
