@@ -567,8 +567,9 @@ def test_compute_sanitizer_comes_from_the_pinned_wheel(tmp_path, monkeypatch):
     cu13 = re.search(r"^cuda-toolkit\[[^\]]*\]==(\S+)", (ROOT / "requirements/cu13.txt").read_text(), re.M)
     san = re.search(r"^cuda-toolkit\[sanitizer\]==(\S+)", (ROOT / "requirements/sanitize.txt").read_text(), re.M)
     assert cu13 and san and cu13.group(1) == san.group(1)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-    dry = subprocess.run(["make", "-n", "--no-print-directory", "sanitize"], cwd=ROOT, env=env,
+    # The venv recipe, whatever `make test` was started with (make exports its command line's ENV=current).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS")) and k not in ("ENV", "CUDA")}
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "sanitize", "ENV=venv", "CUDA=13"], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=True).stdout
     assert "-r requirements/sanitize.txt" in dry
     assert dry.index("requirements/sanitize.txt") < dry.index("feedbeast sanitize")

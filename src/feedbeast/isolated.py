@@ -16,21 +16,23 @@ so the deliberate hang or fault would be counted as a report against the noteboo
 """
 from __future__ import annotations
 
-import base64
+import contextlib
 import json
 import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 from . import errors
 
 _RUNNER = r"""
-import base64, json, pickle, sys, traceback
+import json, pickle, sys, traceback
 import numpy as np
 import feedbeast as fb
-values = pickle.loads(base64.b64decode(sys.argv[1]))
+with open(sys.argv[1], "rb") as _f:      # the values come through a file: a command line holds 128 KiB at most
+    values = pickle.load(_f)
 globals().update(values)
 try:
     exec(compile(sys.stdin.read(), "<isolated>", "exec"), globals())
@@ -40,18 +42,34 @@ except fb.FeedbeastError as e:
 """
 
 
+@contextlib.contextmanager
+def runner_command(values: dict):
+    """[python, -c, the runner, a file holding `values`]: the values go through a file, never the command line
+    (Linux limits one argument to 128 KiB: a few numpy arrays pass that), and the code through stdin."""
+    with tempfile.TemporaryDirectory(prefix="fb-isolated-") as tmp:
+        path = os.path.join(tmp, "values.pickle")
+        with open(path, "wb") as f:
+            pickle.dump(values, f)
+        yield [sys.executable, "-c", _RUNNER, path]
+
+
+def child_env() -> dict:
+    """This environment, with the folder feedbeast is imported from first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(__file__)),
+                                                    env.get("PYTHONPATH", "")] if p)
+    return env
+
+
 def isolated(code: str, *, timeout: float = 300, **values):
     from .runmode import under_sanitizer
     if under_sanitizer():
         from .skip import Skipped
         return Skipped("not run under compute-sanitizer (it would count the deliberate failure as a report)",
                        "fb.isolated")
-    blob = base64.b64encode(pickle.dumps(values)).decode()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(__file__)),
-                                                    env.get("PYTHONPATH", "")] if p)
-    r = subprocess.run([sys.executable, "-c", _RUNNER, blob], input=textwrap.dedent(code), text=True,
-                       capture_output=True, timeout=timeout, env=env)
+    with runner_command(values) as cmd:
+        r = subprocess.run(cmd, input=textwrap.dedent(code), text=True, capture_output=True, timeout=timeout,
+                           env=child_env())
     out, marker = r.stdout, "\n__FB_ERROR__"
     if marker in out:
         out, payload = out.split(marker, 1)

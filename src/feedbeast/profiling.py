@@ -246,10 +246,12 @@ def profile(launch: str, *, kernel: str, name: str | None = None, metrics=None, 
     wanted = list(METRICS.values()) + [STALLS] + list(metrics or [])
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "launch.py"
-        prelude = "import json, os\nglobals().update(json.loads(os.environ['FB_PROFILE_ENV']))\n"
+        values = Path(tmp) / "values.json"      # through a file: an environment string holds 128 KiB at most
+        values.write_text(json.dumps(env or {}))
+        prelude = f"import json\nglobals().update(json.loads(open({str(values)!r}).read()))\n"
         script.write_text(prelude + textwrap.dedent(launch))
         src_dir = str(Path(__file__).resolve().parent.parent)
-        child_env = {**os.environ, "FB_PROFILE_ENV": json.dumps(env or {}),
+        child_env = {**os.environ,
                      "PYTHONPATH": os.pathsep.join([src_dir, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         for _ in range(4):   # a metric this ncu or GPU does not know is dropped by name, and we retry
             cmd = [ncu, "--csv", "--page", "raw", "--kernel-name", f"regex:{kernel}", "--launch-skip",

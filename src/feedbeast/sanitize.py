@@ -147,11 +147,9 @@ def racecheck(code: str, *, timeout: float = 300, **values):
     """Run `code` (as fb.isolated runs it: `fb`, `np` and the keyword values bound) in a child Python process under
     compute-sanitizer racecheck. Returns (hazards reported, the sanitizer's summary lines), or a Skipped: with
     no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer)."""
-    import base64
-    import pickle
     import textwrap
     from .device import gpu
-    from .isolated import _RUNNER
+    from .isolated import child_env, runner_command
     from .skip import Skipped
     what = "racecheck"
     if gpu() is None:
@@ -161,13 +159,13 @@ def racecheck(code: str, *, timeout: float = 300, **values):
     san = find_sanitizer()
     if san is None:
         return Skipped("needs compute-sanitizer (a CUDA toolkit's bin/ on PATH, or CUDA_HOME)", what)
-    blob = base64.b64encode(pickle.dumps(values)).decode()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(Path(__file__).parent.parent),
-                                                                  os.environ.get("PYTHONPATH", "")] if p))
+    env = child_env()
     env.pop("FEEDBEAST_HAZARDS", None)
-    cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--report-api-errors", "no",
-           "--target-processes", "application-only", sys.executable, "-c", _RUNNER, blob]
-    r = subprocess.run(cmd, input=textwrap.dedent(code), text=True, capture_output=True, timeout=timeout, env=env)
+    with runner_command(values) as child:
+        cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--report-api-errors", "no",
+               "--target-processes", "application-only", *child]
+        r = subprocess.run(cmd, input=textwrap.dedent(code), text=True, capture_output=True, timeout=timeout,
+                           env=env)
     log = r.stdout + r.stderr
     summary = [ln.strip() for ln in log.splitlines() if "SUMMARY" in ln]
     return count_reports(log, "racecheck"), summary
