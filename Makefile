@@ -24,7 +24,7 @@ REQS    := requirements/base.txt requirements/cu$(CUDA).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 
 .PHONY: help install bundle-into-current lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \
-	sanitize stress
+	sanitize stress workshop gpu-check
 help:
 	@sed -n 's/^## //p' Makefile
 
@@ -38,7 +38,7 @@ $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt
 	  pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
-	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/lab.txt \
+	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/build.txt -r requirements/lab.txt \
 	  -r requirements/book.txt -r requirements/hub.txt
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	rm -f $(VENV)/.installed-cu*
@@ -103,8 +103,24 @@ else
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
 	  -r requirements/hub.txt $(if $(filter 13,$(CUDA)),-r requirements/sanitize.txt)
+	@if command -v npm >/dev/null; then \
+	  npm ci --prefix workshop --no-audit --no-fund --loglevel=error && mkdir -p wheelhouse/workshop && \
+	  tar -czf wheelhouse/workshop/node_modules.tar.gz -C workshop node_modules; \
+	else echo "no npm here: the workshop proxy is not in the bundle (make workshop will need npm)"; fi
 endif
-	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
+	@echo "wheelhouse/: $$(ls wheelhouse/*.whl | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
+
+## make workshop   the workshop hub: JupyterHub (requirements/hub.txt) and its proxy in workshop/node_modules
+# The proxy is configurable-http-proxy at the version workshop/package-lock.json pins: from the npm registry, or
+# offline from the copy make wheelhouse packs (WHEELS=dir: dir/workshop/node_modules.tar.gz).
+workshop: $(STAMP)
+	$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/hub.txt
+	@if [ -n "$(WHEELS)" ] && [ -f "$(WHEELS)/workshop/node_modules.tar.gz" ]; then \
+	  echo "workshop/node_modules from $(WHEELS)/workshop/node_modules.tar.gz"; \
+	  rm -rf workshop/node_modules && tar -xzf "$(WHEELS)/workshop/node_modules.tar.gz" -C workshop; \
+	elif command -v npm >/dev/null; then npm ci --prefix workshop --no-audit --no-fund --loglevel=error; \
+	else echo "make workshop: no npm here and no $(if $(WHEELS),$(WHEELS),WHEELS=dir)/workshop/node_modules.tar.gz: \
+	the hub needs configurable-http-proxy (Node.js): install npm, or bring a bundle from make wheelhouse"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) wheelhouse build

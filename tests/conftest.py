@@ -4,6 +4,32 @@ import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# Tests install and download nothing: pip and npm started by a test (or by make under it) may use what is on
+# this machine only, and this process connects to loopback alone. A test that needs what is not here skips by name.
+os.environ["PIP_NO_INDEX"] = "1"
+os.environ["npm_config_offline"] = "true"
+
+
+def _loopback_only():
+    import ipaddress
+    import socket
+    connect = socket.socket.connect
+
+    def guarded(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            try:
+                local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                local = False
+            if not local:
+                raise OSError(f"the tests connect to loopback only, not to {host}: nothing is downloaded during a test run")
+        return connect(self, address)
+    socket.socket.connect = guarded
+
+
+_loopback_only()
+
 GPU_FIXTURES = {"gpu90", "gpu100", "anygpu"}
 
 

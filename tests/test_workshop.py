@@ -1,11 +1,12 @@
 """The workshop hub on loopback: workshop/jupyterhub_config.py with a dummy login and local processes.
 
-JupyterHub (pip, requirements/hub.txt) with configurable-http-proxy (npm: `npm ci --prefix workshop`, or on
-PATH), everything on 127.0.0.1, torn down at the end. Three learners are created through the hub's REST
+JupyterHub (pip, requirements/hub.txt) with configurable-http-proxy (workshop/node_modules, put there by
+`make workshop` before the tests, or on PATH), everything on 127.0.0.1, torn down at the end. Three learners are created through the hub's REST
 API and their servers spawned (the config's spawn hook copies the course into each home and hands out GPU
 shares); lab 00 runs in one learner's server through the kernel API, in the course kernel; the learners
 save their lab 00 through the contents API (one leaves it as given, one solves it, one breaks it); the
-roster grades all three. Skipped by name where Node, the proxy or JupyterHub is absent.
+roster grades all three. Skipped by name where Node, the proxy or JupyterHub is absent: the test installs and
+downloads nothing.
 """
 from __future__ import annotations
 
@@ -41,13 +42,13 @@ def _proxy() -> str | None:
 def _why_not() -> str | None:
     if shutil.which("node") is None:
         return "Node.js is not installed (configurable-http-proxy needs it)"
-    if _proxy() is None and shutil.which("npm") is None:
-        return "configurable-http-proxy not found and no npm to fetch it (npm ci --prefix workshop)"
+    if _proxy() is None:
+        return "configurable-http-proxy is not installed: make workshop (offline: make workshop WHEELS=wheelhouse)"
     try:
         import jupyterhub  # noqa: F401
         import jupyter_server  # noqa: F401
     except ImportError as e:
-        return f"{e.name} is not installed: pip install -r requirements/hub.txt"
+        return f"{e.name} is not installed: make workshop"
     return None
 
 
@@ -85,11 +86,6 @@ class Hub:
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    if _proxy() is None:   # the pinned proxy (workshop/package-lock.json), when the npm registry answers
-        r = subprocess.run(["npm", "ci", "--prefix", str(ROOT / "workshop"), "--no-audit", "--no-fund"],
-                           capture_output=True, text=True, timeout=180)
-        if _proxy() is None:
-            pytest.skip(f"configurable-http-proxy: npm ci --prefix workshop failed: {r.stderr.strip()[-300:]}")
     tmp = tmp_path_factory.mktemp("hub")
     homes, state = tmp / "homes", tmp / "state"
     homes.mkdir()
