@@ -59,9 +59,9 @@ lab: $(STAMP)
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_FLAGS)
 
 ## make test       the whole suite: toolkit, notebooks (nbval), labs in sync, notebook format
-# TEST_JOBS pytest workers (pytest-xdist; each test file and each notebook stays in one worker);
+# TEST_JOBS pytest workers (default: the cores, at most 8; pytest-xdist; each test file and each notebook stays in one worker);
 # TEST_JOBS=0 runs in one process. Without pytest-xdist installed, one process.
-TEST_JOBS ?= 2
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 8 ] && n=8; echo $$n)
 XDIST = $$($(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
 test: $(STAMP)
 	$(PYTHON) -m pytest -q $(XDIST) tests chapters solutions --nbval-lax --nbval-current-env \
@@ -143,6 +143,13 @@ ifeq ($(ENV)-$(CUDA),venv-13)
 	$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/sanitize.txt
 endif
 	$(PYTHON) -m feedbeast sanitize $(SANITIZE_FLAGS) chapters solutions
+
+## make gpu-check  make test on each GPU path of the README (fresh venv, GPU image, CUDA 12); results/<gpu>/ci.md
+# GPU_CHECK_FLAGS: --paths venv,current,cuda12 --wheels DIR (full bundle) --notebook-wheels DIR --cu12-wheels DIR
+# --index (a package index is reachable). Needs no .venv: it makes its own under build/gpu-check/.
+GPU_CHECK_FLAGS ?=
+gpu-check:
+	$(PYTHON3) .ci/gpu_check.py $(GPU_CHECK_FLAGS)
 
 ## make stress     the GPU tests at 100 random ragged sizes each, repeated runs compared bit for bit
 STRESS ?= 100

@@ -1,0 +1,160 @@
+"""make gpu-check: `make test` on each path the README documents for a GPU machine; results/<gpu>/ci.md.
+
+    python .ci/gpu_check.py [--paths venv,current,cuda12] [--wheels DIR] [--notebook-wheels DIR] [--cu12-wheels DIR]
+
+Paths:
+  venv     a fresh venv from the full bundle (make wheelhouse): make test WHEELS=DIR, in build/gpu-check/venv
+  current  the GPU image's own Python with the notebook bundle (make wheelhouse SET=notebook) installed into it:
+           make install ENV=current WHEELS=DIR, then make test ENV=current
+  cuda12   the CUDA 12 pins in a fresh venv (make test CUDA=12 WHEELS=DIR), where the driver runs CUDA 12 code
+A path without what it needs (no bundle given and no package index) is recorded as not run, with the reason.
+Each path's row replaces that path's earlier row in results/<gpu>/ci.md, so the paths can run one at a time.
+Exit status: 1 if a path that ran had a failure or an error, else 0.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
+
+
+def gpu() -> tuple[str, str, str]:
+    """(name, slug, driver) from nvidia-smi; none when there is no GPU."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
+        name, driver = [x.strip() for x in out.split(",")]
+    except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+        return "", "", ""
+    return name, re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-"), driver
+
+
+def counts(log: str) -> dict:
+    """pytest's last summary line as {passed, failed, skipped, errors}."""
+    line = next((ln for ln in reversed(log.splitlines()) if re.search(r"\d+ (passed|failed)", ln)), "")
+    found = {k if not k.startswith("error") else "errors": int(n) for n, k in SUMMARY.findall(line)}
+    return {k: found.get(k, 0) for k in ("passed", "failed", "skipped", "errors")}
+
+
+def commands(path: str, args) -> list[str] | str:
+    """The commands of a path, or why it cannot run here."""
+    py = f"PYTHON3={shlex.quote(args.python)}"
+    if path == "venv":
+        src = f"WHEELS={args.wheels}" if args.wheels else ""
+        if not args.wheels and not args.index:
+            return "no full bundle given (--wheels DIR, from make wheelhouse) and no package index"
+        return [f"make test {src} VENV=build/gpu-check/venv {py}".replace("  ", " ")]
+    if path == "current":
+        if not args.notebook_wheels:
+            return "no notebook bundle given (--notebook-wheels DIR, from make wheelhouse SET=notebook)"
+        return [f"make install ENV=current WHEELS={args.notebook_wheels} {py}", f"make test ENV=current {py}"]
+    if path == "cuda12":
+        if not args.cu12_wheels and not args.index:
+            return ("no CUDA 12 bundle given (--cu12-wheels DIR, from make wheelhouse CUDA=12) and no package index "
+                    "to build the CUDA 12 venv from")
+        src = f"WHEELS={args.cu12_wheels}" if args.cu12_wheels else ""
+        return [f"make test CUDA=12 {src} VENV=build/gpu-check/venv-cu12 {py}".replace("  ", " ")]
+    raise ValueError(path)
+
+
+def run(path: str, cmds: list[str], logdir: Path) -> dict:
+    t0 = time.time()
+    log = ""
+    code = 0
+    for cmd in cmds:
+        p = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True)
+        log += f"$ {cmd}\n{p.stdout}{p.stderr}\n"
+        code = p.returncode
+        if code:
+            break
+    (logdir / f"{path}.log").write_text(log)
+    row = {"path": path, "commands": cmds, "exit": code, "seconds": round(time.time() - t0), **counts(log)}
+    if code and not any(row[k] for k in ("passed", "failed", "errors")):
+        row["note"] = log.strip().splitlines()[-1][:200] if log.strip() else f"exit {code}"
+    return row
+
+
+def table(rows: dict) -> str:
+    out = ["| path | commands | passed | failed | errors | skipped | time | exit |", "|---|---|---|---|---|---|---|---|"]
+    for path in ("venv", "current", "cuda12"):
+        r = rows.get(path)
+        if r is None:
+            continue
+        if "why" in r:
+            out.append(f"| {path} | not run: {r['why']} | | | | | | |")
+            continue
+        cmds = "<br>".join(f"`{c}`" for c in r["commands"])
+        t = f"{r['seconds'] // 60}:{r['seconds'] % 60:02d}"
+        note = f" ({r['note']})" if r.get("note") else ""
+        out.append(f"| {path} | {cmds} | {r['passed']} | {r['failed']} | {r['errors']} | {r['skipped']} | {t} | "
+                   f"{r['exit']}{note} |")
+    return "\n".join(out)
+
+
+def read_rows(md: Path) -> dict:
+    import json
+    if not md.exists():
+        return {}
+    m = re.search(r"<!-- rows: (.*) -->", md.read_text())
+    return json.loads(m.group(1)) if m else {}
+
+
+def write(md: Path, rows: dict, name: str, driver: str):
+    import json
+    md.parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    md.write_text(f"# make test on the README's GPU paths: {name}\n\n"
+                  f"Driver {driver}; last written {stamp} by `make gpu-check` (.ci/gpu_check.py). One row per path;\n"
+                  "each row is that path's latest run (passed / failed / errors / skipped are pytest's counts, the\n"
+                  "time is the whole row's: install and tests). Logs: build/gpu-check/<path>.log.\n\n"
+                  f"{table(rows)}\n\n<!-- rows: {json.dumps(rows)} -->\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="make gpu-check", description=__doc__.split("\n")[0])
+    ap.add_argument("--paths", default="venv,current,cuda12")
+    ap.add_argument("--wheels", default=os.environ.get("WHEELS") or None)
+    ap.add_argument("--notebook-wheels", default=None)
+    ap.add_argument("--cu12-wheels", default=None)
+    ap.add_argument("--index", action="store_true", help="a package index is reachable: build venvs from it")
+    ap.add_argument("--python", default=os.environ.get("PYTHON3", "python3"))
+    args = ap.parse_args(argv)
+    name, slug, driver = gpu()
+    if not name:
+        print("make gpu-check needs a GPU (nvidia-smi found none): nothing was run")
+        return 1
+    logdir = ROOT / "build" / "gpu-check"
+    logdir.mkdir(parents=True, exist_ok=True)
+    md = ROOT / "results" / slug / "ci.md"
+    rows = read_rows(md)
+    worst = 0
+    for path in args.paths.split(","):
+        cmds = commands(path, args)
+        if isinstance(cmds, str):
+            rows[path] = {"path": path, "why": cmds}
+            print(f"{path}: not run: {cmds}", flush=True)
+            continue
+        print(f"{path}: {' && '.join(cmds)}", flush=True)
+        rows[path] = run(path, cmds, logdir)
+        r = rows[path]
+        print(f"{path}: {r['passed']} passed, {r['failed']} failed, {r['errors']} errors, {r['skipped']} skipped, "
+              f"{r['seconds']} s, exit {r['exit']}", flush=True)
+        if r["exit"] or r["failed"] or r["errors"]:
+            worst = 1
+        write(md, rows, name, driver)
+    write(md, rows, name, driver)
+    print(f"\n{md}:\n{table(rows)}")
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
