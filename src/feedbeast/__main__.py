@@ -6,10 +6,12 @@
     sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck
     stress [--n 100]                 the GPU tests with random ragged sizes and repeated runs
     build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.labs)
+    reset 04 [05 ...]                restore only these labs (a number, a name or a lab's path)
 """
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -32,7 +34,9 @@ def main(argv=None) -> int:
         return run(rest)
     if cmd in ("build", "check", "reset"):
         from .labs import main as run
-        return run([cmd, *(rest or ["solutions", "labs"])])
+        if len(rest) < 2 or not all(Path(r).is_dir() for r in rest[:2]):
+            rest = ["solutions", "labs", *rest]   # `reset 04`: the folders of the checkout here
+        return run([cmd, *rest])
     print(f"unknown command {cmd!r}\n{__doc__}")
     return 2
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .cubin import kernel_max_threads, kernel_names, kernel_params  # noqa: F401  (fb.compile.kernel_names...)
 from .device import current_arch, nvrtc_version, parse_arch
-from .errors import CompileError, FeedbeastError
+from .errors import CompileError, FeedbeastError, unwritten
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 DEFAULT_ARCH = "sm_90a"   # the course's main target when no GPU says otherwise
@@ -95,18 +95,26 @@ _DIAG = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warnin
                    re.MULTILINE)
 
 
+SHOWN_ERRORS = 3   # errors shown with their lines; the rest by their first line (the first error is the one to fix)
+
+
 def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[dict]]:
     lines = src.splitlines()
-    diags, parts = [], []
+    diags, parts, more = [], [], []
     for m in _DIAG.finditer(log):
         d = {"file": m["file"], "line": int(m["line"]), "kind": m["kind"], "message": m["msg"].strip()}
         diags.append(d)
         if m["kind"] == "warning" or m["file"] != filename:
             continue
         n = d["line"]
+        if sum(p.startswith(f"{filename}:") for p in parts) >= SHOWN_ERRORS:
+            more.append(f"line {n}: {d['message']}")
+            continue
         parts.append(f"{filename}:{n}: {d['kind']}: {d['message']}")
         for i in range(max(1, n - 1), min(len(lines), n + 1) + 1):
             parts.append(f"{'>' if i == n else ' '} {i:4d} | {lines[i - 1]}")
+    if more:
+        parts.append(f"and {len(more)} more error{'s' * (len(more) > 1)}: {'; '.join(more)[:300]}")
     if not parts:   # an error outside the cell (a header) or one NVRTC did not attribute to a line
         parts = [log.strip() or "NVRTC failed without a message"]
     return "\n".join(parts), diags
@@ -140,6 +148,11 @@ class Module:
         if launch.hazard_run is None:
             raise FeedbeastError("no hazard checker is installed: import feedbeast (it installs feedbeast.hazards)")
         return launch.hazard_run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
+
+    @property
+    def todo(self) -> str:
+        """'' or the sentence naming the lab's TODO lines still in the source (checks that fail put it first)."""
+        return unwritten([(self.name, self.source, 1)])
 
     @property
     def kernel_names(self) -> list[str]:
@@ -201,15 +214,19 @@ class Module:
 
 
 def compile(source: str, arch: str | None = None, *, defines: dict | None = None, options=(),
-            name: str = "kernel.cu", debug: bool = False, use_cache: bool = True, hazards: bool = False) -> Module:
-    """Compile CUDA C++ to a cubin for `arch` (default: this GPU's arch, else sm_90a).
+            name: str = "kernel.cu", debug: bool = False, use_cache: bool = True, hazards: bool = False,
+            min_arch: str | None = None) -> Module:
+    """Compile CUDA C++ to a cubin for `arch` (default: this GPU's arch; with no GPU, `min_arch`, the oldest
+    GPU the source is written for, else sm_90a).
 
     defines: -D macros; debug: defines FB_DEBUG=1 (bounded barrier waits that report, see
     include/fb/debug.cuh); options: extra NVRTC flags. Raises CompileError showing the failing lines.
     hazards: the hazard build (FB_HAZARDS=1, debug too): the fb:: wrappers record a trace (feedbeast.hazards).
     """
     from cuda.core import ProgramOptions
-    arch = arch or current_arch() or DEFAULT_ARCH
+    if min_arch is not None:
+        parse_arch(min_arch)
+    arch = arch or current_arch() or min_arch or DEFAULT_ARCH
     parse_arch(arch)
     options = _options(options)
     if hazards:

@@ -1,8 +1,85 @@
-"""Errors the toolkit raises. Each message says what was wrong and what to do."""
+"""Errors the toolkit raises. Each message says what was wrong and what to do.
+
+In a notebook an error of the toolkit shows as its message and the learner's line that led to it (the cell and
+line, or the `%%cuda` line), not the toolkit's own frames: `%env FEEDBEAST_TRACEBACK=full` shows the whole
+traceback again.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+FULL_TRACEBACK = "FEEDBEAST_TRACEBACK"   # =full: IPython's own traceback for the toolkit's errors too
 
 
 class FeedbeastError(Exception):
     """Base class for every error the toolkit raises on purpose."""
+
+    @property
+    def _render_traceback_(self):
+        # IPython renders an exception with `_render_traceback_()` when it has one (hasattr): the toolkit's
+        # errors have it unless the full traceback is asked for.
+        if os.environ.get(FULL_TRACEBACK, "") == "full":
+            raise AttributeError("_render_traceback_")
+        return lambda: short_traceback(self)
+
+
+_MAGIC_CALL = re.compile(r"run_cell_magic\(\s*'(?P<magic>[^']+)'\s*,\s*'(?P<line>[^']*)'")
+
+
+def _learner_frames(tb) -> list[str]:
+    """'Cell In[5], line 3: <source line>' for each frame of `tb` that runs a notebook cell's code (IPython's
+    compiler knows those file names), outermost first; a `%%magic` cell shows as its magic line."""
+    import linecache
+    try:
+        from IPython import get_ipython
+        ip = get_ipython()
+    except ImportError:
+        ip = None
+    if ip is None:
+        return []
+    out = []
+    while tb is not None:
+        code, lineno = tb.tb_frame.f_code, tb.tb_lineno
+        label = ip.compile.format_code_name(code.co_filename) if hasattr(ip.compile, "format_code_name") else None
+        if label:
+            src = linecache.getline(code.co_filename, lineno).strip()
+            m = _MAGIC_CALL.search(src)
+            if m:
+                src = f"%%{m['magic']} {m['line']}".rstrip()
+            where = f"{label[0]} {label[1]}, line {lineno}"
+            if code.co_name != "<module>":
+                where += f", in {code.co_name}"
+            out.append(f"{where}: {src[:200]}")
+        tb = tb.tb_next
+    return out
+
+
+def short_traceback(exc: BaseException) -> list[str]:
+    """What a notebook shows of a toolkit error: the learner's line (the cell's, and the deepest of the learner's
+    own functions when the error came through one), then the error's name and message."""
+    frames = _learner_frames(exc.__traceback__)
+    where = frames[:1] + frames[-1:] if len(frames) > 1 else frames
+    return where + [f"\x1b[0;31m{type(exc).__name__}\x1b[0m: {exc}"]
+
+
+TODO_MARK = "TODO: your code here"   # what a lab puts where the learner's part goes (feedbeast.labs)
+
+
+def unwritten(parts) -> str:
+    """For [(where, source, first line number)], the lab's TODO lines still there, as one sentence that a failed
+    check puts first ('' when there are none): the failure most likely follows from the part not yet written."""
+    found = []
+    for where, source, first in parts:
+        for i, line in enumerate(str(source).splitlines()):
+            if TODO_MARK in line:
+                what = line.split(TODO_MARK, 1)[1].strip(" :")
+                what = what[1:-1] if what.startswith("(") and what.endswith(")") else what
+                found.append(f"{where} line {first + i}" + (f": {what}" if what else ""))
+    if not found:
+        return ""
+    return (f"your part is not written yet ({'; '.join(found)}): write it in place of each "
+            f"'{TODO_MARK}' line.\n")
 
 
 class CompileError(FeedbeastError):

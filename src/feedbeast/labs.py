@@ -4,11 +4,15 @@ In a solution notebook, the learner's part of a code cell sits between marker li
     # BEGIN SOLUTION        (or // BEGIN SOLUTION in a %%cuda cell)
     ...
     # END SOLUTION
-and becomes one TODO line with the same indentation. A cell tagged `solution-only` is dropped.
+and becomes one TODO line with the same indentation. `# BEGIN SOLUTION: what to write` puts that text in the
+TODO line (`# TODO: your code here: what to write`), which the checks quote while it is there. A line
+`# LAB: code` inside the region is given to the learner as `code` (a starting value that lets the lab run as
+given: `// LAB: const int use = 0;`); in the solution it is a comment. A cell tagged `solution-only` is dropped.
 
     python -m feedbeast.labs build solutions labs    # write labs/
     python -m feedbeast.labs check solutions labs    # exit 1 if labs/ is stale
     python -m feedbeast.labs reset solutions labs    # restore labs/, backing up edited ones
+    python -m feedbeast.labs reset solutions labs 04 # only lab 04 (a number, a name or a lab's path; several)
 """
 from __future__ import annotations
 
@@ -21,8 +25,10 @@ from pathlib import Path
 
 import nbformat
 
-BEGIN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//) BEGIN SOLUTION\s*$")
+BEGIN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//) BEGIN SOLUTION(?::\s*(?P<what>\S.*?))?\s*$")
 END = re.compile(r"^\s*(#|//) END SOLUTION\s*$")
+LAB_LINE = re.compile(r"^(?P<indent>\s*)(#|//) LAB: (?P<code>.*)$")
+TODO = "TODO: your code here"   # what marks the learner's part in a lab (feedbeast.errors.unwritten finds it)
 
 
 def strip_source(src: str) -> str:
@@ -31,14 +37,17 @@ def strip_source(src: str) -> str:
         m = BEGIN.match(line)
         if m and not inside:
             inside = True
-            out.append(f"{m['indent']}{m['c']} TODO: your code here (see the hints below)")
+            what = f": {m['what']}" if m["what"] else " (see the hints below)"
+            out.append(f"{m['indent']}{m['c']} {TODO}{what}")
             continue
         if END.match(line):
             if not inside:
                 raise ValueError("END SOLUTION without BEGIN SOLUTION")
             inside = False
             continue
-        if not inside:
+        if inside and (given := LAB_LINE.match(line)):
+            out.append(f"{given['indent']}{given['code']}")
+        elif not inside:
             out.append(line)
     if inside:
         raise ValueError("BEGIN SOLUTION without END SOLUTION")
@@ -85,10 +94,27 @@ def stale(solutions, labs) -> list[str]:
             if not lab.exists() or lab.read_text() != lab_text(sol)]
 
 
-def reset(solutions, labs):
-    """Restore each lab; a lab that differs from the generated one is copied to labs/backup/ first."""
+def select(solutions, labs, which) -> list[tuple[Path, Path]]:
+    """The (solution, lab) pairs that `which` names: lab numbers ("04"), file names or paths of labs; all
+    when `which` is empty. A name that matches no lab is a ValueError listing the labs there are."""
+    every = list(pairs(solutions, labs))
+    if not which:
+        return every
+    chosen = []
+    for w in which:
+        name = Path(w).name
+        hits = [(s, l) for s, l in every if l.name == name or l.name.split("-", 1)[0] == name.zfill(2)]
+        if not hits:
+            raise ValueError(f"no lab {w!r}: the labs are {', '.join(l.name for _, l in every)}")
+        chosen += [h for h in hits if h not in chosen]
+    return chosen
+
+
+def reset(solutions, labs, which=()):
+    """Restore each lab (or those `which` names, see select); a lab that differs from the generated one is copied
+    to labs/backup/ first."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    for sol, lab in pairs(solutions, labs):
+    for sol, lab in select(solutions, labs, which):
         fresh = lab_text(sol)
         if lab.exists() and lab.read_text() != fresh:
             backup = lab.parent / "backup" / f"{lab.stem}.{stamp}.ipynb"
@@ -101,14 +127,23 @@ def reset(solutions, labs):
 
 def main(argv=None):
     argv = argv or sys.argv[1:]
-    if len(argv) != 3 or argv[0] not in ("build", "check", "reset"):
+    if len(argv) < 3 or argv[0] not in ("build", "check", "reset") or (len(argv) > 3 and argv[0] != "reset"):
         print(__doc__)
         return 2
-    cmd, solutions, labs = argv
+    cmd, solutions, labs, which = argv[0], argv[1], argv[2], argv[3:]
+    for folder in (solutions, labs):
+        if not Path(folder).is_dir():
+            print(f"{folder} is not a folder: give the solutions and labs folders first "
+                  f"(python -m feedbeast.labs {cmd} solutions labs{' 04' if cmd == 'reset' else ''})")
+            return 2
     if cmd == "build":
         build(solutions, labs)
     elif cmd == "reset":
-        reset(solutions, labs)
+        try:
+            reset(solutions, labs, which)
+        except ValueError as e:
+            print(e)
+            return 2
     else:
         s = stale(solutions, labs)
         if s:

@@ -8,38 +8,103 @@
 kernels record a trace for feedbeast.hazards (mod.hazard_check(...)).
 After the cell, `copy_ring` is a Kernel (copy_ring.launch(grid, block, ...)) and `ring` the Module
 (ring.expect_sass(...), ring.report()). Compile errors show the failing lines of the cell.
+`%%cuda --help` lists the flags.
 """
 from __future__ import annotations
 
 import argparse
+import keyword
+import re
 import shlex
 
 from .compile import compile
-from .errors import CompileError
+from .errors import CompileError, unwritten
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):   # a flag error names the flag (argparse alone shows only SystemExit: 2)
-        raise CompileError(f"%%cuda: {message}\n{self.format_usage().strip()}")
+        raise CompileError(f"%%cuda: {message} (`%%cuda --help` lists the flags)")
 
 
 def _parser():
-    p = _Parser(prog="%%cuda", add_help=False)
-    p.add_argument("--arch", default=None)
-    p.add_argument("--name", default="mod")
-    p.add_argument("--debug", action="store_true")
-    p.add_argument("--hazards", action="store_true")   # the hazard build (feedbeast.hazards)
-    p.add_argument("-D", dest="defines", action="append", default=[])
-    p.add_argument("--quiet", action="store_true")
+    p = _Parser(prog="%%cuda", add_help=False,
+                description="Compile the cell's CUDA C++ with NVRTC; its kernels become Python names.")
+    p.add_argument("--arch", default=None,
+                   help="target, e.g. sm_80 or sm_90a (default: the GPU here; without one, --min-arch or sm_90a)")
+    p.add_argument("--min-arch", default=None, metavar="ARCH",
+                   help="the oldest GPU the kernel is written for: the target when there is no GPU here")
+    p.add_argument("--name", default="mod", help="the Python name of the compiled module (default: mod)")
+    p.add_argument("--debug", action="store_true", help="bounded barrier waits: a hang raises BarrierTimeout")
+    p.add_argument("--hazards", action="store_true", help="the hazard build: kernels record a trace to check")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="a macro; {var} in VALUE takes the notebook's variable var")
+    p.add_argument("--quiet", action="store_true", help="print nothing when it compiles")
+    p.add_argument("-h", "--help", action="store_true", help="show this help and compile nothing")
     return p
 
 
-def cuda_cell(line: str, cell: str, namespace: dict):
-    args = _parser().parse_args(shlex.split(line))
+def parse_line(line: str) -> argparse.Namespace:
+    """The flags of a %%cuda line, checked: a wrong flag, a -D without a name or a --name that cannot be a
+    Python name is one CompileError saying which."""
+    try:
+        words = shlex.split(line)
+    except ValueError as e:
+        raise CompileError(f"%%cuda {line.strip()}: {e}") from None
+    args = _parser().parse_args(words)
+    if not args.name.isidentifier() or keyword.iskeyword(args.name):
+        suggestion = re.sub(r"\W", "_", args.name)
+        suggestion = suggestion if suggestion.isidentifier() and not keyword.iskeyword(suggestion) else "my_mod"
+        raise CompileError(f"%%cuda --name {args.name}: the name becomes a Python variable, so it needs letters, "
+                           f"digits and _ and must not start with a digit (e.g. --name {suggestion})")
+    for d in args.defines:
+        if not re.fullmatch(r"[A-Za-z_]\w*", d.split("=", 1)[0]):
+            raise CompileError(f"%%cuda -D {d}: write -D NAME or -D NAME=VALUE (NAME a C identifier)")
+    return args
+
+
+def defines_of(args, namespace: dict | None = None) -> dict:
+    """{macro: value or None}; with a namespace, {var} in a value is replaced by the notebook's variable."""
     defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.defines)
-    # Expand names from the notebook (-D STAGES={stages} -> the value of `stages`).
-    defines = {k: (str(v).format(**namespace) if v is not None else None) for k, v in defines.items()}
-    mod = compile(cell, args.arch, defines=defines, debug=args.debug, name=f"{args.name}.cu", hazards=args.hazards)
+    if namespace is None:
+        return defines
+    out = {}
+    for k, v in defines.items():
+        try:
+            out[k] = str(v).format(**namespace) if v is not None else None
+        except KeyError as e:
+            raise CompileError(f"%%cuda -D {k}={v}: {e.args[0]!r} is not a variable of the notebook: define it "
+                               "in a cell above this one (and run that cell), or write the value itself") from None
+        except (IndexError, ValueError, AttributeError) as e:
+            raise CompileError(f"%%cuda -D {k}={v}: {{...}} must name a variable of the notebook ({e})") from None
+    return out
+
+
+def mangled_hint(names) -> list[str]:
+    """A note for each kernel whose name the C++ compiler mangled (no extern "C")."""
+    out = []
+    for n in names:
+        m = re.match(r"_Z(\d+)(\w+)", n)
+        if m and len(m.group(2)) >= int(m.group(1)):
+            plain = m.group(2)[:int(m.group(1))]
+            out.append(f'note: kernel {n} is the C++-mangled name of {plain}: declare it extern "C" __global__ '
+                       f"so that it is called {plain}")
+    return out
+
+
+def cuda_cell(line: str, cell: str, namespace: dict):
+    args = parse_line(line)
+    if args.help:
+        print(_parser().format_help().rstrip())
+        return None
+    defines = defines_of(args, namespace)
+    try:
+        mod = compile(cell, args.arch, defines=defines, debug=args.debug, name=f"{args.name}.cu",
+                      hazards=args.hazards, min_arch=args.min_arch)
+    except CompileError as e:
+        todo = unwritten([(f"{args.name}.cu", cell, 1)])
+        if todo:   # a lab's kernel cell as given: the compiler's complaint follows from the part not written
+            raise CompileError(f"{todo}\n{e}", e.log, e.diagnostics) from None
+        raise
     namespace[args.name] = mod
     for k in mod.kernel_names:
         namespace[k] = mod.kernel(k)
@@ -50,6 +115,8 @@ def cuda_cell(line: str, cell: str, namespace: dict):
         print(f"compiled for {mod.arch}: {', '.join(parts) or 'no kernels'}")
         for w in mod.warnings:
             print("  warning:", w)
+    for note in mangled_hint(mod.kernel_names):
+        print(note)
     return None
 
 

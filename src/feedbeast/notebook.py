@@ -103,6 +103,7 @@ class CudaCell:
     debug: bool
     index: int          # position among the notebook's cells
     path: Path
+    min_arch: str | None = None   # --min-arch: the target when there is no GPU and no --arch
 
     def compile(self, arch: str | None = None, *, debug: bool | None = None, **defines):
         """The cell compiled as the notebook compiles it; `defines` add to or override its -D flags."""
@@ -113,16 +114,16 @@ class CudaCell:
             raise FeedbeastError(f"%%cuda --name {self.name} in {self.path.name}: -D {', '.join(unexpanded)} "
                                  "take their values from the notebook's variables: give them as arguments")
         return compile(self.source, arch or self.arch, defines=defs,
-                       debug=self.debug if debug is None else debug, name=f"{self.name}.cu")
+                       debug=self.debug if debug is None else debug, name=f"{self.name}.cu", min_arch=self.min_arch)
 
 
 def parse_magic_line(line: str) -> dict:
-    """The flags of a `%%cuda ...` line: name, arch, debug, defines ({macro: value or None})."""
-    from .magic import _parser
+    """The flags of a `%%cuda ...` line: name, arch, min_arch, debug, defines ({macro: value or None})."""
+    from .magic import defines_of, parse_line
     words = shlex.split(line)
-    args = _parser().parse_args(words[1:] if words and words[0].startswith("%%") else words)
-    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.defines)
-    return {"name": args.name, "arch": args.arch, "debug": args.debug, "defines": defines}
+    args = parse_line(shlex.join(words[1:] if words and words[0].startswith("%%") else words))
+    return {"name": args.name, "arch": args.arch, "min_arch": args.min_arch, "debug": args.debug,
+            "defines": defines_of(args)}
 
 
 _CACHE: dict = {}
@@ -162,7 +163,7 @@ class Notebook:
                 line, _, body = cell.source.partition("\n")
                 f = parse_magic_line(line)
                 self.cuda_cells[f["name"]] = CudaCell(f["name"], body, f["defines"], f["arch"], f["debug"], i,
-                                                      self.path)
+                                                      self.path, f["min_arch"])
             elif not cell.source.startswith("%%"):
                 self._index_python(i, cell.source)
 

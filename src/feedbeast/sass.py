@@ -219,13 +219,14 @@ def histogram(mod, kernel: str | None = None) -> collections.Counter:
 
 
 def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = (), where: str,
-                   arch: str | None = None) -> collections.Counter:
+                   arch: str | None = None, todo: str = "") -> collections.Counter:
     """The check behind every expect_sass: `hist` (opcode counts) has each `required` opcode and none of
-    `forbid`. Returns the count of each required one; raises SassMismatch naming what is missing."""
+    `forbid`. Returns the count of each required one; raises SassMismatch naming what is missing (after `todo`,
+    the lab's part not yet written, when there is one)."""
     missing = [p for p in required if not any(matches(op, p) for op in hist)]
     present = [p for p in forbid if any(matches(op, p) for op in hist)]
     if missing or present:
-        msg = [f"SASS of {where}{f' for {arch}' if arch else ''}:"]
+        msg = [f"{todo}SASS of {where}{f' for {arch}' if arch else ''}:"]
         if missing:
             msg.append(f"  missing {', '.join(missing)}")
         if present:
@@ -244,7 +245,8 @@ def expect_sass(mod, *required: str, kernel: str | None = None, forbid: tuple = 
     Returns the count of each required opcode. Raises SassMismatch naming what is missing.
     """
     where = f"kernel {kernel}" if kernel else f"module ({', '.join(mod.kernel_names)})"
-    return expect_opcodes(histogram(mod, kernel), *required, forbid=forbid, where=where, arch=mod.arch)
+    return expect_opcodes(histogram(mod, kernel), *required, forbid=forbid, where=where, arch=mod.arch,
+                          todo=getattr(mod, "todo", ""))
 
 
 def proxy_fences(sass) -> int:
@@ -287,13 +289,14 @@ def expect_proxy_fence(mod, kernel: str, why: str) -> int:
     n = proxy_fences(ins)
     name = f"proxy fence in the SASS of kernel {kernel}"
     if n == 0:
-        msg = (f"SASS of kernel {kernel} for {mod.arch}: no fence.proxy.async.shared::cta "
+        msg = (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: no fence.proxy.async.shared::cta "
                f"(MEMBAR.ALL.CTA then FENCE.VIEW.ASYNC.S): {why}")
         verdicts.failed(name, msg)
         raise SassMismatch(msg)
     misplaced = proxy_fence_order(ins)
     if misplaced:
-        msg = (f"SASS of kernel {kernel} for {mod.arch}: fence.proxy.async.shared::cta in the wrong place: "
+        msg = (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: fence.proxy.async.shared::cta "
+               "in the wrong place: "
                + "; ".join(misplaced[:3]) + f": {why}")
         verdicts.failed(name, msg)
         raise SassMismatch(msg)
@@ -319,7 +322,7 @@ def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
     name = f"cp.async wait count in the SASS of kernel {kernel}"
     if not waits or max(waits) > most:
         found = f"waits {waits} (DEPBAR.LE SB0, N)" if waits else "no cp.async.wait_group (DEPBAR.LE SB0, N)"
-        msg = f"SASS of kernel {kernel} for {mod.arch}: {found}; expected N <= {most}: {why}"
+        msg = f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: {found}; expected N <= {most}: {why}"
         verdicts.failed(name, msg)
         raise SassMismatch(msg)
     verdicts.passed(name, f"waits {waits}, at most {most} groups in flight")

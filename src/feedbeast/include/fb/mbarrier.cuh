@@ -31,8 +31,10 @@ __device__ inline void init(u64* bar, u32 count FB_HZ_LINE) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
 }
 
-// fence.mbarrier_init: make the inits above visible to the async proxy (bulk copies complete_tx on them)
-// and, with the __syncthreads() that follows, to every thread of the block (and of the cluster).
+// fence.mbarrier_init.release.cluster: a release, at cluster scope, of the mbarrier.inits above and of nothing
+// else (PTX ISA, "membar/fence"). With the acquire that follows (the __syncthreads(), or barrier.cluster.wait in a
+// cluster) the other threads of the block and of the cluster see the barriers initialised before they arrive on
+// them, wait on them, or issue copies that complete on them.
 __device__ inline void fence_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
