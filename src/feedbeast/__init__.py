@@ -33,6 +33,7 @@ from .runmode import under_sanitizer as _under_sanitizer
 from . import ceilings, cubin, examples, notebook, results, sanitize, sass  # noqa: E402  (fb.sass, fb.notebook...)
 from . import hazards as _hazards, launch as _launch  # noqa: E402
 from .bench import use_ceilings as _use_ceilings  # noqa: E402
+from .check import use_results as _use_results  # noqa: E402
 
 # Later stages plug into earlier ones here, so that no earlier module imports a later one: the hazard checker
 # (it compiles and launches) into launching, and the same-run ceilings (timed with bench) into bench's lookup
@@ -40,6 +41,12 @@ from .bench import use_ceilings as _use_ceilings  # noqa: E402
 _launch.before_launch.append(_hazards.check_on_launch)
 _launch.hazard_run = _hazards.run
 _use_ceilings(lambda which, size=None: ceilings.ceiling(which, size))
+# The results log keeps each check measured on a GPU, and gives a skipped check what a GPU run recorded.
+_use_results(results.append_check, results.recorded_check)
+
+# In a notebook, a run of identical skip lines shows as one line with its count (feedbeast.view).
+from . import view as _view  # noqa: E402
+_view.install()
 
 __version__ = "0.1.0"
 

@@ -151,13 +151,13 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
     """
     skip = needs_gpu(f"bench {name}")
     if skip is not None:
-        return skip
+        return with_recorded(skip, name)
     from .memory import sync
     takes_index = len(inspect.signature(fn).parameters) >= 1
     call = (lambda i: fn(i)) if takes_index else (lambda i: fn())
     first = call(0)
     if isinstance(first, Skipped):
-        return Skipped(first.reason, f"bench {name}")
+        return with_recorded(Skipped(first.reason, f"bench {name}"), name)
     for i in range(1, warmup):
         call(i)
     sync()
@@ -189,6 +189,15 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
         from .results import append
         append(res)
     return res
+
+
+def with_recorded(skip: Skipped, name: str) -> Skipped:
+    """The skip of benchmark `name`, with the figures a GPU run recorded for it (results/<gpu>/), if any."""
+    from .results import recorded_bench
+    line = recorded_bench(name)
+    if line:
+        skip.reason += f"; {line}"
+    return skip
 
 
 PEAK_TOLERANCE = 0.01   # timer granularity: a result 1 % over its peak is still an error, 0.5 % is not

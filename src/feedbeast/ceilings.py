@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from .bench import bench
+from .bench import bench, with_recorded
 from .device import _check
 # The physical peaks live in feedbeast.peaks (bench compares every result with them): importable from here too.
 from .peaks import (FP32_FMA_PER_CLOCK_PER_SM, RESOURCES, SMEM_BYTES_PER_CLOCK_PER_SM,  # noqa: F401
@@ -31,7 +31,7 @@ def copy_bandwidth(nbytes: int = COPY_BYTES):
     from .memory import empty
     skip = needs_gpu("copy ceiling")
     if skip is not None:
-        return skip
+        return with_recorded(skip, "ceiling/copy")
     src = empty(nbytes, np.uint8, poison=False).fill_bytes(0x5A)
     dst = empty(nbytes, np.uint8, poison=False)
     return bench(lambda: _check(driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, driver.CUstream(0))),
@@ -88,7 +88,7 @@ def matmul_rate(mode: str = "bf16", n: int = 8192):
     from .memory import bfloat16, empty, to_device, random
     skip = needs_gpu(f"{mode} cuBLAS ceiling")
     if skip is not None:
-        return skip
+        return with_recorded(skip, f"ceiling/cublas-{mode}/n={n}")
     if not cublas_available():
         return Skipped("needs cuBLAS (a CUDA toolkit or `pip install feedbeast[cublas]`), none found",
                        f"{mode} cuBLAS ceiling")

@@ -193,22 +193,13 @@ def ncu_path() -> str | None:
     return None
 
 
-def _course_results() -> Path:
-    """results/ of the course checkout found from the working directory (a notebook runs in its folder)."""
-    from .coursedir import CourseNotFound, find
-    try:
-        return find() / "results"
-    except CourseNotFound:
-        return Path(os.devnull) / "results"   # no checkout: nothing recorded to show
-
-
 def _recorded(name: str):
     """The latest table recorded under `name`: in the results folder in use, else in the course's own
     results/ (a checkout of the course keeps the tables of its GPU runs there)."""
-    from .results import results_root
+    from .results import course_results, results_root
     paths = []
-    for root in (results_root(), _course_results()):
-        paths += sorted(root.glob("*/profile.jsonl")) if root.exists() else []
+    for root in (results_root(), course_results()):
+        paths += sorted(root.glob("*/profile.jsonl")) if root is not None and root.exists() else []
     for path in paths:
         for line in reversed(path.read_text().splitlines()):
             rec = json.loads(line)

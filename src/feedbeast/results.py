@@ -1,8 +1,14 @@
-"""The results log: every bench() result as one JSON line, with the GPU, versions and sizes.
+"""The results log: every bench() result as one JSON line, with the GPU, versions and sizes; every check()
+on a GPU as one line of checks.jsonl beside it.
 
 By default it goes to ~/.cache/feedbeast/results/<gpu>/bench.jsonl; `make bench` points
 FEEDBEAST_RESULTS at the repository's results/ so a real GPU run is kept, with its summary table
 (results.md) and plot (results.png) written by `summarize`.
+
+On a machine that cannot run a step, what a GPU run recorded stands beside the skip: `recorded_bench(name)`
+and `recorded_check(name)` read the course's results/<gpu>/ folders (and FEEDBEAST_RESULTS') and give one line
+naming each GPU and its folder, e.g.
+`recorded on NVIDIA H200: 3,873.8 GB/s = 91.7 % of copy (results/nvidia-h200/)`.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import datetime
 import json
 import os
 import platform
+import re
 from pathlib import Path
 
 
@@ -44,6 +51,80 @@ def append(res) -> Path:
     with path.open("a") as f:
         f.write(json.dumps(rec) + "\n")
     return path
+
+
+def append_check(res) -> Path | None:
+    """A check() outcome measured on this GPU, one line of checks.jsonl (nothing without a GPU)."""
+    from .device import gpu
+    g = gpu()
+    if g is None:
+        return None
+    d = results_root() / g.slug
+    d.mkdir(parents=True, exist_ok=True)
+    rec = {"name": res.name, "passed": res.passed, "rel_error": res.rel_error, "tolerance": res.tolerance,
+           "n_bad": res.n_bad, "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}",
+           "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    path = d / "checks.jsonl"
+    with path.open("a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return path
+
+
+def course_results() -> Path | None:
+    """results/ of the course checkout found from the working directory (a notebook runs in its folder)."""
+    from .coursedir import CourseNotFound, find
+    try:
+        return find() / "results"
+    except CourseNotFound:
+        return None
+
+
+# Parts of a name that give a problem size: "n=4096", "rows=8192", "4000x4104x3992", "37 x 1000". A CPU run uses
+# smaller sizes than a GPU run; a benchmark recorded only at the GPU's size is still the evidence to show.
+_SIZE = re.compile(r"\b(?:n|m|k|rows|cols|s|b|h)=\d+|\b\d+ ?x ?\d+(?: ?x ?\d+)*\b")
+
+
+def _sizeless(name: str) -> str:
+    return _SIZE.sub(lambda m: re.sub(r"\d+", "#", m.group()), name)
+
+
+def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
+    """The latest record of `name` per GPU in the course's results/ (and FEEDBEAST_RESULTS'), kind "bench" or
+    "checks"; with other_sizes, records of the same name at another problem size when there is none at this one."""
+    roots = [r for r in (course_results(), Path(os.environ["FEEDBEAST_RESULTS"]) if os.environ.get(
+        "FEEDBEAST_RESULTS") else None) if r is not None and r.is_dir()]
+    exact, sized = {}, {}
+    for root in dict.fromkeys(r.resolve() for r in roots):
+        for path in sorted(root.glob(f"*/{kind}.jsonl")):
+            for line in path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                rec["_folder"] = path.parent.name
+                if rec.get("name") == name:
+                    exact[rec.get("gpu", path.parent.name)] = rec
+                elif other_sizes and _sizeless(rec.get("name", "")) == _sizeless(name):
+                    sized[rec.get("gpu", path.parent.name)] = rec
+    return list(exact.values()) or list(sized.values())
+
+
+def recorded_bench(name: str) -> str | None:
+    """'recorded on <GPU>: <rate> = <%> of <ceiling>; on <GPU>: ...' for a benchmark, or None."""
+    parts = []
+    for r in recorded("bench", name, other_sizes=True):
+        at = f" ({r['name']})" if r["name"] != name else ""
+        rate = f"{r['value']:,.1f} {r['unit']}" if r.get("value") else f"{r['median_ms'] * 1e3:.1f} us"
+        pct = f" = {r['pct']:.1f} % of {r['ceiling'].removeprefix('ceiling/')}" if r.get("pct") is not None else ""
+        parts.append(f"{r.get('gpu', r['_folder'])}{at}: {rate}{pct} (results/{r['_folder']}/)")
+    return "recorded on " + "; on ".join(parts) if parts else None
+
+
+def recorded_check(name: str) -> str | None:
+    """'recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05)' for a check of this name and size."""
+    parts = [f"{r.get('gpu', r['_folder'])}: {'passed' if r['passed'] else 'FAILED'}, relative error "
+             f"{r['rel_error']:.2e} (limit {r['tolerance']:.0e})" for r in recorded("checks", name)]
+    return f"{name} recorded on " + "; on ".join(parts) if parts else None
 
 
 def load(path: Path) -> list[dict]:
