@@ -34,12 +34,12 @@ install: $(STAMP)
 bundle-into-current:
 	$(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
 
-$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt requirements/hub.txt \
-	  pyproject.toml
+# A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
+$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/build.txt -r requirements/lab.txt \
-	  -r requirements/book.txt -r requirements/hub.txt
+	  -r requirements/book.txt
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	rm -f $(VENV)/.installed-cu*
 	touch $@
@@ -84,9 +84,9 @@ bench-llm: $(STAMP)
 labs: $(STAMP)
 	$(PYTHON) -m feedbeast.labs build solutions labs
 
-## make reset-labs restore labs/ from solutions/, keeping a backup of any lab you edited
+## make reset-labs [LAB=04]  restore labs/ (or lab 04 only) from solutions/, keeping a backup of any lab you edited
 reset-labs: $(STAMP)
-	$(PYTHON) -m feedbeast.labs reset solutions labs
+	$(PYTHON) -m feedbeast.labs reset solutions labs $(filter-out [0-9][0-9],$(LAB))
 
 ## make wheelhouse PY=3.12 [SET=notebook]   wheels for an offline install (see README)
 wheelhouse:
