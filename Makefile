@@ -49,8 +49,14 @@ $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt
 # the notebooks' kernel "Feeding the Beast" is installed into this environment, not into your home;
 # jupyter/ holds the lab settings (no news prompt). LAB_FLAGS adds server options, e.g. --no-browser.
 LAB_FLAGS ?=
+# Without JupyterLab in the environment it installs it only from a bundle (WHEELS=dir), never from the index
+# unasked: a workshop room may have no network, and ENV=current promises to install nothing else.
 lab: $(STAMP)
-	$(PYTHON) -c "import jupyterlab" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/lab.txt
+	@$(PYTHON) -c "import jupyterlab" 2>/dev/null || { \
+	  if [ -n "$(WHEELS)" ]; then $(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r requirements/lab.txt; \
+	  else echo "make lab: JupyterLab is not installed in $(PYTHON). Install it from the package index with" \
+	    "$(PYTHON) -m pip install -r requirements/lab.txt, or offline with make lab WHEELS=dir" \
+	    "(a bundle from make wheelhouse; see README, Offline install)" >&2; exit 1; fi; }
 	$(PYTHON) -m ipykernel install --sys-prefix --name feedbeast --display-name "Feeding the Beast" >/dev/null
 	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 	  $(PYTHON) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" \
