@@ -6,7 +6,8 @@
     sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck
     stress [--n 100]                 the GPU tests with random ragged sizes and repeated runs
     build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.labs)
-    reset 04 [05 ...]                restore only these labs (a number, a name or a lab's path)
+    reset 04 [05 ...]                restore only these labs (a number, a name or a lab's path) of the course
+                                     checkout here (or --course DIR)
 """
 from __future__ import annotations
 
@@ -35,7 +36,21 @@ def main(argv=None) -> int:
     if cmd in ("build", "check", "reset"):
         from .labs import main as run
         if len(rest) < 2 or not all(Path(r).is_dir() for r in rest[:2]):
-            rest = ["solutions", "labs", *rest]   # `reset 04`: the folders of the checkout here
+            # `reset 04`: the folders of the course checkout this is run in (or under, e.g. from labs/)
+            from .coursedir import CourseNotFound, find
+            if any(r in ("-h", "--help") for r in rest):
+                print(__doc__)
+                return 0
+            explicit = None
+            if "--course" in rest and rest.index("--course") + 1 < len(rest):
+                i = rest.index("--course")
+                explicit, rest = rest[i + 1], rest[:i] + rest[i + 2:]
+            try:
+                course = find(explicit=explicit)
+            except CourseNotFound as e:
+                print(e)
+                return 2
+            rest = [str(course / "solutions"), str(course / "labs"), *rest]
         return run([cmd, *rest])
     print(f"unknown command {cmd!r}\n{__doc__}")
     return 2

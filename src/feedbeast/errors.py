@@ -24,7 +24,7 @@ class FeedbeastError(Exception):
         return lambda: short_traceback(self)
 
 
-_MAGIC_CALL = re.compile(r"run_cell_magic\(\s*'(?P<magic>[^']+)'\s*,\s*'(?P<line>[^']*)'")
+_MAGIC_CALL = re.compile(r"run_(?P<kind>cell|line)_magic\(\s*'(?P<magic>[^']+)'\s*,\s*'(?P<line>[^']*)'")
 
 
 def _learner_frames(tb) -> list[str]:
@@ -46,7 +46,7 @@ def _learner_frames(tb) -> list[str]:
             src = linecache.getline(code.co_filename, lineno).strip()
             m = _MAGIC_CALL.search(src)
             if m:
-                src = f"%%{m['magic']} {m['line']}".rstrip()
+                src = f"{'%%' if m['kind'] == 'cell' else '%'}{m['magic']} {m['line']}".rstrip()
             where = f"{label[0]} {label[1]}, line {lineno}"
             if code.co_name != "<module>":
                 where += f", in {code.co_name}"

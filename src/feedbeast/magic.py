@@ -120,8 +120,28 @@ def cuda_cell(line: str, cell: str, namespace: dict):
     return None
 
 
+_HELP = re.compile(r"(^|\s)(-h|--help)(\s|$)")
+
+
+def help_alone(lines: list[str]) -> list[str]:
+    """IPython refuses a cell magic with an empty body before the magic runs: a cell that is only
+    `%%cuda --help` becomes the line magic `%cuda --help`, which prints the flags."""
+    if lines and lines[0].startswith("%%cuda") and _HELP.search(lines[0][6:]) and not "".join(lines[1:]).strip():
+        return ["%cuda --help\n"]
+    return lines
+
+
+def cuda_line(line: str):
+    """`%cuda --help`: the flags. Anything else on a single % line says where the code goes."""
+    if _HELP.search(line) or not line.strip():
+        print(_parser().format_help().rstrip())
+        return None
+    raise CompileError(f"%cuda {line.strip()}: %%cuda compiles a cell: put `%%cuda {line.strip()}` on the first "
+                       "line of a cell and the CUDA code under it")
+
+
 def load_ipython_extension(ip):
-    from IPython.core.magic import register_cell_magic
+    from IPython.core.magic import register_cell_magic, register_line_magic
 
     def cuda(line, cell):
         try:
@@ -130,3 +150,7 @@ def load_ipython_extension(ip):
             e.__traceback__ = None
             raise
     register_cell_magic(cuda)
+    register_line_magic("cuda")(cuda_line)
+    cleanup = ip.input_transformers_cleanup
+    if not any(getattr(t, "__name__", "") == "help_alone" for t in cleanup):
+        cleanup.append(help_alone)
