@@ -82,6 +82,24 @@ def unwritten(parts) -> str:
             f"'{TODO_MARK}' line.\n")
 
 
+
+def todo_of(*kernels) -> str:
+    """unwritten() for what a lab's check cell holds: a compiled Module (its CUDA source), a Numba kernel (on a
+    GPU or in the simulator) or a Python function (its lines, as the notebook cell defined it)."""
+    import inspect
+    parts = []
+    for k in kernels:
+        if isinstance(getattr(k, "source", None), str):
+            parts.append((getattr(k, "name", "kernel"), k.source, 1))
+            continue
+        fn = getattr(k, "py_func", None) or getattr(k, "fn", None) or k   # numba dispatcher / simulator kernel
+        try:
+            lines, _ = inspect.getsourcelines(fn)
+        except (OSError, TypeError):
+            continue
+        parts.append((getattr(fn, "__name__", "kernel"), "".join(lines), 1))
+    return unwritten(parts)
+
 class CompileError(FeedbeastError):
     """NVRTC rejected the source. The message shows the failing lines."""
 
