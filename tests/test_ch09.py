@@ -49,6 +49,9 @@ RUNGS = [
     ("ws", "attn_ws_d128", ("HGMMA.64x128x16.F32.BF16", "UTMALDG.2D") + SETMAXNREG),
     ("pp", "attn_pp_d64", ("HGMMA.64x64x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC", "BAR.ARV") + SETMAXNREG),
     ("pp", "attn_pp_d128", ("HGMMA.64x128x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC", "BAR.ARV") + SETMAXNREG),
+    ("fa3", "attn_fa3_d64", ("HGMMA.64x128x16.F32.BF16", "HGMMA.64x64x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC",
+                             "BAR.ARV") + SETMAXNREG),
+    ("fa3", "attn_fa3_d128", ("HGMMA.64x128x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC", "BAR.ARV") + SETMAXNREG),
 ]
 
 
@@ -95,6 +98,16 @@ def test_rung4_softmax_runs_between_its_two_waits():
     # test says so, and the fence can go).
     assert _exps_between_the_waits(module("pp")) >= 64
     assert _exps_between_the_waits(module("pp", ORDER_WAIT=0)) == 0
+
+
+def test_rung5_register_budget_and_overlap():
+    # Four warpgroups at d = 64: 65536 / 512 = 128 registers at launch, 128 (24 + 3 * 160) <= 65536 after
+    # setmaxnreg; the softmax still sits between the two waits of the loop (most of its exponentials).
+    mod = module("fa3")
+    assert mod.resources["attn_fa3_d64"].registers == 128 and mod.resources["attn_fa3_d128"].registers == 168
+    assert 128 * (24 + 3 * 160) <= 65536
+    assert _exps_between_the_waits(mod, "attn_fa3_d128") >= 64
+    assert _exps_between_the_waits(mod, "attn_fa3_d64") >= 48
 
 
 def test_lean_softmax_exponential_is_one_instruction():
@@ -163,6 +176,45 @@ def test_reference_lse_is_natural_log(model):
     assert np.allclose(lse, np.log(np.exp(s).sum(axis=1)))
 
 
+def test_elementwise_bound_rejects_one_key_error(model):
+    # The bound of "Check what is timed", on CPU: the chapter's numpy model of the kernels (P rounded to bf16; O
+    # then rounded to bf16) passes it; the same arithmetic with the last key dropped (non-causal) or with one key
+    # past the diagonal (causal) fails it, at s = 2048.
+    ns = CHAPTER.definitions("O_ROUNDING", "LSE_TOL", np=np, fb=fb)
+    s_len, d = 2048, 64
+    q, k, v = (x[0, 0] for x in model["attention_inputs"](1, 1, s_len, d, seed=7))
+    x = q.astype(np.float64) @ k.astype(np.float64).T / np.sqrt(d)
+
+    def worst(o, lse, causal):
+        xm = np.where(np.tri(s_len, s_len, 0, bool), x, -np.inf) if causal else x
+        p = np.exp(xm - xm.max(1, keepdims=True))
+        ref_lse = np.log(p.sum(1)) + xm.max(1)
+        p /= p.sum(1, keepdims=True)
+        vv = v.astype(np.float64)
+        ref_o, r = p @ vv, np.sqrt((p * p) @ (vv * vv))
+        o = np.asarray(o).astype(fb.bfloat16).astype(np.float64)
+        return (np.max(np.abs(o - ref_o) / (ns["O_ROUNDING"] * (np.abs(ref_o) + r))),
+                np.max(np.abs(lse - ref_lse) / (ns["LSE_TOL"] * (1 + np.abs(ref_lse)))))
+
+    def kernel_like(keep):
+        # The kernels' arithmetic with a given mask: fp32 scores, P rounded to bf16 for P V, l from fp32 P.
+        xm = np.where(keep, x.astype(np.float32), -np.inf)
+        p = np.exp(xm - xm.max(1, keepdims=True))
+        o = p.astype(fb.bfloat16).astype(np.float32) @ v.astype(np.float32) / p.sum(1, keepdims=True)
+        return o, np.log(p.sum(1)) + xm.max(1)
+
+    for causal in (False, True):
+        o, lse = model["online_softmax_model"](q, k, v, causal)
+        assert max(worst(o, lse, causal)) < 1, (causal, worst(o, lse, causal))
+    full = np.ones((s_len, s_len), bool)
+    assert max(worst(*kernel_like(full), False)) < 1
+    dropped = full.copy()
+    dropped[:, -1] = False                                     # every row misses the last key
+    assert worst(*kernel_like(dropped), False)[0] > 1, worst(*kernel_like(dropped), False)
+    one_more = np.tri(s_len, s_len, 1, bool)                   # row i sees keys 0 .. i + 1
+    assert worst(*kernel_like(one_more), True)[0] > 1, worst(*kernel_like(one_more), True)
+
+
 # ---- CPU: the lab ------------------------------------------------------------------------------------------
 
 def test_lab_solution_sass_and_resources():
@@ -177,7 +229,8 @@ def _kv_tiles(m0, s, window, bm=128, bn=128):
     """The solution's kv_tiles, read from the notebook's C++ and evaluated as Python."""
     src = SOLUTION.cuda("lab").source
     body = re.search(r"TileRange kv_tiles\(int m0, int seq, int window\) \{(.*?)\n\}", src, re.S).group(1)
-    lines = [ln.strip() for ln in body.splitlines() if ln.strip() and "SOLUTION" not in ln]
+    lines = [ln.strip() for ln in body.splitlines()
+             if ln.strip() and "SOLUTION" not in ln and not ln.strip().startswith("// LAB:")]
     assert len(lines) == 3 and lines[-1].startswith("return {"), lines
     ns = {"m0": m0, "seq": s, "window": window, "BM": bm, "BN": bn, "min": min, "max": max}
     for ln in lines[:2]:
@@ -220,7 +273,7 @@ def validate():
     return CHAPTER.definitions("validate", np=np, fb=fb)["validate"]
 
 
-@pytest.mark.parametrize("name", ["sync", "tma", "ws", "pp"])
+@pytest.mark.parametrize("name", ["sync", "tma", "ws", "pp", "fa3"])
 def test_gpu_rung_ragged_shapes_o_and_lse(gpu90, validate, name):
     results = validate(module(name).debug_build(), f"attn_{name}")
     assert results and all(results), results
@@ -229,6 +282,34 @@ def test_gpu_rung_ragged_shapes_o_and_lse(gpu90, validate, name):
 def test_gpu_pp_with_three_stages(gpu90, validate):
     results = validate(module("pp", STAGES=3).debug_build(), "attn_pp", shapes=[(1, 2, 1000, 128), (2, 1, 700, 64)])
     assert results and all(results), results
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_timed_builds_within_the_elementwise_bound(gpu90, d):
+    # The timed (not debug) builds of rungs 4 and 5 at s = 4096, normal and outlier inputs, causal and not, within
+    # the element-wise bound; rung 4 with its mask off by one key (both ways) outside it.
+    torch = pytest.importorskip("torch")
+    ns = CHAPTER.definitions("reference_bound", "check_bound", "outlier_inputs", "attention_inputs", "Inputs",
+                             "attend", np=np, fb=fb, torch=torch, math=__import__("math"))
+    src = module("pp").source
+    plants = {False: fb.compile(src.replace("warp_row0, j * BN, seq,", "warp_row0, j * BN, seq - 1,"), "sm_90a",
+                                defines=module("pp").defines),
+              True: fb.compile(src.replace("sm.step_fast(sc, alpha, row0,", "sm.step_fast(sc, alpha, row0 + 1,"),
+                               "sm_90a", defines=module("pp").defines)}
+    shape = (1, 8, 4096, d)
+    for make in (ns["attention_inputs"], ns["outlier_inputs"]):
+        q, k, v = make(*shape, seed=11)
+        ins = ns["Inputs"](q, k, v)
+        for causal in (False, True):
+            ref = ns["reference_bound"](q, k, v, causal)
+            for mod, prefix, want in ((module("pp"), "attn_pp", True), (module("fa3"), "attn_fa3", True),
+                                      (plants[causal], "attn_pp", False)):
+                if not want and make is ns["outlier_inputs"]:
+                    continue
+                o, lse = fb.empty(shape, fb.bfloat16), fb.empty(shape[:3], np.float32)
+                ns["attend"](mod[f"{prefix}_d{d}"], ins, o, lse, causal)
+                r = ns["check_bound"](o, lse, ref, f"{prefix} causal={causal} {make.__name__}")
+                assert bool(r) == want, r
 
 
 # ---- lab 09 grading: the solution passes, planted bugs fail (GPU) -----------------------------------------
@@ -248,9 +329,10 @@ BUGS = {
         ("const int use = j - r.first, s = use % STAGES;           // the ring",
          "const int use = j, s = use % STAGES;           // the ring"),
         ("const int use = j - r.first, s = use % STAGES;\n    const u32 parity = (use / STAGES) & 1;\n"
-         "    // END SOLUTION\n    float sc",
+         "    // LAB: const int s = 0;\n    // LAB: const u32 parity = 0;\n    // END SOLUTION\n    float sc",
          "const int use = j, s = use % STAGES;\n    const u32 parity = (use / STAGES) & 1;\n"
-         "    // END SOLUTION\n    float sc")], {WRONG, HANG, FAULT}),
+         "    // LAB: const int s = 0;\n    // LAB: const u32 parity = 0;\n    // END SOLUTION\n    float sc")],
+        {WRONG, HANG, FAULT}),
     # A race: the stage is released when the P V GEMM has been issued, not when it has finished reading V.
     "release-before-the-gemm-finished": ([(
         "    fb::wgmma::commit_group();\n    fb::wgmma::wait_group<0>();\n    fb::wgmma::fence_operand(o);\n"
