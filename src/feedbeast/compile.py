@@ -99,20 +99,31 @@ SHOWN_ERRORS = 3   # errors shown with their lines; the rest by their first line
 
 
 def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[dict]]:
+    """The first SHOWN_ERRORS errors in the cell, each with its line and one line either side; errors whose
+    lines touch share one excerpt (a missing ';' is reported on two lines), so the message stays short."""
     lines = src.splitlines()
-    diags, parts, more = [], [], []
+    diags, shown, more = [], [], []
     for m in _DIAG.finditer(log):
         d = {"file": m["file"], "line": int(m["line"]), "kind": m["kind"], "message": m["msg"].strip()}
         diags.append(d)
         if m["kind"] == "warning" or m["file"] != filename:
             continue
-        n = d["line"]
-        if sum(p.startswith(f"{filename}:") for p in parts) >= SHOWN_ERRORS:
-            more.append(f"line {n}: {d['message']}")
-            continue
-        parts.append(f"{filename}:{n}: {d['kind']}: {d['message']}")
-        for i in range(max(1, n - 1), min(len(lines), n + 1) + 1):
-            parts.append(f"{'>' if i == n else ' '} {i:4d} | {lines[i - 1]}")
+        if len(shown) >= SHOWN_ERRORS:
+            more.append(f"line {d['line']}: {d['message']}")
+        elif (d["line"], d["message"]) not in [(e["line"], e["message"]) for e in shown]:
+            shown.append(d)
+    groups = []   # [errors] whose excerpts (line - 1 .. line + 1) overlap or touch
+    for d in shown:
+        if groups and d["line"] - 1 <= groups[-1][-1]["line"] + 2 and d["line"] >= groups[-1][0]["line"] - 2:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    parts = []
+    for g in groups:
+        parts += [f"{filename}:{d['line']}: {d['kind']}: {d['message']}" for d in g]
+        marked = {d["line"] for d in g}
+        for i in range(max(1, min(marked) - 1), min(len(lines), max(marked) + 1) + 1):
+            parts.append(f"{'>' if i in marked else ' '} {i:4d} | {lines[i - 1]}")
     if more:
         parts.append(f"and {len(more)} more error{'s' * (len(more) > 1)}: {'; '.join(more)[:300]}")
     if not parts:   # an error outside the cell (a header) or one NVRTC did not attribute to a line

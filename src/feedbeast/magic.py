@@ -18,7 +18,7 @@ import re
 import shlex
 
 from .compile import compile
-from .errors import CompileError, unwritten
+from .errors import TODO_MARK, CompileError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,9 +101,10 @@ def cuda_cell(line: str, cell: str, namespace: dict):
         mod = compile(cell, args.arch, defines=defines, debug=args.debug, name=f"{args.name}.cu",
                       hazards=args.hazards, min_arch=args.min_arch)
     except CompileError as e:
-        todo = unwritten([(f"{args.name}.cu", cell, 1)])
-        if todo:   # a lab's kernel cell as given: the compiler's complaint follows from the part not written
-            raise CompileError(f"{todo}\n{e}", e.log, e.diagnostics) from None
+        todo = [str(i) for i, ln in enumerate(cell.splitlines(), 1) if TODO_MARK in ln]
+        if todo:   # a lab's kernel cell: an error may follow from a part not written yet
+            raise CompileError(f"{e}\nnote: '{TODO_MARK}' is still at {args.name}.cu line{'s' * (len(todo) > 1)} "
+                               f"{', '.join(todo)}: write those parts too", e.log, e.diagnostics) from None
         raise
     namespace[args.name] = mod
     for k in mod.kernel_names:
