@@ -42,6 +42,7 @@ enum Kind : unsigned {
   kGenericRead,         // a = smem start, b = bytes                                  (marker)
   kGenericWrite,        // a = smem start, b = bytes                                  (marker)
   kTcgen05Commit,       // a = mbarrier                                               (tcgen05.commit: one arrive)
+  kTcgen05Mma,          // a = smem start, b = bytes (one operand of one tcgen05.mma; its issuing thread)
 };
 }  // namespace hazard
 }  // namespace fb
@@ -54,13 +55,17 @@ enum Kind : unsigned {
 extern "C" __device__ unsigned* fb_hz_events = nullptr;      // capacity * 8 words
 extern "C" __device__ unsigned fb_hz_capacity = 0;           // events the buffer holds
 extern "C" __device__ unsigned fb_hz_count = 0;              // events recorded (may exceed the capacity)
-extern "C" __device__ unsigned fb_hz_block_limit = 0xffffffffu;  // blocks with a larger linear id record nothing
+// Three [start, end) ranges of linear block ids that record (the first blocks, the end of the first row, the last
+// blocks: the ragged tiles); the others record nothing. Until the host sets them, every block records.
+extern "C" __device__ unsigned fb_hz_block_ranges[6] = {0u, 0xffffffffu, 0u, 0u, 0u, 0u};
 
 namespace fb {
 namespace hazard {
 __device__ __noinline__ void record(unsigned kind, int line, unsigned a, unsigned b, unsigned c, unsigned d) {
   const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (block >= fb_hz_block_limit) return;
+  if (!((block >= fb_hz_block_ranges[0] && block < fb_hz_block_ranges[1]) ||
+        (block >= fb_hz_block_ranges[2] && block < fb_hz_block_ranges[3]) ||
+        (block >= fb_hz_block_ranges[4] && block < fb_hz_block_ranges[5]))) return;
   const unsigned i = atomicAdd(&fb_hz_count, 1u);
   if (fb_hz_events == nullptr || i >= fb_hz_capacity) return;
   unsigned cluster_rank = 0;
@@ -93,10 +98,14 @@ __device__ __forceinline__ unsigned chars(const char* s, int from) {
   }
   return v;
 }
-// A tensor map's identity in the trace: the low bits of its (kernel parameter) address. The host matches
-// them to the launch's tensor-map arguments by their parameter offsets and takes the box bytes from them.
+// A tensor map's identity in the trace: FNV-1a over its 128 bytes (feedbeast.hazards.map_id computes the same
+// on the host from each tensor-map argument, and takes the box bytes from the one that matches). Content, not
+// address: it names the map whatever parameter or buffer it sits in, so the match is never ambiguous.
 __device__ __forceinline__ unsigned map_id(const void* map) {
-  return static_cast<unsigned>(reinterpret_cast<unsigned long long>(map));
+  const unsigned* w = static_cast<const unsigned*>(map);
+  unsigned h = 2166136261u;
+  for (int i = 0; i < 32; ++i) h = (h ^ w[i]) * 16777619u;
+  return h;
 }
 }  // namespace hazard
 }  // namespace fb
