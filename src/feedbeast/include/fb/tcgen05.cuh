@@ -77,7 +77,10 @@ __device__ inline u64 smem_desc_k_major_sw128(const void* tile) {
 // ---- MMA (PTX ISA: "tcgen05.mma", "tcgen05.commit") ----------------------------------------------
 // D[tmem] (+)= A[smem] * B[smem]^T, one instruction for the whole 128 x N x 16 step, issued by ONE thread.
 // accumulate = false overwrites D (first K step). Asynchronous: nothing waits for it here.
-__device__ inline void mma_bf16(u32 d_tmem, u64 a_desc, u64 b_desc, u32 idesc, bool accumulate) {
+__device__ inline void mma_bf16(u32 d_tmem, u64 a_desc, u64 b_desc, u32 idesc, bool accumulate FB_HZ_LINE) {
+  // hazard build: the operand tiles it reads (rows of 128 B from the descriptor's start; M, N from idesc)
+  FB_HZ_RECORD(fb::hazard::kTcgen05Mma, u32((a_desc & 0x3FFF) << 4) & ~127u, ((idesc >> 24) & 0x1F) * 16 * 128, 0, 0);
+  FB_HZ_RECORD(fb::hazard::kTcgen05Mma, u32((b_desc & 0x3FFF) << 4) & ~127u, ((idesc >> 17) & 0x3F) * 8 * 128, 0, 0);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
       "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n" ::"r"(d_tmem),
