@@ -103,8 +103,9 @@ def cuda_cell(line: str, cell: str, namespace: dict):
     except CompileError as e:
         todo = [str(i) for i, ln in enumerate(cell.splitlines(), 1) if TODO_MARK in ln]
         if todo:   # a lab's kernel cell: an error may follow from a part not written yet
-            raise CompileError(f"{e}\nnote: '{TODO_MARK}' is still at {args.name}.cu line{'s' * (len(todo) > 1)} "
-                               f"{', '.join(todo)}: write those parts too", e.log, e.diagnostics) from None
+            raise CompileError(f"{e}\nnote: your part is not written yet at {args.name}.cu line{'s' * (len(todo) > 1)} "
+                               f"{', '.join(todo)} (each '{TODO_MARK}' line): the errors above may follow from it",
+                               e.log, e.diagnostics) from None
         raise
     namespace[args.name] = mod
     for k in mod.kernel_names:
