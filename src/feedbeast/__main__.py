@@ -45,11 +45,14 @@ def main(argv=None) -> int:
             if "--course" in rest and rest.index("--course") + 1 < len(rest):
                 i = rest.index("--course")
                 explicit, rest = rest[i + 1], rest[:i] + rest[i + 2:]
-            try:
-                course = find(explicit=explicit)
-            except CourseNotFound as e:
-                print(e)
-                return 2
+            if explicit is None and Path("solutions").is_dir() and Path("labs").is_dir():
+                course = Path(".")            # the folders here, course checkout or not
+            else:
+                try:
+                    course = find(explicit=explicit)
+                except CourseNotFound as e:
+                    print(e)
+                    return 2
             rest = [str(course / "solutions"), str(course / "labs"), *rest]
         return run([cmd, *rest])
     print(f"unknown command {cmd!r}\n{__doc__}")
