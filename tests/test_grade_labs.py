@@ -56,7 +56,7 @@ HANG_TIMEOUT = 120     # for bugs expected to deadlock: the check cell of a corr
 #   hazard: the hazard build of a launch broke a rule of the async proxy (HazardFound, the rule named)
 WRONG, SASS, HANG, FAULT, HAZARD = "wrong", "sass", "hang", "fault", "hazard"
 HAZARD_RULES = ("async-read-in-flight", "missing-proxy-fence", "unordered-access", "expect-tx-mismatch",
-                "arrival-count", "wait-parity", "barrier-uninitialized")
+                "arrival-count", "wait-parity", "barrier-uninitialized", "async-read-at-exit", "mbarrier-scope")
 
 # lab -> (solution notebook, the name its correctness checks start with, the arch its launches need)
 LABS = {
@@ -158,6 +158,10 @@ BUGS = {
                                      "the next bulk copy\n      fb::mbar::arrive(&b.empty[s]);\n",
                                      "      fb::mbar::arrive(&b.empty[s]);\n      fb::fence_proxy_async();\n")],
                                    gpu={SASS, HAZARD}, cpu=FENCE_PLACE, says=FENCE_PLACE),
+        # Count too low: empty[s] expects one warp's arrivals where every consumer thread arrives. Each phase
+        # completes after the first 32 arrivals; the others land in later phases they knew nothing of.
+        "empty-count-too-low": Bug([("fb::mbar::init(&b.empty[s], 32 * GROUP);", "fb::mbar::init(&b.empty[s], 32);")],
+                                   gpu={HAZARD}, rule="arrival-count", hangs=True),
     },
     "05": {
         # Coordinates outermost first (row, column) instead of innermost first: the wrong boxes are moved.
@@ -193,6 +197,20 @@ BUGS = {
         "staging-rewritten-before-store-read": Bug(
             [("    if (leader) fb::tma::wait_group_read<1>();     // the store issued from this tile two boxes ago "
               "has read it\n", "")], gpu={HAZARD}, rule="async-read-in-flight"),
+        # A race: the block exits while its last TMA stores may still read the staging tile (the final
+        # cp.async.bulk.wait_group deleted): the block's shared memory can be reused under them.
+        "exits-while-store-reads": Bug(
+            [("  if (leader) fb::tma::wait_group<0>();            // the last stores are complete before the block "
+              "exits\n", "")], gpu={HAZARD}, rule="async-read-at-exit"),
+        # A race: only lane 0 of each warp fences; the other lanes' reads of the stage and writes of the tile reach
+        # the async proxy unfenced (fence.proxy.async orders the executing thread's accesses only).
+        "fence-in-one-lane": Bug([("  fb::fence_proxy_async();   // my reads of the stage and writes of the tile, "
+                                   "before async accesses\n",
+                                   "  if (threadIdx.x % 32 == 0) fb::fence_proxy_async();\n")],
+                                 gpu={HAZARD}, rule="missing-proxy-fence"),
+        # Count too low: empty[s] expects 2 arrivals where 4 consumer warps arrive: each phase completes early.
+        "empty-count-too-low": Bug([("fb::mbar::init(&bar.empty[s], 4);", "fb::mbar::init(&bar.empty[s], 2);")],
+                                   gpu={HAZARD}, rule="arrival-count", hangs=True),
     },
     "06": {
         # Flipped parity: the producer waits for ((q / STAGES) & 1) without the ^ 1, i.e. for the consumers'
@@ -250,6 +268,14 @@ BUGS = {
               "        if (threadIdx.x % 128 == 0) fb::mbar::arrive(&rg.empty[slot]);\n",
               "        if (threadIdx.x % 128 == 0) fb::mbar::arrive(&rg.empty[slot]);\n"
               "        fb::wgmma::wait_group<0>();\n")], gpu={HAZARD}, rule="async-read-in-flight"),
+        # A race: the persistent block exits while its last tile's TMA stores may still read the panels.
+        "exits-while-store-reads": Bug([("    if (threadIdx.x % 128 == 0) fb::tma::wait_group<0>();   // the last "
+                                         "stores have completed\n", "")], gpu={HAZARD}, rule="async-read-at-exit"),
+        # A race: only the store's issuer fences; the other warps' st.shared of the panels are not fenced.
+        "epilogue-fence-by-issuer-only": Bug([("  fb::fence_proxy_async();                           // my st.shared, "
+                                               "before the TMA store reads them\n",
+                                               "  if (issuer) fb::fence_proxy_async();\n")],
+                                             gpu={HAZARD}, rule="missing-proxy-fence"),
     },
     "08": {},   # needs a Blackwell GPU: only the untouched solution is graded (partial elsewhere)
 }
