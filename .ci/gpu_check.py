@@ -68,15 +68,16 @@ def commands(path: str, args) -> list[str] | str:
 
 def run(path: str, cmds: list[str], logdir: Path) -> dict:
     t0 = time.time()
-    log = ""
     code = 0
-    for cmd in cmds:
-        p = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True)
-        log += f"$ {cmd}\n{p.stdout}{p.stderr}\n"
-        code = p.returncode
-        if code:
-            break
-    (logdir / f"{path}.log").write_text(log)
+    logfile = logdir / f"{path}.log"
+    with logfile.open("w") as f:                # written as it runs: a run stopped by a time limit keeps its log
+        for cmd in cmds:
+            f.write(f"$ {cmd}\n")
+            f.flush()
+            code = subprocess.run(cmd, shell=True, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+            if code:
+                break
+    log = logfile.read_text()
     row = {"path": path, "commands": cmds, "exit": code, "seconds": round(time.time() - t0), **counts(log)}
     if code and not any(row[k] for k in ("passed", "failed", "errors")):
         row["note"] = log.strip().splitlines()[-1][:200] if log.strip() else f"exit {code}"
