@@ -1,42 +1,61 @@
-"""Grade a lab: the learner's cells, then the lab's own checks as shipped, read from the kernel.
+"""Grade a lab: the lab's own checks as shipped, on the learner's kernels and definitions, in a process the
+grader controls.
 
     python -m feedbeast grade labs/00-*.ipynb           # or: make grade LAB=00
     python -m feedbeast grade --json labs/*.ipynb       # per lab, per check: passed / failed / skipped
 
-How a notebook is graded (the contract solutions/ follow, see docs/instructors.md):
+How a notebook is graded (the contract solutions/ follow, see docs/instructors.md, "Grading: what the grade
+trusts"):
 
 1. The matching solution is `solutions/<same name>` of the course checkout the notebook lies in (found from
    `--course DIR` or `FEEDBEAST_COURSE` when given, else from the notebook, else the working directory:
-   feedbeast.coursedir),
-   or of `--solutions DIR`; else the one solution there with the same `NN-` prefix.
-2. A new notebook is run in a fresh kernel of this Python (whatever kernelspec the notebook names): the
-   learner's cells before its first `## Check` heading, then the code cells of the solution's check section
-   (from its first `## Check...` heading to the next level-2 heading that is not a check, `## Measure`).
-   The learner's own check cells and everything from `## Measure` on are not run.
-3. Verdicts come from the kernel, not from printed text: fb.check, expect_sass, expect_proxy_fence,
-   check_ring and every Skipped record themselves in `feedbeast.verdicts`; a last cell added by the grader
-   prints that registry as JSON tagged with a random nonce. A check cell that raises is a failed check,
-   with its whole message. A printed `name: FAILED` line in a check cell also fails (a print can only
-   fail a lab, never pass one).
-4. Exit status: 0 every check ran and passed; 1 a check failed (or a cell raised, or nothing was checked);
+   feedbeast.coursedir), or of `--solutions DIR`; else the one solution there with the same `NN-` prefix.
+2. The learner's part is the cells before the notebook's first `## Check` heading. The checks are the code
+   cells of the solution's check section (its first `## Check...` heading to the next level-2 heading that is
+   not a check, `## Measure`). The learner's own check cells, their outputs and everything from `## Measure`
+   on are never run or read.
+3. The grader starts a fresh Python process with its own environment (FEEDBEAST_HAZARDS=1 for the hazard labs
+   on a GPU, whatever the notebook sets). There, in this order: the lab's given cells (the solution's cells
+   of the learner's part without a `BEGIN SOLUTION` region: `fb`, `np`, `check_ring`, the lab's constants);
+   the learner's %%cuda cells of the solution's --names, compiled from their text (the kernels the checks
+   launch are these, bound after everything else the learner wrote); the learner's definitions the checks
+   read (feedbeast.notebook.plan: the top-level statements binding those names, and what they read), each
+   checked by feedbeast.notebook.refusals first (no rebinding what the lab gives, no imports beyond numpy,
+   math, numba and the toolkit's public part, no reaching the toolkit's or the process's state); then each
+   check cell.
+4. Before each check cell the environment is set back to the grader's; before and after, the toolkit's
+   functions and classes (and numpy's, os's and the builtins') must be the objects they were before any
+   learner code ran, and the names the lab gives must still be bound to them: any difference is a failed
+   check naming what changed. Verdicts (fb.check, expect_sass, expect_proxy_fence, check_ring, the hazard
+   check of each launch, every Skipped) leave the process as they are recorded, each line signed with a key
+   only the grader and that process hold, on a pipe the grader opened. A check cell that raises is a failed
+   check, with its whole message; a printed `name: FAILED` line also fails (a print can only fail a lab).
+5. Every expected verdict must be there: each launch under hazard builds has its hazard verdict, a machine
+   the grader sees a GPU on does not skip for want of one, every check cell ran to its end or raised, and the
+   process said it was done. A missing verdict is a failure, not a pass.
+6. Exit status: 0 every check ran and passed; 1 a check failed (or a cell raised, or nothing was checked);
    2 partial: nothing failed, but some checks could not run here (no GPU: compiled and SASS-checked,
    correctness not run). A batch exits with the worst of its notebooks (1 over 2 over 0); a notebook that
    cannot be read is reported as failed and the others are still graded.
 
-Labs 03-08 graded on a machine with a GPU run with FEEDBEAST_HAZARDS=1: each launch also runs the hazard
-build, and a violation (fb.HazardFound, naming the rule) is a failed check.
+The record names the notebook's sha256 and the toolkit's version. It is not a sandbox: see the guide.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import builtins
 import dataclasses
 import glob
+import hashlib
+import hmac
 import json
 import os
 import re
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,8 +68,11 @@ HEADING = re.compile(r"^##\s+(?P<title>\S.*)$")
 # Errors that are a check saying no (as opposed to a notebook that broke in some other way).
 CHECK_ERRORS = {"CheckFailed", "SassMismatch", "CompileError", "AssertionError", "BarrierTimeout",
                 "LaunchError", "TensorMapError", "KernelFault", "HazardFound"}
-HAZARD_LABS = {"03", "04", "05", "06", "07", "08"}
+HAZARD_LABS = {"03", "04", "05", "06", "07", "08", "09"}   # labs whose kernels use the fb:: async wrappers
 EXIT = {"ok": 0, "failed": 1, "partial": 2}
+HAZARD_VERDICT = "hazard check of "
+TODO_SENTENCE = re.compile(r"your part is not written yet \(.*?\): write it in place of each '[^']*' line\.\n?", re.S)
+STARTUP_S = 300          # the check process: imports, the given cells, compiling the learner's kernels
 
 
 @dataclasses.dataclass
@@ -58,7 +80,7 @@ class Outcome:
     status: str          # "passed" | "failed" | "skipped"
     name: str
     message: str = ""
-    cell: int = -1       # index of the executed code cell it came from (-1: the registry)
+    cell: int = -1       # index of the check cell it came from (-1: the registry, or the grader)
     count: int = 1
 
     def line(self) -> str:
@@ -81,7 +103,9 @@ class Report:
     seconds: float = 0.0
     error: str = ""      # why the notebook could not be graded fully (unreadable, a cell raised, a hang)
     solution: str = ""   # the solution notebook whose check cells ran
-    hazards: bool = False   # the kernel ran with FEEDBEAST_HAZARDS=1 (each launch also hazard-checked)
+    hazards: bool = False   # hazard verdicts were recorded (launches were hazard-checked)
+    sha256: str = ""     # of the notebook file graded
+    toolkit: str = ""    # feedbeast's version
 
     def _with(self, status):
         return [o for o in self.outcomes if o.status == status]
@@ -118,6 +142,13 @@ class Report:
         m = re.match(r"(\d\d)-", Path(self.path).name)
         return m.group(1) if m else Path(self.path).stem
 
+    @property
+    def first_failure(self) -> str:
+        """The first failed check, 'name: first line of why' ('' when none failed)."""
+        for o in self.failed:
+            return f"{o.name}: {o.message.strip().splitlines()[0] if o.message.strip() else 'FAILED'}"
+        return ""
+
     def summary(self) -> str:
         verdict = {"ok": "ok", "failed": "FAILED", "partial": "PARTIAL"}[self.status]
         if self.status == "partial":
@@ -127,13 +158,18 @@ class Report:
         return (f"{self.path}: {verdict}: {len(self.passed)} passed, {len(self.failed)} failed, "
                 f"{len(self.skipped)} skipped ({self.seconds:.0f} s{', hazard builds on' if self.hazards else ''})")
 
+    def record_line(self) -> str:
+        return (f"  graded   sha256 {self.sha256 or '?'} of {Path(self.path).name}, feedbeast {self.toolkit or '?'}"
+                + (f", checks of {Path(self.solution).name}" if self.solution else ""))
+
     def __str__(self):
-        return "\n".join([o.line() for o in self.outcomes] + [self.summary()])
+        return "\n".join([o.line() for o in self.outcomes] + [self.record_line(), self.summary()])
 
     def to_dict(self) -> dict:
         return {"notebook": self.path, "lab": self.lab, "solution": self.solution, "status": self.status,
                 "exit": self.exit_code, "seconds": round(self.seconds, 1), "error": self.error,
-                "hazards": self.hazards,
+                "hazards": self.hazards, "sha256": self.sha256, "feedbeast": self.toolkit,
+                "first_failure": self.first_failure,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
                 "checks": [o.to_dict() for o in self.outcomes]}
 
@@ -196,23 +232,26 @@ def find_solution(path: Path, solutions: Path | None = None, course=None) -> Pat
                             + (f" ({len(hits)} start with {m.group(1)}-)" if hits else ""))
 
 
-# ---- the kernel: this interpreter, whatever the notebook names ---------------------------------------------
+def _python(source: str) -> str:
+    """A cell's Python with its line magics and shell escapes blanked (line numbers kept)."""
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.split("\n"))
 
-def _kernel_manager_class():
-    from ipykernel.kernelspec import get_kernel_dict
-    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
-    from jupyter_client.manager import KernelManager
-    from traitlets import default
 
-    class HereSpecs(KernelSpecManager):
-        def get_kernel_spec(self, kernel_name):
-            return KernelSpec(resource_dir="", **get_kernel_dict())
+def is_given(cell) -> bool:
+    """A cell of a solution's learner part that the lab gives as it is (no BEGIN SOLUTION region, no kernel)."""
+    return cell.cell_type == "code" and "BEGIN SOLUTION" not in cell.source and not cell.source.startswith("%%")
 
-    class HereKernelManager(KernelManager):
-        @default("kernel_spec_manager")
-        def _ksm(self):
-            return HereSpecs()
-    return HereKernelManager
+
+def reads_of(cells) -> list[str]:
+    """The names the cells read before (or without) binding them: what they need from the cells above."""
+    from .notebook import _reads, _targets
+    bound, free = set(), []
+    for c in cells:
+        for node in ast.parse(_python(c.source)).body:
+            now, later = _reads(node)
+            free += [n for n in sorted(now | later) if n not in bound and n not in free and not hasattr(builtins, n)]
+            bound |= _targets(node)[0]
+    return free
 
 
 def _has_gpu() -> bool:
@@ -228,56 +267,245 @@ def _has_gpu() -> bool:
         return False
 
 
-# ---- reading what ran ---------------------------------------------------------------------------------------
+def _toolkit_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("feedbeast")
+    except Exception:
+        from . import __version__
+        return __version__
 
-def _label(cell) -> str:
-    first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+
+# ---- the check process (the child) ------------------------------------------------------------------------
+
+def _integrity_baseline(ns: dict, protected) -> dict:
+    """What must not change while learner code runs: the identity of every function and class of the toolkit,
+    numpy, os and the builtins (and of the methods of the toolkit's classes), the modules themselves, the
+    launch hooks and verdict sinks, and the names the lab gives."""
+    import types
+    from . import launch, verdicts
+    kinds = (types.FunctionType, types.BuiltinFunctionType, type, classmethod, staticmethod, property)
+    mods = {n: m for n, m in sys.modules.items()
+            if m is not None and (n == "feedbeast" or n.startswith("feedbeast.") or n in ("numpy", "os", "builtins"))}
+    attrs = {}
+    for n, m in mods.items():
+        for k, v in list(vars(m).items()):
+            if isinstance(v, kinds) and not (k.startswith("__") and k.endswith("__")):
+                attrs[(n, k)] = v
+                if isinstance(v, type) and n.startswith("feedbeast") and getattr(v, "__module__", "") == n:
+                    for ck, cv in list(vars(v).items()):
+                        if isinstance(cv, kinds) or callable(cv):
+                            attrs[(f"{n}.{k}", ck)] = cv
+    return {"modules": mods, "attrs": attrs, "given": {k: ns[k] for k in protected if k in ns},
+            "hooks": list(launch.before_launch), "sinks": list(verdicts._sinks), "records": verdicts._records}
+
+
+def _integrity_problems(base: dict, ns: dict) -> list[str]:
+    from . import launch, verdicts
+    out = []
+    for n, m in base["modules"].items():
+        if sys.modules.get(n) is not m:
+            out.append(f"the module {n} was replaced")
+    for (owner, k), v in base["attrs"].items():
+        m = base["modules"].get(owner)
+        where = vars(m) if m is not None else None
+        if where is None:
+            mod, _, cls = owner.rpartition(".")
+            where = vars(getattr(base["modules"][mod], cls, None) or object)
+        if where.get(k, None) is not v:
+            out.append(f"{owner}.{k} was replaced")
+    for k, v in base["given"].items():
+        if ns.get(k, None) is not v:
+            out.append(f"{k} (which the lab gives or the grader binds) was rebound")
+    if [id(h) for h in launch.before_launch] != [id(h) for h in base["hooks"]]:
+        out.append("feedbeast.launch.before_launch (the hazard check of each launch) was changed")
+    if [id(s) for s in verdicts._sinks] != [id(s) for s in base["sinks"]] or verdicts._records is not base["records"]:
+        out.append("feedbeast.verdicts (where checks record their verdicts) was changed")
+    return out[:20]
+
+
+def _harness(fd: int) -> int:
+    """The check process: reads its job on stdin, reports on file descriptor `fd`, every line signed."""
+    import contextlib
+    import io
+    import linecache
+    import traceback
+    import types
+    job = json.loads(sys.stdin.read())
+    key = bytes.fromhex(job.pop("key"))
+    write, seq = os.write, [0]
+
+    def send(msg):
+        body = json.dumps({**msg, "seq": seq[0]}, default=str)
+        seq[0] += 1
+        data = (hmac.new(key, body.encode(), hashlib.sha256).hexdigest() + " " + body + "\n").encode()
+        while data:
+            data = data[write(fd, data):]
+
+    import feedbeast as fb
+    from . import hazards, launch, magic, verdicts
+    from .notebook import Notebook, parse_magic_line, refusals
+    g0 = fb.gpu()
+    send({"t": "hello", "gpu": g0.name if g0 else None, "hazards": hazards.enabled(), "pid": os.getpid()})
+    current = [-1]
+    verdicts._sinks.append(lambda r: send({"t": "rec", "cell": current[0], **r}))
+    launched: list[str] = []
+
+    def watch(kernel, grid, block, args, shared=0, cluster=None):   # first: every launch is seen
+        if getattr(kernel.module, "source", None):
+            launched.append(kernel.name)
+    launch.before_launch.insert(0, watch)
+
+    stopped = []
+
+    def fail(where, why):
+        stopped.append(where)
+        send({"t": "learner", "name": where, "message": why, "stop": True})
+
+    log = io.StringIO()     # what given and learner cells print: not a verdict, not shown
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+
+    def run(source, where):
+        lines = source.splitlines(keepends=True)
+        linecache.cache[where] = (len(source), None, lines, where)
+        exec(compile(_python(source), where, "exec"), ns)
+
+    sol, learner = Path(job["solution"]), Path(job["learner"])
+    try:
+        with contextlib.redirect_stdout(log):
+            for i, src in job["given"]:
+                run(src, f"{sol.name}, given cell {i}")
+    except BaseException as e:
+        fail("the lab's given cells", f"{type(e).__name__}: {e} (the lab's own code: report it to the instructor)")
+        send({"t": "done"})
+        return 0
+    given = set(ns) - {"__name__", "__builtins__"}
+    env0 = dict(os.environ)          # the grader's, as the given cells left it (Numba's simulator switch)
+    base = _integrity_baseline(ns, given)
+
+    # The learner's kernels, compiled from the text of their %%cuda cells: these are what the checks launch.
+    nb = Notebook(learner, upto=job["upto"])
+    cuda = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("%%cuda")]
+    cuda_ns: dict = {}
+    for name in job["cuda"]:
+        cells = [(i, s) for i, s in cuda if _cuda_name(s) == name]
+        if not cells:
+            fail(f"%%cuda --name {name}", f"your notebook has no `%%cuda ... --name {name}` cell before its "
+                 "checks: the checks compile and launch the kernels of that cell")
+            continue
+        i, src = cells[-1]
+        line, _, body = src.partition("\n")
+        where = f"your %%cuda --name {name} cell (cell {i + 1})"
+        try:
+            flags = parse_magic_line(line)
+        except Exception as e:
+            fail(where, f"{type(e).__name__}: {e}")
+            continue
+        bad = ([f"-D {k}" for k in flags["defines"] if k.startswith("FB_")] + (["--hazards"] if "--hazards" in line
+               else []) + sorted(set(re.findall(r"\bFB_\w+", body))))
+        if bad:
+            fail(where, f"not compiled: it sets or tests {', '.join(bad)}, the toolkit's own build switches (the "
+                 "hazard and debug builds set them): a graded kernel is the same in every build")
+            continue
+        mod_ns = dict(ns)
+        try:
+            with contextlib.redirect_stdout(log):
+                magic.cuda_cell(line[len("%%cuda"):], body, mod_ns)
+        except BaseException as e:
+            fail(where, f"{type(e).__name__}: {e}")
+            continue
+        new = {k: v for k, v in mod_ns.items() if k not in ns or mod_ns[k] is not ns[k]}
+        clash = sorted(set(new) & (given | set(cuda_ns)))
+        if clash:
+            fail(where, f"its kernels or --name {', '.join(clash)} clash with a name the lab gives")
+            continue
+        cuda_ns.update(new)
+    ns.update(cuda_ns)
+    protected = given | set(cuda_ns)
+
+    # The learner's definitions that the checks read, refused when they could reach the checks' state.
+    needed = [n for n in job["needs"] if n not in ns]
+    try:
+        stmts, _ = nb.plan(*needed, given=protected)
+    except LookupError as e:
+        missing = str(e).split(" defines no ", 1)[-1].split(" at top level")[0]
+        fail("your definitions", f"the checks read {missing}, which your cells before `## Check` do not define "
+             "(the lab's cells say what to write)")
+        stmts = []
+    modules = {k for k, v in ns.items() if isinstance(v, types.ModuleType)}
+    for s in stmts:
+        modules |= {a.asname or a.name.split(".")[0] for a in getattr(s.node, "names", [])} \
+            if isinstance(s.node, ast.Import) else set()
+    refused = False
+    for s in stmts:
+        why = refusals(s.node, protected, modules)
+        if why:
+            refused = True
+            fail(f"your code cell {s.pos[0] + 1}, line {s.node.lineno}",
+                 f"not run by the grader: {'; '.join(why)}:\n    {ast.unparse(s.node).splitlines()[0][:120]}")
+    if not refused:
+        try:
+            with contextlib.redirect_stdout(log):
+                nb.run(stmts, ns)
+        except BaseException as e:
+            cell = next((int(m) for m in re.findall(r"cell (\d+)", "".join(traceback.format_tb(e.__traceback__))[-400:])), None)
+            fail(f"your code cell {cell + 1 if cell is not None else '?'}", f"{type(e).__name__}: {e}")
+    problems = _integrity_problems(base, ns)
+    if problems:
+        fail("integrity", "the notebook's code changed what the checks use: " + "; ".join(problems))
+    send({"t": "learner-done"})
+    if stopped:
+        send({"t": "done"})
+        return 0
+
+    for i, src in enumerate(job["checks"]):
+        os.environ.clear()
+        os.environ.update(env0)
+        verdicts.begin()
+        current[0] = i
+        launched.clear()
+        send({"t": "start", "i": i})
+        out, err, t0 = io.StringIO(), None, time.time()
+        try:
+            with contextlib.redirect_stdout(out):
+                run(src, f"check cell {i + 1}")
+        except BaseException as e:      # SystemExit and KeyboardInterrupt from learner code are failures too
+            tb = traceback.format_exception(type(e), e, e.__traceback__)
+            err = {"ename": type(e).__name__, "evalue": str(e), "tb": "".join(tb)[-3000:]}
+        changed = [k for k in set(env0) | set(os.environ) if k.startswith(("FEEDBEAST_", "CUDA_"))
+                   and env0.get(k) != os.environ.get(k)]
+        problems = _integrity_problems(base, ns) + [f"the environment variable {k} was changed" for k in sorted(changed)]
+        send({"t": "cell", "i": i, "error": err, "stdout": out.getvalue()[-50000:], "seconds": time.time() - t0,
+              "launched": sorted(set(launched)), "integrity": problems})
+        if problems:
+            break
+    send({"t": "done"})
+    return 0
+
+
+def _cuda_name(source: str) -> str | None:
+    from .notebook import parse_magic_line
+    try:
+        return parse_magic_line(source.partition("\n")[0])["name"]
+    except Exception:
+        return None
+
+
+# ---- the grader's side --------------------------------------------------------------------------------------
+
+def _label(source: str) -> str:
+    first = source.strip().splitlines()[0] if source.strip() else ""
     return first[:60]
 
 
-def _text(out) -> str:
-    if out.get("output_type") == "stream":
-        return ANSI.sub("", out.get("text", ""))
-    return ANSI.sub("", out.get("data", {}).get("text/plain", ""))
-
-
-def _error_of(cell, name: str) -> Outcome | None:
-    """The error a cell raised, as a failed Outcome with the whole message."""
-    for out in cell.get("outputs", []):
-        if out.get("output_type") != "error":
-            continue
-        ename, evalue = out.get("ename", "Error"), ANSI.sub("", out.get("evalue", "")).strip()
-        if ename == "SystemExit" or not evalue or len(evalue) < 4:
-            # argparse and friends print their reason on stderr and raise SystemExit(2): keep the reason
-            err = "".join(_text(o) for o in cell.get("outputs", [])
-                          if o.get("output_type") == "stream" and o.get("name") == "stderr").strip()
-            evalue = f"{evalue}\n{err}".strip() if err else evalue
-        label = ename if ename in CHECK_ERRORS else f"{ename} (the notebook broke here)"
-        return Outcome("failed", name, f"{label}: {evalue}".strip())
-    return None
-
-
-def _printed_failures(cell, i: int) -> list[Outcome]:
+def _printed_failures(text: str, i: int) -> list[Outcome]:
     found = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream" and out.get("name") == "stdout" or \
-                out.get("output_type") in ("execute_result", "display_data"):
-            lines = _text(out).splitlines()
-            for j, raw in enumerate(lines):
-                if m := FAILED_LINE.match(raw.strip()):
-                    more = [ln for ln in lines[j + 1:j + 12] if ln.startswith("  ")]
-                    found.append(Outcome("failed", m["name"], "\n".join([m["msg"] or "", *more]).strip(), i))
+    lines = ANSI.sub("", text).splitlines()
+    for j, raw in enumerate(lines):
+        if m := FAILED_LINE.match(raw.strip()):
+            more = [ln for ln in lines[j + 1:j + 12] if ln.startswith("  ")]
+            found.append(Outcome("failed", m["name"], "\n".join([m["msg"] or "", *more]).strip(), i))
     return found
-
-
-def _registry(cell, nonce: str) -> list[dict] | None:
-    for out in cell.get("outputs", []):
-        for line in _text(out).splitlines():
-            if line.startswith(nonce):
-                data = json.loads(line[len(nonce):])
-                if data.get("nonce") == nonce:
-                    return data["records"]
-    return None
 
 
 def _strip_name(name: str, message: str) -> str:
@@ -301,112 +529,219 @@ def _merge(outcomes: list[Outcome]) -> list[Outcome]:
     return list(merged.values())
 
 
-# ---- grading ---------------------------------------------------------------------------------------------
+class _Channel:
+    """The check process's reports: lines signed with the grader's key, numbered from 0. A line that is not
+    signed, or out of order, was written by something else in that process: it is counted, never read."""
+
+    def __init__(self, fd: int, key: bytes):
+        self.fd, self.key, self.buf, self.seq, self.forged = fd, key, b"", 0, 0
+
+    def read(self, wait: float) -> list[dict] | None:
+        """Messages that arrived within `wait` seconds ([] none yet; None: the process closed the pipe)."""
+        import select
+        ready, _, _ = select.select([self.fd], [], [], max(0.0, wait))
+        if not ready:
+            return []
+        data = os.read(self.fd, 1 << 16)
+        if not data:
+            return None
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        out = []
+        for raw in lines:
+            mac, _, body = raw.decode("utf-8", "replace").partition(" ")
+            good = hmac.compare_digest(mac, hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest())
+            msg = json.loads(body) if good else None
+            if not good or msg.get("seq") != self.seq:
+                self.forged += 1
+                continue
+            self.seq += 1
+            out.append(msg)
+        return out
+
+
+def _todo(cells) -> str:
+    from .errors import unwritten
+    return unwritten([(f"cell {i + 1}", c.source, 1) for i, c in enumerate(cells) if c.cell_type == "code"])
+
 
 def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None, kernel: str | None = None,
           course=None) -> Report:
     """Grade the learner notebook at `path` (not changed) with the check cells of its solution.
 
-    `hazards`: run with FEEDBEAST_HAZARDS=1 (default: labs 03-08 on a machine with a GPU).
-    `kernel` is accepted for compatibility and ignored: the kernel is always this interpreter's.
+    `hazards`: run with FEEDBEAST_HAZARDS=1 (default: labs 03-09 on a machine with a GPU).
+    `kernel` is accepted for compatibility and ignored: the checks run in this interpreter's Python.
     """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
     path = Path(path)
     t0 = time.time()
+    toolkit = _toolkit_version()
     try:
-        learner = nbformat.read(path, as_version=4)
+        raw = path.read_bytes()
+        learner = nbformat.reads(raw.decode("utf-8"), as_version=4)
     except Exception as e:   # missing, unreadable, not a notebook
         why = f"cannot read the notebook: {type(e).__name__}: {e}"
-        return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why)
+        return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, toolkit=toolkit)
+    sha = hashlib.sha256(raw).hexdigest()
+
+    def broken(why, sol=""):
+        return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, str(sol), False,
+                      sha, toolkit)
     try:
         sol_path = find_solution(path, solutions, course)
-        checks = check_part(nbformat.read(sol_path, as_version=4))
+        sol = nbformat.read(sol_path, as_version=4)
+        checks = check_part(sol)
     except Exception as e:
-        why = f"cannot find the lab's checks: {type(e).__name__}: {e}"
-        return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why)
+        return broken(f"cannot find the lab's checks: {type(e).__name__}: {e}")
     if not checks:
-        why = f"{sol_path.name} has no code cell under a '## Check' heading"
-        return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, str(sol_path))
-
-    nonce = "fb-verdicts-" + secrets.token_hex(16) + ":"
-    mine = [c for c in learner_part(learner) if c.cell_type == "code"]
-    begin = nbformat.v4.new_code_cell("import feedbeast.verdicts as _fb_verdicts\n_fb_verdicts.begin()")
-    fetch = nbformat.v4.new_code_cell(
-        f"import feedbeast.verdicts as _fb_verdicts\nprint({nonce!r} + _fb_verdicts.dumps({nonce!r}))")
-    run = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                            "language": "python"}})
-    run.cells = [nbformat.v4.new_code_cell(c.source) for c in mine] + [begin] + \
-                [nbformat.v4.new_code_cell(c.source) for c in checks] + [fetch]
-    n_mine, first_check = len(mine), len(mine) + 1
+        return broken(f"{sol_path.name} has no code cell under a '## Check' heading", sol_path)
+    sol_mine = learner_part(sol)
+    mine = learner_part(learner)
+    job = {"solution": str(sol_path.resolve()), "learner": str(path.resolve()), "upto": len(mine),
+           "given": [(i, c.source) for i, c in enumerate(sol_mine) if is_given(c)],
+           "cuda": [n for c in sol_mine if c.cell_type == "code" and c.source.startswith("%%cuda")
+                    for n in [_cuda_name(c.source)] if n],
+           "needs": reads_of(checks), "checks": [c.source for c in checks]}
 
     lab = re.match(r"(\d\d)-", path.name)
     if hazards is None:
         hazards = bool(lab and lab.group(1) in HAZARD_LABS and _has_gpu())
-    env = dict(os.environ)
-    env.pop("FEEDBEAST_HAZARDS", None)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FEEDBEAST_HAZARDS", "FEEDBEAST_HAZARDS_DUMP", "FEEDBEAST_TRACEBACK")}
     if hazards:
         env["FEEDBEAST_HAZARDS"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout)
+    outcomes, error = _outcomes(msgs, job, error, hazards, exit_status)
+    todo = _todo(mine)
+    if todo:     # the lab as given, or a TODO line left: that first, once; the checks' own copies of it dropped
+        for o in outcomes:
+            o.message = TODO_SENTENCE.sub("", o.message).strip() or o.message
+        outcomes.insert(0, Outcome("failed", "your part", todo.strip()))
+    hz = any((o.name.startswith(HAZARD_VERDICT) and o.cell >= 0 and o.status == "passed")
+             or "HazardFound" in o.message for o in outcomes)    # "hazard builds on": only from verdicts
+    return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit)
 
-    outcomes: list[Outcome] = []
-    error = ""
-    records = None
-    client = NotebookClient(run, timeout=timeout, allow_errors=True, kernel_name="python3",
-                            kernel_manager_class=_kernel_manager_class(),
-                            resources={"metadata": {"path": str(path.parent.resolve())}})
-    try:
-        # The kernel's own stdout is not ours: what learner code writes to file descriptor 1 must not land
-        # in the grader's output (--json is read from it).
-        with client.setup_kernel(env=env, stdout=subprocess.DEVNULL):
-            for i, cell in enumerate(run.cells):
-                is_fetch = i == len(run.cells) - 1
-                if is_fetch:
-                    client.timeout = 60
-                client.execute_cell(cell, i)
-                if i < n_mine:
-                    name = f"your code cell {i + 1} ({_label(cell)})"
-                else:
-                    name = f"check cell {i - first_check + 1} ({_label(cell)})"
-                err = _error_of(cell, name)
-                if err and i < n_mine:
-                    outcomes.append(err)
-                    error = f"{name} raised {err.message.split(':')[0]}: the checks did not run"
+
+def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dict], str, int | None]:
+    """Start the check process, send it its job, read its signed reports. (messages, why it stopped early)."""
+    key = secrets.token_bytes(32)
+    r, w = os.pipe()
+    # The process's own stdout and stderr are a log, never read for verdicts; its first path entry (the
+    # working directory, the learner's folder) is dropped, so a file there cannot stand in for a module.
+    with tempfile.TemporaryFile() as log:
+        code = f"import sys; del sys.path[0]; from feedbeast.grade import _harness; sys.exit(_harness({w}))"
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=log,
+                                stderr=subprocess.STDOUT, pass_fds=(w,), cwd=cwd, env=env)
+        os.close(w)
+        chan = _Channel(r, key)
+        msgs, error = [], ""
+        try:
+            proc.stdin.write(json.dumps({**job, "key": key.hex()}).encode())
+            proc.stdin.close()
+            deadline, where = time.time() + STARTUP_S + timeout, "starting the checks"
+            while True:
+                got = chan.read(min(5.0, deadline - time.time()))
+                if got is None:
                     break
-                if err and i >= first_check and not is_fetch:
-                    outcomes.append(err)
-                if first_check <= i and not is_fetch:
-                    outcomes += _printed_failures(cell, i)
-                if is_fetch:
-                    records = _registry(cell, nonce)
-    except CellTimeoutError as e:
-        error = f"a cell ran past {client.timeout} s (a hung kernel?): {str(e).splitlines()[0][:200]}"
-        outcomes.append(Outcome("failed", "notebook", error))
-    except DeadKernelError as e:
-        error = f"the Python kernel died (a crash in a launch?): {e}"
-        outcomes.append(Outcome("failed", "notebook", error))
-    except Exception as e:   # the kernel could not start, a protocol error: say so, grade the next one
-        error = f"grading stopped: {type(e).__name__}: {e}"
-        outcomes.append(Outcome("failed", "notebook", error))
+                for m in got:
+                    msgs.append(m)
+                    if m["t"] == "start":
+                        deadline, where = time.time() + timeout, f"check cell {m['i'] + 1} ({_label(job['checks'][m['i']])})"
+                    elif m["t"] in ("cell", "learner-done"):
+                        deadline = time.time() + timeout
+                if msgs and msgs[-1]["t"] == "done":
+                    break
+                if time.time() > deadline:
+                    error = f"{where} ran past {timeout} s (a hung kernel?)"
+                    break
+        finally:
+            os.close(r)
+            try:
+                proc.wait(timeout=30 if not error else 1)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if not error and (not msgs or msgs[-1]["t"] != "done"):
+            log.seek(0)
+            tail = log.read().decode("utf-8", "replace").strip().splitlines()[-8:]
+            error = (f"the check process ended before the checks did (exit status {proc.returncode}: a crash in a "
+                     "launch, or the notebook's code ended it)" + ("\n" + "\n".join(tail) if tail else ""))
+        if chan.forged:
+            msgs.append({"t": "forged", "n": chan.forged})
+    return msgs, error, proc.returncode
 
-    if records is None and not error:
-        error = "the checks' verdicts could not be read back from the kernel"
+
+def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], str]:
+    outcomes: list[Outcome] = []
+    records: list[Outcome] = []
+    errors: list[Outcome] = []       # a check cell raised
+    printed: list[Outcome] = []      # a check cell printed `name: FAILED`
+    cells_done, launched, hello = set(), {}, None
+    for m in msgs:
+        t = m["t"]
+        if t == "hello":
+            hello = m
+        elif t == "learner":
+            outcomes.append(Outcome("failed", m["name"], m["message"]))
+            if m.get("stop") and not error:
+                error = f"{m['name']}: the checks did not run"
+        elif t == "rec" and m["cell"] >= 0:
+            records.append(Outcome(m["status"], m["name"], _strip_name(m["name"], m["message"]), m["cell"]))
+        elif t == "cell":
+            i, name = m["i"], f"check cell {m['i'] + 1} ({_label(job['checks'][m['i']])})"
+            cells_done.add(i)
+            if m["error"]:
+                e = m["error"]
+                label = e["ename"] if e["ename"] in CHECK_ERRORS else f"{e['ename']} (the notebook broke here)"
+                errors.append(Outcome("failed", name, f"{label}: {ANSI.sub('', e['evalue']).strip()}".strip(), i))
+            printed.extend(_printed_failures(m["stdout"], i))
+            for k in m["launched"]:
+                launched.setdefault(k, i)
+            if m["integrity"]:
+                outcomes.append(Outcome("failed", "integrity", "the notebook's code changed what the checks use, "
+                                        f"during {name}: " + "; ".join(m["integrity"])))
+        elif t == "forged":
+            outcomes.append(Outcome("failed", "verdicts", f"{m['n']} line(s) on the grader's verdict channel were "
+                                    "not signed by it: something in the check process wrote them (not read)"))
+    if error and "did not run" not in error:
         outcomes.append(Outcome("failed", "notebook", error))
-    from_registry = [Outcome(r["status"], r["name"], _strip_name(r["name"], r["message"]))
-                     for r in (records or [])]
-    # A cell that raised the error a check recorded (CheckFailed, SassMismatch, or an AssertionError that
-    # wraps one with a hint) is one failure: the check's name with the cell's whole message.
-    errors, named = [o for o in outcomes if o.cell == -1], set()
-    for r in [o for o in from_registry if o.status == "failed" and o.message]:
+    learner_stopped = any(m["t"] == "learner" for m in msgs)
+    if not learner_stopped and not error:
+        missing = [i for i in range(len(job["checks"])) if i not in cells_done]
+        if missing:
+            outcomes.append(Outcome("failed", "notebook", f"check cells {', '.join(str(i + 1) for i in missing)} "
+                                    "did not run to their end: their verdicts are missing"))
+    # Expected verdicts: a launch under hazard builds has its hazard verdict; a GPU the grader sees is used.
+    if hello is not None:
+        if hazards and not hello["hazards"]:
+            outcomes.append(Outcome("failed", "hazard builds", "the check process did not run hazard builds"))
+        if hazards:
+            named = {o.name[len(HAZARD_VERDICT):] for o in records if o.name.startswith(HAZARD_VERDICT)}
+            raised = any("HazardFound" in e.message for e in errors)
+            for k, i in launched.items():
+                if k not in named and not raised:
+                    outcomes.append(Outcome("failed", f"{HAZARD_VERDICT}{k}", "launched with hazard builds on, but "
+                                            "no hazard verdict was recorded (the hazard build follows the fb:: "
+                                            "wrappers: a kernel that uses none of them cannot be checked)", i))
+        if hello["gpu"]:
+            for o in records:
+                if o.status == "skipped" and "this machine has none" in o.message:
+                    outcomes.append(Outcome("failed", o.name, f"skipped for want of a GPU, but the check process "
+                                            f"has a {hello['gpu']}: {o.message}", o.cell))
+    elif not error:
+        outcomes.append(Outcome("failed", "notebook", "the check process never reported"))
+    # A cell that raised the error a check recorded (CheckFailed, SassMismatch, or an AssertionError that wraps
+    # one with a hint) is one failure: the check's name with the cell's whole message.
+    named_errors = set()
+    for r in [o for o in records if o.status == "failed" and o.message]:
         for e in errors:
-            if id(e) not in named and r.message in e.message:
+            if id(e) not in named_errors and e.cell == r.cell and r.message in e.message:
                 e.name = r.name
-                named.add(id(e))
-                from_registry.remove(r)
+                named_errors.add(id(e))
+                records.remove(r)
                 break
-    recorded_names = {o.name for o in from_registry + errors if o.status == "failed"}
-    extra = [o for o in outcomes if o.cell == -1 or o.name not in recorded_names]   # printed FAILED lines
-    return Report(str(path), _merge(from_registry + extra), time.time() - t0, error, str(sol_path), hazards)
+    recorded_names = {o.name for o in records + errors if o.status == "failed"}
+    return outcomes + records + errors + [p for p in printed if p.name not in recorded_names], error
 
 
 def expand(patterns) -> list[Path]:
@@ -436,7 +771,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     ap.add_argument("--learner", default=None, help="name to put in the JSON (the roster sets it)")
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
-                    help="FEEDBEAST_HAZARDS=1 for labs 03-08: auto = when a GPU is here")
+                    help="FEEDBEAST_HAZARDS=1 for labs 03-09: auto = when a GPU is here")
     args = ap.parse_args(argv)
     hazards = {"auto": None, "on": True, "off": False}[args.hazards]
     reports = []

@@ -150,9 +150,11 @@ class _Stmt:
 
 
 class Notebook:
-    def __init__(self, path):
+    """`upto`: only the cells before this index (a lab's part before its checks, as the grader reads it)."""
+
+    def __init__(self, path, upto: int | None = None):
         self.path = Path(path)
-        self.cells = read(self.path).cells
+        self.cells = read(self.path).cells[:upto]
         self.cuda_cells: dict[str, CudaCell] = {}
         self._stmts: list[_Stmt] = []
         self._unparsed: list[int] = []
@@ -219,18 +221,11 @@ class Notebook:
         earlier = [s for s in where if s.pos < before]
         return earlier[-1] if earlier else where[0]
 
-    def definitions(self, *names: str, namespace: dict | None = None, **bound) -> dict:
-        """Run the definitions of `names` (and what they need) in a fresh namespace and return it.
-
-        Names given in `namespace` or as keywords are taken as they are, not looked up in the notebook.
-        Each name asked for is the notebook's last binding of it. What a statement reads when it runs is the
-        binding in force where it stands; what a function reads when called is that one and the notebook's
-        last (they run in notebook order, so each call sees what it would after running the notebook).
-        Raises LookupError naming what the notebook does not define.
-        """
-        ns = dict(namespace or {})
-        ns.update(bound)
-        given = set(ns) | set(dir(builtins))
+    def plan(self, *names: str, given=()) -> tuple[list, list[str]]:
+        """What definitions() would run for `names`: (the statements, in notebook order, as _Stmt with .pos =
+        (cell, statement) and .node; the %%cuda cells it would compile). Names in `given` are not looked up.
+        Raises LookupError naming what the notebook does not define."""
+        given = set(given) | set(dir(builtins))
         chosen: dict[tuple, _Stmt] = {}
         modules: set[str] = set()
         missing: list[str] = []
@@ -264,6 +259,8 @@ class Notebook:
                         take(t)
 
         for name in names:
+            if name in given:
+                continue
             if name in self.cuda_cells and self._binding(name) is None:
                 modules.add(name)
                 continue
@@ -276,12 +273,34 @@ class Notebook:
             hint = f" (cells {self._unparsed} are not valid Python and were skipped)" if self._unparsed else ""
             raise LookupError(f"{self.path.name} defines no {', '.join(dict.fromkeys(missing))} at top level: "
                               f"give {'it' if len(missing) == 1 else 'them'} as keyword arguments{hint}")
-        for m in sorted(modules):
-            ns[m] = self.compile(m)
-        for s in sorted(chosen.values(), key=lambda s: s.pos):
-            code = compile(ast.Module(body=[s.node], type_ignores=[]), f"{self.path.name}, cell {s.pos[0]}", "exec")
-            exec(code, ns)
+        return sorted(chosen.values(), key=lambda s: s.pos), sorted(modules)
+
+    def run(self, stmts, ns: dict) -> dict:
+        """Run planned statements in `ns`, each under its cell's name (so that inspect finds a function's lines)."""
+        import linecache
+        for s in stmts:
+            where = f"{self.path.name}, cell {s.pos[0]}"
+            lines = self.cells[s.pos[0]].source.splitlines(keepends=True)
+            linecache.cache[where] = (sum(map(len, lines)), None, lines, where)
+            module = ast.Module(body=[s.node], type_ignores=[])
+            exec(compile(module, where, "exec"), ns)
         return ns
+
+    def definitions(self, *names: str, namespace: dict | None = None, **bound) -> dict:
+        """Run the definitions of `names` (and what they need) in a fresh namespace and return it.
+
+        Names given in `namespace` or as keywords are taken as they are, not looked up in the notebook.
+        Each name asked for is the notebook's last binding of it. What a statement reads when it runs is the
+        binding in force where it stands; what a function reads when called is that one and the notebook's
+        last (they run in notebook order, so each call sees what it would after running the notebook).
+        Raises LookupError naming what the notebook does not define.
+        """
+        ns = dict(namespace or {})
+        ns.update(bound)
+        stmts, modules = self.plan(*names, given=set(ns))
+        for m in modules:
+            ns[m] = self.compile(m)
+        return self.run(stmts, ns)
 
 
 def _targets(node) -> tuple[set, set]:
@@ -328,3 +347,74 @@ def _reads(node) -> tuple[frozenset, frozenset]:
     for child in table.get_children():
         walk(child, False)
     return frozenset(now), frozenset(later - now)
+
+
+# ---- what a grader runs of a learner's code ---------------------------------------------------------------
+# The grader runs the learner's definitions next to the lab's checks. These rules refuse the statements that
+# could reach the checks' own state: it is a filter of plain mistakes and plain forgeries, not a sandbox (the
+# grader also checks, around every check cell, that the toolkit and the environment are as it set them).
+
+IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses",
+              "typing", "numba", "cupy", "torch", "triton", "feedbeast"}
+INTERNAL = {"verdicts", "hazards", "launch", "runmode", "grade", "roster", "isolated", "sanitize", "view",
+            "environ", "putenv", "unsetenv", "modules", "settrace", "setprofile", "excepthook", "stdout",
+            "stderr", "system", "popen"}
+CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
+         "open", "breakpoint", "input", "get_ipython", "super"}
+FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__",
+              "__getattribute__", "__setattr__", "__delattr__"}
+
+
+def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
+    """Why a grader must not run this top-level statement of a learner's cell ([] when it may).
+
+    protected: names the lab gives or the grader binds (the toolkit `fb`, the kernels of the %%cuda cells, a
+    given `check_ring`): the learner's code may read them, never rebind or change them. modules: names
+    bound to modules (an attribute set on one changes it for the checks too)."""
+    protected, modules = set(protected), set(modules)
+    out = []
+    binds, amends = _targets(node)
+    if binds & protected:
+        out.append(f"it rebinds {', '.join(sorted(binds & protected))}, which the lab gives or the grader binds "
+                   "(the grade uses the lab's own)")
+    if amends & (protected | modules):
+        out.append(f"it changes {', '.join(sorted(amends & (protected | modules)))} in place")
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            bad = [a.name for a in n.names if not _importable(a.name)]
+            out += [f"it imports {b}" for b in bad]
+        elif isinstance(n, ast.ImportFrom):
+            if n.level or not _importable(n.module or "") or any(
+                    not _importable(f"{n.module}.{a.name}") or a.name == "*" for a in n.names):
+                out.append(f"it imports from {'.' * n.level}{n.module or ''}")
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            out.append(f"it declares {', '.join(n.names)} {'global' if isinstance(n, ast.Global) else 'nonlocal'}")
+        elif isinstance(n, ast.Name) and n.id in CALLS | {"__builtins__", "__loader__", "__spec__"}:
+            out.append(f"it uses {n.id}")
+        elif isinstance(n, ast.Attribute):
+            if n.attr.startswith("_") and not (isinstance(n.value, ast.Name) and n.value.id == "self"
+                                               and not n.attr.startswith("__")):
+                out.append(f"it reaches the private attribute .{n.attr}")
+            elif n.attr in INTERNAL:
+                out.append(f"it reaches .{n.attr} (the grader's and the toolkit's own state)")
+            elif isinstance(n.ctx, (ast.Store, ast.Del)):
+                root = n.value
+                while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+                    root = root.value if not isinstance(root, ast.Call) else root.func
+                if isinstance(root, ast.Name) and root.id in protected | modules:
+                    out.append(f"it sets an attribute of {root.id}")
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS:
+            out.append(f"it defines {n.name}")
+    for n in ast.walk(node):     # a function that rebinds a protected name when called: `global` above; a
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):   # subscript store on one:
+            root = n.value
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in protected | modules and n is not node:
+                out.append(f"it changes an item of {root.id}")
+    return list(dict.fromkeys(out))
+
+
+def _importable(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] in IMPORTABLE and not (set(parts[1:]) & INTERNAL) and not any(p.startswith("_") for p in parts[1:])
