@@ -142,3 +142,20 @@ def test_reset_finds_the_course_from_a_folder_inside_it(tmp_path):
     r = subprocess.run([sys.executable, "-m", "feedbeast", "check", "--course", str(course)], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "stale labs" in r.stdout and "05-" in r.stdout, r.stdout
+
+
+def test_a_kernel_compiled_without_extern_c_is_named_by_its_mangled_name():
+    """`k` without extern "C" compiles as _Z1kPf: the cell says so, and asking for `k` by name says which it is."""
+    import feedbeast as fb
+    from feedbeast.magic import mangled_hint
+    mod = fb.compile('__global__ void k(float* x) { x[0] = 1.f; }\n'
+                     'extern "C" __global__ void plain(float* x) { x[0] = 2.f; }', "sm_80")
+    assert sorted(mod.kernel_names) == ["_Z1kPf", "plain"]
+    assert mangled_hint(mod.kernel_names) == ['note: kernel _Z1kPf is the C++-mangled name of k: declare it extern "C" '
+                                              "__global__ so that it is called k"]
+    for ask in (lambda: mod.kernel("k"), lambda: mod.expect_sass("STG", kernel="k"), lambda: mod.sass("k")):
+        with pytest.raises(fb.FeedbeastError, match=r"it has: .*_Z1kPf is k with its C\+\+-mangled name"):
+            ask()
+    with pytest.raises(fb.FeedbeastError, match="no kernel named 'nope'.*it has: "):
+        mod.histogram("nope")
+    assert mod.expect_sass("STG", kernel="plain")["STG"] >= 1

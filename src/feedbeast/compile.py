@@ -183,12 +183,20 @@ class Module:
     def kernel(self, name: str):
         from .launch import Kernel
         if name not in self._kernels:
-            if name not in self.kernel_names:
-                raise FeedbeastError(f"no kernel named {name!r} in this module; it has: "
-                                     f"{', '.join(self.kernel_names) or 'none'} (declare kernels "
-                                     "extern \"C\" __global__ so their names are not mangled)")
+            self._known(name)
             self._kernels[name] = Kernel(self, name)
         return self._kernels[name]
+
+    def _known(self, name):
+        """A kernel name of this module, or a FeedbeastError listing the names there are (a C++-mangled one
+        named as such: `k` compiled without extern "C" is `_Z1kPf`)."""
+        if name is None or name in self.kernel_names:
+            return name
+        mangled = [k for k in self.kernel_names if k.startswith(f"_Z{len(name)}{name}")]
+        hint = (f"{mangled[0]} is {name} with its C++-mangled name: declare it extern \"C\" __global__" if mangled
+                else "declare kernels extern \"C\" __global__ so their names are not mangled")
+        raise FeedbeastError(f"no kernel named {name!r} in this module; it has: "
+                             f"{', '.join(self.kernel_names) or 'none'} ({hint})")
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -204,15 +212,15 @@ class Module:
     # SASS inspection lives in sass.py; these are the short forms a notebook uses.
     def sass(self, kernel: str | None = None) -> str:
         from .sass import sass_text
-        return sass_text(self.cubin, kernel)
+        return sass_text(self.cubin, self._known(kernel))
 
     def histogram(self, kernel: str | None = None):
         from .sass import histogram
-        return histogram(self, kernel)
+        return histogram(self, self._known(kernel))
 
     def expect_sass(self, *opcodes: str, kernel: str | None = None, forbid: tuple = ()):
         from .sass import expect_sass
-        return expect_sass(self, *opcodes, kernel=kernel, forbid=forbid)
+        return expect_sass(self, *opcodes, kernel=self._known(kernel), forbid=forbid)
 
     def report(self) -> str:
         """Resource usage per kernel, and the compiler's warnings."""
