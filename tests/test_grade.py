@@ -166,7 +166,8 @@ def _tiny(tmp: Path, check_cells: list[str], learner: str = "x = 41") -> tuple[P
     sols.mkdir(exist_ok=True)
     labs.mkdir(exist_ok=True)
     md = markdown
-    new([md("# Lab 05 · tiny"), "x = 42", md("## Check"), *check_cells, md("## Measure"),
+    new([md("# Lab 05 · tiny"), "import os", "# BEGIN SOLUTION\nx = 42\n# END SOLUTION", md("## Check"), *check_cells,
+         md("## Measure"),
          "raise RuntimeError('Measure is not graded')"], to=sols / "05-tiny.ipynb")
     new([md("# Lab 05 · tiny"), learner, md("## Check"), 'print("x: passed")'],
         to=labs / "05-renamed.ipynb")     # matched by its 05- prefix

@@ -344,7 +344,7 @@ def _harness(fd: int) -> int:
 
     import feedbeast as fb
     from . import hazards, launch, magic, verdicts
-    from .notebook import Notebook, parse_magic_line, refusals
+    from .notebook import Notebook, refusals
     g0 = fb.gpu()
     send({"t": "hello", "gpu": g0.name if g0 else None, "hazards": hazards.enabled(), "pid": os.getpid()})
     current = [-1]
@@ -387,22 +387,17 @@ def _harness(fd: int) -> int:
     nb = Notebook(learner, upto=job["upto"])
     cuda = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("%%cuda")]
     cuda_ns: dict = {}
-    for name in job["cuda"]:
+    for name, lab_line in job["cuda"]:
         cells = [(i, s) for i, s in cuda if _cuda_name(s) == name]
         if not cells:
             fail(f"%%cuda --name {name}", f"your notebook has no `%%cuda ... --name {name}` cell before its "
                  "checks: the checks compile and launch the kernels of that cell")
             continue
         i, src = cells[-1]
-        line, _, body = src.partition("\n")
+        body = src.partition("\n")[2]
+        line = lab_line      # the lab's flags: the build the checks read (lab.source) is the build launched
         where = f"your %%cuda --name {name} cell (cell {i + 1})"
-        try:
-            flags = parse_magic_line(line)
-        except Exception as e:
-            fail(where, f"{type(e).__name__}: {e}")
-            continue
-        bad = ([f"-D {k}" for k in flags["defines"] if k.startswith("FB_")] + (["--hazards"] if "--hazards" in line
-               else []) + sorted(set(re.findall(r"\bFB_\w+", body))))
+        bad = sorted(set(re.findall(r"\bFB_\w+", body)))
         if bad:
             fail(where, f"not compiled: it sets or tests {', '.join(bad)}, the toolkit's own build switches (the "
                  "hazard and debug builds set them): a graded kernel is the same in every build")
@@ -597,14 +592,18 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     sol_mine = learner_part(sol)
     mine = learner_part(learner)
     job = {"solution": str(sol_path.resolve()), "learner": str(path.resolve()), "upto": len(mine),
-           "given": [(i, c.source) for i, c in enumerate(sol_mine) if is_given(c)],
-           "cuda": [n for c in sol_mine if c.cell_type == "code" and c.source.startswith("%%cuda")
-                    for n in [_cuda_name(c.source)] if n],
+           # a solution without BEGIN SOLUTION regions marks nothing as given: then all comes from the learner
+           "given": [(i, c.source) for i, c in enumerate(sol_mine) if is_given(c)]
+           if any("BEGIN SOLUTION" in c.source for c in sol_mine) else [],
+           # (--name, the solution's magic line): the learner's kernel text is compiled with the lab's flags
+           "cuda": [(n, c.source.partition("\n")[0]) for c in sol_mine
+                    if c.cell_type == "code" and c.source.startswith("%%cuda") for n in [_cuda_name(c.source)] if n],
            "needs": reads_of(checks), "checks": [c.source for c in checks]}
 
     lab = re.match(r"(\d\d)-", path.name)
-    if hazards is None:
-        hazards = bool(lab and lab.group(1) in HAZARD_LABS and _has_gpu())
+    if hazards is None:    # labs 03 on whose kernels use the fb:: wrappers the hazard build follows
+        uses_fb = any("#include <fb/" in c.source for c in sol_mine if c.source.startswith("%%cuda"))
+        hazards = bool(lab and (lab.group(1) in HAZARD_LABS or (lab.group(1) >= "03" and uses_fb)) and _has_gpu())
     env = {k: v for k, v in os.environ.items()
            if k not in ("FEEDBEAST_HAZARDS", "FEEDBEAST_HAZARDS_DUMP", "FEEDBEAST_TRACEBACK")}
     if hazards:

@@ -397,12 +397,10 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
                 out.append(f"it reaches the private attribute .{n.attr}")
             elif n.attr in INTERNAL:
                 out.append(f"it reaches .{n.attr} (the grader's and the toolkit's own state)")
-            elif isinstance(n.ctx, (ast.Store, ast.Del)):
-                root = n.value
-                while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
-                    root = root.value if not isinstance(root, ast.Call) else root.func
-                if isinstance(root, ast.Name) and root.id in protected | modules:
-                    out.append(f"it sets an attribute of {root.id}")
+            elif isinstance(n.ctx, (ast.Store, ast.Del)) and not (isinstance(n.value, ast.Name) and n.value.id == "self"):
+                # an attribute set on anything but one's own object: a module, a toolkit class, an array the
+                # checks pass in (its methods are what the checks read back)
+                out.append(f"it sets the attribute .{n.attr} of {ast.unparse(n.value)[:40]}")
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS:
             out.append(f"it defines {n.name}")
     for n in ast.walk(node):     # a function that rebinds a protected name when called: `global` above; a

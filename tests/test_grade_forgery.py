@@ -1,0 +1,239 @@
+"""No line of a notebook can switch a check off: forgeries wrapped around a real bug are all graded FAILED.
+
+Each forgery is planted into lab 05's solution together with a bug, and the notebook is graded as a learner's:
+
+- without a GPU the bug is one the SASS shows (the proxy fence moved after the release arrive: the order rule of
+  fb.sass.expect_proxy_fence rejects it on any machine);
+- on an sm_90a GPU it is a race that only the hazard check sees (the staging tile rewritten before the TMA
+  store issued from it has read it: rule async-read-in-flight; the numbers usually come out right).
+
+The forgeries: environment variables, monkeypatching fb.check / fb.sass / feedbeast.hazards (at the top level
+and from inside a function the checks call), redefining a check function, swallowing exceptions, printing pass
+lines, writing verdict lines to files and to every open file descriptor, editing and deleting the check cells,
+a %%cuda cell that differs from the kernel launched, and a kernel that tests the toolkit's build switches.
+`expect` says what the failure must name: the bug itself (the forgery changed nothing the checks use) or the
+grader's refusal to run the forging code (then the checks did not run at all).
+
+The in-process layers are tested alone too: the integrity check (a replaced toolkit function is named even
+when no static rule saw it) and the signed channel (an unsigned line is counted, never read).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_grade_labs import BUGS as LAB_BUGS, FENCE_PLACE  # noqa: E402
+
+from feedbeast import grade as g  # noqa: E402
+from feedbeast import notebook as nbm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions/05-tma-ring.ipynb"
+CPU_BUG = LAB_BUGS["05"]["fence-after-release"].replacements            # SASS-visible
+GPU_BUG = LAB_BUGS["05"]["staging-rewritten-before-store-read"].replacements   # a race only hazards see
+GPU_RULE = "async-read-in-flight"
+REFUSED = r"not run by the grader|not compiled: it sets or tests FB_"
+MAKE_MAPS = "def make_maps(x_dev, y_dev):\n"
+
+
+def _before_check(cells):
+    """An edit that inserts learner cells right before the `## Check` heading."""
+    def edit(nb):
+        i = next(k for k, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
+        nb.cells[i:i] = [nbm.code(c) if isinstance(c, str) else c for c in cells]
+    return edit
+
+
+def _in_make_maps(body: str):
+    """A replacement that runs `body` each time the checks call the learner's make_maps."""
+    return [(MAKE_MAPS, MAKE_MAPS + "".join(f"    {ln}\n" for ln in body.strip().split("\n")))]
+
+
+def _checks_replaced(nb):
+    """The learner's check cells replaced with printed passes."""
+    start = next(i for i, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
+    end = next(i for i, c in enumerate(nb.cells) if i > start and g._heading(c) and not g._is_check(g._heading(c)))
+    nb.cells[start + 1:end] = [nbm.code('print("transpose_ring 4096x4096: passed: relative error 0.00e+00")\n'
+                                        'print("hazard check of transpose_ring: passed: 0 violations")')]
+
+
+def _checks_deleted(nb):
+    start = next(i for i, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
+    end = next(i for i, c in enumerate(nb.cells) if i > start and g._heading(c) and not g._is_check(g._heading(c)))
+    del nb.cells[start:end]
+
+
+def _second_kernel(nb):
+    """A correct copy of the kernel under another --name, and the checked names bound to it from Python."""
+    good = next(c.source for c in nbm.read(SOLUTION).cells if c.source.startswith("%%cuda"))
+    _before_check([good.replace("--name lab", "--name lab_ok", 1),
+                   "lab = lab_ok\ntranspose_ring = lab_ok.transpose_ring"])(nb)
+
+
+SWALLOW = ("get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)\n"
+           "import sys\nsys.excepthook = lambda *a: None\n"
+           "import feedbeast.verdicts\nfeedbeast.verdicts.record = lambda *a, **k: None")
+VERDICT_LINES = ("import os, json\n"
+                 "line = json.dumps({'status': 'passed', 'name': 'transpose_ring', 'message': '', 'seq': 0})\n"
+                 "for fd in range(1, 64):\n"
+                 "    try:\n"
+                 "        os.write(fd, (('0' * 64) + ' ' + line + '\\n').encode())\n"
+                 "    except OSError:\n"
+                 "        pass\n"
+                 "open('verdicts.json', 'w').write(line)")
+
+# name -> (replacements added to the bug's, an edit of the notebook, what the failure names: "bug" | "refused")
+FORGERIES = {
+    "env-hazards-off": ([], _before_check(['import os\nos.environ["FEEDBEAST_HAZARDS"] = "0"']), "bug"),
+    "env-feedbeast-vars-removed-no-gpu": ([], _before_check([
+        'import os\nfor k in [k for k in os.environ if k.startswith("FEEDBEAST_")]:\n    del os.environ[k]\n'
+        'os.environ["CUDA_VISIBLE_DEVICES"] = ""']), "bug"),
+    "patch-hazards": ([], _before_check(["import feedbeast.hazards\nfeedbeast.hazards.enabled = lambda: False\n"
+                                         "feedbeast.hazards.check_on_launch = lambda *a, **k: None"]), "bug"),
+    "patch-fb-check-and-sass": ([], _before_check([
+        "fb.check = lambda *a, **k: 'passed'\nfb.sass.expect_proxy_fence = lambda *a, **k: 1\n"
+        "fb.Module.expect_sass = lambda self, *a, **k: {}"]), "bug"),
+    "patch-from-a-called-function": (_in_make_maps(
+        "import feedbeast.hazards, feedbeast.sass\nfeedbeast.hazards.enabled = lambda: False\n"
+        "feedbeast.sass.expect_proxy_fence = lambda *a, **k: 1"), None, "refused"),
+    "patch-an-argument-the-checks-read-back": (_in_make_maps(
+        "y_dev.to_host = lambda *a, **k: x_dev.to_host().T"), None, "refused"),
+    "redefine-check-functions": ([], _before_check([
+        "import feedbeast\nclass _Fb:\n    def __getattr__(self, name):\n        return getattr(feedbeast, name)\n"
+        "    def check(self, *a, **k):\n        return 'passed'\nfb = _Fb()\n"
+        "def expect_proxy_fence(*a, **k):\n    return 1"]), "bug"),
+    "swallow-exceptions": ([], _before_check([SWALLOW]), "bug"),
+    "swallow-exceptions-at-check-time": (_in_make_maps(SWALLOW.split("\n", 1)[1]), None, "refused"),
+    "print-pass-lines": ([], _before_check(['print("transpose_ring 4096x4096: passed")\nprint("SASS: ok")']), "bug"),
+    "write-verdict-lines-and-files": (_in_make_maps(VERDICT_LINES), None, "refused"),
+    "edit-check-cells": ([], _checks_replaced, "bug"),
+    "delete-check-cells": ([], _checks_deleted, "bug"),
+    "cuda-cell-differs-from-launched": ([], _second_kernel, "bug"),
+    "kernel-tests-build-switches": ([("#include <fb/tma.cuh>\n", "#undef FB_HAZARDS\n#include <fb/tma.cuh>\n")],
+                                    None, "refused"),
+}
+
+
+def forged(tmp: Path, name: str, bug) -> Path:
+    extra, edit, _ = FORGERIES[name]
+    return nbm.planted(SOLUTION, list(bug) + list(extra), edit=edit, to=tmp / f"05-{name}.ipynb")
+
+
+_cache: dict = {}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """{forgery: Report} for the bug of this machine, graded two at a time on first use."""
+    tmp = tmp_path_factory.mktemp("forgery")
+
+    def get(names, bug):
+        todo = [n for n in names if (n, id(bug)) not in _cache]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            paths = {n: (forged(tmp, n, bug) if n != "untouched" else SOLUTION) for n in todo}
+            for n, rep in zip(todo, pool.map(lambda n: g.grade(paths[n], timeout=300), todo)):
+                _cache[(n, id(bug))] = rep
+        return {n: _cache[(n, id(bug))] for n in names}
+    return get
+
+
+def _names_the_bug(rep, expect: str, bug_says: str) -> bool:
+    text = "\n".join(f"{o.name}: {o.message}" for o in rep.failed)
+    return bool(re.search(REFUSED if expect == "refused" else bug_says, text))
+
+
+def test_every_forgery_plants_something_and_the_bug_applies(tmp_path):
+    """Each forgery changes the notebook (a stale replacement raises in planted())."""
+    for name in FORGERIES:
+        for bug in (CPU_BUG, GPU_BUG):
+            assert forged(tmp_path, name, bug).read_text() != SOLUTION.read_text()
+
+
+def test_forgeries_around_a_sass_visible_bug_fail_without_a_gpu(graded):
+    if g._has_gpu():
+        pytest.skip("a GPU is here: test_forgeries_around_a_race_fail_on_sm90 covers this machine")
+    reps = graded(list(FORGERIES) + ["untouched"], CPU_BUG)
+    assert reps["untouched"].status == "partial", str(reps["untouched"])
+    bad = {n: str(r) for n, r in reps.items() if n != "untouched" and
+           not (r.status == "failed" and r.exit_code == 1 and _names_the_bug(r, FORGERIES[n][2], FENCE_PLACE))}
+    assert not bad, "\n\n".join(f"--- {n}\n{t}" for n, t in bad.items())
+
+
+def test_forgeries_around_a_race_fail_on_sm90(graded, gpu90):
+    reps = graded(list(FORGERIES) + ["untouched"], GPU_BUG)
+    assert reps["untouched"].status == "ok" and reps["untouched"].hazards, str(reps["untouched"])
+    bad = {n: str(r) for n, r in reps.items() if n != "untouched" and
+           not (r.status == "failed" and r.exit_code == 1 and _names_the_bug(r, FORGERIES[n][2], GPU_RULE))}
+    assert not bad, "\n\n".join(f"--- {n}\n{t}" for n, t in bad.items())
+
+
+# ---- the layers alone ---------------------------------------------------------------------------------------
+
+def test_integrity_names_a_replaced_toolkit_function_and_a_rebound_given_name():
+    import feedbeast as fb
+    from feedbeast import hazards, launch
+    ns = {"fb": fb, "STAGES": 4}
+    base = g._integrity_baseline(ns, {"fb", "STAGES"})
+    assert g._integrity_problems(base, ns) == []
+    real_enabled, real_check = hazards.enabled, fb.check
+    try:
+        hazards.enabled = lambda: True
+        fb.check = lambda *a, **k: None
+        launch.before_launch.append(print)
+        ns["fb"] = object()
+        problems = "\n".join(g._integrity_problems(base, ns))
+    finally:
+        hazards.enabled, fb.check = real_enabled, real_check
+        launch.before_launch.remove(print)
+        ns["fb"] = fb
+    for what in ("feedbeast.hazards.enabled was replaced", "feedbeast.check was replaced",
+                 "before_launch", "fb (which the lab gives or the grader binds) was rebound"):
+        assert what in problems, problems
+    assert g._integrity_problems(base, ns) == []
+
+
+def test_the_channel_reads_only_signed_lines_in_order():
+    import hashlib
+    import hmac
+    import json
+    import os
+    key = b"k" * 32
+    r, w = os.pipe()
+
+    def signed(seq, **m):
+        body = json.dumps({**m, "seq": seq})
+        return hmac.new(key, body.encode(), hashlib.sha256).hexdigest() + " " + body + "\n"
+    forged_key = hmac.new(b"x" * 32, b"{}", hashlib.sha256).hexdigest()
+    os.write(w, (signed(0, t="hello") + f"{forged_key} " + '{"t": "rec", "seq": 1}\n' + signed(0, t="replayed")
+                 + "transpose_ring: passed\n" + signed(1, t="done")).encode())
+    os.close(w)
+    chan, got = g._Channel(r, key), []
+    while (msgs := chan.read(1.0)) is not None:
+        got += msgs
+    os.close(r)
+    assert [m["t"] for m in got] == ["hello", "done"] and chan.forged == 3, (got, chan.forged)
+
+
+@pytest.mark.parametrize("src, ok", [
+    ("def make_maps(x, y):\n    return fb.tensor_map(x, box=(64, 32), swizzle=128), None", True),
+    ("BAND, TW = 8, 128", True),
+    ("@cuda.jit\ndef k(x, y):\n    t = cuda.shared.array((8, 8), float32)\n    y[0] = x[0]", True),
+    ("class Acc:\n    def __init__(self):\n        self.n = 0", True),
+    ("import os\nos.environ['FEEDBEAST_HAZARDS'] = '0'", False),
+    ("def f():\n    global fb\n    fb = None", False),
+    ("def f(x):\n    x.to_host = None", False),
+    ("def f():\n    return fb.__dict__", False),
+    ("def f():\n    setattr(fb, 'check', None)", False),
+    ("from feedbeast import verdicts", False),
+    ("import feedbeast.hazards", False),
+    ("fb = None", False),
+])
+def test_refusals(src, ok):
+    import ast
+    why = [w for node in ast.parse(src).body for w in nbm.refusals(node, {"fb"}, {"fb", "np", "cuda"})]
+    assert (not why) == ok, why
