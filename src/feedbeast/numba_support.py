@@ -161,7 +161,7 @@ def regs(kernel):
 def resources(kernel) -> dict | Skipped:
     """Registers, static shared memory and local (stack/spill) memory per thread, from the driver."""
     if simulator():
-        return Skipped("resources come from the GPU compiler; Numba runs in its simulator here",
+        return Skipped("the GPU compiler reports them, and Numba runs in its simulator here",
                        "resources")
     k = _compiled(kernel)
     return {"registers": int(k.regs_per_thread), "shared_bytes": int(k.shared_mem_per_block),
