@@ -208,10 +208,14 @@ class Kernel:
                 self._fn, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared))
             self._dyn_limit = shared
 
-    def launch(self, grid, block, *args, shared: int = 0, cluster=None, stream=0):
+    def launch(self, grid, block, *args, shared: int = 0, cluster=None, stream=0, pdl: bool = False):
         """Launch asynchronously; returns None, or a Skipped when this machine cannot run it.
 
         Everything is checked before anything can be skipped, so a wrong launch fails on any machine.
+        pdl: programmatic dependent launch (sm_90+): the kernel may start before the previous kernel of the
+        stream has finished, once every block of that one has run griddepcontrol.launch_dependents (or exited);
+        the kernel's griddepcontrol.wait then waits for it (CUDA Programming Guide, "Programmatic Dependent
+        Launch and Synchronization"; CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION).
         """
         ready = self._ready(grid, block, args, shared, cluster)
         if isinstance(ready, Skipped):
@@ -219,10 +223,10 @@ class Kernel:
         for check in before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
             check(self, grid, block, args, shared, cluster)
         _buf, ptrs = self._pack(args)
-        self._raw_launch(*ready[:2], shared, ready[2], stream, ptrs)
+        self._raw_launch(*ready[:2], shared, ready[2], stream, ptrs, pdl)
         return None
 
-    def bind(self, grid, block, *args, shared: int = 0, cluster=None, stream=0):
+    def bind(self, grid, block, *args, shared: int = 0, cluster=None, stream=0, pdl: bool = False):
         """Check and pack a launch once; returns a function that makes that launch, again and again.
 
         For kernels that run for microseconds, where the checks and packing of launch() would be a
@@ -236,7 +240,7 @@ class Kernel:
             check(self, grid, block, args, shared, cluster)
         from cuda.bindings import driver
         buf, ptrs = self._pack(args)
-        cfg = self._config(*ready[:2], shared, ready[2], stream)
+        cfg = self._config(*ready[:2], shared, ready[2], stream, pdl)
         fn, kernel = self._fn, self   # the Kernel in the closure: fb.bench records what it timed
 
         def again():
@@ -262,9 +266,10 @@ class Kernel:
         return int(_check(driver.cuOccupancyMaxActiveClusters(self._fn, self._config(c, _dim3(block, "block"),
                                                                                       shared, c, 0))))
 
-    def _config(self, grid, block, shared, cluster, stream):
-        """The driver's launch configuration: dimensions, dynamic shared memory, stream, and the cluster shape
-        as a launch attribute (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) when there is one."""
+    def _config(self, grid, block, shared, cluster, stream, pdl=False):
+        """The driver's launch configuration: dimensions, dynamic shared memory, stream, and as launch attributes
+        the cluster shape (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) when there is one and, with pdl, programmatic
+        stream serialization (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)."""
         from cuda.bindings import driver
         cfg = driver.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
@@ -278,13 +283,18 @@ class Kernel:
             a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = c
             attrs.append(a)
+        if pdl:
+            a = driver.CUlaunchAttribute()
+            a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            a.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(a)
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)
         return cfg
 
-    def _raw_launch(self, grid, block, shared, cluster, stream, ptrs):
+    def _raw_launch(self, grid, block, shared, cluster, stream, ptrs, pdl=False):
         from cuda.bindings import driver
-        cfg = self._config(grid, block, shared, cluster, stream)
+        cfg = self._config(grid, block, shared, cluster, stream, pdl)
         err, = driver.cuLaunchKernelEx(cfg, self._fn, ctypes.addressof(ptrs), 0)
         if err != driver.CUresult.CUDA_SUCCESS:
             _, msg = driver.cuGetErrorString(err)

@@ -1,0 +1,165 @@
+"""Chapter 10 (decode GEMV) and lab 10 (fp8 weights with per-channel scales).
+
+CPU: every variant of the chapter's GEMV compiles for sm_90a with the instructions it is about (TMA loads with
+and without an L2 policy, the cluster barrier of the DSMEM reduction, UBLKRED for the TMA reduce, PREEXIT and
+ACQBULK for programmatic dependent launch), with no spills; the planner and the host checks refuse what the
+hardware cannot do, with a message; the launch configuration carries the PDL attribute; the lab's quantization
+matches its definition and its kernel shows the fp8 conversion.
+GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs, the
+cluster reduction giving the same bits twice, a PDL chain giving the same result as the plain one; the lab's fp8
+kernel against float64 of the dequantized weights.
+Kernels and helpers are read from the notebooks, so what is tested is what ships.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast.notebook import load
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = load(ROOT / "chapters/10-decode.ipynb")
+SOLUTION = load(ROOT / "solutions/10-fp8-gemv.ipynb")
+
+
+@pytest.fixture(scope="module")
+def ch():
+    ns = CHAPTER.definitions("gemv_module", "smem_bytes", "plan", "prepare_gemv", "run_gemv_check", np=np, fb=fb,
+                             g=fb.gpu(), gemv=CHAPTER.cuda("gemv"))
+    return ns
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return SOLUTION.definitions("fp8_module", "quantize", "dequantize", "prepare_fp8", "check_fp8", np=np, fb=fb,
+                                g=fb.gpu(), lab=SOLUTION.cuda("lab"))
+
+
+VARIANTS = [  # (defines, must show, must not show)
+    (dict(red=0, hint=1, pdl=0), ("UTMALDG.2D", "HMMA.16816.F32.BF16", "LDSM.16.M88.4", "UCGABAR_ARV", "UCGABAR_WAIT"),
+     ("UBLKRED", "PREEXIT", "ACQBULK")),
+    (dict(red=1, hint=1, pdl=0), ("UTMALDG.2D", "UBLKRED.G.S.ADD.BF16.RN", "FENCE.VIEW.ASYNC.S"), ("UCGABAR_ARV",)),
+    (dict(red=0, hint=0, pdl=1), ("PREEXIT", "ACQBULK", "UTMALDG.2D"), ("UBLKRED",)),
+    (dict(red=1, hint=1, pdl=1), ("PREEXIT", "ACQBULK", "UBLKRED.G.S.ADD.BF16.RN"), ()),
+]
+
+
+@pytest.mark.parametrize("mp", [8, 16, 32, 64])
+@pytest.mark.parametrize("defines, want, forbid", VARIANTS)
+def test_variant_sass_and_resources(ch, mp, defines, want, forbid):
+    stages = ch["plan"](mp, 4096, 4096)[1]
+    mod = ch["gemv_module"](mp, stages, **defines)
+    mod.expect_sass(*want, forbid=forbid + ("LDL", "STL"), kernel="gemv_bf16")
+    res = mod.resources["gemv_bf16"]
+    assert res.spills == 0 and res.stack == 0, mod.report()
+    assert res.registers <= 204, f"two blocks of 160 threads per SM need <= 204 registers: {res}"
+    # two blocks per SM fit in the H100's 228 KB of shared memory (1 KB reserved per block)
+    assert 2 * (ch["smem_bytes"](mp, stages) + 1024) <= 228 * 1024
+
+
+def test_cache_hint_rides_on_the_tma_load(ch):
+    # .L2::cache_hint adds the policy operand (desc[UR..]) to every UTMALDG; without it none has one.
+    def loads(hint):
+        sass = ch["gemv_module"](8, 6, hint=hint).sass("gemv_bf16")
+        return [ln for ln in sass.splitlines() if "UTMALDG" in ln]
+    hinted, plain = loads(1), loads(0)
+    assert hinted and all("desc[" in ln for ln in hinted), hinted
+    assert plain and not any("desc[" in ln for ln in plain), plain
+
+
+def test_weights_are_requested_before_the_dependency_wait(ch):
+    # With PDL the producer issues its first weight loads before griddepcontrol.wait (ACQBULK), and no load
+    # of the activations comes before it (every X load is after the wait in program order).
+    sass = ch["gemv_module"](8, 6, pdl=1).sass("gemv_bf16").splitlines()
+    wait = next(i for i, ln in enumerate(sass) if "ACQBULK" in ln)
+    assert any("UTMALDG" in ln for ln in sass[:wait]), "no weight load before the wait"
+    assert any("UTMALDG" in ln for ln in sass[wait:]), "no load after the wait"
+
+
+@pytest.mark.parametrize("m, n, k, split", [(1, 4096, 4096, 4), (64, 8192, 8192, 2), (8, 14336, 4096, 1),
+                                            (1, 4096, 14336, 4), (5, 8, 8, 1)])
+def test_plan(ch, m, n, k, split):
+    mp, stages, s = ch["plan"](m, n, k)
+    assert mp == next(p for p in (8, 16, 32, 64) if m <= p)
+    if fb.gpu() is None or fb.gpu().sm_count == 132:
+        assert s == split
+    assert 1 <= s <= 8
+
+
+def test_bad_input_is_refused_with_a_reason(ch):
+    plan, prepare = ch["plan"], ch["prepare_gemv"]
+    bf = fb.bfloat16
+    with pytest.raises(ValueError, match="M = 65"):
+        plan(65, 4096, 4096)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        prepare(fb.empty((3, 4100), bf), fb.empty((100, 4100), bf), fb.empty((3, 100), bf))
+    with pytest.raises(ValueError, match="TMA reduce"):
+        prepare(fb.empty((3, 64), bf), fb.empty((1001, 64), bf), fb.empty((3, 1001), bf), red=1)
+    with pytest.raises(ValueError, match="do not multiply"):
+        prepare(fb.empty((3, 64), bf), fb.empty((100, 72), bf), fb.empty((3, 100), bf))
+    with pytest.raises(fb.LaunchError, match="at most 8"):
+        prepare(fb.empty((3, 64), bf), fb.empty((100, 64), bf), fb.empty((3, 100), bf), split=16)
+
+
+def test_pdl_launch_attribute():
+    from cuda.bindings import driver
+    from feedbeast.launch import Kernel
+    ids = lambda cfg: [a.id for a in cfg.attrs]
+    pdl = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    on = Kernel._config(None, (2, 1, 1), (32, 1, 1), 0, (1, 1, 1), 0, True)
+    off = Kernel._config(None, (2, 1, 1), (32, 1, 1), 0, None, 0)
+    assert pdl in ids(on) and on.numAttrs == 2 and on.attrs[-1].value.programmaticStreamSerializationAllowed == 1
+    assert pdl not in ids(off) and off.numAttrs == 0
+
+
+# ---- lab 10 (CPU) ------------------------------------------------------------------------------------------
+
+def test_lab_quantize_matches_the_definition(lab):
+    import ml_dtypes
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((9, 40)) * rng.uniform(0.01, 100, (9, 1))
+    w[2] = 0
+    w8, s = lab["quantize"](w)
+    amax = np.abs(w).max(1)
+    assert np.allclose(s, np.where(amax > 0, amax / 448, 1), rtol=1e-6)
+    deq = lab["dequantize"](w8, s)
+    assert np.abs(deq).max(1)[amax > 0] == pytest.approx(amax[amax > 0], rel=1e-6)   # the row max maps to 448
+    assert np.all(np.abs(deq - w) <= np.abs(w) * 2 ** -4 + s[:, None] * 2 ** -9)   # e4m3: 3 mantissa bits
+    assert w8.dtype == np.uint8 and np.isfinite(w8.view(ml_dtypes.float8_e4m3fn).astype(np.float32)).all()
+
+
+@pytest.mark.parametrize("mp", [8, 64])
+def test_lab_solution_sass(lab, mp):
+    mod = lab["fp8_module"](mp)
+    mod.expect_sass("F2FP.F16.E4M3.UNPACK_B", "HMMA.16816.F32", "LDSM.16.M88.4", "LDS.64", "UTMALDG.2D",
+                    forbid=("HMMA.16816.F32.BF16", "LDL", "STL"), kernel="gemv_fp8")
+
+
+def test_lab_as_given_compiles_and_has_no_fp8_conversion():
+    # The lab (solution regions replaced by their LAB lines) still compiles: a learner can run it from the start.
+    from feedbeast.labs import strip_source
+    src = strip_source(SOLUTION.cuda("lab").source)
+    assert "TODO" in src
+    mod = fb.compile(src, "sm_90a", name="lab.cu", defines={"MP": 8, "STAGES": 6})
+    assert "F2FP.F16.E4M3.UNPACK_B" not in mod.histogram("gemv_fp8")
+
+
+# ---- GPU (Hopper) -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", [dict(red=0, hint=1), dict(red=1, hint=1), dict(red=0, hint=0),
+                                     dict(red=0, hint=1, pdl=True), dict(red=1, hint=0, pdl=True)])
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (3, 1000, 136), (7, 264, 4104), (33, 136, 64),
+                                     (64, 4104, 1032), (64, 8, 8), (17, 14336, 4096), (2, 4096, 14336)])
+def test_gpu_gemv_ragged_against_float64(gpu90, ch, variant, m, n, k):
+    r = ch["run_gemv_check"](m, n, k, seed=m * n + k, **variant)
+    assert r, r
+
+
+@pytest.mark.parametrize("m, n, k, red", [(1, 4096, 4096, 0), (3, 1000, 144, 0), (7, 264, 4112, 1),
+                                          (64, 4104, 1040, 0), (64, 4104, 1040, 1), (17, 4096, 14336, 0)])
+def test_gpu_lab_fp8_against_float64(gpu90, lab, m, n, k, red):
+    r = lab["check_fp8"](m, n, k, red=red, seed=m + n)
+    assert r, r
