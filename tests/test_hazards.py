@@ -743,6 +743,7 @@ def test_a_cta_scope_wait_on_a_peer_ctas_release_is_found():
             ev.append((kind, len(ev) + 1, rank, t, rank, a, b, c, d))
         e(hz.MBAR_INIT, 0, 0, FULL, 1)
         e(hz.MBAR_INIT, 0, 0, EMPTY, 2)                 # CTA 0's consumer and CTA 1's thread release it
+        e(hz.MBAR_INIT, 1, 0, FULL, 1)
         for r in (0, 1):
             for t in (0, 1):
                 e(hz.CLUSTER_SYNC, r, t)
@@ -753,7 +754,10 @@ def test_a_cta_scope_wait_on_a_peer_ctas_release_is_found():
         e(hz.MBAR_WAIT, 0, 1, FULL, 0 | 1 << 8)
         e(hz.FENCE_PROXY_ASYNC, 0, 1)
         e(hz.MBAR_ARRIVE, 0, 1, EMPTY)
-        e(hz.GENERIC_WRITE, 1, 1, 0x800, 64)            # CTA 1's thread has ordinary accesses to publish
+        e(hz.MBAR_ARRIVE, 1, 0, FULL, 64)               # CTA 1 has its own stage, filled by its own copy,
+        e(hz.BULK_LOAD, 1, 0, 0x800, 64, FULL)
+        e(hz.MBAR_WAIT, 1, 1, FULL, 0 | 1 << 8)         # which CTA 1's thread reads (ordinary loads)
+        e(hz.GENERIC_READ, 1, 1, 0x800, 64)
         e(hz.FENCE_PROXY_ASYNC, 1, 1)
         e(hz.MBAR_ARRIVE, 1, 1, EMPTY, 0, 1, 0)         # a release, remote: CTA 0's empty
         e(hz.MBAR_WAIT, 0, 0, EMPTY, 0 | scope | 1 << 8)
@@ -821,3 +825,31 @@ def test_the_traced_blocks_include_the_ragged_ends_of_the_grid():
     assert hz.traced_ranges((3, 1, 1)) == [(0, 3)]
     assert hz.traced_ranges((8, 3, 1), (2, 1, 1)) == [(0, 8), (20, 24)]     # whole clusters
     assert hz.traced_ranges((4, 4, 1), (1, 2, 1)) == [(0, 16)]              # clusters over y: every block
+
+
+def test_trace_ids_are_addresses_named_by_the_hash_of_the_bytes_found_there():
+    """The device records each TMA op with its map's address and, before it, a tma.map event pairing that address
+    with the hash of the map's bytes: each address gets the box of the argument whose bytes match. An address whose
+    bytes match no argument falls back to parameter offsets (here: 3 maps taken, 1 used: three readings)."""
+    raws = [bytes(range(i, i + 128)) for i in (0, 1, 2)]
+    maps = [_tm(rows, raw) for rows, raw in zip((128, 256, 64), raws)]
+    params = [(0, 128), (128, 128), (256, 128)]
+    got = hz._map_readings(maps, params, {0x2080}, {0x2080: hz.map_id(raws[1])})
+    assert got == [{0x2080: 32768}]
+    got = hz._map_readings(maps, params, {0x2080}, {0x2080: 0xDEAD})          # bytes match no argument
+    assert sorted(r[0x2080] for r in got) == [8192, 16384, 32768]
+    assert hz._map_readings(maps, params, {0x2000, 0x2080}, {}) == [{0x2000: 16384, 0x2080: 32768},
+                                                                    {0x2000: 32768, 0x2080: 8192}]
+
+
+def test_a_trace_cut_where_a_wait_gave_up_is_checked_up_to_there():
+    """A hazard build whose wait times out stops recording (fb::mbar::spin_wait): what the trace holds is still
+    checked, and nothing pending at the cut is taken for pending at the block's end."""
+    tr = Trace()
+    tr.write(0, STAGE, 128).fence(0).store(0, STAGE, 7).bulk_commit(0)      # its wait_group never recorded
+    events = hz.decode(hz.encode(tr.events))
+    assert rules(hz.check(events, threads_per_block=32, maps={7: 128})) == ["async-read-at-exit"]
+    assert hz.check(events, threads_per_block=32, maps={7: 128}, truncated=True).ok
+    racy = ring(consumer=lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.arrive(t, EMPTY)))
+    r = hz.check(hz.decode(hz.encode(racy.events)), threads_per_block=256, truncated=True)
+    assert rules(r) == ["missing-proxy-fence"], str(r)

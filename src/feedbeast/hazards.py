@@ -68,10 +68,10 @@ KINDS = (None, "cp.async", "cp.async.commit_group", "cp.async.wait_group", "cp.a
          "tma.store", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read", "cp.async.bulk.wait_group",
          "mbarrier.init", "mbarrier.arrive", "mbarrier.expect_tx", "mbarrier.wait", "wgmma.fence", "wgmma.read",
          "wgmma.commit_group", "wgmma.wait_group", "fence.proxy.async", "bar.sync", "__syncwarp",
-         "barrier.cluster", "generic.read", "generic.write", "tcgen05.commit", "tcgen05.mma")
+         "barrier.cluster", "generic.read", "generic.write", "tcgen05.commit", "tcgen05.mma", "tma.map")
 (CP_ASYNC, CP_COMMIT, CP_WAIT, BULK_LOAD, TMA_LOAD, TMA_STORE, BULK_COMMIT, BULK_WAIT_READ, BULK_WAIT,
  MBAR_INIT, MBAR_ARRIVE, MBAR_EXPECT_TX, MBAR_WAIT, WGMMA_FENCE, WGMMA_READ, WGMMA_COMMIT, WGMMA_WAIT,
- FENCE_PROXY_ASYNC, BAR_SYNC, SYNCWARP, CLUSTER_SYNC, GENERIC_READ, GENERIC_WRITE, TC_COMMIT, TC_MMA) = range(1, 26)
+ FENCE_PROXY_ASYNC, BAR_SYNC, SYNCWARP, CLUSTER_SYNC, GENERIC_READ, GENERIC_WRITE, TC_COMMIT, TC_MMA, TMA_MAP) = range(1, 27)
 
 RULES = {
     "async-read-in-flight": "shared memory was written while an asynchronous read of it had not completed "
@@ -177,6 +177,7 @@ class Report:
     module_name: str = "kernel.cu"
     blocks_traced: int = 0
     unchecked: str = ""              # why the trace could not be checked (then there are no violations)
+    gave_up: str = ""                # the barrier wait of the hazard build that timed out (the trace stops there)
     seconds: dict = dataclasses.field(default_factory=dict)   # where a run's time went: build, run, check
 
     @property
@@ -196,6 +197,8 @@ class Report:
             head += f"; {self.dropped} events did not fit the trace buffer (use a smaller size)"
         if self.unchecked:
             head += f"; not checked: {self.unchecked}"
+        elif self.gave_up:
+            head += f"; the trace stops where a wait on {self.gave_up} gave up (the kernel hangs)"
         if not self.violations:
             return head
         rows = [head]
@@ -292,7 +295,8 @@ class _Cluster:
         self.implicit = {}          # thread -> [(wait event, rank, ranges, time)]: reads assumed after waits
         self.untraced = set()       # barriers used but not initialised through fb::mbar::init
         self.unknown_maps = set()   # tensor-map ids that match no tensor-map argument of the launch
-        self.touched = set()        # threads that made ordinary (generic-proxy) accesses of shared memory
+        self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
+        self.async_pages = set()    # (rank, 1 KB page) that bulk/TMA copies write
 
     # ---- clocks
     def _grow(self, need):
@@ -387,7 +391,7 @@ class _Cluster:
                                    p - 1))
         b.arrived_in[t] = p
         if release and rank is not None and rank != b.rank and t in self.touched:
-            b.remote.append(ev)     # a release of another CTA's thread that has ordinary accesses to publish
+            b.remote.append(ev)     # a release by another CTA's thread whose ordinary accesses of stages it orders
         b.expected += bytes_
         b.arrivals += 1
         b.last_arrive = ev
@@ -429,10 +433,12 @@ class _Cluster:
 
     def access(self, t, ev, rank, start, size, write, generic, done=None, what="", plain=False):
         vc = self.clock(t)
-        if generic:
+        pages = self._pages(rank, start, size)
+        if not generic and write:
+            self.async_pages.update(pages)
+        elif generic and not self.async_pages.isdisjoint(pages):
             self.touched.add(t)
         a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain)
-        pages = self._pages(rank, start, size)
         seen = set()
         for table in ((self.reads, self.writes) if write else (self.writes,)):
             for key in pages:
@@ -664,9 +670,11 @@ class _Cluster:
         if ranges:
             self.implicit.setdefault(t, []).append((ev, rank, ranges, int(self.vc[t][t])))
 
-    def finish(self):
+    def finish(self, truncated=False):
         for t in list(self.implicit):
             self.commit_implicit(t)
+        if truncated:       # the trace stops where a wait gave up: what is pending then is not pending at exit
+            return
         # A phase left incomplete at exit is allowed (PTX ISA: mbarrier): only bytes announced and never brought are
         # an accounting error. A store still reading shared memory when the block ends is a race with the block's
         # shared memory being released.
@@ -684,7 +692,7 @@ class _Cluster:
                                        b.last_copy, b.name, b.phase))
 
 
-def _replay(items, order, threads_per_block, blocks, maps):
+def _replay(items, order, threads_per_block, blocks, maps, truncated=False):
     """Replay one cluster's events [(position, event, rank)]. Returns ([(order key, violation)], untraced): the key
     puts the violations of all clusters back in the order one interleaved replay would have found them."""
     found, seen, now = [], set(), [None]
@@ -700,7 +708,7 @@ def _replay(items, order, threads_per_block, blocks, maps):
         now[0] = (0, pos)
         cl.step(ev, rank)
     now[0] = (1, order)
-    cl.finish()
+    cl.finish(truncated)
     return found, (cl.untraced, cl.unknown_maps)
 
 
@@ -734,7 +742,7 @@ def _replay_parallel(jobs):
 
 def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
           kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
-          dropped: int = 0, parallel: bool | None = None) -> Report:
+          dropped: int = 0, parallel: bool | None = None, truncated: bool = False) -> Report:
     """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes.
 
     Clusters (or blocks) share no barrier and no shared memory, so each is replayed on its own; parallel: in
@@ -761,7 +769,7 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
         for r in range(csize):
             rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
             blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
-        jobs.append((items, order, threads_per_block, blocks, maps or {}))
+        jobs.append((items, order, threads_per_block, blocks, maps or {}, truncated))
     if parallel is None:
         parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
     results = _replay_parallel(jobs) if parallel else None
@@ -841,18 +849,40 @@ def map_id(raw: bytes) -> int:
     return h
 
 
-def _map_readings(args) -> list:
+def _map_readings(args, params=None, recorded=(), hashes=None) -> list:
     """{map id: box bytes} for the launch's tensor-map arguments: one reading, or one per way of resolving ids that
     several maps with different boxes share (then every reading is checked and each one's violations reported:
-    the reading that would hide an expect_tx bug is never chosen over the one that shows it)."""
+    the reading that would hide an expect_tx bug is never chosen over the one that shows it).
+
+    `recorded`: the map ids (addresses) of the trace's TMA events; `hashes`: {address: hash of the bytes there}, from
+    its tma.map events. A recorded address whose bytes match no argument is matched by parameter offsets (`params`:
+    the kernel's [(offset, size)]): every consistent match is a reading of its own."""
     from .tensormap import TensorMap
     by_id = defaultdict(set)
     for a in args:
         if isinstance(a, TensorMap) and a.raw:
             by_id[map_id(a.raw)].add(a.box_bytes)
     readings = [{}]
-    for mid, sizes in by_id.items():
-        readings = [{**r, mid: n} for r in readings for n in sorted(sizes)]
+    hashes = hashes or {}
+    if recorded:        # a trace: its ids are addresses, named by the hash of the bytes found there
+        for addr in sorted(recorded):
+            sizes = by_id.get(hashes.get(addr))
+            if sizes:
+                readings = [{**r, addr: n} for r in readings for n in sorted(sizes)]
+        unknown = sorted(a for a in recorded if not by_id.get(hashes.get(a)))
+    else:
+        for mid, sizes in by_id.items():
+            readings = [{**r, mid: n} for r in readings for n in sorted(sizes)]
+        unknown = []
+    if unknown and params:
+        offs = {params[i][0]: a.box_bytes for i, a in enumerate(args) if isinstance(a, TensorMap) and i < len(params)}
+        fits = set()
+        for off in offs:
+            base = (unknown[0] - off) & ALL
+            if all(((r - base) & ALL) in offs for r in unknown):
+                fits.add(tuple((r, offs[(r - base) & ALL]) for r in unknown))
+        if fits:
+            readings = [{**r, **dict(f)} for r in readings for f in sorted(fits)]
     return readings
 
 
@@ -1016,6 +1046,7 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     flat = [x for r in ranges for x in r] + [0, 0] * (3 - len(ranges))
     put(b"fb_hz_block_ranges", struct.pack("<6I", *flat))
     count_ptr = put(b"fb_hz_count", struct.pack("<I", 0))
+    gave_up_ptr = put(b"fb_hz_gave_up", struct.pack("<5I", 0, 0, 0, 0, 0))
     t1 = time.perf_counter()
     slot[1] = capacity          # until the count is known, the whole buffer counts as written
     r = k.launch(grid, block, *args, shared=shared, cluster=cluster)
@@ -1025,6 +1056,9 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     raw = bytearray(4)
     _check(driver.cuMemcpyDtoH(raw, count_ptr, 4))
     count = struct.unpack("<I", bytes(raw))[0]
+    raw = bytearray(20)
+    _check(driver.cuMemcpyDtoH(raw, gave_up_ptr, 20))
+    gave_up, c, d, stage, parity = struct.unpack("<5I", bytes(raw))
     n = min(count, capacity)
     slot[1] = n
     words = np.empty((n, WORDS), np.uint32)
@@ -1032,12 +1066,20 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
         _check(driver.cuMemcpyDtoH(words.ctypes.data, buf.ptr, words.nbytes))
     t2 = time.perf_counter()
     events = decode(words)
-    readings = _map_readings(args)
+    readings = _map_readings(args, getattr(k, "params", None), {e.b for e in events if e.kind in (TMA_LOAD, TMA_STORE)},
+                             {e.a: e.b for e in events if e.kind == TMA_MAP})
     meta = dict(threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, kernel=kernel.name,
-                source=mod.source, module_name=mod.name, dropped=max(0, count - capacity))
+                source=mod.source, module_name=mod.name, dropped=max(0, count - capacity), truncated=bool(gave_up))
     report = _check_readings(events, readings, **meta)
     meta["maps"] = readings[0]
     report.seconds = {"build": t1 - t0, "run": t2 - t1, "check": time.perf_counter() - t2}
+    if gave_up:
+        stage = stage - (1 << 32) if stage >= 1 << 31 else stage
+        what = f"{_name4(c, d) or 'barrier'}" + (f"[{stage}]" if stage >= 0 else "") + f" parity {parity}"
+        report.gave_up = what
+        if not report.violations:       # a hang, and nothing before it breaks a rule: not a verdict on ordering
+            report.unchecked = (f"a wait on {what} in the hazard build gave up after the debug time-out (the kernel "
+                                "hangs); the trace up to it breaks no rule")
     if os.environ.get("FEEDBEAST_HAZARDS_DUMP"):       # keep the trace, to replay it elsewhere (replay below)
         save(Path(os.environ["FEEDBEAST_HAZARDS_DUMP"]), words, meta, len(report.violations))
     return report

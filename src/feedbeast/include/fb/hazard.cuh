@@ -43,6 +43,7 @@ enum Kind : unsigned {
   kGenericWrite,        // a = smem start, b = bytes                                  (marker)
   kTcgen05Commit,       // a = mbarrier                                               (tcgen05.commit: one arrive)
   kTcgen05Mma,          // a = smem start, b = bytes (one operand of one tcgen05.mma; its issuing thread)
+  kTmaMap,              // a = the map's address (low 32 bits), b = a hash of its 128 bytes (before each TMA op)
 };
 }  // namespace hazard
 }  // namespace fb
@@ -58,6 +59,10 @@ extern "C" __device__ unsigned fb_hz_count = 0;              // events recorded 
 // Three [start, end) ranges of linear block ids that record (the first blocks, the end of the first row, the last
 // blocks: the ragged tiles); the others record nothing. Until the host sets them, every block records.
 extern "C" __device__ unsigned fb_hz_block_ranges[6] = {0u, 0xffffffffu, 0u, 0u, 0u, 0u};
+// Set when a barrier wait of the hazard build gave up (fb::mbar::spin_wait): nothing is recorded after it and every
+// wait returns at once, so the kernel ends and the trace up to the hang can still be checked. Then [1..4]: the
+// barrier's name (8 characters), its stage, its parity.
+extern "C" __device__ unsigned fb_hz_gave_up[5] = {0u, 0u, 0u, 0u, 0u};
 
 namespace fb {
 namespace hazard {
@@ -66,6 +71,7 @@ __device__ __noinline__ void record(unsigned kind, int line, unsigned a, unsigne
   if (!((block >= fb_hz_block_ranges[0] && block < fb_hz_block_ranges[1]) ||
         (block >= fb_hz_block_ranges[2] && block < fb_hz_block_ranges[3]) ||
         (block >= fb_hz_block_ranges[4] && block < fb_hz_block_ranges[5]))) return;
+  if (*static_cast<volatile unsigned*>(fb_hz_gave_up) != 0u) return;
   const unsigned i = atomicAdd(&fb_hz_count, 1u);
   if (fb_hz_events == nullptr || i >= fb_hz_capacity) return;
   unsigned cluster_rank = 0;
@@ -98,14 +104,17 @@ __device__ __forceinline__ unsigned chars(const char* s, int from) {
   }
   return v;
 }
-// A tensor map's identity in the trace: FNV-1a over its 128 bytes (feedbeast.hazards.map_id computes the same
-// on the host from each tensor-map argument, and takes the box bytes from the one that matches). Content, not
-// address: it names the map whatever parameter or buffer it sits in, so the match is never ambiguous.
+// A tensor map's identity in the trace: the low bits of its address. Before it, one kTmaMap event pairs that
+// address with FNV-1a over the map's 128 bytes (feedbeast.hazards.map_id computes the same on the host from each
+// tensor-map argument): the host takes the box bytes from the argument whose bytes match, and only for a map
+// whose bytes match none falls back to parameter offsets.
 __device__ __forceinline__ unsigned map_id(const void* map) {
   const unsigned* w = static_cast<const unsigned*>(map);
   unsigned h = 2166136261u;
   for (int i = 0; i < 32; ++i) h = (h ^ w[i]) * 16777619u;
-  return h;
+  const unsigned address = static_cast<unsigned>(reinterpret_cast<unsigned long long>(map));
+  record(kTmaMap, 0, address, h, 0, 0);
+  return address;
 }
 }  // namespace hazard
 }  // namespace fb

@@ -106,33 +106,55 @@ __device__ inline bool try_wait_parity_cluster(u64* bar, u32 parity) {
 }
 
 // The bounded wait: spin on `try_wait()` until it is true. In a debug build, give up after
-// FB_WAIT_TIMEOUT_NS and report `what`, `stage` and the parity (the kernel traps, the host raises).
+// FB_WAIT_TIMEOUT_NS and report `what`, `stage` and the parity (the kernel traps, the host raises). In a hazard
+// build it gives up without trapping (returns false): recording stops and every later wait returns, so the kernel
+// ends and the host checks the trace up to the hang (feedbeast.hazards).
 template <class TryWait>
-__device__ inline void spin_wait(TryWait try_wait, u32 parity, const char* what, int stage) {
-#ifdef FB_DEBUG
+__device__ inline bool spin_wait(TryWait try_wait, u32 parity, const char* what, int stage) {
+#if defined(FB_HAZARDS)
+  const unsigned long long t0 = fb::globaltimer_ns();
+  while (!try_wait()) {
+    if (*static_cast<volatile unsigned*>(fb_hz_gave_up) != 0u) return false;
+    if (fb::globaltimer_ns() - t0 > FB_WAIT_TIMEOUT_NS) {
+      if (atomicCAS(&fb_hz_gave_up[0], 0u, 1u) == 0u) {
+        fb_hz_gave_up[1] = fb::hazard::chars(what, 0);
+        fb_hz_gave_up[2] = fb::hazard::chars(what, 4);
+        fb_hz_gave_up[3] = static_cast<unsigned>(stage);
+        fb_hz_gave_up[4] = parity;
+        __threadfence();
+      }
+      return false;
+    }
+  }
+  return true;
+#elif defined(FB_DEBUG)
   const unsigned long long t0 = fb::globaltimer_ns();
   while (!try_wait()) {
     const unsigned long long waited = fb::globaltimer_ns() - t0;
     if (waited > FB_WAIT_TIMEOUT_NS) fb::report_timeout(what, stage, static_cast<int>(parity), waited);
   }
+  return true;
 #else
   (void)parity; (void)what; (void)stage;
   while (!try_wait()) {
   }
+  return true;
 #endif
 }
 
 // Block until the phase with `parity` of `bar` has completed. `what` and `stage` name it in a debug report.
 __device__ inline void wait(u64* bar, u32 parity, const char* what = "barrier", int stage = -1 FB_HZ_LINE) {
-  spin_wait([&] { return try_wait_parity(bar, parity); }, parity, what, stage);
-  FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity | (stage + 1) << 8, fb::hazard::chars(what, 0),
-               fb::hazard::chars(what, 4));
+  if (spin_wait([&] { return try_wait_parity(bar, parity); }, parity, what, stage)) {
+    FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity | (stage + 1) << 8, fb::hazard::chars(what, 0),
+                 fb::hazard::chars(what, 4));
+  }
 }
 // The same with cluster-scope acquire (try_wait_parity_cluster).
 __device__ inline void wait_cluster(u64* bar, u32 parity, const char* what = "barrier", int stage = -1 FB_HZ_LINE) {
-  spin_wait([&] { return try_wait_parity_cluster(bar, parity); }, parity, what, stage);
-  FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity | 2u | (stage + 1) << 8, fb::hazard::chars(what, 0),
-               fb::hazard::chars(what, 4));
+  if (spin_wait([&] { return try_wait_parity_cluster(bar, parity); }, parity, what, stage)) {
+    FB_HZ_RECORD(fb::hazard::kMbarWait, smem_addr(bar), parity | 2u | (stage + 1) << 8, fb::hazard::chars(what, 0),
+                 fb::hazard::chars(what, 4));
+  }
 }
 
 }  // namespace mbar
