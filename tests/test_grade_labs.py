@@ -89,7 +89,7 @@ class Bug:
         #                                    must match), e.g. a proxy fence in the wrong place
 
 
-NUMBA_WRONG = r"FAILED|AssertionError"     # the simulator ran it: a FAILED check line and the cell's assert
+NUMBA_WRONG = r"FAILED|AssertionError|CheckFailed"   # the simulator ran it: a FAILED check, the cell raising
 FENCE_SASS = r"SassMismatch.*(fence\.proxy\.async|FENCE\.VIEW\.ASYNC)|proxy fence"
 FENCE_PLACE = r"missing-proxy-fence|fence\.proxy\.async\S* in the wrong place"   # the hazard rule, or the SASS order
 
