@@ -131,10 +131,15 @@ workshop: $(STAMP)
 clean:
 	rm -rf $(VENV) wheelhouse build
 
-## make grade [LAB=00]  execute labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
+## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
+# PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is
+# not a make error unless STRICT=1; CI reads the status from `python -m feedbeast grade` itself.
 LAB ?= [0-9][0-9]
 grade: $(STAMP)
-	$(PYTHON) -m feedbeast grade labs/$(LAB)-*.ipynb
+	@$(PYTHON) -m feedbeast grade labs/$(LAB)-*.ipynb; status=$$?; \
+	if [ $$status -eq 2 ] && [ -z "$(STRICT)" ]; then \
+	  echo "make grade: PARTIAL is the best grade this machine can give (STRICT=1 makes it an error)"; exit 0; fi; \
+	exit $$status
 
 ## make book       the readable edition: chapters/ with their saved outputs as HTML in _book/
 book: $(STAMP)

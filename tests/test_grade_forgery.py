@@ -20,6 +20,7 @@ when no static rule saw it) and the signed channel (an unsigned line is counted,
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import sys
 from pathlib import Path
@@ -138,6 +139,10 @@ def graded(tmp_path_factory):
             paths = {n: (forged(tmp, n, bug) if n != "untouched" else SOLUTION) for n in todo}
             for n, rep in zip(todo, pool.map(lambda n: g.grade(paths[n], timeout=300), todo)):
                 _cache[(n, id(bug))] = rep
+                if os.environ.get("FEEDBEAST_GRADE_REPORTS"):    # the exact reports, for the guide
+                    out = Path(os.environ["FEEDBEAST_GRADE_REPORTS"])
+                    out.mkdir(parents=True, exist_ok=True)
+                    (out / f"05-{n}-{'gpu' if bug is GPU_BUG else 'cpu'}.txt").write_text(str(rep) + "\n")
         return {n: _cache[(n, id(bug))] for n in names}
     return get
 
