@@ -159,3 +159,38 @@ def test_a_kernel_compiled_without_extern_c_is_named_by_its_mangled_name():
     with pytest.raises(fb.FeedbeastError, match="no kernel named 'nope'.*it has: "):
         mod.histogram("nope")
     assert mod.expect_sass("STG", kernel="plain")["STG"] >= 1
+
+
+def test_a_run_of_identical_skip_lines_is_one_line_with_its_count():
+    """feedbeast.view.FoldingStream: consecutive identical lines holding 'skipped' become one line with (×N);
+    any other line, a repeated one included, passes as written; a fold ends at a different line or the cell's end."""
+    import io
+    from feedbeast.view import FoldingStream
+    inner = io.StringIO()
+    s = FoldingStream(inner)
+    skip = "skipped: launch k: needs sm_90a, this machine has none"
+    for _ in range(39):
+        s.write(skip + "\n")
+    s.write("...\n...\n")
+    s.write(skip[:10])
+    s.write(skip[10:] + "\nskipped: other\n")
+    s.write("tail without newline")
+    assert inner.getvalue() == f"{skip}  (×39)\n...\n...\n{skip}\n"       # the last two held until the end
+    s.end_cell()
+    assert inner.getvalue().endswith(f"{skip}\nskipped: other\ntail without newline")
+
+
+def test_skip_lines_keep_their_place_before_a_traceback_or_a_display():
+    """In a kernel: the folded line comes before the error or the display that follows it in the cell."""
+    nbformat = pytest.importorskip("nbformat")
+    cells = ["import feedbeast as fb",
+             "for i in range(5): print(fb.Skipped('needs sm_90a, this machine has none', 'launch k'))\n"
+             "raise ValueError('boom')",
+             "from IPython.display import display\n"
+             "for i in range(3): print(fb.Skipped('needs sm_90a, this machine has none', 'launch k'))\n"
+             "display('a display')\nprint('after')"]
+    nb = _run_all(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), ROOT / "labs")
+    kinds = [[(o.output_type, o.get("text", "")) for o in c.outputs] for c in nb.cells[1:]]
+    skip = "skipped: launch k: needs sm_90a, this machine has none"
+    assert kinds[0] == [("stream", f"{skip}  (×5)\n"), ("error", "")], kinds[0]
+    assert kinds[1] == [("stream", f"{skip}  (×3)\n"), ("display_data", ""), ("stream", "after\n")], kinds[1]

@@ -88,4 +88,18 @@ def install(ip=None) -> FoldingStream | None:
     stream = FoldingStream(sys.stdout)
     sys.stdout = stream
     ip.events.register("post_run_cell", stream.end_cell)
+    # A plot, a display or a traceback in the middle of a cell comes after the lines printed before it: write
+    # what the stream holds first (the kernel flushes sys.stdout there, but a flush must not end a fold).
+    for owner, name in ((ip, "showtraceback"), (ip, "showsyntaxerror"), (getattr(ip, "display_pub", None), "publish"),
+                        (getattr(ip, "display_pub", None), "clear_output")):
+        if owner is not None and callable(getattr(owner, name, None)):
+            setattr(owner, name, _after_release(stream, getattr(owner, name)))
     return stream
+
+
+def _after_release(stream: FoldingStream, fn):
+    def call(*args, **kwargs):
+        stream.end_cell()
+        return fn(*args, **kwargs)
+    call.__wrapped__ = fn
+    return call
