@@ -56,7 +56,8 @@ HANG_TIMEOUT = 120     # for bugs expected to deadlock: the check cell of a corr
 #   hazard: the hazard build of a launch broke a rule of the async proxy (HazardFound, the rule named)
 WRONG, SASS, HANG, FAULT, HAZARD = "wrong", "sass", "hang", "fault", "hazard"
 HAZARD_RULES = ("async-read-in-flight", "missing-proxy-fence", "unordered-access", "expect-tx-mismatch",
-                "arrival-count", "wait-parity", "barrier-uninitialized", "async-read-at-exit", "mbarrier-scope")
+                "arrival-count", "wait-parity", "barrier-uninitialized", "async-read-at-exit", "mbarrier-scope",
+                "missing-wgmma-fence")
 
 # lab -> (solution notebook, the name its correctness checks start with, the arch its launches need)
 LABS = {
@@ -276,6 +277,9 @@ BUGS = {
                                                "before the TMA store reads them\n",
                                                "  if (issuer) fb::fence_proxy_async();\n")],
                                              gpu={HAZARD}, rule="missing-proxy-fence"),
+        # No wgmma.fence before the warpgroup's wgmma (PTX ISA requires one before the first): ptxas patches it in
+        # (info C7519) and the results are right; the hazard checker names the broken contract.
+        "missing-wgmma-fence": Bug([("        fb::wgmma::fence();\n", "")], gpu={HAZARD}, rule="missing-wgmma-fence"),
     },
     "08": {},   # needs a Blackwell GPU: only the untouched solution is graded (partial elsewhere)
 }

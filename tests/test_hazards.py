@@ -62,7 +62,10 @@ class Trace:
     def write(self, t, at, n):
         return self._e(hz.GENERIC_WRITE, t, at, n)
 
-    def wgmma(self, t, at, n):
+    def wgmma(self, t, at, n, fence=True):
+        if fence and t not in self.__dict__.setdefault("fenced", set()):     # wgmma.fence before the first wgmma
+            self.fenced.add(t)
+            self._e(hz.WGMMA_FENCE, t)
         return self._e(hz.WGMMA_READ, t, at, n)
 
     def wgmma_commit(self, t):
@@ -619,6 +622,7 @@ def _cluster_ring(relaxed: bool, release_early: bool = False, laps=3, window=Fal
             e(hz.TMA_LOAD, r, 0, HALF_B + 8192 * r, 2, FULL, 0b11)     # map 2: half of B, to both CTAs
         for r in (0, 1):
             e(hz.MBAR_WAIT, r, WG, FULL, (lap & 1) | 1 << 8)
+            e(hz.WGMMA_FENCE, r, WG)
             e(hz.WGMMA_READ, r, WG, A, 16384)
             e(hz.WGMMA_READ, r, WG, HALF_B, 16384)
             e(hz.WGMMA_COMMIT, r, WG)
@@ -853,3 +857,16 @@ def test_a_trace_cut_where_a_wait_gave_up_is_checked_up_to_there():
     racy = ring(consumer=lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.arrive(t, EMPTY)))
     r = hz.check(hz.decode(hz.encode(racy.events)), threads_per_block=256, truncated=True)
     assert rules(r) == ["missing-proxy-fence"], str(r)
+
+
+# ---- rule: missing-wgmma-fence -------------------------------------------------------------------------
+
+def test_a_warpgroups_first_wgmma_without_wgmma_fence_is_found():
+    """PTX ISA, wgmma.fence: required before the first wgmma.mma_async of a warpgroup."""
+    def one(fence):
+        tr = Trace()
+        tr.wgmma(WG, STAGE, BYTES, fence=fence).wgmma_commit(WG).wgmma_wait(WG, 0)
+        return tr.check()
+    assert one(True).ok
+    r = one(False)
+    assert rules(r) == ["missing-wgmma-fence"] and r.violations[0].second.name == "wgmma.read", str(r)

@@ -89,6 +89,8 @@ RULES = {
     "async-read-at-exit": "the block ended while a bulk/TMA store still read its shared memory: no "
                           "cp.async.bulk.wait_group.read (or wait_group) by the issuing thread retired it (PTX ISA: "
                           "cp.async.bulk.wait_group; the source must stay valid until the read is complete)",
+    "missing-wgmma-fence": "a warpgroup's first wgmma.mma_async with no wgmma.fence before it (PTX ISA: wgmma.fence: "
+                           "required before the first wgmma.mma_async of a warpgroup)",
     "mbarrier-scope": "a wait at .cta scope acquired a phase that a thread of another CTA released: the release and "
                       "the acquire are not morally strong, so nothing is ordered (PTX ISA: Memory Consistency Model, "
                       "Scope and Morally strong operations; mbarrier.try_wait .cluster)",
@@ -297,6 +299,7 @@ class _Cluster:
         self.unknown_maps = set()   # tensor-map ids that match no tensor-map argument of the launch
         self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
         self.async_pages = set()    # (rank, 1 KB page) that bulk/TMA copies write
+        self.wg_fenced = set()      # warpgroups (rank, index) that executed a wgmma.fence
 
     # ---- clocks
     def _grow(self, need):
@@ -593,7 +596,13 @@ class _Cluster:
             self._maybe_complete(b, ev)
         elif k == MBAR_WAIT:
             self.wait(t, rank, ev)
+        elif k == WGMMA_FENCE:
+            self.wg_fenced.add(wg)
         elif k == WGMMA_READ and ev.thread % 128 == 0:     # warpgroup-wide: its first thread speaks for it
+            if wg not in self.wg_fenced:
+                self.wg_fenced.add(wg)      # said once per warpgroup
+                self.violate(Violation("missing-wgmma-fence", "this warpgroup's first wgmma.mma_async has no "
+                                       "wgmma.fence before it (fb::wgmma::fence())", ev, None))
             a = self.access(t, ev, rank, ev.a, ev.b, False, False, ("any", {}), "wgmma operand read")
             self.groups[("wgmma", wg)][-1].append(a)
         elif k == WGMMA_COMMIT and ev.thread % 128 == 0:
