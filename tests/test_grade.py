@@ -316,6 +316,13 @@ def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_pat
     rows = {r["username"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
     assert {n: (r["lab 05"], r["lab 05 status"]) for n, r in rows.items()} == \
         {"ada": ("100.0", "ok"), "bob": ("50.0", "failed"), "cyd": ("0", "missing")}, rows
+    assert rows["bob"]["first failing check"].startswith("lab 05: check cell 1") and \
+        "x is 7, expected 42" in rows["bob"]["first failing check"] and rows["ada"]["first failing check"] == "", rows
     docs = {d["learner"]: d for d in json.loads((tmp_path / "g.json").read_text())}
     assert "x is 7, expected 42" in json.dumps(docs["bob"]) and docs["cyd"]["refused"], docs["cyd"]
     assert code == 1     # cyd could not be graded
+    # the live view: one round grades both, with the same verdicts
+    assert roster.main(["--homes", str(homes), "--solutions", str(sols), "--only", "ada", "bob", "--jobs", "2",
+                        "--csv", str(tmp_path / "w.csv"), "--watch", "1", "--rounds", "1"]) == 0
+    watched = {r["username"]: r for r in csv.DictReader((tmp_path / "w.csv").open())}
+    assert {n: r["lab 05 status"] for n, r in watched.items()} == {"ada": "ok", "bob": "failed"}, watched

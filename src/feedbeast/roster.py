@@ -16,7 +16,16 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
 
 CSV: one row per learner; for each lab a score (100 x checks passed / checks recorded: a skipped check
 earns nothing) and a status (ok, partial, failed, missing). Columns: username, "lab NN", "lab NN status",
-..., "labs ok". Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise.
+..., "labs ok", "first failing check" (the first lab, in order, with a failed check: "lab 04: name: why").
+Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise.
+
+Live view during a workshop (who is stuck, and on what):
+
+    sudo python -m feedbeast roster --homes /home --csv grades.csv --watch 30 --jobs 4
+
+regrades only the notebooks whose content changed since the last round (their modification time and size
+first, then their sha256), prints one line per learner (each lab's status, the first failing check), rewrites
+the CSV, and starts the next round `--watch` seconds after the last one began. Ctrl-C stops it.
 """
 from __future__ import annotations
 
@@ -134,7 +143,8 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
         labs = sorted({lab["lab"] for d in docs for lab in d.get("labs", [])})
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")] + ["labs ok"])
+        w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")]
+                   + ["labs ok", "first failing check"])
         for d in docs:
             by_lab = {lab["lab"]: lab for lab in d.get("labs", [])}
             row, ok = [d["learner"]], 0
@@ -145,8 +155,102 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                     continue
                 row += [score(lab), lab["status"]]
                 ok += lab["status"] == "ok"
-            w.writerow(row + [ok])
+            w.writerow(row + [ok, first_failing(d, labs)])
     return labs
+
+
+def first_failing(doc: dict, labs=None) -> str:
+    """The first lab (in order) with a failed check, as 'lab 04: check name: first line of why' ('' if none)."""
+    for lab in sorted(doc.get("labs", []), key=lambda x: x["lab"]):
+        if labs is not None and lab["lab"] not in labs:
+            continue
+        for c in lab.get("checks", []):
+            if c["status"] == "failed":
+                why = (c.get("message") or "").strip().splitlines()
+                return f"lab {lab['lab']}: {c['name']}" + (f": {why[0][:160]}" if why else "")
+    return doc.get("error", "")[:160] if not doc.get("labs") else ""
+
+
+# ---- the live view ----------------------------------------------------------------------------------------
+
+def _fingerprint(path: Path, last: tuple | None) -> tuple:
+    """(mtime_ns, size, sha256) of a lab notebook; the hash is computed again only when time or size moved."""
+    st = os.stat(path, follow_symlinks=False)
+    if last is not None and last[:2] == (st.st_mtime_ns, st.st_size):
+        return last
+    import hashlib
+    return st.st_mtime_ns, st.st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wanted=None) -> list[str]:
+    """One round of the live view: grade what changed, keep the rest. `state` carries over between rounds:
+    {learner: {"seen": {file: fingerprint}, "labs": {lab: lab dict}, "doc": last document}}. Returns the
+    "learner lab" pairs graded this round."""
+    todo = {}
+    for name, labs in found.items():
+        st = state.setdefault(name, {"seen": {}, "labs": {}, "doc": {"learner": name, "labs": []}})
+        changed = []
+        for entry in sorted(os.scandir(labs), key=lambda e: e.name):
+            if not entry.name.endswith(".ipynb") or (wanted and entry.name[:2] not in wanted):
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            fp = _fingerprint(Path(entry.path), st["seen"].get(entry.name))
+            if st["seen"].get(entry.name, (None, None, None))[2] != fp[2]:
+                changed.append(entry.name[:2])
+            st["seen"][entry.name] = fp
+        if changed:
+            todo[name] = sorted(set(changed))
+
+    def one(item):
+        name, labs_wanted = item
+        return name, grade_fn(name, found[name], labs_wanted)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for name, doc in pool.map(one, todo.items()):
+            st = state[name]
+            for lab in doc.get("labs", []):
+                st["labs"][lab["lab"]] = lab
+            st["doc"] = {**doc, "labs": [st["labs"][k] for k in sorted(st["labs"])]}
+    return [f"{n} {lab}" for n, labs in todo.items() for lab in labs]
+
+
+def watch_lines(state: dict) -> list[str]:
+    """One line per learner: each lab's status, then the first failing check."""
+    out = []
+    for name in sorted(state):
+        doc = state[name]["doc"]
+        labs = " ".join(f"{lab['lab']}:{lab['status']}" for lab in doc.get("labs", []))
+        stuck = first_failing(doc)
+        out.append(f"{name:<16} {labs or '-':<40} {stuck}")
+    return out
+
+
+def watch(args, found) -> int:
+    state: dict = {}
+    rounds = 0
+
+    def grade_fn(name, labs, wanted):
+        return grade_learner(name, labs, wanted, args.timeout, solutions=args.solutions, as_owner=not args.as_me,
+                             hazards=args.hazards)
+    try:
+        while True:
+            t0 = time.time()
+            found = learners(Path(args.homes), args.subdir) if not args.only else found
+            graded = watch_round(found, state, grade_fn, args.jobs, args.labs)
+            docs = [state[n]["doc"] for n in sorted(state)]
+            write_csv(docs, args.csv, sorted(args.labs) if args.labs else None)
+            if sys.stdout.isatty():
+                print("\x1b[2J\x1b[H", end="")
+            print(f"roster {time.strftime('%H:%M:%S')}: {len(state)} learners, {len(graded)} notebook(s) graded "
+                  f"this round in {time.time() - t0:.0f} s; next round in {args.watch} s")
+            print("\n".join(watch_lines(state)), flush=True)
+            rounds += 1
+            if args.rounds and rounds >= args.rounds:
+                return 0
+            time.sleep(max(0.0, args.watch - (time.time() - t0)))
+    except KeyboardInterrupt:
+        return 0
 
 
 def main(argv=None) -> int:
@@ -166,6 +270,9 @@ def main(argv=None) -> int:
                     help="learners graded at once (each in its own process; GPU memory adds up)")
     ap.add_argument("--as-me", action="store_true",
                     help="run as root, still grade as root instead of as each learner (not recommended)")
+    ap.add_argument("--watch", type=float, default=0, metavar="SECONDS",
+                    help="live view: every SECONDS, regrade the notebooks that changed and print who is stuck")
+    ap.add_argument("--rounds", type=int, default=0, help="with --watch: stop after this many rounds")
     args = ap.parse_args(argv)
     found = learners(Path(args.homes), args.subdir)
     if args.only:
@@ -176,6 +283,9 @@ def main(argv=None) -> int:
     if os.geteuid() != 0 or args.as_me:
         print("roster: note: grading runs as this user, so learners' code runs with its rights; run as root "
               "to grade each learner as themselves", file=sys.stderr)
+    if args.watch:
+        return watch(args, found)
+
     def one(item):
         return grade_learner(item[0], item[1], args.labs, args.timeout, solutions=args.solutions,
                              as_owner=not args.as_me, hazards=args.hazards)

@@ -1,0 +1,76 @@
+"""The roster's live view regrades only what changed, fast enough for a room of 30, and names who is stuck.
+
+The grading itself is replaced by a recorder here (test_grade.py grades real learners through the roster):
+what is tested is which notebooks a round regrades (a touched file whose content is the same is not
+regraded), that a round over 30 learners with a few changes ends well within a minute, and what the view
+and the CSV say about each learner.
+"""
+import csv
+import os
+import time
+from pathlib import Path
+
+from feedbeast import roster
+from feedbeast.notebook import code, markdown, new
+
+
+def _homes(tmp: Path, n: int) -> dict:
+    found = {}
+    for i in range(n):
+        labs = tmp / f"learner{i:02d}" / "feedbeast" / "labs"
+        labs.mkdir(parents=True)
+        for lab in ("03", "04"):
+            new([markdown("## Check"), code(f"x = {i}")], to=labs / f"{lab}-lab.ipynb")
+        found[f"learner{i:02d}"] = labs
+    return found
+
+
+class Recorder:
+    """Stands in for grade_learner: lab 04 fails for odd learners, the rest passes."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, name, labs, wanted):
+        self.calls.append((name, tuple(wanted)))
+        odd = int(name[-2:]) % 2
+        return {"learner": name, "exit": 1 if odd else 0, "labs": [
+            {"lab": lab, "status": "failed" if (lab == "04" and odd) else "ok",
+             "checks": [{"status": "failed", "name": "model (check_ring)", "message": "does not hold:\ntrace"}]
+             if (lab == "04" and odd) else [{"status": "passed", "name": "x", "message": ""}]}
+            for lab in wanted]}
+
+
+def test_a_round_regrades_only_changed_notebooks_and_names_who_is_stuck(tmp_path):
+    found = _homes(tmp_path, 30)
+    state, rec = {}, Recorder()
+    assert len(roster.watch_round(found, state, rec, jobs=4)) == 60
+    rec.calls.clear()
+    assert roster.watch_round(found, state, rec, jobs=4) == [] and rec.calls == []
+    same = found["learner00"] / "03-lab.ipynb"              # saved again, same content: not regraded
+    os.utime(same, ns=(time.time_ns(), time.time_ns() + 10**9))
+    for who in ("learner07", "learner12"):                   # edited: regraded, that lab only
+        new([markdown("## Check"), code("x = 'edited'")], to=found[who] / "04-lab.ipynb")
+    t0 = time.time()
+    graded = roster.watch_round(found, state, rec, jobs=4)
+    assert sorted(graded) == ["learner07 04", "learner12 04"] and sorted(rec.calls) == [
+        ("learner07", ("04",)), ("learner12", ("04",))], (graded, rec.calls)
+    assert time.time() - t0 < 60
+    lines = {ln.split()[0]: ln for ln in roster.watch_lines(state)}
+    assert len(lines) == 30
+    assert "03:ok 04:failed" in lines["learner07"] and "lab 04: model (check_ring): does not hold" in lines["learner07"]
+    assert "lab 04" not in lines["learner12"] and "04:ok" in lines["learner12"]
+    roster.write_csv([state[n]["doc"] for n in sorted(state)], tmp_path / "g.csv")
+    rows = {r["username"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
+    assert rows["learner07"]["first failing check"] == "lab 04: model (check_ring): does not hold:"
+    assert rows["learner12"]["first failing check"] == "" and rows["learner12"]["labs ok"] == "2"
+
+
+def test_a_learner_who_adds_a_lab_is_graded_for_that_lab_only(tmp_path):
+    found = _homes(tmp_path, 2)
+    state, rec = {}, Recorder()
+    roster.watch_round(found, state, rec)
+    rec.calls.clear()
+    new([markdown("## Check"), code("x = 5")], to=found["learner01"] / "05-lab.ipynb")
+    assert roster.watch_round(found, state, rec) == ["learner01 05"]
+    assert [lab["lab"] for lab in state["learner01"]["doc"]["labs"]] == ["03", "04", "05"]
