@@ -194,3 +194,18 @@ def test_skip_lines_keep_their_place_before_a_traceback_or_a_display():
     skip = "skipped: launch k: needs sm_90a, this machine has none"
     assert kinds[0] == [("stream", f"{skip}  (×5)\n"), ("error", "")], kinds[0]
     assert kinds[1] == [("stream", f"{skip}  (×3)\n"), ("display_data", ""), ("stream", "after\n")], kinds[1]
+
+
+def test_cuda_name_must_not_replace_a_module_of_the_notebook():
+    import numpy as np
+    import feedbeast as fb
+    from feedbeast.magic import cuda_cell
+    ns = {"fb": fb, "np": np}
+    with pytest.raises(fb.CompileError, match=r"--name fb: fb is the module feedbeast in this notebook.*--name fb_mod"):
+        cuda_cell("--name fb", 'extern "C" __global__ void k() {}', ns)
+    assert ns["fb"] is fb
+    with pytest.raises(fb.CompileError, match=r"--name my-mod: the name becomes a Python variable.*--name my_mod"):
+        cuda_cell("--name my-mod", 'extern "C" __global__ void k() {}', ns)
+    cuda_cell("--name again --quiet", 'extern "C" __global__ void k() {}', ns)
+    cuda_cell("--name again --quiet", 'extern "C" __global__ void k() {}', ns)      # a cell run twice
+    assert ns["again"].kernel_names == ["k"] and ns["fb"] is fb

@@ -16,6 +16,7 @@ import argparse
 import keyword
 import re
 import shlex
+import types
 
 from .compile import compile
 from .errors import TODO_MARK, CompileError
@@ -96,6 +97,9 @@ def cuda_cell(line: str, cell: str, namespace: dict):
     if args.help:
         print(_parser().format_help().rstrip())
         return None
+    if isinstance(namespace.get(args.name), types.ModuleType):   # `--name fb` would replace `import feedbeast as fb`
+        raise CompileError(f"%%cuda --name {args.name}: {args.name} is the module {namespace[args.name].__name__} in "
+                           f"this notebook; pick another name (e.g. --name {args.name}_mod)")
     defines = defines_of(args, namespace)
     try:
         mod = compile(cell, args.arch, defines=defines, debug=args.debug, name=f"{args.name}.cu",
