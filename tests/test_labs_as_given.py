@@ -209,3 +209,17 @@ def test_cuda_name_must_not_replace_a_module_of_the_notebook():
     cuda_cell("--name again --quiet", 'extern "C" __global__ void k() {}', ns)
     cuda_cell("--name again --quiet", 'extern "C" __global__ void k() {}', ns)      # a cell run twice
     assert ns["again"].kernel_names == ["k"] and ns["fb"] is fb
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "chapters").glob("[0-9][0-9]-*.ipynb")), ids=lambda p: p.name)
+def test_a_chapter_is_saved_with_the_outputs_of_a_gpu_run(path):
+    """A chapter's saved outputs are the evidence a run without the GPU points back to (chapter 00: git checkout
+    brings them back): a chapter saved after such a run, its measurements replaced by skips, is refused."""
+    nb = notebook.read(path)
+    texts = ["".join(o.get("text", "") or "".join(o.get("data", {}).get("text/plain", "")) for o in c.get("outputs", []))
+             for c in nb.cells if c.cell_type == "code"]
+    if not any(texts):
+        pytest.skip(f"{path.name} is saved without outputs")
+    cpu = [t.strip().splitlines()[0] for t in texts if "this machine has none" in t or t.startswith("no GPU:")]
+    assert not cpu, f"{path.name} was saved from a run without a GPU ({cpu[0][:120]}): git checkout {path.name}"
+    assert any(re.search(r"NVIDIA [A-Z]\d+", t) for t in texts), f"{path.name}: no output names the GPU it ran on"
