@@ -870,3 +870,29 @@ def test_a_warpgroups_first_wgmma_without_wgmma_fence_is_found():
     assert one(True).ok
     r = one(False)
     assert rules(r) == ["missing-wgmma-fence"] and r.violations[0].second.name == "wgmma.read", str(r)
+
+
+# ---- rule: bulk-store-in-flight ------------------------------------------------------------------------
+
+def test_a_tma_load_of_what_a_tma_store_has_not_finished_writing_is_found():
+    """A block stores a tile with TMA and loads it back (two maps over one array): between them the store's
+    thread must wait with cp.async.bulk.wait_group, not only .read (PTX ISA, cp.async.bulk.wait_group)."""
+    geometry = {7: (0x7000_0000, 256, 4, 8, 16), 8: (0x7000_0000, 256, 4, 8, 16)}   # 8 x 16 floats, rows of 256 B
+
+    def round_trip(wait, col=0):
+        tr = Trace().init(0, FULL, 1)
+        tr.write(0, STAGE, 512).fence(0)
+        tr._e(hz.TMA_COORDS, 0, 0, 0).store(0, STAGE, 7).bulk_commit(0)
+        if wait == "read":
+            tr.bulk_wait_read(0, 0)
+        elif wait == "all":
+            tr._e(hz.BULK_WAIT, 0, 0, 0)
+        tr.arrive(0, FULL, 512)._e(hz.TMA_COORDS, 0, col, 0)._e(hz.TMA_LOAD, 0, STAGE + 1024, 8, FULL, 0)
+        tr.wait(0, FULL, 0)
+        return hz.check(hz.decode(hz.encode(tr.events)), threads_per_block=32, maps={7: 512, 8: 512},
+                        geometry=geometry)
+    assert round_trip("all").ok, str(round_trip("all"))
+    assert round_trip("read", col=16).ok            # another box of the array: nothing to wait for
+    for wait in ("read", None):
+        r = round_trip(wait)
+        assert "bulk-store-in-flight" in rules(r), str(r)

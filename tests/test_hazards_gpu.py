@@ -311,3 +311,53 @@ if __name__ == "__main__":
         print("\n".join(n for n, c in CASES.items() if c.rule))
     else:
         table()
+
+
+ROUND_TRIP = r"""
+#include <fb/mbarrier.cuh>
+#include <fb/tma.cuh>
+#ifndef FULL_WAIT
+#define FULL_WAIT 1
+#endif
+// Each block writes a 32 x 32 tile of y with a TMA store and reads the same box back with a TMA load.
+extern "C" __global__ void round_trip(const __grid_constant__ fb::TensorMap out_map,
+                                      const __grid_constant__ fb::TensorMap in_map, float* z) {
+  __shared__ alignas(128) float tile[32 * 32];
+  __shared__ alignas(128) float back[32 * 32];
+  __shared__ alignas(8) cuda::std::uint64_t bar;
+  const int col0 = blockIdx.x * 32;
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) tile[i] = float(col0 * 1000 + i);
+  fb::fence_proxy_async();
+  if (threadIdx.x == 0) {
+    fb::mbar::init(&bar, 1);
+    fb::mbar::fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fb::tma::store_2d(out_map, col0, 0, tile);
+    fb::tma::commit_group();
+#if FULL_WAIT
+    fb::tma::wait_group<0>();        // the writes are complete
+#else
+    fb::tma::wait_group_read<0>();   // only the reads of the tile
+#endif
+    fb::mbar::arrive_expect_tx(&bar, sizeof(back));
+    fb::tma::load_2d(back, in_map, col0, 0, &bar);
+  }
+  fb::mbar::wait(&bar, 0, "back");
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x) z[blockIdx.x * 1024 + i] = back[i];
+}
+"""
+
+
+@pytest.mark.parametrize("full_wait", [1, 0])
+def test_a_tma_load_of_a_tma_stores_box_needs_the_full_wait_group(full_wait, gpu90):
+    mod = fb.compile(ROUND_TRIP, "sm_90a", defines={"FULL_WAIT": full_wait}, name="round_trip.cu")
+    y = fb.empty((32, 96), np.float32)           # three boxes across: the last block's box is the ragged end
+    maps = fb.tensor_map(y, (32, 32)), fb.tensor_map(y, (32, 32))
+    z = fb.empty(3 * 1024, np.float32)
+    report = hz.run(mod.round_trip, 3, 128, *maps, z)
+    if full_wait:
+        assert report.ok and not report.unchecked and report.blocks_traced == 3, str(report)
+    else:
+        assert "bulk-store-in-flight" in report.by_rule(), str(report)

@@ -68,10 +68,10 @@ KINDS = (None, "cp.async", "cp.async.commit_group", "cp.async.wait_group", "cp.a
          "tma.store", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read", "cp.async.bulk.wait_group",
          "mbarrier.init", "mbarrier.arrive", "mbarrier.expect_tx", "mbarrier.wait", "wgmma.fence", "wgmma.read",
          "wgmma.commit_group", "wgmma.wait_group", "fence.proxy.async", "bar.sync", "__syncwarp",
-         "barrier.cluster", "generic.read", "generic.write", "tcgen05.commit", "tcgen05.mma", "tma.map")
+         "barrier.cluster", "generic.read", "generic.write", "tcgen05.commit", "tcgen05.mma", "tma.map", "tma.coords")
 (CP_ASYNC, CP_COMMIT, CP_WAIT, BULK_LOAD, TMA_LOAD, TMA_STORE, BULK_COMMIT, BULK_WAIT_READ, BULK_WAIT,
  MBAR_INIT, MBAR_ARRIVE, MBAR_EXPECT_TX, MBAR_WAIT, WGMMA_FENCE, WGMMA_READ, WGMMA_COMMIT, WGMMA_WAIT,
- FENCE_PROXY_ASYNC, BAR_SYNC, SYNCWARP, CLUSTER_SYNC, GENERIC_READ, GENERIC_WRITE, TC_COMMIT, TC_MMA, TMA_MAP) = range(1, 27)
+ FENCE_PROXY_ASYNC, BAR_SYNC, SYNCWARP, CLUSTER_SYNC, GENERIC_READ, GENERIC_WRITE, TC_COMMIT, TC_MMA, TMA_MAP, TMA_COORDS) = range(1, 28)
 
 RULES = {
     "async-read-in-flight": "shared memory was written while an asynchronous read of it had not completed "
@@ -91,6 +91,9 @@ RULES = {
                           "cp.async.bulk.wait_group; the source must stay valid until the read is complete)",
     "missing-wgmma-fence": "a warpgroup's first wgmma.mma_async with no wgmma.fence before it (PTX ISA: wgmma.fence: "
                            "required before the first wgmma.mma_async of a warpgroup)",
+    "bulk-store-in-flight": "a TMA load read global memory that a TMA store had not finished writing: only "
+                            "cp.async.bulk.wait_group without .read completes the writes (PTX ISA: "
+                            "cp.async.bulk.wait_group)",
     "mbarrier-scope": "a wait at .cta scope acquired a phase that a thread of another CTA released: the release and "
                       "the acquire are not morally strong, so nothing is ordered (PTX ISA: Memory Consistency Model, "
                       "Scope and Morally strong operations; mbarrier.try_wait .cluster)",
@@ -274,8 +277,11 @@ def _pad(v, n):
 class _Cluster:
     """The replay of one cluster (or one block when there are no clusters)."""
 
-    def __init__(self, threads_per_block, blocks, maps, report_violation):
+    def __init__(self, threads_per_block, blocks, maps, report_violation, geometry=None):
         self.tpb, self.blocks = threads_per_block, list(blocks)      # global block ids, by rank
+        self.geometry = geometry or {}   # map id -> (array pointer, row stride B, element B, box rows, box cols)
+        self.coords = {}                 # thread -> the coordinates of its next TMA op
+        self.global_writes = []          # TMA stores' writes of global memory: (event, thread, geometry, rect, done)
         self.T = self.tpb * len(self.blocks)
         self.maps = maps
         self.violate = report_violation
@@ -524,6 +530,30 @@ class _Cluster:
             if self.pending_sync.get(m) == inst_key:
                 del self.pending_sync[m]
 
+    def box_rect(self, t, ev):
+        """(the global array the map views, [row0, row1) x [col0, col1) in elements) of a TMA op, or None."""
+        geo, xy = self.geometry.get(ev.b), self.coords.pop(t, None)
+        if geo is None or xy is None:
+            return None
+        ptr, stride, esize, rows, cols = geo
+        return (ptr, stride, esize), (xy[1], xy[1] + rows, xy[0], xy[0] + cols)
+
+    def check_global_read(self, t, ev):
+        """A TMA load of global memory that a TMA store wrote: the store's writes must be complete (its issuer's
+        cp.async.bulk.wait_group, without .read) and that completion ordered before this load."""
+        box = self.box_rect(t, ev)
+        if box is None:
+            return
+        (arr, (r0, r1, c0, c1)) = box
+        for w in self.global_writes:
+            wr0, wr1, wc0, wc1 = w[3]
+            if w[2] != arr or r1 <= wr0 or wr1 <= r0 or c1 <= wc0 or wc1 <= c0:
+                continue
+            if w[4] is None or self.vc[t][w[1]] < w[4]:
+                self.violate(Violation("bulk-store-in-flight", "this TMA load reads global memory that a TMA store "
+                                       "wrote, and no cp.async.bulk.wait_group (without .read) of the store's thread, "
+                                       "ordered before this load, completed it", ev, w[0]))
+
     def map_bytes(self, ev):
         """Box bytes of the tensor map an event names (its id: a hash of the map's 128 bytes)."""
         size = self.maps.get(ev.b)
@@ -560,20 +590,37 @@ class _Cluster:
         elif k == CP_WAIT:
             self._retire(self.groups[("cp", t)], None if ev.b == ALL else ev.b, ev.b == ALL, t)
         elif k in (BULK_LOAD, TMA_LOAD):
+            if k == TMA_LOAD and self.global_writes:
+                self.check_global_read(t, ev)
             size = ev.b if k == BULK_LOAD else self.map_bytes(ev)
             targets = [rank] if k == BULK_LOAD or not ev.d else [r for r in range(16) if ev.d >> r & 1]
             for r in targets:
                 if r < len(self.blocks):
                     b = self.barrier(r, ev.c, ev)
                     self.land(b, size, self.access(t, ev, r, ev.a, size, True, False), ev, t)
+        elif k == TMA_COORDS:
+            self.coords[t] = (ev.a - (1 << 32) if ev.a >= 1 << 31 else ev.a, ev.b - (1 << 32) if ev.b >= 1 << 31 else ev.b)
         elif k == TMA_STORE:
+            box = self.box_rect(t, ev)
+            if box is not None:
+                w = [ev, t, box[0], box[1], None]
+                self.global_writes.append(w)
+                self.groups[("bulk-global", t)][-1].append(w)
             size = self.map_bytes(ev)
             self.groups[("bulk", t)][-1].append(self.access(t, ev, rank, ev.a, size, False, False,
                                                             what="TMA store's read"))
         elif k == BULK_COMMIT:
             self.groups[("bulk", t)].append([])
+            self.groups[("bulk-global", t)].append([])
         elif k in (BULK_WAIT_READ, BULK_WAIT):
             self._retire(self.groups[("bulk", t)], ev.b, False, t)
+            if k == BULK_WAIT:      # the writes too (.read waits only for the reads of the source)
+                groups = self.groups[("bulk-global", t)]
+                n = max(0, len(groups) - 1 - ev.b)
+                for grp in groups[:n]:
+                    for w in grp:
+                        w[4] = int(self.vc[t][t])
+                groups[:] = groups[n:]
         elif k == MBAR_INIT:
             self.init_barrier(rank, ev.a, max(1, ev.b), ev)
         elif k == MBAR_ARRIVE:
@@ -701,7 +748,7 @@ class _Cluster:
                                        b.last_copy, b.name, b.phase))
 
 
-def _replay(items, order, threads_per_block, blocks, maps, truncated=False):
+def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geometry=None):
     """Replay one cluster's events [(position, event, rank)]. Returns ([(order key, violation)], untraced): the key
     puts the violations of all clusters back in the order one interleaved replay would have found them."""
     found, seen, now = [], set(), [None]
@@ -712,7 +759,7 @@ def _replay(items, order, threads_per_block, blocks, maps, truncated=False):
             return
         seen.add(key)
         found.append((now[0] + (len(found),), v))
-    cl = _Cluster(threads_per_block, blocks, maps, violate)
+    cl = _Cluster(threads_per_block, blocks, maps, violate, geometry)
     for pos, ev, rank in items:
         now[0] = (0, pos)
         cl.step(ev, rank)
@@ -751,7 +798,7 @@ def _replay_parallel(jobs):
 
 def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
           kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
-          dropped: int = 0, parallel: bool | None = None, truncated: bool = False) -> Report:
+          dropped: int = 0, parallel: bool | None = None, truncated: bool = False, geometry: dict | None = None) -> Report:
     """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes.
 
     Clusters (or blocks) share no barrier and no shared memory, so each is replayed on its own; parallel: in
@@ -778,7 +825,8 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
         for r in range(csize):
             rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
             blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
-        jobs.append((items, order, threads_per_block, blocks, maps or {}, truncated))
+        jobs.append((items, order, threads_per_block, blocks, maps or {}, truncated,
+                     {int(k): tuple(v) for k, v in (geometry or {}).items()}))
     if parallel is None:
         parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
     results = _replay_parallel(jobs) if parallel else None
@@ -893,6 +941,18 @@ def _map_readings(args, params=None, recorded=(), hashes=None) -> list:
         if fits:
             readings = [{**r, **dict(f)} for r in readings for f in sorted(fits)]
     return readings
+
+
+def _map_geometry(args, hashes) -> dict:
+    """{map address: (array pointer, row stride B, element B, box rows, box cols)} of the 2-D maps the trace names by
+    the bytes found at their addresses: where a TMA box lies in global memory."""
+    from .tensormap import TensorMap
+    by_hash = {}
+    for a in args:
+        if isinstance(a, TensorMap) and a.raw and len(a.box) == 2 and getattr(a.array, "ptr", None) is not None:
+            by_hash[map_id(a.raw)] = (int(a.array.ptr), int(a.strides_bytes[0]), int(a.dtype.itemsize),
+                                      int(a.box[0]), int(a.box[1]))
+    return {addr: by_hash[h] for addr, h in (hashes or {}).items() if h in by_hash}
 
 
 def _check_readings(events, readings, **meta) -> Report:
@@ -1075,10 +1135,12 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
         _check(driver.cuMemcpyDtoH(words.ctypes.data, buf.ptr, words.nbytes))
     t2 = time.perf_counter()
     events = decode(words)
+    hashes = {e.a: e.b for e in events if e.kind == TMA_MAP}
     readings = _map_readings(args, getattr(k, "params", None), {e.b for e in events if e.kind in (TMA_LOAD, TMA_STORE)},
-                             {e.a: e.b for e in events if e.kind == TMA_MAP})
+                             hashes)
     meta = dict(threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, kernel=kernel.name,
-                source=mod.source, module_name=mod.name, dropped=max(0, count - capacity), truncated=bool(gave_up))
+                source=mod.source, module_name=mod.name, dropped=max(0, count - capacity), truncated=bool(gave_up),
+                geometry={str(a): list(g) for a, g in _map_geometry(args, hashes).items()})
     report = _check_readings(events, readings, **meta)
     meta["maps"] = readings[0]
     report.seconds = {"build": t1 - t0, "run": t2 - t1, "check": time.perf_counter() - t2}

@@ -44,6 +44,7 @@ enum Kind : unsigned {
   kTcgen05Commit,       // a = mbarrier                                               (tcgen05.commit: one arrive)
   kTcgen05Mma,          // a = smem start, b = bytes (one operand of one tcgen05.mma; its issuing thread)
   kTmaMap,              // a = the map's address (low 32 bits), b = a hash of its 128 bytes (before each TMA op)
+  kTmaCoords,           // a = c0, b = c1: the box's coordinates (before each 2-D TMA load or store)
 };
 }  // namespace hazard
 }  // namespace fb
