@@ -26,23 +26,32 @@ wgmma.wait_group that retires its group ("wgmma.wait_group"), the source reads o
 cp.async.bulk.wait_group.read ("cp.async.bulk.wait_group"), a cp.async at its cp.async.wait_group. The rules:
 
   async-read-in-flight  a write to shared memory (a refill, a staging write) while an async read of it (wgmma
-                        operand, TMA store source) has not completed before it
+                        operand, tcgen05.mma operand, TMA store source) has not completed before it
+  async-read-at-exit    the block ends while a TMA store it issued may still read its shared memory
   missing-proxy-fence   a generic access, then an async-proxy access of the same bytes, ordered, but with no
-                        fence.proxy.async on the ordering path (e.g. the fence after the release arrive)
+                        fence.proxy.async executed by the accessing thread on the ordering path (e.g. the fence
+                        after the release arrive, or a fence in another thread than the one that wrote)
   unordered-access      two accesses of the same bytes, one a write, that nothing orders (a read before the
                         copy that fills it landed, a refill before the readers released the stage)
   expect-tx-mismatch    the bytes announced with expect_tx in a phase differ from the bytes that complete on it
-  arrival-count         a phase that got fewer arrivals than the barrier's count (at the end of the kernel)
+  arrival-count         a thread arrives on a phase after the previous one completed without it: the count is
+                        lower than the threads that arrive per round (an incomplete phase at exit is allowed)
   wait-parity           a wait that returned for a phase its thread had already seen (parity aliasing: the
                         waiter is two phases ahead of the barrier), or for a parity no phase had completed
+  mbarrier-scope        a .cta wait acquired a phase released by a thread of another CTA (not morally strong)
+  missing-wgmma-fence   a warpgroup's first wgmma.mma_async with no wgmma.fence before it
+  bulk-store-in-flight  a TMA load of a box a TMA store wrote, before cp.async.bulk.wait_group (not .read)
 
-A barrier used but never initialised through fb::mbar::init (a cuda::barrier, raw PTX, or a forgotten init)
-makes the trace uncheckable: the report says so (Report.unchecked) instead of guessing.
+Not checkable (Report.unchecked, never a pass): a barrier used but never initialised through fb::mbar::init, a
+tensor map that is no argument of the launch, and a kernel whose own source uses synchronisation the trace cannot
+see (cuda::barrier, cuda::pipeline, cooperative groups, bar.arrive, bar.red, cuda::ptx or raw-PTX barriers and
+copies: see unmodeled()). A wait that times out in a hazard build gives up without trapping: the trace up to the
+hang is checked.
 
 A thread that waits on a phase on which copies landed and then, before its next arrive or barrier, issues no
 async operation and marks no access, is taken to read what landed with ordinary loads (the consumer of a
-ring); fb::hazard::generic_read makes that explicit. Only the first blocks are traced (2 clusters' worth by
-default): blocks interact only within a cluster.
+ring); fb::hazard::generic_read makes that explicit. Blocks interact only within a cluster: two clusters (or
+blocks) record at the start of the grid, at the end of its first row and at its end (traced_ranges).
 """
 from __future__ import annotations
 
