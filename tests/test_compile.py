@@ -239,3 +239,35 @@ def test_debug_waits_are_longer_under_a_sanitizer(monkeypatch):
     monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
     slow = fb.compile(src, "sm_90a", debug=True, defines={"FB_WAIT_TIMEOUT_NS": "500000000ull"})
     assert plain.cubin != slow.cubin
+
+
+def test_magic_flags_fail_in_one_line_and_help_lists_them(capsys):
+    """The %%cuda line's mistakes are one CompileError each, saying which (issue 28); --help compiles nothing."""
+    from feedbeast.magic import cuda_cell
+    body = 'extern "C" __global__ void k(int* x) { x[0] = 1; }'
+    for line, says in (("--name my-mod", "--name my_mod"), ("--name 3d", "must not start with a digit"),
+                       ("-D", "expected one argument"), ("-D 1X=2", "-D NAME or -D NAME=VALUE"),
+                       ("-D STAGES={stages}", "'stages' is not a variable of the notebook"),
+                       ("--archh sm_90a", "unrecognized arguments"), ("--name 'unclosed", "No closing quotation")):
+        with pytest.raises(fb.CompileError) as e:
+            cuda_cell(line, body, {})
+        assert says in str(e.value) and "\n" not in str(e.value), (line, str(e.value))
+    ns: dict = {}
+    assert cuda_cell("--help", "", ns) is None and ns == {}
+    out = capsys.readouterr().out
+    assert "--min-arch ARCH" in out and "-D NAME[=VALUE]" in out and "--hazards" in out
+
+
+def test_a_mangled_kernel_name_gets_a_hint_and_min_arch_is_the_target_without_a_gpu(capsys):
+    from feedbeast.magic import cuda_cell, mangled_hint
+    ns: dict = {}
+    cuda_cell("--name m --min-arch sm_75", "__global__ void k(float* x) { x[0] = 1.f; }", ns)
+    out = capsys.readouterr().out
+    assert 'note: kernel _Z1kPf is the C++-mangled name of k: declare it extern "C" __global__' in out
+    assert mangled_hint(["copy", "_Z4copyPKfPf"]) == [mangled_hint(["_Z4copyPKfPf"])[0]]
+    if fb.gpu() is None:
+        assert ns["m"].arch == "sm_75" and "compiled for sm_75" in out
+        s = ns["_Z1kPf"].launch(1, 1, 0)
+        assert str(s) == "skipped: launch _Z1kPf: needs a GPU (sm_75 or newer), this machine has none"
+    with pytest.raises(fb.FeedbeastError, match="unknown arch 'sm_91'"):
+        fb.compile("__global__ void k() {}", min_arch="sm_91")

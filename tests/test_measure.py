@@ -210,3 +210,52 @@ def test_cells_script_replaces_text_in_a_cell_or_stops(tmp_path):
     bad = profiling.cells_script(p, ["c1"], "", {"c1": [("not there", "")]})
     with pytest.raises(AssertionError):
         exec(bad.replace("import feedbeast as _fb\n_fb.sync()\n", ""), {})
+
+
+# ---- what a GPU run recorded, beside a skip (issue 28: evidence kept on a CPU) ----
+
+def _record(folder, file, **rec):
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / file).open("a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def test_a_skipped_bench_carries_the_figures_recorded_for_it(monkeypatch, tmp_path):
+    """Each GPU's latest record of the same name, else of the same benchmark at another size (a CPU run is
+    smaller), with the GPU and its folder named; nothing recorded, nothing added."""
+    from feedbeast import results
+    bench_mod = importlib.import_module("feedbeast.bench")      # (fb.bench is the function)
+    monkeypatch.setattr(results, "course_results", lambda: None)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    for gpu, value in (("NVIDIA H100 80GB HBM3", 2800.0), ("NVIDIA H100 80GB HBM3", 2868.0), ("NVIDIA H200", 3873.8)):
+        _record(tmp_path / gpu.lower().replace(" ", "-"), "bench.jsonl", name="ch00/copy", value=value, unit="GB/s",
+                pct=91.7, ceiling="ceiling/copy", median_ms=1.0, gpu=gpu)
+    _record(tmp_path / "nvidia-h200", "bench.jsonl", name="ch02/sgemm/n=4096", value=38.1, unit="TFLOP/s", pct=74.1,
+            ceiling="ceiling/cublas-fp32/n=4096", median_ms=3.6, gpu="NVIDIA H200")
+    monkeypatch.setattr(bench_mod, "needs_gpu", lambda what="": fb.Skipped("needs a GPU, this machine has none", what))
+    s = fb.bench(lambda: None, name="ch00/copy")
+    assert not s and str(s) == ("skipped: bench ch00/copy: needs a GPU, this machine has none; recorded on NVIDIA "
+                                "H100 80GB HBM3: 2,868.0 GB/s = 91.7 % of copy (results/nvidia-h100-80gb-hbm3/); "
+                                "on NVIDIA H200: 3,873.8 GB/s = 91.7 % of copy (results/nvidia-h200/)")
+    s = fb.bench(lambda: None, name="ch02/sgemm/n=256")            # the CPU's size: the GPU's record, named
+    assert "recorded on NVIDIA H200 (ch02/sgemm/n=4096): 38.1 TFLOP/s = 74.1 % of cublas-fp32/n=4096" in str(s)
+    assert str(fb.bench(lambda: None, name="ch02/other")).endswith("this machine has none")
+    assert results.recorded_bench("ch02/sgemm/stages=2") is None   # only sizes stand in for each other
+
+
+def test_a_check_on_a_gpu_is_logged_and_its_skip_elsewhere_shows_it(monkeypatch, tmp_path):
+    import numpy as np
+    import feedbeast.device
+    from feedbeast import results
+    monkeypatch.setattr(results, "course_results", lambda: None)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
+    r = fb.check(np.ones(3, np.float32), np.ones(3), name="ring 37x1000")
+    assert results.append_check(r) is not None
+    log = (tmp_path / H100.slug / "checks.jsonl").read_text().splitlines()
+    assert json.loads(log[-1])["name"] == "ring 37x1000" and json.loads(log[-1])["passed"] is True
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
+    s = fb.check(fb.Skipped("needs sm_90a, this machine has none", "launch ring"), np.ones(3), name="ring 37x1000")
+    assert str(s) == ("skipped: launch ring: needs sm_90a, this machine has none; ring 37x1000 recorded on "
+                      "NVIDIA H100 80GB HBM3: passed, relative error 0.00e+00 (limit 1e-05)")
+    assert "recorded" not in str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="ring 5x5"))

@@ -298,3 +298,26 @@ def test_no_block_of_six_cuda_lines_stands_in_two_places():
                      "device function the cells share) and build variants with -D switches:\n" + "\n".join(new))
     gone = sorted(" ~ ".join(sorted(k)) for k in KNOWN_REPEATS if k not in pairs)
     assert not gone, f"no longer repeated: remove from KNOWN_REPEATS: {gone}"
+
+
+def test_a_solution_region_says_what_to_write_and_gives_starting_code():
+    """`BEGIN SOLUTION: what` puts the text in the lab's TODO line; `LAB: code` lines are the lab's starting code
+    (a comment in the solution), so that the lab compiles and runs as given."""
+    src = ("  int s;\n  // BEGIN SOLUTION: the ring stage of tile j\n  s = (j - first) % STAGES;\n"
+           "  // LAB: s = 0;\n  // END SOLUTION\n  use(s);")
+    assert labs.strip_source(src) == "  int s;\n  // TODO: your code here: the ring stage of tile j\n  s = 0;\n  use(s);"
+    assert labs.strip_source("# BEGIN SOLUTION\nx = 1\n# END SOLUTION") == "# TODO: your code here (see the hints below)"
+
+
+def test_reset_selects_labs_by_number_name_or_path(tmp_path):
+    sol_dir, lab_dir = tmp_path / "solutions", tmp_path / "labs"
+    sol_dir.mkdir()
+    for name in ("01-x.ipynb", "04-y.ipynb"):
+        new(["# BEGIN SOLUTION\nx = 1\n# END SOLUTION"], to=sol_dir / name)
+    labs.build(sol_dir, lab_dir)
+    pick = lambda *w: [lab.name for _, lab in labs.select(sol_dir, lab_dir, w)]
+    assert pick() == ["01-x.ipynb", "04-y.ipynb"]
+    assert pick("04") == pick("4") == pick("04-y.ipynb") == pick("labs/04-y.ipynb") == ["04-y.ipynb"]
+    assert pick("04", "01", "04") == ["04-y.ipynb", "01-x.ipynb"]
+    with pytest.raises(ValueError, match="no lab '07': the labs are 01-x.ipynb, 04-y.ipynb"):
+        pick("07")

@@ -33,6 +33,7 @@ from .skip import Skipped, needs
 #   before_launch: f(kernel, grid, block, args, shared, cluster), called by launch() and bind()
 #   hazard_run:    f(kernel, grid, block, *args, shared=, cluster=, **kw) -> report, behind Module.hazard_check
 before_launch: list = []
+last_launched = None   # the Kernel of the latest launch asked for: a failed check names its lab TODOs (check.py)
 hazard_run = None
 
 
@@ -181,6 +182,8 @@ class Kernel:
         grid, block, cluster = check_config(grid, block, shared, cluster, arch=self.module.arch,
                                             static_shared=static, name=self.name, max_threads=max_threads)
         self.check_args(args)
+        global last_launched
+        last_launched = self
         skip = needs(self.module.arch, f"launch {self.name}")
         if skip is not None:
             return skip
