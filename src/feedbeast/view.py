@@ -88,6 +88,8 @@ def install(ip=None) -> FoldingStream | None:
     stream = FoldingStream(sys.stdout)
     sys.stdout = stream
     ip.events.register("post_run_cell", stream.end_cell)
+    import atexit
+    atexit.register(stream.end_cell)   # a shell that exits in the middle of a cell still shows what was held
     # A plot, a display or a traceback in the middle of a cell comes after the lines printed before it: write
     # what the stream holds first (the kernel flushes sys.stdout there, but a flush must not end a fold).
     for owner, name in ((ip, "showtraceback"), (ip, "showsyntaxerror"), (getattr(ip, "display_pub", None), "publish"),
