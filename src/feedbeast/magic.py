@@ -132,7 +132,7 @@ _HELP = re.compile(r"(^|\s)(-h|--help)(\s|$)")
 def help_alone(lines: list[str]) -> list[str]:
     """IPython refuses a cell magic with an empty body before the magic runs: a cell that is only
     `%%cuda --help` becomes the line magic `%cuda --help`, which prints the flags."""
-    if lines and lines[0].startswith("%%cuda") and _HELP.search(lines[0][6:]) and not "".join(lines[1:]).strip():
+    if lines and re.match(r"%%cuda(\s|$)", lines[0]) and _HELP.search(lines[0][6:]) and not "".join(lines[1:]).strip():
         return ["%cuda --help\n"]
     return lines
 
