@@ -326,3 +326,17 @@ def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_pat
                         "--csv", str(tmp_path / "w.csv"), "--watch", "1", "--rounds", "1"]) == 0
     watched = {r["username"]: r for r in csv.DictReader((tmp_path / "w.csv").open())}
     assert {n: r["lab 05 status"] for n, r in watched.items()} == {"ada": "ok", "bob": "failed"}, watched
+
+
+def test_grading_starts_no_network_kernel_and_prints_the_record(tmp_path):
+    """The checks run in a child process that reports on a pipe: no Jupyter kernel, no TCP port, no
+    'Kernel is running over TCP without encryption' line; the record names the notebook's sha256."""
+    import hashlib
+    import subprocess
+    import sys
+    sols, lab = _tiny(tmp_path, TINY_CHECKS[:1], learner="x = 42")
+    r = subprocess.run([sys.executable, "-m", "feedbeast", "grade", "--solutions", str(sols), "--hazards", "off",
+                        str(lab)], capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "TCP" not in out and "IPKernelApp" not in out, out
+    assert f"sha256 {hashlib.sha256(lab.read_bytes()).hexdigest()} of 05-renamed.ipynb, feedbeast " in out, out
