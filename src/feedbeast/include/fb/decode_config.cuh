@@ -1,0 +1,17 @@
+// Chapter 10: the switches of the decode GEMV and their defaults (a cell's -D flags override them).
+#pragma once
+#ifndef MP
+#define MP 8          // tokens per mma column block, padded: 8, 16, 32 or 64 (M <= MP)
+#endif
+#ifndef STAGES
+#define STAGES 6      // stages in the weight ring
+#endif
+#ifndef RED
+#define RED 0         // 0: cluster DSMEM reduction, 1: TMA reduce (cp.reduce.async.bulk) into a zeroed C
+#endif
+#ifndef HINT
+#define HINT 1        // weights evict-first, activations evict-last in L2
+#endif
+#ifndef PDL
+#define PDL 0         // programmatic dependent launch: weights requested before griddepcontrol.wait
+#endif
