@@ -30,7 +30,9 @@ def _run_all(nb, folder: Path):
     """Execute every code cell of `nb` (errors do not stop the run) in a fresh kernel of this interpreter."""
     nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed here (it comes with nbval)")
     pytest.importorskip("ipykernel", reason="ipykernel is not installed here")
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+    from jupyter_client import KernelManager
+    km = KernelManager(kernel_name="python3", transport="ipc")    # a local socket file, no TCP port
+    nbclient.NotebookClient(nb, km=km, timeout=600, allow_errors=True,
                             resources={"metadata": {"path": str(folder)}}).execute()
     return nb
 
@@ -83,7 +85,9 @@ def test_cuda_help_alone_in_a_cell_prints_the_flags():
 
 
 def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS", "PIP_"))}
+    # Not the settings make test was started with (make exports its command line: WHEELS=, ENV=, CUDA=).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS", "PIP_"))
+           and k not in ("WHEELS", "ENV", "CUDA", "VENV", "PYTHON3")}
     return env | {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
