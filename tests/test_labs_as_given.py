@@ -31,7 +31,10 @@ def _run_all(nb, folder: Path):
     nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed here (it comes with nbval)")
     pytest.importorskip("ipykernel", reason="ipykernel is not installed here")
     from jupyter_client import KernelManager
-    km = KernelManager(kernel_name="python3", transport="ipc")    # a local socket file, no TCP port
+    import tempfile
+    # a local socket file, no TCP port; in a folder of its own: the kernel runs in the lab's folder, and sockets
+    # left there would be copied with the course (the workshop hub copies labs/ into each learner's home)
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(tempfile.mkdtemp(prefix="fbk")) / "k"))
     nbclient.NotebookClient(nb, km=km, timeout=600, allow_errors=True,
                             resources={"metadata": {"path": str(folder)}}).execute()
     return nb
