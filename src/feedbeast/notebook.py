@@ -355,8 +355,8 @@ def _reads(node) -> tuple[frozenset, frozenset]:
 # grader also checks, around every check cell, that the toolkit and the environment are as it set them).
 
 IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses",
-              "typing", "numba", "cupy", "torch", "triton", "feedbeast"}
-INTERNAL = {"verdicts", "hazards", "launch", "runmode", "grade", "roster", "isolated", "sanitize", "view",
+              "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
+INTERNAL = {"verdicts", "hazards", "launch", "runmode", "grade", "roster", "isolated", "sanitize",
             "environ", "putenv", "unsetenv", "modules", "settrace", "setprofile", "excepthook", "stdout",
             "stderr", "system", "popen"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
