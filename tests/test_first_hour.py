@@ -1,7 +1,8 @@
 """The first hour: what a learner meets before chapter 00 teaches anything.
 
 - every notebook names the course's kernel and starts with the setup cell (notebook header);
-- the setup cell does nothing in the course's environment and installs the course into a fresh one;
+- the setup cell (three lines that run course_setup.py) does nothing in the course's environment and installs
+  the course into a fresh one;
 - `make lab` serves the repository root, runs lab 00 through the server's kernel and, where Chromium is
   installed, renders the lab with no prompt covering it (a screenshot is kept);
 - on a GPU image whose `python3` is itself a venv, the documented install reaches that venv;
@@ -14,6 +15,7 @@
 """
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -77,9 +79,20 @@ def test_the_setup_cell_is_a_no_op_in_the_course_environment(monkeypatch, tmp_pa
     monkeypatch.chdir(tmp_path)                       # no checkout in sight either
     ns: dict = {}
     t = time.perf_counter()
+    (tmp_path / "course_setup.py").write_text("raise AssertionError('the setup cell ran course_setup.py')")
     exec(compile(setup_cell_source(), "setup-cell", "exec"), ns)
     assert time.perf_counter() - t < 1.0
-    assert "_src" not in ns                           # the install branch was not entered
+
+
+def test_the_setup_cell_is_three_lines_that_run_course_setup():
+    """The cell stays short and readable; what it runs is one file at the checkout's root (standard library only:
+    it runs before the course is importable)."""
+    src = setup_cell_source()
+    assert len(src.splitlines()) <= 3 and "course_setup.py" in src, src
+    tree = ast.parse((ROOT / "course_setup.py").read_text())
+    imported = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+    assert not any(isinstance(n, ast.ImportFrom) for n in tree.body)
 
 
 # A minimal pure-Python wheel (the format pip installs from), written by hand. Kept as source text
@@ -131,6 +144,7 @@ def _course_stand_in(tmp_path: Path) -> Path:
         "        'feedbeast/__init__.py': 'import fb_hook_ran\\nHOOKED = fb_hook_ran.value\\n',\n"
         "        'fb_hook.pth': 'import sys, types; sys.modules[\"fb_hook_ran\"] = "
         "types.SimpleNamespace(value=42)\\n'}).name\n"))
+    (course / "course_setup.py").write_text((ROOT / "course_setup.py").read_text())   # the real one
     return course
 
 
@@ -149,10 +163,23 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
     assert "installed the course (cu" in r.stdout and "HOOKED 42" in r.stdout, r.stdout
     assert str(tmp_path / "kernel") in r.stdout.split("HOOKED 42", 1)[1]
 
-    # no checkout in sight and no FEEDBEAST_SRC: a message that says what to do, nothing installed
+    # no checkout in sight and no FEEDBEAST_SRC: the error names the file it looked for, nothing installed
     r = subprocess.run([str(py), "-c", setup_cell_source().replace('"feedbeast"', '"fb_not_here"', 1)],
                        cwd=tmp_path / "kernel", env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0 and "FEEDBEAST_SRC" in r.stderr, r.stderr
+    assert r.returncode != 0 and "No such file or directory" in r.stderr and "course_setup.py" in r.stderr, r.stderr
+
+    # a notebook elsewhere, FEEDBEAST_SRC naming the course's folder: found there, installed from there
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    py2 = _fresh_venv(tmp_path / "kernel2")
+    r = subprocess.run([str(py2), "-c", code], cwd=elsewhere, env=env | {"FEEDBEAST_SRC": str(course)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "HOOKED 42" in r.stdout, r.stdout + r.stderr
+
+    # a clone one level below the notebook's folder (a hosted notebook's working folder): found there
+    py3 = _fresh_venv(tmp_path / "kernel3")
+    r = subprocess.run([str(py3), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "HOOKED 42" in r.stdout, r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------------------------------------------
