@@ -294,6 +294,14 @@ def test_a_count_lower_than_the_arrivals_is_found_where_the_phase_completes_earl
             tr.wait(t, FULL, lap & 1).fence(t).arrive(t, EMPTY)
     r = tr.check()
     assert "arrival-count" in rules(r) and "completes early" in str(r), str(r)
+    one_lap = Trace().init(0, FULL, 1).init(0, EMPTY, 1)    # the first lap already shows it
+    for t in (0, 1, 2):
+        one_lap.sync(t)
+    produce(one_lap, 0)
+    for t in (1, 2):
+        one_lap.wait(t, FULL, 0).fence(t).arrive(t, EMPTY)
+    r = one_lap.check()
+    assert rules(r) == ["arrival-count"] and r.violations[0].second.thread == 2, str(r)
     good = Trace().init(0, FULL, 1).init(0, EMPTY, 2)       # the same ring with the right count
     for t in (0, 1, 2):
         good.sync(t)

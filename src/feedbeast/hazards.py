@@ -92,9 +92,9 @@ RULES = {
                         "or completion orders (PTX ISA: Memory Consistency Model, data races)",
     "expect-tx-mismatch": "the transaction bytes announced in a phase differ from the bytes that completed on "
                           "it (PTX ISA: mbarrier, Tracking asynchronous transactions)",
-    "arrival-count": "a phase completed before a thread that arrives on every phase had arrived: the barrier's count "
-                     "is lower than its arrivals (PTX ISA: mbarrier, Phase completion: the phase completes when the "
-                     "pending arrival count reaches zero)",
+    "arrival-count": "a thread arrived on a phase whose predecessor completed without it knowing: a count lower "
+                     "than the arrivals completes phases early, or the thread runs ahead of the barrier (PTX ISA: "
+                     "mbarrier, Phase completion: the phase completes when the pending arrival count reaches zero)",
     "async-read-at-exit": "the block ended while a bulk/TMA store still read its shared memory: no "
                           "cp.async.bulk.wait_group.read (or wait_group) by the issuing thread retired it (PTX ISA: "
                           "cp.async.bulk.wait_group; the source must stay valid until the read is complete)",
@@ -397,16 +397,17 @@ class _Cluster:
             self._complete_phase(b)
 
     def arrive(self, t, b, bytes_, ev, release=True, rank=None):
-        # A thread that arrives on this barrier again must know that the phase before the one it arrives on has
-        # completed (through its waits, or its own arrival completing it): else that phase completed without
-        # it, and the count is lower than the threads that arrive per round (PTX ISA: mbarrier, Phase completion).
+        # A thread that arrives on phase p > 0 (and not again on a phase it already arrived on) must know that
+        # phase p - 1 has completed (through its waits, or its own arrival completing it): else that phase
+        # completed without it, so the count is lower than the threads that arrive per round, or the thread runs
+        # a round ahead of the barrier (PTX ISA: mbarrier, Phase completion).
         p, last = b.phase, b.arrived_in.get(t)
         idx = self.T + b.index
-        if last is not None and last < p and max(self.vc[t][idx], self.cc[t][idx]) < p:
-            self.violate(Violation("arrival-count", f"this thread arrived on phase {last}, and phase {p - 1} then "
-                                   "completed without its next arrival: the barrier's count is lower than the "
-                                   "threads that arrive on each phase, so it completes early", ev, b.init, b.name,
-                                   p - 1))
+        if p > 0 and last != p and max(self.vc[t][idx], self.cc[t][idx]) < p:
+            self.violate(Violation("arrival-count", f"this arrival lands in phase {p}, but phase {p - 1} completed "
+                                   "without this thread knowing it: the barrier's count is lower than the threads "
+                                   "that arrive on each phase (it completes early), or this thread skipped the wait "
+                                   "that would have told it", ev, b.init, b.name, p - 1))
         b.arrived_in[t] = p
         if release and rank is not None and rank != b.rank and t in self.touched:
             b.remote.append(ev)     # a release by another CTA's thread whose ordinary accesses of stages it orders
