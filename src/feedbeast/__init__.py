@@ -1,5 +1,7 @@
 """feedbeast: the toolkit of the course "Feeding the Beast".
 
+Chapter 00 introduces the toolkit; each module's docstring names the chapter that explains it.
+
 One way to do each thing:
     describe() / gpu()                 the GPU here (or its absence)
     compile(src, arch) -> Module       NVRTC to cubin; .resources, .sass(), .expect_sass(...)

@@ -1,5 +1,7 @@
 """How fast is it? CUDA-event timing with warm-up, many runs, an L2 flush, and a same-run ceiling.
 
+Chapter 00 explains the timing and the same-run ceiling it is compared with.
+
     r = bench(lambda: k.launch(grid, block, out, a, n), name="ch03/ring", nbytes=2 * a.nbytes,
               ceiling="copy")
     r.gbps, r.pct    # achieved GB/s and % of the copy bandwidth measured in this process

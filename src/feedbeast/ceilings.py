@@ -1,5 +1,7 @@
 """The ceilings every kernel is measured against, measured on this GPU in this process.
 
+Chapter 00 measures both ceilings and explains why they are measured in the same run.
+
 - "copy": device-to-device copy bandwidth (cuMemcpyDtoD), counting bytes read plus bytes written.
 - "bf16", "fp16", "tf32", "fp32": cuBLAS matrix-product rate (cublasGemmEx) on n x n x n.
 

@@ -1,5 +1,7 @@
 """Is the kernel right? Compare against a float64 reference, element by element.
 
+Chapter 00 explains the check against a float64 reference and the poisoned output it reads.
+
     check(out, ref)              # out: DeviceArray or numpy; ref: float64 numpy
     check(out, ref, tol="tf32")
 

@@ -1,5 +1,7 @@
 """CUDA C++ -> cubin through NVRTC (cuda.core), with the toolkit's headers on the include path.
 
+Chapter 00 compiles its first kernel with it; chapter 03 reads the build's SASS and resources.
+
     mod = compile(src, arch="sm_90a")
     mod.resources["my_kernel"]      # registers, shared memory, stack, spills (from ptxas)
     mod.expect_sass("LDGSTS", "DEPBAR")

@@ -1,5 +1,7 @@
 """What a cubin (an ELF image) says about its kernels, read without a GPU or a driver.
 
+Chapter 00 calls its first kernel by name: the names, and the parameter layout a launch packs, are read here.
+
     kernel_names(cubin)                 entry functions
     kernel_params(cubin, "k")           (offset, size) of each parameter, as the launch packs them
     kernel_max_threads(cubin, "k")      the __launch_bounds__ thread limit

@@ -1,5 +1,7 @@
 """The GPU in this machine, or a clear statement that there is none.
 
+Chapter 00 opens with describe(): the GPU here, or none.
+
 `gpu()` returns a `Gpu` (or None); `describe()` prints one paragraph a learner can read.
 Arch strings follow NVRTC: "sm_90a" is the arch-specific Hopper target (wgmma, setmaxnreg),
 "sm_90" the portable one.

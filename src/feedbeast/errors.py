@@ -1,5 +1,8 @@
 """Errors the toolkit raises. Each message says what was wrong and what to do.
 
+Chapter 04 explains BarrierTimeout; chapter 05 TensorMapError; chapter 08 the CompileError of a Hopper-only
+instruction built for sm_100a.
+
 In a notebook an error of the toolkit shows as its message and the learner's line that led to it (the cell and
 line, or the `%%cuda` line), not the toolkit's own frames: `%env FEEDBEAST_TRACEBACK=full` shows the whole
 traceback again.

@@ -1,5 +1,7 @@
 """The course's two running examples, carried through every chapter, with their float64 references.
 
+Chapter 01 introduces the two running examples; chapter 03 moves the matmul to bf16.
+
 1. **rowsum** (memory-bound): y[r] = sum over c of x[r, c], for a float32 matrix streamed once.
    Each block takes rows, streams tiles of them through shared memory and adds them up: one add per
    4-byte element read, far below any ridge point, so its ceiling is memory bandwidth.

@@ -1,6 +1,8 @@
 """Run GPU code in a separate Python process, so that a kernel that hangs or faults on purpose
 (a demonstration, a planted bug in a test) cannot take the notebook's own GPU context with it.
 
+Chapter 04 runs a kernel that hangs on purpose through it.
+
     out = fb.isolated('''
         mod = fb.compile(src, "sm_90a", debug=True)
         ...

@@ -1,5 +1,7 @@
 """The %%cuda cell magic: compile the cell and make its kernels callable by name.
 
+Chapter 00 writes its first kernel in a `%%cuda` cell; chapter 04 explains its --debug and --hazards flags.
+
     %load_ext feedbeast
     %%cuda --arch sm_90a --name ring -D STAGES=4
     extern "C" __global__ void copy_ring(...) { ... }

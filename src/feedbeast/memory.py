@@ -1,5 +1,7 @@
 """Device arrays: numpy in, numpy out, with poison fill so unwritten outputs are caught.
 
+Chapter 00 explains poisoned outputs and random inputs; chapter 03 the bf16 arrays.
+
     a = to_device(x)              # copy a numpy array to the GPU
     out = empty_like(ref, poison=True)
     out.to_host()

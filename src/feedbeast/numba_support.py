@@ -1,5 +1,7 @@
 """Numba CUDA kernels in the course (chapters 01-02): one switch, arrays, launches, resources.
 
+Chapters 01 and 02 explain the Numba kernels and the simulator they run in without a GPU.
+
     import feedbeast.numba_support as fbn
     SIM = fbn.setup()          # FIRST, before `from numba import cuda`
     from numba import cuda

@@ -1,5 +1,7 @@
 """Physical peaks: what the hardware cannot exceed, from this GPU's clocks and SM count.
 
+Chapter 00 explains physical peaks; chapter 05 checks a shared-memory figure against one.
+
 A same-run ceiling (feedbeast.ceilings) says how close a kernel is to the best *software* here; a physical
 peak says what no software can beat. A result above its peak is a bug of the experiment (loads the compiler
 removed, bytes counted twice, data served by a cache the bench did not name), so bench() raises

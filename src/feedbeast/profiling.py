@@ -1,5 +1,7 @@
 """Why is it that fast? Hardware counters of one kernel launch, read by Nsight Compute.
 
+Chapter 02 reads its first counters with fb.profile; later chapters read the same table.
+
     t = fb.profile('''
     import numpy as np, feedbeast as fb
     x = fb.to_device(fb.random((4096, 4096), np.float32)); y = fb.empty(4096, np.float32)

@@ -1,5 +1,7 @@
 """Datasheet figures and the roofline: how many flops a byte must pay for.
 
+Chapter 00 explains the roofline and the ridge point.
+
 Figures are dense (no sparsity) tensor-core bf16 rates and HBM bandwidths from NVIDIA's datasheets:
 - A100 SXM4 80GB: 312 TFLOP/s bf16, 2.039 TB/s (NVIDIA A100 Tensor Core GPU datasheet, 2021).
 - H100 SXM5 80GB: 989 TFLOP/s bf16, 3.35 TB/s (NVIDIA H100 Tensor Core GPU datasheet, 2023).

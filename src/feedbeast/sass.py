@@ -1,5 +1,7 @@
 """SASS: the machine code the GPU runs, read with `nvdisasm -json` (no GPU needed).
 
+Chapter 00 reads its first SASS; chapter 03 explains expect_sass on the cp.async instructions.
+
 `expect_sass(mod, "LDGSTS", "DEPBAR")` fails naming each missing instruction. Names match by prefix
 on '.' boundaries: "SYNCS.ARRIVE" matches "SYNCS.ARRIVE.TRANS64.A1T0".
 `instructions(cubin)` is the structured form ({kernel: [Instruction]}); `sass_text` prints it one

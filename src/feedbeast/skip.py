@@ -1,5 +1,7 @@
 """What a GPU-only step returns on a machine that cannot run it.
 
+Chapter 00 explains what a run without the needed GPU prints; chapter 01 uses fb.needs.
+
 A `Skipped` prints `skipped: <what>: needs sm_90a, this machine has none`, is falsy, and is never a pass:
 `check` on a skipped result stays skipped, and the test suite reports it by name.
 """

@@ -1,5 +1,7 @@
 """Stress mode: random ragged sizes and repeated runs compared bit for bit.
 
+Chapter 07 runs its kernels repeatedly with it and compares the outputs bit for bit.
+
     FEEDBEAST_STRESS=100 pytest tests -m gpu        # what `make stress` runs
     python -m feedbeast stress [--n 100] [pytest args]
 

@@ -1,5 +1,7 @@
 """Shared-memory swizzles, bank maps and wgmma descriptors as plain Python (no GPU needed).
 
+Chapter 05 explains the swizzles, the bank maps and the wgmma descriptors.
+
 TMA writes a box into shared memory either row after row (no swizzle) or with a 32, 64 or 128-byte
 swizzle: inside each 128-byte line, the 16-byte chunks are permuted by XOR with the line's index
 (PTX ISA, "Tensor Copy" / "Tensor-map swizzling modes"; CUDA Driver API, `CUtensorMapSwizzle`):

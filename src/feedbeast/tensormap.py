@@ -1,5 +1,7 @@
 """Tensor maps (CUtensorMap) for TMA, checked against the driver's rules before the driver sees them.
 
+Chapter 05 explains tensor maps: boxes, swizzle, out-of-bound fill and the driver's rules.
+
     tmap = tensor_map(a, box=(64, 64), swizzle=128)    # a: 2-D DeviceArray, shapes in numpy order
 
 Shapes, boxes and strides are given in numpy order (outermost first); the driver wants them

@@ -1,5 +1,7 @@
 """Timelines: spans of work on lanes, drawn as a Gantt chart.
 
+Chapter 01 draws its first timeline; chapter 04 compares a model with a measured one.
+
 A :class:`Span` is one interval of activity on one lane ("stage 2", "memory",
 "consumer", "warp 4" ...).  The same type describes what the timing model
 predicts (:mod:`feedbeast.sim.timing`) and what a GPU kernel measured with

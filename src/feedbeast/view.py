@@ -1,5 +1,7 @@
 """What a notebook cell shows of the toolkit: a run of identical `skipped` lines as one line with its count.
 
+Chapter 07 run without a GPU shows it: each of its launch loops prints one folded skip line.
+
 A loop that launches one kernel at 13 sizes on a machine without the GPU it needs prints the same skip 13
 times; in a notebook (an IPython kernel) the cell shows it once, as `skipped: launch k: needs sm_90a, this
 machine has none  (×13)`. Only lines that hold `skipped` are folded, and only where they follow each other

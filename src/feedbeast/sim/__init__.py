@@ -1,4 +1,7 @@
-"""Pipeline simulators: an mbarrier model, a ring protocol checker, a timing model."""
+"""Pipeline simulators: an mbarrier model, a ring protocol checker, a timing model.
+
+Chapter 03 explains the timing model; chapter 04 the mbarrier model and the ring checker.
+"""
 from .mbarrier import MBarrier, MBarrierMisuse
 from .checker import RingReport, RingModel, StepFunctionError, check_ring
 from .rings import RingCase, bug_variants, reference_ring, ring_cases

@@ -1,5 +1,7 @@
 """Exhaustive protocol checker for an N-stage full/empty ring.
 
+Chapter 04 explains the ring protocol and checks a learner's ring with it.
+
 The learner writes the producer and the consumers as small Python generator
 functions.  Every ``yield`` hands one barrier operation (or one copy, or one
 read) to the checker, and each yield is a point where the other threads -- and

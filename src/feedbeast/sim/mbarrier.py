@@ -1,5 +1,7 @@
 """A reference model of the PTX ``mbarrier`` object.
 
+Chapter 04 explains the mbarrier with it: phases, parity, arrival counts, transaction bytes.
+
 An mbarrier is a 64-bit object in shared memory.  The PTX ISA (section
 "Parallel Synchronization and Communication Instructions: mbarrier") describes
 its contents as four quantities, and this model keeps exactly those:

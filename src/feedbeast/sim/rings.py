@@ -1,5 +1,7 @@
 """A correct full/empty ring and a gallery of broken ones.
 
+Chapter 04 runs the broken rings through the checker, one bug at a time.
+
 Every ring here is written the way a learner writes one for
 :func:`feedbeast.sim.checker.check_ring`: a producer step function, one step
 function per consumer, and an optional ``init(ring)`` that sets the barrier

@@ -1,5 +1,7 @@
 """A timing model of a software-pipelined load/compute loop.
 
+Chapter 03 explains software pipelining with it; chapter 04 compares ring depths.
+
 One block runs a ring of ``stages`` shared-memory buffers.  A producer loads
 tile ``i`` into stage ``i % stages`` as soon as that stage is free; a consumer
 computes on tile ``i`` as soon as its data has arrived and it has finished
