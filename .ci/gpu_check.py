@@ -84,19 +84,25 @@ def run(path: str, cmds: list[str], logdir: Path) -> dict:
     return row
 
 
+def _commit() -> str:
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "?"
+
+
 def table(rows: dict) -> str:
-    out = ["| path | commands | passed | failed | errors | skipped | time | exit |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| path | commit | commands | passed | failed | errors | skipped | time | exit |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for path in ("venv", "current", "cuda12"):
         r = rows.get(path)
         if r is None:
             continue
         if "why" in r:
-            out.append(f"| {path} | not run: {r['why']} | | | | | | |")
+            out.append(f"| {path} | | not run: {r['why']} | | | | | | |")
             continue
         cmds = "<br>".join(f"`{c}`" for c in r["commands"])
         t = f"{r['seconds'] // 60}:{r['seconds'] % 60:02d}"
         note = f" ({r['note']})" if r.get("note") else ""
-        out.append(f"| {path} | {cmds} | {r['passed']} | {r['failed']} | {r['errors']} | {r['skipped']} | {t} | "
+        out.append(f"| {path} | {r.get('commit', '?')} | {cmds} | {r['passed']} | {r['failed']} | {r['errors']} | {r['skipped']} | {t} | "
                    f"{r['exit']}{note} |")
     return "\n".join(out)
 
@@ -128,6 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cu12-wheels", default=None)
     ap.add_argument("--index", action="store_true", help="a package index is reachable: build venvs from it")
     ap.add_argument("--python", default=os.environ.get("PYTHON3", "python3"))
+    ap.add_argument("--commit", default=None, help="the commit under test (default: git rev-parse of the checkout)")
     args = ap.parse_args(argv)
     name, slug, driver = gpu()
     if not name:
@@ -146,6 +153,7 @@ def main(argv=None) -> int:
             continue
         print(f"{path}: {' && '.join(cmds)}", flush=True)
         rows[path] = run(path, cmds, logdir)
+        rows[path]["commit"] = args.commit or _commit()
         r = rows[path]
         print(f"{path}: {r['passed']} passed, {r['failed']} failed, {r['errors']} errors, {r['skipped']} skipped, "
               f"{r['seconds']} s, exit {r['exit']}", flush=True)
