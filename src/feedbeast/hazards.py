@@ -1,5 +1,8 @@
 """The hazard checker: a trace of a kernel's asynchronous operations, replayed against the PTX memory model.
 
+Chapter 04 explains it: what each rule rests on (the formal memory model or the prose of the ISA), and what it
+does not cover.
+
     mod = fb.compile(src, "sm_90a", hazards=True)        # or %%cuda --hazards; or any Module: see below
     report = mod.hazard_check("ring", grid, block, x, y, n, shared=SMEM)   # runs the kernel once, traced
     print(report)                                         # each violation: rule, block, thread, lines

@@ -1,5 +1,7 @@
 """Timelines measured on the GPU: a trace buffer that kernels fill with %globaltimer spans.
 
+Chapter 04 measures its ring's per-role timeline with it; chapters 06 and 09 do the same for theirs.
+
     tb = TraceBuffer(["producer", "consumer 0", "consumer 1"], per_lane=512)
     mod = fb.compile(src, defines=tb.defines)          # FB_TRACE=1, FB_TRACE_PER_LANE=512
     mod.my_kernel.launch(grid, block, ..., tb.array)   # the kernel's `long long* trace` argument
