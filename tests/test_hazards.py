@@ -282,34 +282,27 @@ def test_a_phase_left_incomplete_at_exit_is_allowed():
     assert r.ok, str(r)
 
 
-def test_a_count_lower_than_the_arrivals_is_found_where_the_phase_completes_early():
-    """empty counts 1 but two consumers arrive per lap: the first arrival completes the phase, the second lands
-    in the next one, which it knew nothing of. Named at the arrive, as arrival-count."""
-    tr = Trace().init(0, FULL, 1).init(0, EMPTY, 1)
+def _two_consumer_ring(empty_count: int, laps: int) -> Trace:
+    """A producer (thread 0) and two consumers (1, 2) that each arrive on empty once per lap."""
+    tr = Trace().init(0, FULL, 1).init(0, EMPTY, empty_count)
     for t in (0, 1, 2):
         tr.sync(t)
-    for lap in range(3):
+    for lap in range(laps):
         produce(tr, lap)
         for t in (1, 2):
             tr.wait(t, FULL, lap & 1).fence(t).arrive(t, EMPTY)
-    r = tr.check()
+    return tr
+
+
+def test_a_count_lower_than_the_arrivals_is_found_where_the_phase_completes_early():
+    """empty counts 1 but two consumers arrive per lap: the first arrival completes the phase, the second lands
+    in the next one, which it knew nothing of. Named at the arrive, as arrival-count."""
+    r = _two_consumer_ring(1, laps=3).check()
     assert "arrival-count" in rules(r) and "completes early" in str(r), str(r)
-    one_lap = Trace().init(0, FULL, 1).init(0, EMPTY, 1)    # the first lap already shows it
-    for t in (0, 1, 2):
-        one_lap.sync(t)
-    produce(one_lap, 0)
-    for t in (1, 2):
-        one_lap.wait(t, FULL, 0).fence(t).arrive(t, EMPTY)
-    r = one_lap.check()
+    r = _two_consumer_ring(1, laps=1).check()                # the first lap already shows it
     assert rules(r) == ["arrival-count"] and r.violations[0].second.thread == 2, str(r)
-    good = Trace().init(0, FULL, 1).init(0, EMPTY, 2)       # the same ring with the right count
-    for t in (0, 1, 2):
-        good.sync(t)
-    for lap in range(3):
-        produce(good, lap)
-        for t in (1, 2):
-            good.wait(t, FULL, lap & 1).fence(t).arrive(t, EMPTY)
-    assert good.check().ok, str(good.check())
+    good = _two_consumer_ring(2, laps=3).check()             # the same ring with the right count
+    assert good.ok, str(good)
 
 
 # ---- rule: wait-parity -------------------------------------------------------------------------------
