@@ -1,0 +1,63 @@
+"""make gpu-check (.ci/gpu_check.py): pytest's counts read right, a path without what it needs is 'not run' with
+its reason (never a pass), rows merge per path, and without a GPU nothing runs."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("gpu_check", ROOT / ".ci" / "gpu_check.py")
+gc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gc)
+
+
+def test_counts_read_pytests_last_summary():
+    log = "..F.\n= 3 passed in 1s =\nlater\n== 2 failed, 1017 passed, 44 skipped, 2 errors in 219.40s (0:03:39) ==\n"
+    assert gc.counts(log) == {"passed": 1017, "failed": 2, "skipped": 44, "errors": 2}
+    assert gc.counts("== 1 error in 3s ==\n== 5 passed, 1 error in 3s ==") == \
+        {"passed": 5, "failed": 0, "skipped": 0, "errors": 1}
+    assert gc.counts("make: *** [test] Error 2\n") == {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+
+
+def _args(**kw):
+    base = dict(python="python3", wheels=None, notebook_wheels=None, cu12_wheels=None, index=False)
+    return types.SimpleNamespace(**{**base, **kw})
+
+
+def test_a_path_without_what_it_needs_says_why():
+    assert "no full bundle" in gc.commands("venv", _args())
+    assert "no notebook bundle" in gc.commands("current", _args())
+    assert "no CUDA 12 bundle" in gc.commands("cuda12", _args())
+    assert gc.commands("venv", _args(wheels="wh")) == ["make test WHEELS=wh VENV=build/gpu-check/venv PYTHON3=python3"]
+    assert gc.commands("current", _args(notebook_wheels="nb")) == [
+        "make install ENV=current WHEELS=nb PYTHON3=python3", "make test ENV=current PYTHON3=python3"]
+    assert gc.commands("cuda12", _args(index=True))[0].startswith("make test CUDA=12 ")
+
+
+def test_rows_merge_per_path_and_a_skipped_path_is_not_a_pass(tmp_path):
+    md = tmp_path / "ci.md"
+    ran = {"path": "current", "commands": ["make test ENV=current"], "exit": 0, "seconds": 61, "passed": 9,
+           "failed": 0, "skipped": 1, "errors": 0, "commit": "abc1234"}
+    gc.write(md, {"current": ran}, "GPU X", "580")
+    rows = gc.read_rows(md)
+    rows["cuda12"] = {"path": "cuda12", "why": "no bundle"}
+    gc.write(md, rows, "GPU X", "580")
+    text = md.read_text()
+    assert "| current | abc1234 | `make test ENV=current` | 9 | 0 | 0 | 1 | 1:01 | 0 |" in text
+    assert "| cuda12 | | not run: no bundle |" in text
+    assert set(gc.read_rows(md)) == {"current", "cuda12"}
+
+
+def test_without_a_gpu_nothing_runs(monkeypatch, capsys):
+    monkeypatch.setattr(gc, "gpu", lambda: ("", "", ""))
+    monkeypatch.setattr(gc, "run", lambda *a: (_ for _ in ()).throw(AssertionError("a path ran without a GPU")))
+    assert gc.main(["--paths", "current", "--notebook-wheels", "nb"]) == 1
+    assert "needs a GPU" in capsys.readouterr().out
+
+
+def test_make_gpu_check_calls_the_script():
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "gpu-check", "GPU_CHECK_FLAGS=--paths current"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert ".ci/gpu_check.py --paths current" in dry
