@@ -24,12 +24,14 @@ LAB = "00-copy-kernel.ipynb"
 @pytest.fixture(scope="module")
 def wheel_python(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheel")
+    # The version from its metadata: importing setuptools here would fight distutils already imported by others.
+    import importlib.metadata as md
     try:
-        import setuptools
-        if int(setuptools.__version__.split(".")[0]) < 77:
-            pytest.skip(f"setuptools {setuptools.__version__} cannot build this pyproject (needs 77+: requirements/build.txt)")
-    except ImportError:
+        version = md.version("setuptools")
+    except md.PackageNotFoundError:
         pytest.skip("setuptools is not installed (requirements/build.txt)")
+    if int(version.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {version} cannot build this pyproject (needs 77+: requirements/build.txt)")
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation",
                             "-w", str(tmp / "dist"), str(ROOT)], capture_output=True, text=True, cwd=tmp)
     assert build.returncode == 0, build.stderr[-2000:]
