@@ -324,27 +324,161 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
     return out[:20]
 
 
+class _CheckChild:
+    """The check process's state: the signed channel to the grader, the namespace the cells run in, and what a
+    stop (a learner part that cannot be graded) has said."""
+
+    def __init__(self, fd: int, key: bytes):
+        import io
+        self.fd, self.key, self.seq = fd, key, 0
+        self.stopped: list[str] = []
+        self.log = io.StringIO()     # what given and learner cells print: not a verdict, not shown
+        self.ns = {"__name__": "__main__", "__builtins__": builtins}
+
+    def send(self, msg):
+        body = json.dumps({**msg, "seq": self.seq}, default=str)
+        self.seq += 1
+        data = (hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest() + " " + body + "\n").encode()
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def fail(self, where, why):
+        self.stopped.append(where)
+        self.send({"t": "learner", "name": where, "message": why, "stop": True})
+
+    def run(self, source, where):
+        import linecache
+        lines = source.splitlines(keepends=True)
+        linecache.cache[where] = (len(source), None, lines, where)
+        exec(compile(_python(source), where, "exec"), self.ns)
+
+    def given(self, cells, sol: Path) -> bool:
+        """The lab's own cells before the checks (from the solution); False when they broke."""
+        import contextlib
+        try:
+            with contextlib.redirect_stdout(self.log):
+                for i, src in cells:
+                    self.run(src, f"{sol.name}, given cell {i}")
+        except BaseException as e:
+            self.fail("the lab's given cells",
+                      f"{type(e).__name__}: {e} (the lab's own code: report it to the instructor)")
+            return False
+        return True
+
+    def kernels(self, nb, wanted, given: set) -> dict:
+        """The learner's kernels, compiled from the text of their %%cuda cells with the lab's flags: these are what
+        the checks launch."""
+        import contextlib
+        from . import magic
+        ns = self.ns
+        cuda = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("%%cuda")]
+        cuda_ns: dict = {}
+        for name, lab_line in wanted:
+            cells = [(i, s) for i, s in cuda if _cuda_name(s) == name]
+            if not cells:
+                self.fail(f"%%cuda --name {name}", f"your notebook has no `%%cuda ... --name {name}` cell before its "
+                          "checks: the checks compile and launch the kernels of that cell")
+                continue
+            i, src = cells[-1]
+            body = src.partition("\n")[2]
+            line = lab_line      # the lab's flags: the build the checks read (lab.source) is the build launched
+            where = f"your %%cuda --name {name} cell (cell {i + 1})"
+            bad = sorted(set(re.findall(r"\bFB_\w+", body)))
+            if bad:
+                self.fail(where, f"not compiled: it sets or tests {', '.join(bad)}, the toolkit's own build switches "
+                          "(the hazard and debug builds set them): a graded kernel is the same in every build")
+                continue
+            mod_ns = dict(ns)
+            try:
+                with contextlib.redirect_stdout(self.log):
+                    magic.cuda_cell(line[len("%%cuda"):], body, mod_ns)
+            except BaseException as e:
+                self.fail(where, f"{type(e).__name__}: {e}")
+                continue
+            new = {k: v for k, v in mod_ns.items() if k not in ns or mod_ns[k] is not ns[k]}
+            clash = sorted(set(new) & (given | set(cuda_ns)))
+            if clash:
+                self.fail(where, f"its kernels or --name {', '.join(clash)} clash with a name the lab gives")
+                continue
+            cuda_ns.update(new)
+        return cuda_ns
+
+    def definitions(self, nb, needs, protected: set):
+        """The learner's definitions that the checks read, refused when they could reach the checks' state."""
+        import contextlib
+        import traceback
+        import types
+        from .notebook import refusals
+        ns = self.ns
+        needed = [n for n in needs if n not in ns]
+        try:
+            stmts, _ = nb.plan(*needed, given=protected)
+        except LookupError as e:
+            missing = str(e).split(" defines no ", 1)[-1].split(" at top level")[0]
+            self.fail("your definitions", f"the checks read {missing}, which your cells before `## Check` do not "
+                      "define (the lab's cells say what to write)")
+            stmts = []
+        modules = {k for k, v in ns.items() if isinstance(v, types.ModuleType)}
+        for s in stmts:
+            modules |= {a.asname or a.name.split(".")[0] for a in getattr(s.node, "names", [])} \
+                if isinstance(s.node, ast.Import) else set()
+        refused = False
+        for s in stmts:
+            why = refusals(s.node, protected, modules)
+            if why:
+                refused = True
+                self.fail(f"your code cell {s.pos[0] + 1}, line {s.node.lineno}",
+                          f"not run by the grader: {'; '.join(why)}:\n    {ast.unparse(s.node).splitlines()[0][:120]}")
+        if refused:
+            return
+        try:
+            with contextlib.redirect_stdout(self.log):
+                nb.run(stmts, ns)
+        except BaseException as e:
+            tb = "".join(traceback.format_tb(e.__traceback__))[-400:]
+            cell = next((int(m) for m in re.findall(r"cell (\d+)", tb)), None)
+            self.fail(f"your code cell {cell + 1 if cell is not None else '?'}", f"{type(e).__name__}: {e}")
+
+    def checks(self, cells, env0: dict, base: dict, current: list, launched: list):
+        """Each check cell of the solution, with the grader's environment set back before it and the toolkit
+        checked unchanged after it."""
+        import contextlib
+        import io
+        import traceback
+        from . import verdicts
+        for i, src in enumerate(cells):
+            os.environ.clear()
+            os.environ.update(env0)
+            verdicts.begin()
+            current[0] = i
+            launched.clear()
+            self.send({"t": "start", "i": i})
+            out, err, t0 = io.StringIO(), None, time.time()
+            try:
+                with contextlib.redirect_stdout(out):
+                    self.run(src, f"check cell {i + 1}")
+            except BaseException as e:      # SystemExit and KeyboardInterrupt from learner code are failures too
+                tb = traceback.format_exception(type(e), e, e.__traceback__)
+                err = {"ename": type(e).__name__, "evalue": str(e), "tb": "".join(tb)[-3000:]}
+            changed = [k for k in set(env0) | set(os.environ) if k.startswith(("FEEDBEAST_", "CUDA_"))
+                       and env0.get(k) != os.environ.get(k)]
+            problems = _integrity_problems(base, self.ns) + [f"the environment variable {k} was changed"
+                                                             for k in sorted(changed)]
+            self.send({"t": "cell", "i": i, "error": err, "stdout": out.getvalue()[-50000:],
+                       "seconds": time.time() - t0, "launched": sorted(set(launched)), "integrity": problems})
+            if problems:
+                break
+
+
 def _harness(fd: int) -> int:
     """The check process: reads its job on stdin, reports on file descriptor `fd`, every line signed."""
-    import contextlib
-    import io
-    import linecache
-    import traceback
-    import types
     job = json.loads(sys.stdin.read())
-    key = bytes.fromhex(job.pop("key"))
-    write, seq = os.write, [0]
-
-    def send(msg):
-        body = json.dumps({**msg, "seq": seq[0]}, default=str)
-        seq[0] += 1
-        data = (hmac.new(key, body.encode(), hashlib.sha256).hexdigest() + " " + body + "\n").encode()
-        while data:
-            data = data[write(fd, data):]
+    child = _CheckChild(fd, bytes.fromhex(job.pop("key")))
+    send = child.send
 
     import feedbeast as fb
-    from . import hazards, launch, magic, verdicts
-    from .notebook import Notebook, refusals
+    from . import hazards, launch, verdicts
+    from .notebook import Notebook
     g0 = fb.gpu()
     send({"t": "hello", "gpu": g0.name if g0 else None, "hazards": hazards.enabled(), "pid": os.getpid()})
     current = [-1]
@@ -356,124 +490,25 @@ def _harness(fd: int) -> int:
             launched.append(kernel.name)
     launch.before_launch.insert(0, watch)
 
-    stopped = []
-
-    def fail(where, why):
-        stopped.append(where)
-        send({"t": "learner", "name": where, "message": why, "stop": True})
-
-    log = io.StringIO()     # what given and learner cells print: not a verdict, not shown
-    ns = {"__name__": "__main__", "__builtins__": builtins}
-
-    def run(source, where):
-        lines = source.splitlines(keepends=True)
-        linecache.cache[where] = (len(source), None, lines, where)
-        exec(compile(_python(source), where, "exec"), ns)
-
     sol, learner = Path(job["solution"]), Path(job["learner"])
-    try:
-        with contextlib.redirect_stdout(log):
-            for i, src in job["given"]:
-                run(src, f"{sol.name}, given cell {i}")
-    except BaseException as e:
-        fail("the lab's given cells", f"{type(e).__name__}: {e} (the lab's own code: report it to the instructor)")
+    if not child.given(job["given"], sol):
         send({"t": "done"})
         return 0
+    ns = child.ns
     given = set(ns) - {"__name__", "__builtins__"}
     env0 = dict(os.environ)          # the grader's, as the given cells left it (Numba's simulator switch)
     base = _integrity_baseline(ns, given)
 
-    # The learner's kernels, compiled from the text of their %%cuda cells: these are what the checks launch.
     nb = Notebook(learner, upto=job["upto"])
-    cuda = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("%%cuda")]
-    cuda_ns: dict = {}
-    for name, lab_line in job["cuda"]:
-        cells = [(i, s) for i, s in cuda if _cuda_name(s) == name]
-        if not cells:
-            fail(f"%%cuda --name {name}", f"your notebook has no `%%cuda ... --name {name}` cell before its "
-                 "checks: the checks compile and launch the kernels of that cell")
-            continue
-        i, src = cells[-1]
-        body = src.partition("\n")[2]
-        line = lab_line      # the lab's flags: the build the checks read (lab.source) is the build launched
-        where = f"your %%cuda --name {name} cell (cell {i + 1})"
-        bad = sorted(set(re.findall(r"\bFB_\w+", body)))
-        if bad:
-            fail(where, f"not compiled: it sets or tests {', '.join(bad)}, the toolkit's own build switches (the "
-                 "hazard and debug builds set them): a graded kernel is the same in every build")
-            continue
-        mod_ns = dict(ns)
-        try:
-            with contextlib.redirect_stdout(log):
-                magic.cuda_cell(line[len("%%cuda"):], body, mod_ns)
-        except BaseException as e:
-            fail(where, f"{type(e).__name__}: {e}")
-            continue
-        new = {k: v for k, v in mod_ns.items() if k not in ns or mod_ns[k] is not ns[k]}
-        clash = sorted(set(new) & (given | set(cuda_ns)))
-        if clash:
-            fail(where, f"its kernels or --name {', '.join(clash)} clash with a name the lab gives")
-            continue
-        cuda_ns.update(new)
+    cuda_ns = child.kernels(nb, job["cuda"], given)
     ns.update(cuda_ns)
-    protected = given | set(cuda_ns)
-
-    # The learner's definitions that the checks read, refused when they could reach the checks' state.
-    needed = [n for n in job["needs"] if n not in ns]
-    try:
-        stmts, _ = nb.plan(*needed, given=protected)
-    except LookupError as e:
-        missing = str(e).split(" defines no ", 1)[-1].split(" at top level")[0]
-        fail("your definitions", f"the checks read {missing}, which your cells before `## Check` do not define "
-             "(the lab's cells say what to write)")
-        stmts = []
-    modules = {k for k, v in ns.items() if isinstance(v, types.ModuleType)}
-    for s in stmts:
-        modules |= {a.asname or a.name.split(".")[0] for a in getattr(s.node, "names", [])} \
-            if isinstance(s.node, ast.Import) else set()
-    refused = False
-    for s in stmts:
-        why = refusals(s.node, protected, modules)
-        if why:
-            refused = True
-            fail(f"your code cell {s.pos[0] + 1}, line {s.node.lineno}",
-                 f"not run by the grader: {'; '.join(why)}:\n    {ast.unparse(s.node).splitlines()[0][:120]}")
-    if not refused:
-        try:
-            with contextlib.redirect_stdout(log):
-                nb.run(stmts, ns)
-        except BaseException as e:
-            cell = next((int(m) for m in re.findall(r"cell (\d+)", "".join(traceback.format_tb(e.__traceback__))[-400:])), None)
-            fail(f"your code cell {cell + 1 if cell is not None else '?'}", f"{type(e).__name__}: {e}")
+    child.definitions(nb, job["needs"], given | set(cuda_ns))
     problems = _integrity_problems(base, ns)
     if problems:
-        fail("integrity", "the notebook's code changed what the checks use: " + "; ".join(problems))
+        child.fail("integrity", "the notebook's code changed what the checks use: " + "; ".join(problems))
     send({"t": "learner-done"})
-    if stopped:
-        send({"t": "done"})
-        return 0
-
-    for i, src in enumerate(job["checks"]):
-        os.environ.clear()
-        os.environ.update(env0)
-        verdicts.begin()
-        current[0] = i
-        launched.clear()
-        send({"t": "start", "i": i})
-        out, err, t0 = io.StringIO(), None, time.time()
-        try:
-            with contextlib.redirect_stdout(out):
-                run(src, f"check cell {i + 1}")
-        except BaseException as e:      # SystemExit and KeyboardInterrupt from learner code are failures too
-            tb = traceback.format_exception(type(e), e, e.__traceback__)
-            err = {"ename": type(e).__name__, "evalue": str(e), "tb": "".join(tb)[-3000:]}
-        changed = [k for k in set(env0) | set(os.environ) if k.startswith(("FEEDBEAST_", "CUDA_"))
-                   and env0.get(k) != os.environ.get(k)]
-        problems = _integrity_problems(base, ns) + [f"the environment variable {k} was changed" for k in sorted(changed)]
-        send({"t": "cell", "i": i, "error": err, "stdout": out.getvalue()[-50000:], "seconds": time.time() - t0,
-              "launched": sorted(set(launched)), "integrity": problems})
-        if problems:
-            break
+    if not child.stopped:
+        child.checks(job["checks"], env0, base, current, launched)
     send({"t": "done"})
     return 0
 
