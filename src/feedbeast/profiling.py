@@ -243,9 +243,8 @@ def profile(launch: str, *, kernel: str, name: str | None = None, metrics=None, 
         values.write_text(json.dumps(env or {}))
         prelude = f"import json\nglobals().update(json.loads(open({str(values)!r}).read()))\n"
         script.write_text(prelude + textwrap.dedent(launch))
-        src_dir = str(Path(__file__).resolve().parent.parent)
-        child_env = {**os.environ,
-                     "PYTHONPATH": os.pathsep.join([src_dir, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        from .isolated import child_env as _child_env
+        child_env = _child_env()
         for _ in range(4):   # a metric this ncu or GPU does not know is dropped by name, and we retry
             cmd = [ncu, "--csv", "--page", "raw", "--kernel-name", f"regex:{kernel}", "--launch-skip",
                    str(launch_skip), "--launch-count", str(launch_count), "--metrics", ",".join(wanted),
