@@ -1,0 +1,187 @@
+// Attention backward on Hopper (sm_90a), chapter 09: the pieces of the backward pass.
+//
+// From Q, K, V, O, dO and the log-sum-exp L that the forward saved (P = exp(S - L) is rebuilt, never stored):
+//   D_i   = sum_c dO_ic O_ic                       (preprocess, one row per warp)
+//   dV_j  = sum_i P_ij dO_i
+//   dS_ij = P_ij (dO_i . V_j - D_i)
+//   dK_j  = scale sum_i dS_ij Q_i,   dQ_i = scale sum_j dS_ij K_j
+// One block owns a block of 128 keys (two consumer warpgroups of 64 keys each) and walks the query tiles of 64
+// rows: dK and dV stay in registers, dQ is a sum over key blocks and goes to an fp32 buffer, either with one
+// TMA reduce per tile (cp.reduce.async.bulk .add.f32) or with red.global.add (atomics).
+// The transposed products S^T = K Q^T and dP^T = V dO^T put the keys on the wgmma M dimension, so that P^T and
+// dS^T are already the register A operands of dV += P^T dO and dK += dS^T Q (the forward's P V step).
+//
+// PTX ISA: "wgmma.mma_async" (imm-trans-a / imm-trans-b: operands read MN-major from shared memory),
+// "cp.reduce.async.bulk", "red" (.v2.f32 needs sm_90), "fence.proxy.async".
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda/std/cstdint>
+#include <fb/attention.cuh>
+#include <fb/fence.cuh>
+#include <fb/smem.cuh>
+#include <fb/wgmma.cuh>
+
+namespace fb {
+namespace attention_bwd {
+using u32 = cuda::std::uint32_t;
+using u64 = cuda::std::uint64_t;
+namespace fa = fb::attention;
+
+// ---- wgmma with both operands in shared memory, either one K-major (0) or MN-major (1) ----------------------
+// D(64 x N, fp32) (+)= A(64 x 16) B(16 x N). TA / TB are the instruction's imm-trans-a / imm-trans-b: 1 reads the
+// operand MN-major (rows of M or N contiguous), which only 16-bit types allow.
+template <int TA, int TB>
+__device__ inline void mma_ss_m64n64k16(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FB_WGMMA_REGS_0_31 "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : FB_WGMMA_D32(d, 0)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
+}
+template <int TA, int TB>
+__device__ inline void mma_ss_m64n32k16(float (&d)[16], u64 desc_a, u64 desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+      "%12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+      : FB_WGMMA_D8(d, 0), FB_WGMMA_D8(d, 8)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
+}
+
+// X^T (64 keys x 64 queries) = A(64 x D) B^T with A = 64 rows of K (or V), B = the query tile's Q (or dO), both
+// K-major tiles of D / 64 panels (`a_panel`, `b_panel` bytes apart): D / 16 steps of 32 B along the row.
+template <int D>
+__device__ inline void gemm_t(float (&x)[32], const unsigned char* a, int a_panel, const unsigned char* b,
+                              int b_panel) {
+  const u64 da = fb::wgmma::descriptor_k_major_sw128(a), db = fb::wgmma::descriptor_k_major_sw128(b);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    mma_ss_m64n64k16<0, 0>(x, da + ((kk / 4) * a_panel + (kk % 4) * 32) / 16,
+                           db + ((kk / 4) * b_panel + (kk % 4) * 32) / 16, kk > 0);
+}
+
+// acc(64 keys x D) += X^T(64 x 64, bf16 A fragments in registers) T(64 queries x D): the query tile T read
+// MN-major (its rows of D contiguous), 4 steps of 16 rows; panels of 64 rows x 128 B.
+template <int D>
+__device__ inline void gemm_acc(float (&acc)[D / 2], const u32 (&x)[4][4], const unsigned char* t) {
+  const u64 dt = fa::descriptor_mn_major_sw128(t, 64 * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (D == 128) fa::mma_rs_m64n128k16_bf16_tb(acc, x[kk], dt + kk * 16 * 128 / 16, 1);
+    else fa::mma_rs_m64n64k16_bf16_tb(acc, x[kk], dt + kk * 16 * 128 / 16, 1);
+  }
+}
+
+// dQ tile (64 queries x D/2 columns from `col`) = dS (64 x 128 keys) K: dS read from `ds` where it is stored
+// transposed (128 rows of keys x 64 queries, 128 B a row: A MN-major), K from the key block (128 rows, D / 64
+// panels of 128 x 128 B: B MN-major). 8 steps of 16 keys, 16 * 128 B each on both sides.
+template <int D>
+__device__ inline void gemm_dq(float (&dq)[D / 4], const unsigned char* ds, const unsigned char* k, int col) {
+  const u64 da = fa::descriptor_mn_major_sw128(ds, 128 * 128, 1024);
+  const u64 db = fa::descriptor_mn_major_sw128(k + (col / 64) * 128 * 128 + (col % 64) * 2, 128 * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    if constexpr (D == 128) mma_ss_m64n64k16<1, 1>(dq, da + kk * 128, db + kk * 128, kk > 0);
+    else mma_ss_m64n32k16<1, 1>(dq, da + kk * 128, db + kk * 128, kk > 0);
+  }
+}
+
+// ---- shared memory and the query tiles -----------------------------------------------------------------------
+// K and V of the key block (128 rows), NST stages of the query tile's Q and dO (64 rows), dS^T (128 x 64 bf16),
+// and for the TMA reduce the fp32 dQ tile (64 x D) it reads from. All 1024-byte aligned (128-byte swizzle).
+template <int D, int NST> struct Plan {
+  static constexpr int KV = 128 * D * 2, QT = 64 * D * 2;
+  static constexpr int K_OFF = 0, V_OFF = KV, Q_OFF = 2 * KV, DO_OFF = Q_OFF + NST * QT, DS_OFF = DO_OFF + NST * QT;
+  static constexpr int DQ_OFF = DS_OFF + 128 * 64 * 2, BYTES = DQ_OFF + 64 * D * 4 + 1024;
+};
+
+// The byte where the 128-byte swizzle puts byte `b` (< 128) of row `r` of a 1024-aligned tile of 128-byte rows
+// (what TMA does with swizzle 128: 16-byte chunk c of row r goes to chunk c ^ (r % 8)).
+__device__ inline int swizzled(int r, int b) { return r * 128 + ((((b >> 4) ^ r) & 7) << 4) + (b & 15); }
+
+// This thread's elements of a 64 x 64 transposed score tile (rows: keys, columns: queries): element i is at key
+// row 16 w + lane / 4 + 8 ((i % 4) / 2) of the warpgroup's 64, query column 8 (i / 4) + 2 t + (i % 2).
+// P^T = 2^(S^T scale log2 e - L log2 e), 0 where masked; dS^T = P^T (dP^T - D). lse2 and dlt hold L log2 e and D
+// of this thread's 16 query columns (pairs: cols 8 j + 2 t, + 1).
+__device__ inline void softmax_grad(float (&s)[32], float (&dp)[32], const float (&lse2)[16], const float (&dlt)[16],
+                                    int key0, int q0, int seq, float scale_log2, bool causal, bool edge) {
+  const int lane = threadIdx.x % 32, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int key = key0 + lane / 4 + 8 * ((i % 4) / 2), q = q0 + 8 * (i / 4) + 2 * t + (i % 2);
+    const int c = 2 * (i / 4) + (i % 2);
+    float p = fa::exp2_approx(fmaf(s[i], scale_log2, -lse2[c]));
+    if (edge && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
+    s[i] = p;
+    dp[i] = p * (dp[i] - dlt[c]);
+  }
+}
+
+// L log2 e and D of the 16 query columns this thread's elements cover (0 past the end: those columns are masked).
+__device__ inline void row_stats(float (&lse2)[16], float (&dlt)[16], const float* lse, const float* delta, int q0,
+                                 int seq) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = q0 + 8 * j + 2 * t + e;
+      lse2[2 * j + e] = q < seq ? lse[q] * 1.4426950408889634f : 0.f;
+      dlt[2 * j + e] = q < seq ? delta[q] : 0.f;
+    }
+}
+
+// dS^T of warpgroup w's 64 keys, as the bf16 pairs fa::p_fragments packed (pair i, i + 1 of the accumulator is
+// x[i / 8][(i % 8) / 2]), into shared memory: rows = keys, 128 B a row, swizzled.
+__device__ inline void store_ds(unsigned char* ds, const u32 (&x)[4][4], int w) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    const int r = 64 * w + 16 * warp + lane / 4 + 8 * ((i % 4) / 2), b = 2 * (8 * (i / 4) + 2 * t);
+    *reinterpret_cast<u32*>(ds + swizzled(r, b)) = x[i / 8][(i % 8) / 2];
+  }
+}
+
+// ---- dQ: two ways to add a tile into the fp32 buffer -----------------------------------------------------------
+// (1) red.global.add.v2.f32 from registers (PTX ISA "red": .v2.f32 from sm_90): one atomic per column pair.
+template <int NC>
+__device__ inline void dq_atomic(float* dq, const float (&x)[NC / 2], int q0, int col0, int seq, int D) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < NC / 2; i += 2) {
+    const int q = q0 + 16 * warp + lane / 4 + 8 * ((i % 4) / 2), c = col0 + 8 * (i / 4) + 2 * t;
+    if (q < seq)
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dq + static_cast<size_t>(q) * D + c),
+                   "f"(x[i]), "f"(x[i + 1]) : "memory");
+  }
+}
+// (2) the tile in shared memory (64 rows x D fp32, row-major, as in global memory), then one TMA reduce:
+// cp.reduce.async.bulk .add.f32 adds `bytes` contiguous bytes (multiple of 16, both addresses 16-aligned).
+template <int NC>
+__device__ inline void dq_stage(float* tile, const float (&x)[NC / 2], int col0, int D) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < NC / 2; i += 2) {
+    const int r = 16 * warp + lane / 4 + 8 * ((i % 4) / 2), c = col0 + 8 * (i / 4) + 2 * t;
+    *reinterpret_cast<float2*>(tile + r * D + c) = make_float2(x[i], x[i + 1]);
+  }
+}
+__device__ inline void reduce_add_f32(float* dst, const float* src, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+               ::"l"(dst), "r"(fb::smem_addr(src)), "r"(bytes) : "memory");
+}
+
+// dK (times the softmax scale) or dV rows of this warpgroup (64 keys from key0) as bf16, keys < seq.
+template <int D>
+__device__ inline void store_kv_rows(__nv_bfloat16* out, const float (&acc)[D / 2], float scale, int key0, int seq) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < D / 2; i += 2) {
+    const int key = key0 + 16 * warp + lane / 4 + 8 * ((i % 4) / 2), c = 8 * (i / 4) + 2 * t;
+    if (key < seq)
+      *reinterpret_cast<__nv_bfloat162*>(out + static_cast<size_t>(key) * D + c) =
+          __floats2bfloat162_rn(acc[i] * scale, acc[i + 1] * scale);
+  }
+}
+}  // namespace attention_bwd
+}  // namespace fb
