@@ -67,11 +67,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import verdicts
-from .errors import FeedbeastError
+from .. import hooks as verdicts  # check outcomes go out through the hooks
+from ..errors import FeedbeastError
 
 try:   # the error class lives with the others so that fb.isolated can raise it by name
-    from .errors import HazardFound
+    from ..errors import HazardFound
 except ImportError:   # pragma: no cover
     class HazardFound(FeedbeastError):
         """The hazard checker found an ordering violation of the async proxy."""
@@ -80,10 +80,12 @@ KINDS = (None, "cp.async", "cp.async.commit_group", "cp.async.wait_group", "cp.a
          "tma.store", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read", "cp.async.bulk.wait_group",
          "mbarrier.init", "mbarrier.arrive", "mbarrier.expect_tx", "mbarrier.wait", "wgmma.fence", "wgmma.read",
          "wgmma.commit_group", "wgmma.wait_group", "fence.proxy.async", "bar.sync", "__syncwarp",
-         "barrier.cluster", "generic.read", "generic.write", "tcgen05.commit", "tcgen05.mma", "tma.map", "tma.coords")
+         "barrier.cluster", "generic.read", "generic.write", "tcgen05.commit", "tcgen05.mma", "tma.map", "tma.coords",
+         "shared.read", "shared.write", "cp.async.mbarrier.arrive")
 (CP_ASYNC, CP_COMMIT, CP_WAIT, BULK_LOAD, TMA_LOAD, TMA_STORE, BULK_COMMIT, BULK_WAIT_READ, BULK_WAIT,
  MBAR_INIT, MBAR_ARRIVE, MBAR_EXPECT_TX, MBAR_WAIT, WGMMA_FENCE, WGMMA_READ, WGMMA_COMMIT, WGMMA_WAIT,
- FENCE_PROXY_ASYNC, BAR_SYNC, SYNCWARP, CLUSTER_SYNC, GENERIC_READ, GENERIC_WRITE, TC_COMMIT, TC_MMA, TMA_MAP, TMA_COORDS) = range(1, 28)
+ FENCE_PROXY_ASYNC, BAR_SYNC, SYNCWARP, CLUSTER_SYNC, GENERIC_READ, GENERIC_WRITE, TC_COMMIT, TC_MMA, TMA_MAP, TMA_COORDS,
+ SMEM_READ, SMEM_WRITE, CP_MBAR_ARRIVE) = range(1, 31)
 
 RULES = {
     "async-read-in-flight": "shared memory was written while an asynchronous read of it had not completed "
@@ -257,6 +259,7 @@ class _Access:
     done: object = None  # completion: ("at", thread, time) | ("phase", barrier, phase) | ("any", {thread: time})
     what: str = ""
     plain: bool = False  # an ordinary load or store (marked or assumed): two of them are racecheck's business
+    dead: bool = False   # replaced by a later write of its bytes
 
 
 class _Barrier:
@@ -289,7 +292,7 @@ def _pad(v, n):
 class _Cluster:
     """The replay of one cluster (or one block when there are no clusters)."""
 
-    def __init__(self, threads_per_block, blocks, maps, report_violation, geometry=None):
+    def __init__(self, threads_per_block, blocks, maps, report_violation, geometry=None, instrumented=False):
         self.tpb, self.blocks = threads_per_block, list(blocks)      # global block ids, by rank
         self.geometry = geometry or {}   # map id -> (array pointer, row stride B, element B, box rows, box cols)
         self.coords = {}                 # thread -> the coordinates of its next TMA op
@@ -313,6 +316,9 @@ class _Cluster:
         self.writes = defaultdict(list)              # (rank, 1 KB page) -> write accesses
         self.last_seen = {}         # (thread, barrier) -> phase last observed
         self.implicit = {}          # thread -> [(wait event, rank, ranges, time)]: reads assumed after waits
+        self.instrumented = instrumented    # every shared-memory access is in the trace: nothing is assumed
+        self.epoch = defaultdict(int)       # thread -> releases so far (release_into)
+        self.merged = {}            # (thread, rank, page) -> its latest ordinary read there, while no release passed
         self.untraced = set()       # barriers used but not initialised through fb::mbar::init
         self.unknown_maps = set()   # tensor-map ids that match no tensor-map argument of the launch
         self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
@@ -342,6 +348,7 @@ class _Cluster:
         return self.vc[t]
 
     def release_into(self, t, clock, fenced, retired):
+        self.epoch[t] += 1      # others can now learn this thread's clock: its earlier accesses are a closed set
         np.maximum(clock, self.vc[t], out=clock)
         np.maximum(fenced, self.fv[t], out=fenced)
         np.maximum(retired, self.cc[t], out=retired)
@@ -461,6 +468,7 @@ class _Cluster:
         elif generic and not self.async_pages.isdisjoint(pages):
             self.touched.add(t)
         a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain)
+        mergeable = plain and not write
         seen = set()
         for table in ((self.reads, self.writes) if write else (self.writes,)):
             for key in pages:
@@ -468,7 +476,7 @@ class _Cluster:
                     if id(old) in seen or old.start + old.size <= start or start + size <= old.start:
                         continue
                     seen.add(id(old))
-                    if old.t == t and old.generic and generic or old.plain and plain:
+                    if old.t == t and old.generic and generic and old.ev.kind != CP_ASYNC or old.plain and plain:
                         continue        # program order; or two ordinary accesses (compute-sanitizer racecheck)
                     self.check_pair(old, a, t)
         if write:   # a write replaces what it was checked against
@@ -476,10 +484,40 @@ class _Cluster:
                 for key in pages:
                     lst = table.get(key)
                     if lst:
-                        lst[:] = [o for o in lst if o.start + o.size <= start or start + size <= o.start]
+                        keep = []
+                        for o in lst:
+                            if o.start + o.size <= start or start + size <= o.start:
+                                keep.append(o)
+                            else:
+                                o.dead = True
+                        lst[:] = keep
+        if mergeable and self._merge(t, rank, a, pages):
+            return a
         for key in pages:
             (self.writes if write else self.reads)[key].append(a)
         return a
+
+    def _merge(self, t, rank, a, pages) -> bool:
+        """Fold an ordinary read into the same thread's last read of the same bytes' neighbourhood when no release
+        of that thread came between them: another thread can order both or neither (its clock of this thread moves
+        only at releases), so one entry with the later time and the two ranges' hull says the same. Without it a
+        stage read by every warp in every lap would be checked entry by entry against each refill."""
+        key = (t, rank, pages[0][1])
+        m = self.merged.get(key)
+        if (m is None or m[1] != self.epoch[t] or m[0].dead or m[0].start > a.start + a.size
+                or a.start > m[0].start + m[0].size):
+            self.merged[key] = (a, self.epoch[t])
+            return False
+        old = m[0]
+        end = max(old.start + old.size, a.start + a.size)
+        have = set(self._pages(rank, old.start, old.size))
+        old.start = min(old.start, a.start)
+        old.size = end - old.start
+        old.time, old.done, old.ev = a.time, a.done, a.ev
+        for page in pages:
+            if page not in have:
+                self.reads[page].append(old)
+        return True
 
     def check_pair(self, old: _Access, new: _Access, t):
         if not self._ordered(old, t, new):
@@ -579,6 +617,8 @@ class _Cluster:
     def step(self, ev: Event, rank: int):
         # In a cluster launch a CTA's own .shared::cta addresses carry its rank above bit 24 (the window of
         # .shared::cluster it sits in: 0x1000400 in rank 1 for offset 0x400). Offsets are what CTAs share.
+        # An ld/st.shared::cluster names its CTA in those bits.
+        target = ev.a // SMEM_WINDOW if ev.kind in (SMEM_READ, SMEM_WRITE) and ev.c & 1 else rank
         if ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
             ev = ev._replace(a=ev.a % SMEM_WINDOW,
                                      c=ev.c % SMEM_WINDOW if ev.kind in (BULK_LOAD, TMA_LOAD) else ev.c)
@@ -682,6 +722,25 @@ class _Cluster:
         elif k in (GENERIC_READ, GENERIC_WRITE):
             self.access(t, ev, rank, ev.a, ev.b, k == GENERIC_WRITE, True, ("at", t, int(vc[t])),
                         "ordinary " + ("write" if k == GENERIC_WRITE else "read"), plain=True)
+        elif k in (SMEM_READ, SMEM_WRITE):     # from the instrumented PTX: ld/st/atom/ldmatrix/stmatrix
+            self.access(t, ev, target, ev.a, ev.b, k == SMEM_WRITE, True, ("at", t, int(vc[t])),
+                        ("ld/st " if ev.c & 1 == 0 else "ld/st.shared::cluster ")
+                        + ("write" if k == SMEM_WRITE else "read"), plain=True)
+        elif k == CP_MBAR_ARRIVE:
+            self.cp_async_arrive(t, rank, ev)
+
+    def cp_async_arrive(self, t, rank, ev):
+        """cp.async.mbarrier.arrive(.noinc): the barrier's current phase completes only after every cp.async this
+        thread issued so far (PTX ISA: cp.async.mbarrier.arrive); with .noinc the arrive-on is one of the phase's
+        counted arrivals, without it the count is raised and lowered by one (no net arrival)."""
+        b = self.barrier(rank, ev.a, ev)
+        for grp in self.groups[("cp", t)]:
+            for a in grp:
+                if a.done is None:
+                    a.done = ("phase", b.index, b.phase)
+                    b.writes.append(a)
+        if ev.b:
+            self.arrive(t, b, 0, ev, release=False)
 
     def _retire(self, groups, pending, include_open, t):
         now = int(self.vc[t][t])
@@ -736,7 +795,7 @@ class _Cluster:
                                    b.name, seen))
         self.last_seen[(t, b.index)] = seen
         ranges = b.phase_writes.get(seen)
-        if ranges:
+        if ranges and not self.instrumented:
             self.implicit.setdefault(t, []).append((ev, rank, ranges, int(self.vc[t][t])))
 
     def finish(self, truncated=False):
@@ -761,7 +820,7 @@ class _Cluster:
                                        b.last_copy, b.name, b.phase))
 
 
-def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geometry=None):
+def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geometry=None, instrumented=False):
     """Replay one cluster's events [(position, event, rank)]. Returns ([(order key, violation)], untraced): the key
     puts the violations of all clusters back in the order one interleaved replay would have found them."""
     found, seen, now = [], set(), [None]
@@ -772,7 +831,7 @@ def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geom
             return
         seen.add(key)
         found.append((now[0] + (len(found),), v))
-    cl = _Cluster(threads_per_block, blocks, maps, violate, geometry)
+    cl = _Cluster(threads_per_block, blocks, maps, violate, geometry, instrumented)
     for pos, ev, rank in items:
         now[0] = (0, pos)
         cl.step(ev, rank)
@@ -811,11 +870,13 @@ def _replay_parallel(jobs):
 
 def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
           kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
-          dropped: int = 0, parallel: bool | None = None, truncated: bool = False, geometry: dict | None = None) -> Report:
+          dropped: int = 0, parallel: bool | None = None, truncated: bool = False, geometry: dict | None = None,
+          instrumented: bool = False) -> Report:
     """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes.
 
     Clusters (or blocks) share no barrier and no shared memory, so each is replayed on its own; parallel: in
-    separate processes (None: when the trace has PARALLEL_EVENTS or more and several clusters)."""
+    separate processes (None: when the trace has PARALLEL_EVENTS or more and several clusters). instrumented: the
+    trace holds every shared-memory access (the PTX of the build was instrumented), so no read is assumed."""
     if isinstance(events, np.ndarray):
         events = decode(events)
     cx, cy, cz = (tuple(cluster) + (1, 1, 1))[:3]
@@ -839,7 +900,7 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
             rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
             blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
         jobs.append((items, order, threads_per_block, blocks, maps or {}, truncated,
-                     {int(k): tuple(v) for k, v in (geometry or {}).items()}))
+                     {int(k): tuple(v) for k, v in (geometry or {}).items()}, instrumented))
     if parallel is None:
         parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
     results = _replay_parallel(jobs) if parallel else None
@@ -900,7 +961,7 @@ def hazard_module(module):
         return module
     key = build_key(module)
     if key not in _hazard_modules:
-        from .compile import compile as _compile
+        from ..compile import compile as _compile
         _hazard_modules[key] = _compile(module.source, module.arch,
                                         defines={**(module.defines or {}), "FB_HAZARDS": 1, "FB_DEBUG": 1},
                                         options=module.options, name=module.name)
@@ -927,7 +988,7 @@ def _map_readings(args, params=None, recorded=(), hashes=None) -> list:
     `recorded`: the map ids (addresses) of the trace's TMA events; `hashes`: {address: hash of the bytes there}, from
     its tma.map events. A recorded address whose bytes match no argument is matched by parameter offsets (`params`:
     the kernel's [(offset, size)]): every consistent match is a reading of its own."""
-    from .tensormap import TensorMap
+    from ..tensormap import TensorMap
     by_id = defaultdict(set)
     for a in args:
         if isinstance(a, TensorMap) and a.raw:
@@ -959,7 +1020,7 @@ def _map_readings(args, params=None, recorded=(), hashes=None) -> list:
 def _map_geometry(args, hashes) -> dict:
     """{map address: (array pointer, row stride B, element B, box rows, box cols)} of the 2-D maps the trace names by
     the bytes found at their addresses: where a TMA box lies in global memory."""
-    from .tensormap import TensorMap
+    from ..tensormap import TensorMap
     by_hash = {}
     for a in args:
         if isinstance(a, TensorMap) and a.raw and len(a.box) == 2 and getattr(a.array, "ptr", None) is not None:
@@ -1085,10 +1146,10 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     import struct
     import time
     from cuda.bindings import driver
-    from .device import _check
-    from .launch import _dim3
-    from .memory import empty, sync
-    from .skip import needs
+    from ..device import _check
+    from ..launch import _dim3
+    from ..memory import empty, sync
+    from ..skip import needs
     skip = needs(kernel.module.arch, f"hazard check of {kernel.name}")
     if skip is not None:
         return skip
@@ -1102,6 +1163,8 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
         return Report(kernel.name, [], 0, source=mod.source, module_name=mod.name,
                       unchecked="the kernel uses no traced fb:: wrapper")
     k = mod.kernel(kernel.name)
+    from .instrument import load
+    load(mod)       # every ordinary shared-memory access recorded (instrument.py), before the kernel is loaded
     k._load()
     slot = _trace_buffers.get(capacity)
     if slot is None:
@@ -1153,6 +1216,7 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
                              hashes)
     meta = dict(threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, kernel=kernel.name,
                 source=mod.source, module_name=mod.name, dropped=max(0, count - capacity), truncated=bool(gave_up),
+                instrumented=True,
                 geometry={str(a): list(g) for a, g in _map_geometry(args, hashes).items()})
     report = _check_readings(events, readings, **meta)
     meta["maps"] = readings[0]
@@ -1200,8 +1264,8 @@ _configs = {}       # (build, kernel, block, shared, cluster) -> the grid it was
 
 def _arrays(args):
     """(pointer, bytes) of every device buffer a launch can write: array arguments and tensor maps' arrays."""
-    from .memory import DeviceArray
-    from .tensormap import TensorMap
+    from ..memory import DeviceArray
+    from ..tensormap import TensorMap
     out = {}
     for a in args:
         a = a.array if isinstance(a, TensorMap) else a
@@ -1242,11 +1306,11 @@ def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
     context usable. Returns (report text, rules found, events)."""
     import json
     from cuda.bindings import driver
-    from .device import _check
-    from .isolated import isolated
-    from .memory import DeviceArray
-    from .memory import sync
-    from .tensormap import TensorMap
+    from ..device import _check
+    from ..isolated import isolated
+    from ..memory import DeviceArray
+    from ..memory import sync
+    from ..tensormap import TensorMap
     sync()                  # the inputs as the launch would see them
     index, host, spec = {}, [], []
 
@@ -1282,7 +1346,7 @@ def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
         out = isolated(_CHILD, source=m.source, arch=m.arch, defines=dict(m.defines or {}), options=list(m.options),
                        name=m.name, host_file=host_file, spec=spec, kname=kernel.name, grid=grid, block=block,
                        shared=shared, cluster=cluster)
-    from .skip import Skipped
+    from ..skip import Skipped
     if isinstance(out, Skipped):
         return str(out), [], 0
     line = next((ln for ln in str(out).splitlines() if ln.startswith("__HZ__")), None)
@@ -1309,7 +1373,7 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
     if key in _checked:
         return
     _checked.add(key)
-    from .runmode import under_sanitizer
+    from ..hooks import under_sanitizer
     if under_sanitizer() and config in _configs:
         # make sanitize: each build and launch configuration (block, cluster, shared memory) is traced once, at
         # its first launch (a notebook's correctness check, before its timed sizes): another size of the same
@@ -1327,8 +1391,8 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
         verdicts.passed(f"hazard check of {kernel.name}", f"grid {grid} block {block}: 0 violations in {events} events")
         return
     from cuda.bindings import driver
-    from .device import _check
-    from .memory import sync
+    from ..device import _check
+    from ..memory import sync
     saved = {}
     try:
         for ptr, n in _arrays(args).items():

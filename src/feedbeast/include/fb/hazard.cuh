@@ -45,6 +45,9 @@ enum Kind : unsigned {
   kTcgen05Mma,          // a = smem start, b = bytes (one operand of one tcgen05.mma; its issuing thread)
   kTmaMap,              // a = the map's address (low 32 bits), b = a hash of its 128 bytes (before each TMA op)
   kTmaCoords,           // a = c0, b = c1: the box's coordinates (before each 2-D TMA load or store)
+  kSmemRead,            // a = smem start, b = bytes, c = flags  (every ld/ldmatrix of shared memory: see below)
+  kSmemWrite,           // a = smem start, b = bytes, c = flags  (every st/stmatrix/atom/red of shared memory)
+  kCpAsyncMbarArrive,   // a = mbarrier, b = 1 if .noinc                              (cp.async.mbarrier.arrive)
 };
 }  // namespace hazard
 }  // namespace fb
@@ -119,6 +122,60 @@ __device__ __forceinline__ unsigned map_id(const void* map) {
 }
 }  // namespace hazard
 }  // namespace fb
+
+// Every ordinary shared-memory access of a hazard build, without markers: feedbeast.hazards rewrites the build's
+// PTX so that each ld/st/atom/red/ldmatrix/stmatrix on .shared (and each generic one, tested with isspacep.shared
+// at run time) first calls one of these with its address, its size and the source line of its .loc. The lanes of
+// a warp at the same instruction record one event for the range they touch together (a few bytes per lane would
+// be 32 events per instruction), unless it spans more than 4 KB; then each lane records its own.
+//   info: bytes per lane (bits 0-15) | write << 16 | shared::cluster address << 17 | ldmatrix/stmatrix count << 20
+namespace fb {
+namespace hazard {
+__device__ __forceinline__ void access_warp(unsigned addr, unsigned info, unsigned line, unsigned site) {
+  const unsigned bytes = info & 0xffffu, n = (info >> 20) & 0xfu;
+  const unsigned kind = (info >> 16) & 1u ? kSmemWrite : kSmemRead;
+  const unsigned flags = (info >> 17) & 1u;
+  const unsigned lane = threadIdx.x % 32u;   // blocks whose x extent is not a multiple of 32: per-lane below
+  // m8n8 ldmatrix/stmatrix: lanes 8 * count and up give no address; each row address names 16 bytes.
+  const bool gives = n == 0u || lane < 8u * n;
+#if __CUDA_ARCH__ >= 800
+  if (blockDim.x % 32u == 0u) {
+    const unsigned group = __match_any_sync(__activemask(), site);
+    const unsigned lo = __reduce_min_sync(group, gives ? addr : 0xffffffffu);
+    const unsigned hi = __reduce_max_sync(group, gives ? addr + bytes : 0u);
+    if (hi > lo && hi - lo <= 4096u) {
+      if (lane == static_cast<unsigned>(__ffs(group)) - 1u) record(kind, static_cast<int>(line), lo, hi - lo, flags, 0);
+      return;
+    }
+  }
+#endif
+  if (gives) record(kind, static_cast<int>(line), addr, bytes, flags, 0);
+}
+}  // namespace hazard
+}  // namespace fb
+// Called from the rewritten PTX (plain names: the rewrite calls them by name).
+extern "C" __device__ __noinline__ void fb_hz_shared(unsigned addr, unsigned info, unsigned line, unsigned site) {
+  ::fb::hazard::access_warp(addr, info, line, site);
+}
+extern "C" __device__ __noinline__ void fb_hz_generic(unsigned long long p, unsigned info, unsigned line,
+                                                       unsigned site) {
+  const void* q = reinterpret_cast<const void*>(p);
+  const unsigned active = __activemask();
+  const bool shared = __isShared(q);
+  const unsigned group = __match_any_sync(active, site * 2u + (shared ? 1u : 0u));
+  if (!shared) return;
+  (void)group;
+  ::fb::hazard::access_warp(static_cast<unsigned>(__cvta_generic_to_shared(q)), info, line, site);
+}
+// cp.async.mbarrier.arrive(.noinc) [bar]: the rewrite records it before the instruction (PTX ISA:
+// cp.async.mbarrier.arrive: an arrive-on once the thread's earlier cp.async complete).
+extern "C" __device__ __noinline__ void fb_hz_cp_mbar(unsigned bar, unsigned noinc, unsigned line) {
+  ::fb::hazard::record(::fb::hazard::kCpAsyncMbarArrive, static_cast<int>(line), bar, noinc, 0, 0);
+}
+// Taking their addresses keeps them in the PTX of every hazard build, called or not.
+__device__ void (*fb_hz_keep_shared)(unsigned, unsigned, unsigned, unsigned) = fb_hz_shared;
+__device__ void (*fb_hz_keep_generic)(unsigned long long, unsigned, unsigned, unsigned) = fb_hz_generic;
+__device__ void (*fb_hz_keep_cp_mbar)(unsigned, unsigned, unsigned) = fb_hz_cp_mbar;
 
 #define FB_HZ_LINE_PARAM int fb_hz_line = __builtin_LINE()
 #define FB_HZ_LINE , int fb_hz_line = __builtin_LINE()
