@@ -1,0 +1,206 @@
+// FP8 (e4m3) attention forward on Hopper (sm_90a), chapter 09: what changes from the bf16 rungs.
+//
+//  - The two GEMMs on fp8 wgmma (m64n128k32, e4m3 x e4m3 -> fp32). For 8-bit types wgmma has no transpose
+//    immediates: both operands must be K-major (PTX ISA, wgmma.mma_async: imm-trans-a/b only for .f16/.bf16).
+//    S = Q K^T is K-major on both sides as loaded; for O += P V the B operand is V^T, which is not in memory.
+//  - So the kernel transposes each V tile in shared memory (keys x d -> d x keys) before the second GEMM.
+//  - P goes to the second GEMM in registers. The fp32 accumulator of S and the 8-bit A fragment hold different
+//    columns in a thread (pairs 2t, 2t+1 in each 8-column block against runs of four 4t .. 4t+3), but the order of
+//    the keys inside a k32 step is ours to choose, as long as P and V^T agree. The transpose writes the keys of V^T
+//    in the order the accumulator already holds them: each thread packs its own scores, with no shuffle.
+//  - P is scaled by 2^8 before it is rounded to e4m3 (free: the exponent gets + 8) so that probabilities down to
+//    2^-14 keep their 3 mantissa bits instead of falling into e4m3's subnormals below 2^-6.
+//
+// PTX ISA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (wgmma.mma_async with .e4m3,
+// "Register Fragments and Shared Memory Matrix Layouts": the k32 A fragment of 8-bit types), "cvt" (.e4m3x2),
+// "prmt", "shf"; FlashAttention-3 (Shah et al., 2024), section 3.3, for the in-kernel V transpose.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda/std/cstdint>
+#include <fb/attention.cuh>
+#include <fb/fence.cuh>
+#include <fb/mbarrier.cuh>
+#include <fb/wgmma.cuh>
+
+namespace fb {
+namespace attention_fp8 {
+using u32 = cuda::std::uint32_t;
+using u64 = cuda::std::uint64_t;
+namespace fa = fb::attention;
+
+constexpr int BM = 128, BN = 128, D = 128;   // d = 128: a row of Q, K or V is 128 bytes, one SW128 row
+constexpr float P_SCALE_LOG2 = 8.f;           // P is stored as 2^8 p: the row maximum's term is 256 (e4m3 max 448)
+
+// ---- the key order inside a k32 step ----------------------------------------------------------------------
+// Position p (0..31) of the k32 A fragment of thread t's row holds, per the PTX ISA's 8-bit k32 layout, columns
+// 4t .. 4t+3 in register a0 (a1: the row 8 below) and 16 + 4t .. 16 + 4t + 3 in a2 (a3). The fp32 accumulator of
+// S gives that thread columns 2t, 2t+1 and 8 + 2t, 9 + 2t of each 16 (fb::wgmma::accumulator_row_col). So position
+// p = 16 h + 4 t + e holds key 16 h + 2 t + (e & 1) + 8 (e >> 1): the transpose below puts that key there.
+__host__ __device__ constexpr int key_at(int p) {
+  return 16 * (p / 16) + 2 * ((p % 16) / 4) + (p % 4 % 2) + 8 * (p % 4 / 2);
+}
+// The order is a permutation of the 32 keys (checked at compile time, on every build).
+__host__ __device__ constexpr bool key_order_is_a_permutation() {
+  for (int k = 0; k < 32; ++k) {
+    int hits = 0;
+    for (int p = 0; p < 32; ++p) hits += key_at(p) == k;
+    if (hits != 1) return false;
+  }
+  return true;
+}
+static_assert(key_order_is_a_permutation(), "key_at must be a permutation of the 32 keys of a k32 step");
+
+// ---- fp8 wgmma ----------------------------------------------------------------------------------------------
+// D(64x128, fp32) (+)= A(64x32, e4m3, from desc_a) * B(32x128, e4m3, from desc_b, stored N x K, K-major).
+__device__ inline void mma_ss_m64n128k32_e4m3(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_a), 64 * 128, 0, 0);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 128 * 128, 0, 0);
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FB_WGMMA_REGS_0_31 ", " FB_WGMMA_REGS_32_63
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : FB_WGMMA_D32(d, 0), FB_WGMMA_D32(d, 32)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// D(64x128, fp32) += A(64x32, e4m3, in registers: a[0..3] as key_at describes) * B(32x128, e4m3, shared memory,
+// K-major: V^T).
+__device__ inline void mma_rs_m64n128k32_e4m3(float (&d)[64], const u32 (&a)[4], u64 desc_b FB_HZ_LINE) {
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 128 * 128, 0, 0);
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FB_WGMMA_REGS_0_31 ", " FB_WGMMA_REGS_32_63
+      "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+      : FB_WGMMA_D32(d, 0), FB_WGMMA_D32(d, 32)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+// ---- P: fp32 accumulator -> e4m3 A fragments, in place ------------------------------------------------------
+// Four fp32 in one register as e4m3, x0 in the lowest byte. cvt.rn.satfinite.e4m3x2.f32 d, a, b puts a in the
+// upper byte of d and b in the lower one.
+__device__ inline u32 pack_e4m3x4(float x0, float x1, float x2, float x3) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
+  return static_cast<u32>(lo) | (static_cast<u32>(hi) << 16);
+}
+
+// Step kk takes the accumulator's columns 32 kk .. 32 kk + 31, registers 16 kk .. 16 kk + 15: in each 8-column
+// block i a thread has (row g: 4i, 4i+1; row g+8: 4i+2, 4i+3). a0 = row g of blocks 4kk and 4kk+1, a1 = row g+8
+// of the same, a2 / a3 = blocks 4kk+2 and 4kk+3: keys in the order of key_at.
+__device__ inline void p_fragments(const float (&p)[64], u32 (&a)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const float* s = p + 16 * kk;
+    a[kk][0] = pack_e4m3x4(s[0], s[1], s[4], s[5]);
+    a[kk][1] = pack_e4m3x4(s[2], s[3], s[6], s[7]);
+    a[kk][2] = pack_e4m3x4(s[8], s[9], s[12], s[13]);
+    a[kk][3] = pack_e4m3x4(s[10], s[11], s[14], s[15]);
+  }
+}
+
+// ---- the V transpose ------------------------------------------------------------------------------------------
+// Byte `col` of row `row` in a tile of 128-byte rows with the 128-byte swizzle (what TMA writes with swizzle 128,
+// and what a K-major SW128 wgmma descriptor reads): the 16-byte chunk index is XORed with row % 8.
+__device__ inline int sw128(int row, int col) { return row * 128 + ((((col >> 4) ^ row) & 7) << 4) + (col & 15); }
+
+__device__ inline u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// V (BN keys x D, e4m3, as loaded) -> V^T (D rows x BN keys, K-major, keys of each k32 step in key_at order), both
+// SW128. One unit: 4 keys x 4 columns (four 32-bit loads) -> 4 rows x 4 keys (four 32-bit stores, bytes
+// transposed with prmt). The lanes of a warp take 8 column groups x the 4 key groups of one k16 half:
+//   loads  hit 32 different banks (rows 2t + {0, 1} mod 8 against column chunks 0 / 1 of a 32-byte span);
+//   stores: lane `nlo` writes its 4 rows in an order rotated by nlo / 2, so the 32 lanes of one store instruction
+//   cover rows of 8 different residues mod 8 (8 swizzled chunks) x 4 words: no bank conflict either.
+// `tid` 0 .. nthreads - 1, nthreads a multiple of 32.
+__device__ inline void transpose_v(const unsigned char* v, unsigned char* vt, int tid, int nthreads) {
+  static_assert(D == 128 && BN == 128, "one SW128 row per key of V and per column of V^T");
+#pragma unroll 2
+  for (int u = tid; u < (BN / 4) * (D / 4); u += nthreads) {
+    const int lane = u % 32, blk = u / 32;
+    const int t = lane % 4, nlo = lane / 4, hc = blk / 4;            // hc: which 16 keys (k16 half of a k32 step)
+    const int n0 = 32 * (blk % 4) + 4 * nlo, key0 = 16 * hc + 2 * t, rot = nlo / 2;
+    u32 w[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {                                    // key key_at(16 hc + 4 t + e), columns n0..n0+3
+      const u32 x = *reinterpret_cast<const u32*>(v + sw128(key0 + (e & 1) + 8 * (e >> 1), n0));
+      w[e] = __funnelshift_r(x, x, 8 * rot);                         // byte (i + rot) % 4 moves to byte i
+    }
+    const u32 lo01 = prmt(w[0], w[1], 0x5140), hi01 = prmt(w[0], w[1], 0x7362);
+    const u32 lo23 = prmt(w[2], w[3], 0x5140), hi23 = prmt(w[2], w[3], 0x7362);
+    const u32 out[4] = {prmt(lo01, lo23, 0x5410), prmt(lo01, lo23, 0x7632), prmt(hi01, hi23, 0x5410),
+                        prmt(hi01, hi23, 0x7632)};                   // out[i]: column n0 + (i + rot) % 4, 4 keys
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      *reinterpret_cast<u32*>(vt + sw128(n0 + ((i + rot) & 3), 16 * hc + 4 * t)) = out[i];
+  }
+}
+
+// ---- shared memory and the two GEMMs ------------------------------------------------------------------------
+// Q (BM x 128 B), then NSTAGES tiles each of K, of V as loaded, and of V^T (16 KB each), 1024-byte aligned.
+template <int NSTAGES> struct Plan {
+  static constexpr int Q_BYTES = BM * D, KV_BYTES = BN * D;
+  static constexpr int K_OFF = Q_BYTES, V_OFF = K_OFF + NSTAGES * KV_BYTES, VT_OFF = V_OFF + NSTAGES * KV_BYTES;
+  static constexpr int BYTES = VT_OFF + NSTAGES * KV_BYTES + 1024;
+};
+
+// S(64 x BN) = Q(64 x D) K^T: D / 32 steps of 32 bytes along one SW128 row (descriptor start + 2 per step).
+__device__ inline void qk_gemm(float (&s)[64], const unsigned char* q, const unsigned char* k) {
+  const u64 dq = fb::wgmma::descriptor_k_major_sw128(q), dk = fb::wgmma::descriptor_k_major_sw128(k);
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) mma_ss_m64n128k32_e4m3(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
+}
+
+// O(64 x D) += P(64 x BN) V, V^T (D x BN) K-major: BN / 32 steps.
+__device__ inline void pv_gemm(float (&o)[64], const u32 (&p)[4][4], const unsigned char* vt) {
+  const u64 dv = fb::wgmma::descriptor_k_major_sw128(vt);
+#pragma unroll
+  for (int kk = 0; kk < BN / 32; ++kk) mma_rs_m64n128k32_e4m3(o, p[kk], dv + 2 * kk);
+}
+
+// ---- softmax -----------------------------------------------------------------------------------------------------
+// fb::attention::OnlineSoftmax::step_fast with P scaled by 2^8: 2^(s scale - m + 8), one FFMA and one MUFU.EX2 per
+// score as there. The running sums hold 2^8 l; O / l is unchanged, and finish() takes the 8 off the LSE.
+struct Softmax : fa::OnlineSoftmax<BN> {
+  __device__ inline void step(float (&s)[64], float (&alpha)[2], int row0, int warp_row0, int n0, int kv_len,
+                              float scale_log2, bool causal, int t) {
+    const bool edge = n0 + BN > kv_len || (causal && n0 + BN - 1 > warp_row0);
+    if (edge) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int row = row0 + 8 * ((i % 4) / 2), col = n0 + 8 * (i / 4) + 2 * t + (i % 2);
+        if (col >= kv_len || (causal && col > row)) s[i] = fa::NEG_INF;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = fa::NEG_INF;
+#pragma unroll
+      for (int i = 0; i < 64; ++i)
+        if ((i % 4) / 2 == r) mx = fmaxf(mx, s[i]);
+      const float base = new_max(r, fmaxf(m[r], fa::quad_max(mx) * scale_log2), alpha) - P_SCALE_LOG2;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < 64; ++i)
+        if ((i % 4) / 2 == r) {
+          s[i] = fa::exp2_approx(fmaf(s[i], scale_log2, -base));
+          sum += s[i];
+        }
+      l[r] = l[r] * alpha[r] + sum;
+    }
+  }
+  // 1 / l times the V scale (O = v_scale P V / l), and the natural-log LSE of each row.
+  __device__ inline void finish(float (&inv_l)[2], float (&lse)[2], float v_scale) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float total = fa::quad_sum(l[r]);
+      inv_l[r] = total > 0.f ? v_scale * __frcp_rn(total) : 0.f;
+      lse[r] = total > 0.f ? (m[r] + __log2f(total) - P_SCALE_LOG2) * 0.69314718055994531f : fa::NEG_INF;
+    }
+  }
+};
+}  // namespace attention_fp8
+}  // namespace fb
