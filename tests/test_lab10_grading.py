@@ -1,0 +1,82 @@
+"""Lab 10 (fp8 GEMV) graded as a learner's notebook is: the solution passes, each planted mistake fails.
+
+CPU: every planted replacement matches the solution exactly once; the quantization mistake fails grading with no
+GPU (its check needs none); the solution fails nothing, its launches skipped by name (`partial`).
+GPU (Hopper; skipped by name elsewhere): the solution grades `ok` with the kernel's checks run; the fragment
+mistakes, whose SASS looks right, fail on the numbers (float64 of the dequantized weights).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from feedbeast.course import notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION_PATH = ROOT / "solutions/10-fp8-gemv.ipynb"
+
+BUGS = {
+    # The A fragment's second k-pair of row g built from the first one: k = 4t, 4t+1 twice.
+    "a-fragment-k-pair-repeated": [("a[mt][2] = fb::decode::e4m3x2_to_f16x2(r[mt][2 * h] >> 16);",
+                                    "a[mt][2] = fb::decode::e4m3x2_to_f16x2(r[mt][2 * h] & 0xffff);")],
+    # The B fragment always read from the first 64-column box: k = 64..127 of each stage multiply the wrong tokens.
+    "b-fragment-first-box-only": [("const u32 at = x + (c / 4) * P * 128 + fb::decode::swz128(tok, col / 8)",
+                                   "const u32 at = x + fb::decode::swz128(tok, col / 8)")],
+    # The B fragment addressed as if the activations were not swizzled (the tensor map writes them swizzled).
+    "b-fragment-unswizzled": [("const u32 at = x + (c / 4) * P * 128 + fb::decode::swz128(tok, col / 8)",
+                               "const u32 at = x + (c / 4) * P * 128 + (tok * 128 + (col / 8) * 16)")],
+    # One scale for the whole matrix instead of one per output channel.
+    "one-scale-for-every-row": [("amax = np.abs(w).max(axis=1)\n",
+                                 "amax = np.full(w.shape[0], np.abs(w).max())\n")],
+}
+NEEDS_NO_GPU = {"one-scale-for-every-row"}
+
+
+def planted(tmp: Path, bug: str | None) -> Path:
+    nb = notebook.read(SOLUTION_PATH)
+    for old, new in (BUGS[bug] if bug else []):
+        cells = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
+        assert sum(c.source.count(old) for c in cells) == 1, f"{bug}: {old!r} must occur once in the solution"
+        cells[0].source = cells[0].source.replace(old, new)
+    path = tmp / f"10-{bug or 'solution'}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _numbers_failed(rep) -> bool:
+    return any(o.name.startswith(("gemv_fp8", "quantize")) or "CheckFailed" in f"{o.message}" for o in rep.failed)
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_lab_bug_replacements_match_the_solution_once(tmp_path, bug):
+    planted(tmp_path, bug)
+
+
+def test_solution_fails_nothing(tmp_path):
+    # ok on a Hopper GPU; elsewhere partial, the launches skipped by name and nothing failed.
+    from feedbeast.course import grade
+    rep = grade.grade(planted(tmp_path, None), timeout=600)
+    assert not rep.failed and rep.status in ("ok", "partial"), str(rep)
+    assert any(o.name.startswith("quantize") for o in rep.passed), str(rep)
+
+
+@pytest.mark.parametrize("bug", sorted(NEEDS_NO_GPU))
+def test_quantization_bug_fails_without_a_gpu(tmp_path, bug):
+    from feedbeast.course import grade
+    rep = grade.grade(planted(tmp_path, bug), timeout=600)
+    assert rep.failed and _numbers_failed(rep), str(rep)
+
+
+def test_gpu_solution_runs_the_kernel_checks(gpu90, tmp_path):
+    from feedbeast.course import grade
+    rep = grade.grade(planted(tmp_path, None), timeout=600)
+    assert rep.status == "ok" and any(o.name.startswith("gemv_fp8") for o in rep.passed), str(rep)
+
+
+@pytest.mark.parametrize("bug", sorted(set(BUGS) - NEEDS_NO_GPU))
+def test_gpu_lab_bug_fails_grading(gpu90, tmp_path, bug):
+    from feedbeast.course import grade
+    rep = grade.grade(planted(tmp_path, bug), timeout=600)
+    assert rep.failed and _numbers_failed(rep), f"{bug}: not rejected on the numbers:\n{rep}"
