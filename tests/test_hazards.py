@@ -83,8 +83,25 @@ class Trace:
     def bulk_wait_read(self, t, n):
         return self._e(hz.BULK_WAIT_READ, t, 0, n)
 
-    def check(self, threads=256, maps=None):
-        return hz.check(hz.decode(hz.encode(self.events)), threads_per_block=threads, maps=maps or {})
+    def smem(self, t, at, n, write=False, mask=0, stride=0):
+        """An ld/st of the instrumented PTX: thread t's own, or (mask) the warp's lanes at at + rank * stride."""
+        return self._e(hz.SMEM_WRITE if write else hz.SMEM_READ, t, at, n, (stride & 0xFFFFFFF) << 4, mask)
+
+    def cp_async(self, t, at, n=16):
+        return self._e(hz.CP_ASYNC, t, at, n)
+
+    def cp_commit(self, t):
+        return self._e(hz.CP_COMMIT, t)
+
+    def cp_wait(self, t, pending):
+        return self._e(hz.CP_WAIT, t, 0, pending)
+
+    def cp_mbar_arrive(self, t, bar, noinc):
+        return self._e(hz.CP_MBAR_ARRIVE, t, bar, int(noinc))
+
+    def check(self, threads=256, maps=None, instrumented=False):
+        return hz.check(hz.decode(hz.encode(self.events)), threads_per_block=threads, maps=maps or {},
+                        instrumented=instrumented)
 
 
 def rules(report):
@@ -436,7 +453,7 @@ KERNELS = [("chapters/04-mbarrier.ipynb", "rowsum_mod"), ("chapters/05-tma.ipynb
 def test_the_normal_build_is_unchanged_by_the_hooks(notebook, cell, tmp_path, monkeypatch):
     """Same SASS instruction list with the headers as they are and with every hazard hook taken out."""
     import importlib
-    from feedbeast.notebook import load
+    from feedbeast.course.notebook import load
     fbc = importlib.import_module("feedbeast.compile")
     c = load(ROOT / notebook).cuda(cell)
     with_hooks = c.compile("sm_90a")
@@ -450,7 +467,7 @@ def test_the_normal_build_is_unchanged_by_the_hooks(notebook, cell, tmp_path, mo
 
 @pytest.mark.parametrize("notebook, cell", KERNELS)
 def test_hazard_builds_of_chapter_kernels_compile(notebook, cell):
-    from feedbeast.notebook import load
+    from feedbeast.course.notebook import load
     c = load(ROOT / notebook).cuda(cell)
     mod = fb.compile(c.source, "sm_90a", defines={**c.defines, "FB_HAZARDS": 1, "FB_DEBUG": 1}, name=f"{cell}.cu")
     assert mod.kernel_names and mod.cubin.find(b"fb_hz_events") >= 0
@@ -897,3 +914,169 @@ def test_a_tma_load_of_what_a_tma_store_has_not_finished_writing_is_found():
     for wait in ("read", None):
         r = round_trip(wait)
         assert "bulk-store-in-flight" in rules(r), str(r)
+
+
+# ---- every shared-memory access recorded (the instrumented PTX of a hazard build) -------------------------
+
+def test_an_instrumented_trace_assumes_no_read_at_a_wait():
+    """Without instrumentation a consumer that marks nothing is taken to read the stage after its wait; with it,
+    only the recorded loads count: none, nothing to fence; one after the wait and no fence, the rule fires."""
+    unfenced = lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.arrive(t, EMPTY))  # noqa: E731
+    assert rules(ring(consumer=unfenced).check()) == ["missing-proxy-fence"]
+    assert ring(consumer=unfenced).check(instrumented=True).ok
+    reads = lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.smem(t, STAGE, 16), tr.arrive(t, EMPTY))  # noqa: E731
+    assert rules(ring(consumer=reads).check(instrumented=True)) == ["missing-proxy-fence"]
+    fenced = lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.smem(t, STAGE, 16), tr.fence(t),  # noqa: E731
+                                 tr.arrive(t, EMPTY))
+    assert ring(consumer=fenced).check(instrumented=True).ok
+
+
+def test_a_release_before_the_reads_of_the_stage_is_found():
+    """The consumer arrives on empty[s] and then reads the stage: the producer's refill overwrites it unordered."""
+    early = lambda tr, t, lap: (tr.wait(t, FULL, lap & 1), tr.fence(t), tr.arrive(t, EMPTY),  # noqa: E731
+                                tr.smem(t, STAGE + 64, 16))
+    r = ring(laps=3, consumer=early).check(instrumented=True)
+    assert "unordered-access" in rules(r), str(r)
+    assert any(v.first is not None and v.first.kind == hz.SMEM_READ for v in r.violations)
+
+
+def test_a_warp_event_names_each_lanes_bytes():
+    ev = hz.Event(0, hz.SMEM_READ, 1, 0, 35, 0, 0x1000, 16, (-32 & 0xFFFFFFF) << 4, 0b1110)
+    assert hz._Cluster.lanes(35, ev) == ((35, 0x1000), (36, 0x1000 - 32), (37, 0x1000 - 64))   # lanes 1-3
+    assert hz._Cluster.lanes(35, ev._replace(d=0)) == ()
+
+
+def cp_ring(wait=True, barrier=True, reader=1, pending=0):
+    """Threads 0 and 1 each copy 16 bytes with cp.async, wait for their group, sync; `reader` reads both."""
+    tr = Trace()
+    for t in (0, 1):
+        tr.cp_async(t, STAGE + 16 * t).cp_commit(t)
+    for t in (0, 1):
+        if wait:
+            tr.cp_wait(t, pending)
+        if barrier:
+            tr.sync(t)
+    return tr.smem(reader, STAGE, 32)
+
+
+def test_a_cp_async_ring_that_waits_and_syncs_is_clean():
+    r = cp_ring().check(instrumented=True)
+    assert r.ok, str(r)
+
+
+@pytest.mark.parametrize("bug", ["no wait_group", "no barrier", "wait_group 1"])
+def test_a_read_of_a_cp_async_destination_before_its_wait_is_found(bug):
+    tr = cp_ring(wait=bug != "no wait_group", barrier=bug != "no barrier", pending=1 if bug == "wait_group 1" else 0)
+    r = tr.check(instrumented=True)
+    assert rules(r) == ["unordered-access"], str(r)
+    assert "cp.async" in r.violations[0].message
+
+
+def test_a_thread_that_reads_its_own_cp_async_chunk_needs_its_own_wait():
+    """Each lane reads back only its own 16 bytes (one warp event): its own wait orders it, no barrier needed;
+    without the wait the read comes before the copy landed, in the same thread."""
+    def own(wait):
+        tr = Trace()
+        for t in range(4):
+            tr.cp_async(t, STAGE + 16 * t).cp_commit(t)
+            if wait:
+                tr.cp_wait(t, 0)
+        return tr.smem(0, STAGE, 16, mask=0b1111, stride=16)
+    assert own(True).check(instrumented=True).ok
+    r = own(False).check(instrumented=True)
+    assert rules(r) == ["unordered-access"], str(r)
+    neighbour = own(True).smem(0, STAGE + 16, 16)     # lane 0 reads lane 1's chunk: lane 1's wait is not its own
+    assert rules(neighbour.check(instrumented=True)) == ["unordered-access"]
+
+
+def test_lanes_whose_bytes_do_not_meet_are_not_a_race():
+    """A column read (stride 128) next to a copy into the gap between its lanes' bytes."""
+    tr = Trace().cp_async(1, STAGE + 16).cp_commit(1)
+    tr.smem(32, STAGE, 4, mask=0xFFFFFFFF, stride=128)
+    assert tr.check(instrumented=True).ok
+
+
+def cp_mbar_ring(noinc: bool, arrive=True, laps=2):
+    """Producer thread 0 copies a stage with cp.async and lets FULL track them (cp.async.mbarrier.arrive); thread
+    1 waits on FULL, reads, fences nothing (cp.async is generic proxy), releases EMPTY."""
+    tr = Trace().init(0, FULL, 1 if noinc else 1).init(0, EMPTY, 1)
+    tr.sync(0).sync(1)
+    for lap in range(laps):
+        tr.wait(0, EMPTY, (lap & 1) ^ 1, "empty")
+        tr.cp_async(0, STAGE).cp_async(0, STAGE + 16)
+        if arrive:
+            tr.cp_mbar_arrive(0, FULL, noinc)
+        if not noinc or not arrive:
+            tr.arrive(0, FULL)
+        tr.wait(1, FULL, lap & 1).smem(1, STAGE, 32).arrive(1, EMPTY)
+    return tr
+
+
+@pytest.mark.parametrize("noinc", [True, False])
+def test_cp_async_mbarrier_arrive_completes_the_copies_on_the_phase(noinc):
+    r = cp_mbar_ring(noinc).check(instrumented=True)
+    assert r.ok, str(r)
+
+
+def test_a_phase_that_does_not_track_the_cp_async_is_found():
+    r = cp_mbar_ring(False, arrive=False).check(instrumented=True)
+    assert rules(r) == ["unordered-access"], str(r)
+
+
+def test_classify_names_the_shared_memory_accesses_of_ptx():
+    from feedbeast.hazards.instrument import classify
+    cases = {"ld.shared.v4.f32": ("shared", 16, False, 0), "st.shared::cluster.u32": ("cluster", 4, True, 0),
+             "ld.volatile.shared.u16": ("shared", 2, False, 0), "atom.shared.add.f32": ("shared", 4, True, 0),
+             "red.shared.add.u64": ("shared", 8, True, 0), "st.b128": ("generic", 16, True, 0),
+             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16": ("shared", 16, False, 4),
+             "stmatrix.sync.aligned.m8n8.x2.shared.b16": ("shared", 16, True, 2),
+             "ld.shared.v2.bf16x2": ("shared", 8, False, 0)}
+    for op, want in cases.items():
+        a = classify(op)
+        assert (a.space, a.nbytes, a.write, a.matrices) == want, op
+    for op in ("ld.global.f32", "ld.param.u64", "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32",
+               "cp.async.cg.shared.global", "ld.global.nc.v4.u32", "st.local.u32", "mov.u32"):
+        assert classify(op) is None, op
+
+
+INSTRUMENT = r"""
+#include <fb/cp_async.cuh>
+extern "C" __global__ void k(const float* x, float* y) {
+  __shared__ __align__(16) float s[256];
+  s[threadIdx.x] = x[threadIdx.x];
+  fb::cp_async_cg16(&s[4 * (threadIdx.x % 64)], x);
+  fb::cp_async_wait_all();
+  __syncthreads();
+  float v = s[(threadIdx.x + 1) % 256];
+  float* p = (threadIdx.x & 1) ? s : y;
+  p[threadIdx.x] = v;
+  atomicAdd(&s[0], 1.0f);
+  y[threadIdx.x] = v + s[3];
+}
+"""
+
+
+def test_the_instrumented_ptx_records_every_shared_access_with_its_line():
+    from feedbeast.hazards.instrument import instrument, ptx_of
+    mod = fb.compile(INSTRUMENT, "sm_90a", hazards=True, name="k.cu")
+    ptx = ptx_of(mod)
+    res = instrument(ptx, "k.cu")
+    assert res.skipped == []
+    # the source lines of st s[...] (5), ld s[...] (9), the generic store through p (11), atomicAdd (12), ld s[3] (13)
+    lines = [int(m) for m in re.findall(r"st\.param\.b32 \[fbz_p2\], (\d+);", res)]
+    assert sorted(lines) == [5, 9, 11, 12, 13], lines
+    assert res.count("call fb_hz_generic") == 1 and res.count("call fb_hz_shared") == 4
+    body = res.split("\n")
+    for i, text in enumerate(body):      # each call sits right before the access it records
+        if text.strip().startswith("call fb_hz_"):
+            nxt = next(t for t in body[i + 1:] if t.strip() and t.strip() != "}")
+            assert re.search(r"\b(ld|st|atom|red)\.", nxt), nxt
+    with pytest.raises(ValueError, match="no fb_hz_"):
+        instrument(ptx.replace("fb_hz_", "xx_hz_"), "k.cu")
+
+
+def test_a_raw_cp_async_mbarrier_arrive_is_modeled_but_a_raw_cp_async_is_not():
+    arrive = 'asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(bar));'
+    copy = 'asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(d), "l"(s));'
+    assert hz.unmodeled(arrive) == ""
+    assert "raw PTX" in hz.unmodeled(arrive + "\n" + copy)

@@ -260,6 +260,21 @@ class _Access:
     what: str = ""
     plain: bool = False  # an ordinary load or store (marked or assumed): two of them are racecheck's business
     dead: bool = False   # replaced by a later write of its bytes
+    lanes: tuple = ()    # a warp's access: ((thread, start), ...) per lane, `size` bytes each; () for one thread
+
+    @property
+    def lo(self):
+        return min(s for _, s in self.lanes) if self.lanes else self.start
+
+    @property
+    def hi(self):
+        return (max(s for _, s in self.lanes) if self.lanes else self.start) + self.size
+
+    def meet(self, start, end) -> set:
+        """The threads whose bytes of this access meet [start, end)."""
+        if not self.lanes:
+            return {self.t} if self.start < end and start < self.start + self.size else set()
+        return {u for u, s in self.lanes if s < end and start < s + self.size}
 
 
 class _Barrier:
@@ -460,25 +475,48 @@ class _Cluster:
             return known[d[1]] >= d[2]
         return any(known[v] >= r for v, r in d[1].items())
 
-    def access(self, t, ev, rank, start, size, write, generic, done=None, what="", plain=False):
+    @staticmethod
+    def _pairs(old: _Access, new: _Access) -> set:
+        """(old's thread, new's thread) for each pair of lanes whose bytes meet."""
+        if not new.lanes:
+            return {(u, new.t) for u in old.meet(new.start, new.start + new.size)}
+        return {(u, v) for v, s in new.lanes for u in old.meet(s, s + new.size)}
+
+    def access(self, t, ev, rank, start, size, write, generic, done=None, what="", plain=False, lanes=()):
         vc = self.clock(t)
-        pages = self._pages(rank, start, size)
+        if lanes:       # one event for a warp's lanes: start and size are their hull; each lane has `size` bytes
+            lo, hi = min(s for _, s in lanes), max(s for _, s in lanes) + size
+            pages = self._pages(rank, lo, hi - lo)
+        else:
+            lo, hi = start, start + size
+            pages = self._pages(rank, start, size)
         if not generic and write:
             self.async_pages.update(pages)
         elif generic and not self.async_pages.isdisjoint(pages):
             self.touched.add(t)
-        a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain)
-        mergeable = plain and not write
+        a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain, lanes=lanes)
+        mergeable = plain and not write and not lanes
         seen = set()
         for table in ((self.reads, self.writes) if write else (self.writes,)):
             for key in pages:
                 for old in table.get(key, ()):
-                    if id(old) in seen or old.start + old.size <= start or start + size <= old.start:
+                    if id(old) in seen or old.hi <= lo or hi <= old.lo:
                         continue
                     seen.add(id(old))
-                    if old.t == t and old.generic and generic and old.ev.kind != CP_ASYNC or old.plain and plain:
-                        continue        # program order; or two ordinary accesses (compute-sanitizer racecheck)
-                    self.check_pair(old, a, t)
+                    if old.plain and plain:
+                        continue        # two ordinary accesses: compute-sanitizer racecheck's business
+                    pairs = self._pairs(old, a) if old.lanes or lanes else {(old.t, t)}
+                    if not pairs:
+                        continue
+                    own = {u for u, v in pairs if u == v}
+                    if len(own) == len(pairs):      # each lane meets only its own bytes: program order
+                        if old.generic and generic and old.ev.kind != CP_ASYNC:
+                            continue
+                        u = own.pop()
+                        self.clock(u)
+                        self.check_pair(old, a, u)      # a cp.async: its own thread must have waited for it
+                    else:
+                        self.check_pair(old, a, t)
         if write:   # a write replaces what it was checked against
             for table in (self.reads, self.writes):
                 for key in pages:
@@ -486,7 +524,7 @@ class _Cluster:
                     if lst:
                         keep = []
                         for o in lst:
-                            if o.start + o.size <= start or start + size <= o.start:
+                            if o.hi <= lo or hi <= o.lo or (o.lanes or lanes) and not self._pairs(o, a):
                                 keep.append(o)
                             else:
                                 o.dead = True
@@ -535,8 +573,12 @@ class _Cluster:
                 if old.write and not old.generic:
                     hint = (": the copy had not landed (no wait on its barrier's phase before this "
                             + ("read)" if not new.write else "write)"))
-                elif old.write and old.done is None:
-                    hint = ": the cp.async that wrote it had not been waited for (cp.async.wait_group)"
+                elif old.write and old.ev.kind == CP_ASYNC:
+                    hint = (": the cp.async that wrote it had not been waited for (cp.async.wait_group)"
+                            if old.done is None else ": the cp.async that wrote it is complete only for the thread "
+                            "that waited for it: a barrier after that wait must come before this access")
+                elif not old.write and old.plain and new.write:
+                    hint = ": the read is not ordered before this write (a release arrive or barrier before the read?)"
                 self.violate(Violation("unordered-access", f"{what} of [{new.start:#x}, +{new.size}){hint}",
                                        new.ev, old.ev))
             return
@@ -725,9 +767,21 @@ class _Cluster:
         elif k in (SMEM_READ, SMEM_WRITE):     # from the instrumented PTX: ld/st/atom/ldmatrix/stmatrix
             self.access(t, ev, target, ev.a, ev.b, k == SMEM_WRITE, True, ("at", t, int(vc[t])),
                         ("ld/st " if ev.c & 1 == 0 else "ld/st.shared::cluster ")
-                        + ("write" if k == SMEM_WRITE else "read"), plain=True)
+                        + ("write" if k == SMEM_WRITE else "read"), plain=True, lanes=self.lanes(t, ev))
         elif k == CP_MBAR_ARRIVE:
             self.cp_async_arrive(t, rank, ev)
+
+    @staticmethod
+    def lanes(t, ev) -> tuple:
+        """((thread, start), ...) of a warp's event (d: its lanes' mask, c >> 4: the stride between their
+        addresses, include/fb/hazard.cuh); () for one thread's."""
+        if not ev.d:
+            return ()
+        stride = ev.c >> 4
+        stride -= (1 << 28) if stride >= 1 << 27 else 0
+        first = (ev.d & -ev.d).bit_length() - 1
+        lanes = [k for k in range(32) if ev.d >> k & 1]
+        return tuple((t - first + k, (ev.a + r * stride) % SMEM_WINDOW) for r, k in enumerate(lanes))
 
     def cp_async_arrive(self, t, rank, ev):
         """cp.async.mbarrier.arrive(.noinc): the barrier's current phase completes only after every cp.async this
@@ -1049,7 +1103,7 @@ _UNMODELED = (
     (r"\b__syncthreads_(count|and|or)\b", "__syncthreads_count/and/or (bar.red)"),
     (r"\bcuda::ptx::(mbarrier|cp_async|barrier|fence|tcgen05|wgmma)\w*", "cuda::ptx synchronisation or copies"),
     (r"\"[^\"\n]*\b(bar\.arrive|bar\.red|barrier\.(?:arrive|red|cluster\.arrive)|mbarrier\.|"
-     r"cp\.async|cp\.reduce\.async|fence\.proxy|wgmma\.|tcgen05\.(?:mma|commit|cp))",
+     r"cp\.async(?!\.mbarrier\.arrive)|cp\.reduce\.async|fence\.proxy|wgmma\.|tcgen05\.(?:mma|commit|cp))",
      "raw PTX synchronisation or copies in asm"),
 )
 

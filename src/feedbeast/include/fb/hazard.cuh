@@ -125,31 +125,36 @@ __device__ __forceinline__ unsigned map_id(const void* map) {
 
 // Every ordinary shared-memory access of a hazard build, without markers: feedbeast.hazards rewrites the build's
 // PTX so that each ld/st/atom/red/ldmatrix/stmatrix on .shared (and each generic one, tested with isspacep.shared
-// at run time) first calls one of these with its address, its size and the source line of its .loc. The lanes of
-// a warp at the same instruction record one event for the range they touch together (a few bytes per lane would
-// be 32 events per instruction), unless it spans more than 4 KB; then each lane records its own.
+// at run time) first calls one of these with its address, its size and the source line of its .loc.
 //   info: bytes per lane (bits 0-15) | write << 16 | shared::cluster address << 17 | ldmatrix/stmatrix count << 20
+// The lanes of a warp at the same instruction whose addresses are base + k * stride (k: the lane's rank among
+// them) record one event for all: a = base, b = bytes, c = flags | stride << 4, d = the lanes' mask. Other
+// patterns (a swizzle) record one event per lane (d = 0). The replay knows each lane's bytes either way.
 namespace fb {
 namespace hazard {
 __device__ __forceinline__ void access_warp(unsigned addr, unsigned info, unsigned line, unsigned site) {
   const unsigned bytes = info & 0xffffu, n = (info >> 20) & 0xfu;
   const unsigned kind = (info >> 16) & 1u ? kSmemWrite : kSmemRead;
   const unsigned flags = (info >> 17) & 1u;
-  const unsigned lane = threadIdx.x % 32u;   // blocks whose x extent is not a multiple of 32: per-lane below
+  unsigned lane;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
   // m8n8 ldmatrix/stmatrix: lanes 8 * count and up give no address; each row address names 16 bytes.
   const bool gives = n == 0u || lane < 8u * n;
-#if __CUDA_ARCH__ >= 800
-  if (blockDim.x % 32u == 0u) {
-    const unsigned group = __match_any_sync(__activemask(), site);
-    const unsigned lo = __reduce_min_sync(group, gives ? addr : 0xffffffffu);
-    const unsigned hi = __reduce_max_sync(group, gives ? addr + bytes : 0u);
-    if (hi > lo && hi - lo <= 4096u) {
-      if (lane == static_cast<unsigned>(__ffs(group)) - 1u) record(kind, static_cast<int>(line), lo, hi - lo, flags, 0);
-      return;
-    }
+  const unsigned group = __match_any_sync(__activemask(), site);
+  const unsigned givers = __ballot_sync(group, gives);
+  if (givers == 0u) return;
+  const unsigned first = static_cast<unsigned>(__ffs(givers)) - 1u, rest = givers & (givers - 1u);
+  const unsigned base = __shfl_sync(group, addr, first);
+  const int stride = static_cast<int>(__shfl_sync(group, addr, rest ? __ffs(rest) - 1 : first) - base);
+  const unsigned rank = __popc(givers & ((1u << lane) - 1u));
+  const bool affine = __all_sync(group, !gives || addr == base + rank * static_cast<unsigned>(stride)) &&
+                      stride < (1 << 26) && stride > -(1 << 26);
+  if (affine) {
+    if (lane == first) record(kind, static_cast<int>(line), base, bytes, flags | static_cast<unsigned>(stride) << 4,
+                              givers);
+  } else if (gives) {
+    record(kind, static_cast<int>(line), addr, bytes, flags, 0u);
   }
-#endif
-  if (gives) record(kind, static_cast<int>(line), addr, bytes, flags, 0);
 }
 }  // namespace hazard
 }  // namespace fb
@@ -160,11 +165,7 @@ extern "C" __device__ __noinline__ void fb_hz_shared(unsigned addr, unsigned inf
 extern "C" __device__ __noinline__ void fb_hz_generic(unsigned long long p, unsigned info, unsigned line,
                                                        unsigned site) {
   const void* q = reinterpret_cast<const void*>(p);
-  const unsigned active = __activemask();
-  const bool shared = __isShared(q);
-  const unsigned group = __match_any_sync(active, site * 2u + (shared ? 1u : 0u));
-  if (!shared) return;
-  (void)group;
+  if (!__isShared(q)) return;
   ::fb::hazard::access_warp(static_cast<unsigned>(__cvta_generic_to_shared(q)), info, line, site);
 }
 // cp.async.mbarrier.arrive(.noinc) [bar]: the rewrite records it before the instruction (PTX ISA:
