@@ -1102,7 +1102,7 @@ _UNMODELED = (
     (r"\bcooperative_groups\b|\bthis_grid\s*\(|\bthis_cluster\s*\(", "cooperative groups"),
     (r"\b__syncthreads_(count|and|or)\b", "__syncthreads_count/and/or (bar.red)"),
     (r"\bcuda::ptx::(mbarrier|cp_async|barrier|fence|tcgen05|wgmma)\w*", "cuda::ptx synchronisation or copies"),
-    (r"\"[^\"\n]*\b(bar\.arrive|bar\.red|barrier\.(?:arrive|red|cluster\.arrive)|mbarrier\.|"
+    (r"\"[^\"\n]*\b(bar\.arrive|bar\.red|barrier\.(?:arrive|red|cluster\.arrive)|(?<!async\.)mbarrier\.|"
      r"cp\.async(?!\.mbarrier\.arrive)|cp\.reduce\.async|fence\.proxy|wgmma\.|tcgen05\.(?:mma|commit|cp))",
      "raw PTX synchronisation or copies in asm"),
 )
