@@ -12,6 +12,8 @@ VENV    ?= .venv
 WHEELS  ?=
 SET     ?= full
 NB_TIMEOUT ?= 900
+# The processes make starts (notebooks, tests, tools) install the course's hooks into the library (feedbeast.hooks)
+export FEEDBEAST_HOOKS ?= feedbeast.course
 
 ifeq ($(ENV),current)
 PYTHON  := $(PYTHON3)
@@ -79,20 +81,20 @@ test-fast: $(STAMP)
 
 ## make bench      run every chapter and solution at full size on this GPU, then the LLM shape suite; results/<gpu>/
 bench: $(STAMP)
-	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.bench_run chapters solutions
-	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.llm_suite
+	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.course.bench_run chapters solutions
+	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.course.llm_suite
 
 ## make bench-llm  only the LLM shape suite (chapter 07's kernels vs cuBLAS on prefill and decode shapes)
 bench-llm: $(STAMP)
-	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.llm_suite
+	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.course.llm_suite
 
 ## make labs       regenerate labs/ from solutions/ (solution regions stripped)
 labs: $(STAMP)
-	$(PYTHON) -m feedbeast.labs build solutions labs
+	$(PYTHON) -m feedbeast.course.labs build solutions labs
 
 ## make reset-labs [LAB=04]  restore labs/ (or lab 04 only) from solutions/, keeping a backup of any lab you edited
 reset-labs: $(STAMP)
-	$(PYTHON) -m feedbeast.labs reset solutions labs $(filter-out [0-9][0-9],$(LAB))
+	$(PYTHON) -m feedbeast.course.labs reset solutions labs $(filter-out [0-9][0-9],$(LAB))
 
 ## make wheelhouse PY=3.12 [SET=notebook]   wheels for an offline install (see README)
 wheelhouse:

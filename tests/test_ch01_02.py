@@ -18,7 +18,7 @@ from numba import cuda, float32  # noqa: E402
 import feedbeast as fb  # noqa: E402
 from feedbeast import examples as ex  # noqa: E402
 from feedbeast import stress  # noqa: E402
-from feedbeast.notebook import load  # noqa: E402
+from feedbeast.course.notebook import load  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ("chapters/01-synchronous-loads.ipynb", "chapters/02-software-pipelining.ipynb",
@@ -173,7 +173,7 @@ import math, os, sys
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 import numpy as np
 from numba import cuda, float32
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 SIGS = {"chase": "void(uint32[::1], int64, uint32[::1])", "stream": "void(float32[::1], float32[::1])",
         "matmul_tiled": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
         "sgemm": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",

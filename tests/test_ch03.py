@@ -13,7 +13,7 @@ import pytest
 
 import feedbeast as fb
 from feedbeast import stress
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = load(ROOT / "chapters/03-cp-async.ipynb")

@@ -10,7 +10,7 @@ import pytest
 
 import feedbeast as fb
 from feedbeast import stress
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 from feedbeast.sim import check_ring
 from feedbeast.sim.rings import producer
 from feedbeast.timeline import Span, spans_to_records

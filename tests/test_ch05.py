@@ -14,7 +14,7 @@ from feedbeast import stress
 from feedbeast import swizzle as sw
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
 from feedbeast.cubin import initial_value
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 from feedbeast.tensormap import check_rules
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import pytest
 import feedbeast as fb
 from feedbeast import stress
 from feedbeast.examples import MATMUL_RAGGED, matmul_inputs, matmul_reference, rowsum_inputs, rowsum_reference
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = load(ROOT / "chapters/06-warp-specialization.ipynb")

@@ -11,7 +11,7 @@ import pytest
 import feedbeast as fb
 from feedbeast import stress
 from feedbeast.examples import matmul_inputs, matmul_reference
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = load(ROOT / "chapters/07-capstone-gemm.ipynb")

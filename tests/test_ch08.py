@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = load(ROOT / "chapters/08-blackwell.ipynb")

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
-from feedbeast import notebook
-from feedbeast.notebook import load
+from feedbeast.course import notebook
+from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = load(ROOT / "chapters/09-attention.ipynb")
@@ -377,7 +377,7 @@ def test_lab_bug_replacements_match_the_solution_once(tmp_path, bug):
 
 
 def test_gpu_lab_solution_passes_grading(gpu90, tmp_path):
-    from feedbeast import grade
+    from feedbeast.course import grade
     rep = grade.grade(planted(tmp_path, None), timeout=600)
     assert rep.status == "ok" and any(o.name.startswith("window_attn") for o in rep.passed), str(rep)
 
@@ -386,7 +386,7 @@ def test_gpu_lab_solution_passes_grading(gpu90, tmp_path):
 # only the hazard check can reject it; it does once the check traces every block (the first two never refill).
 @pytest.mark.parametrize("bug", list(BUGS))
 def test_gpu_lab_bug_fails_grading(gpu90, tmp_path, bug):
-    from feedbeast import grade
+    from feedbeast.course import grade
     rep = grade.grade(planted(tmp_path, bug), timeout=120 if HANG in BUGS[bug][1] else 600)
     assert rep.failed, str(rep)
     assert _kinds(rep) & BUGS[bug][1], f"{bug}: expected {BUGS[bug][1]}, got {_kinds(rep)}:\n{rep}"

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = load(ROOT / "chapters/10-decode.ipynb")
@@ -140,7 +140,7 @@ def test_lab_solution_sass(lab, mp):
 
 def test_lab_as_given_compiles_and_has_no_fp8_conversion():
     # The lab (solution regions replaced by their LAB lines) still compiles: a learner can run it from the start.
-    from feedbeast.labs import strip_source
+    from feedbeast.course.labs import strip_source
     src = strip_source(SOLUTION.cuda("lab").source)
     assert "TODO" in src
     mod = fb.compile(src, "sm_90a", name="lab.cu", defines={"MP": 8, "STAGES": 6})

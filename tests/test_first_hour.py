@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from feedbeast import notebook
+from feedbeast.course import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")) + \
@@ -638,7 +638,7 @@ def test_build_backend_is_pinned_to_the_bundled_setuptools():
 
 def test_compute_sanitizer_comes_from_the_pinned_wheel(tmp_path, monkeypatch):
     """requirements/sanitize.txt pins cuda-toolkit[sanitizer] at cu13.txt's version, make sanitize
-    installs it, and feedbeast.sanitize finds the wheel's binary (site-packages/nvidia/cu13/bin) before
+    installs it, and feedbeast.course.sanitize finds the wheel's binary (site-packages/nvidia/cu13/bin) before
     any system toolkit."""
     import re
     import site
@@ -660,7 +660,7 @@ def test_compute_sanitizer_comes_from_the_pinned_wheel(tmp_path, monkeypatch):
     monkeypatch.setattr(site, "getsitepackages", lambda: [str(fake_site)])
     monkeypatch.setattr(site, "ENABLE_USER_SITE", False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    from feedbeast.sanitize import find_sanitizer
+    from feedbeast.course.sanitize import find_sanitizer
     from cuda.pathfinder import find_nvidia_binary_utility
     getattr(find_nvidia_binary_utility, "cache_clear", lambda: None)()
     try:
@@ -783,7 +783,7 @@ def test_reset_labs_restores_only_the_lab_named(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
     dry = subprocess.run(["make", "-n", "--no-print-directory", "reset-labs", "ENV=current", f"PYTHON3={sys.executable}",
                           "LAB=04"], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
-    assert "feedbeast.labs reset solutions labs 04" in dry, dry
+    assert "feedbeast.course.labs reset solutions labs 04" in dry, dry
     dry_all = subprocess.run(["make", "-n", "--no-print-directory", "reset-labs", "ENV=current",
                               f"PYTHON3={sys.executable}"], cwd=ROOT, env=env, capture_output=True, text=True,
                              check=True).stdout
@@ -795,7 +795,7 @@ def test_reset_labs_restores_only_the_lab_named(tmp_path):
         lab_file.write_text(lab_file.read_text().replace("TODO: your code here", "my attempt"))
     before = {p.name: p.read_text() for p in (tmp_path / "labs").glob("*.ipynb")}
     for which in (["04"], ["labs/04-mbarrier-ring.ipynb"]):
-        r = subprocess.run([sys.executable, "-m", "feedbeast.labs", "reset", "solutions", "labs", *which],
+        r = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "reset", "solutions", "labs", *which],
                            cwd=tmp_path, capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
         after = {p.name: p.read_text() for p in (tmp_path / "labs").glob("*.ipynb")}

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from feedbeast import grade as g
-from feedbeast.notebook import code, markdown, new, read
-from feedbeast.notebook import planted as plant
+from feedbeast.course import grade as g
+from feedbeast.course.notebook import code, markdown, new, read
+from feedbeast.course.notebook import planted as plant
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions/00-copy-kernel.ipynb"
@@ -175,7 +175,7 @@ def _tiny(tmp: Path, check_cells: list[str], learner: str = "x = 41") -> tuple[P
 
 
 TINY_CHECKS = [
-    "import os\nfrom feedbeast import verdicts\n"
+    "import os\nfrom feedbeast.course import verdicts\n"
     "verdicts.passed('hazard build', os.environ.get('FEEDBEAST_HAZARDS', 'off'))\n"
     "assert x == 42, f'x is {x}, expected 42\\n(second line of the reason)'",
     "class HazardFound(Exception):\n    pass\n"
@@ -243,7 +243,7 @@ def test_a_proxy_fence_after_the_release_arrive_is_rejected_by_its_place():
     """Lab 04's consumers fence their reads before arriving on empty[s]; moved after the arrive the fence is
     still counted once, and the order rule rejects it. The solution as shipped passes the same rule."""
     import feedbeast as fb
-    from feedbeast import notebook
+    from feedbeast.course import notebook
     cell = notebook.load(ROOT / "solutions/04-mbarrier-ring.ipynb").cuda("lab")
     assert fb.sass.expect_proxy_fence(cell.compile("sm_90a"), "gemv_ring", "test") >= 1
     lines = cell.source.split("\n")
@@ -260,7 +260,7 @@ def test_a_cp_async_wait_that_leaves_too_many_groups_in_flight_is_rejected():
     """Lab 03 waits with cp.async.wait_group<STAGES - 2> (DEPBAR.LE SB0, 0x1 for 3 stages); <STAGES - 1> lets
     the tile being summed still be in flight: the count is in the SASS."""
     import feedbeast as fb
-    from feedbeast import notebook
+    from feedbeast.course import notebook
     cell = notebook.load(ROOT / "solutions/03-cp-async-rowsum.ipynb").cuda("lab")
     stages = int(cell.defines["STAGES"])
     kernel = next(k for k in cell.compile("sm_80").kernel_names if k.startswith("ring"))
@@ -274,7 +274,7 @@ def test_a_cp_async_wait_that_leaves_too_many_groups_in_flight_is_rejected():
 
 def test_a_model_counterexample_is_recorded_whole():
     """check_ring records its verdict with the whole shortest trace (what grading reports for lab 04's model)."""
-    from feedbeast import verdicts
+    from feedbeast.course import verdicts
     from feedbeast.sim import check_ring
 
     def producer(ring, it):           # never waits for the slot to be free: overwrites a stage still being read
@@ -301,7 +301,7 @@ def test_a_model_counterexample_is_recorded_whole():
 def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_path):
     import csv
     import os
-    from feedbeast import roster
+    from feedbeast.course import roster
     sols, _ = _tiny(tmp_path, TINY_CHECKS[:1])
     homes = tmp_path / "homes"
     for name, x in (("ada", 42), ("bob", 7)):

@@ -30,8 +30,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_grade_labs import BUGS as LAB_BUGS, FENCE_PLACE  # noqa: E402
 
-from feedbeast import grade as g  # noqa: E402
-from feedbeast import notebook as nbm  # noqa: E402
+from feedbeast.course import grade as g  # noqa: E402
+from feedbeast.course import notebook as nbm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions/05-tma-ring.ipynb"
@@ -78,7 +78,7 @@ def _second_kernel(nb):
 
 SWALLOW = ("get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)\n"
            "import sys\nsys.excepthook = lambda *a: None\n"
-           "import feedbeast.verdicts\nfeedbeast.verdicts.record = lambda *a, **k: None")
+           "import feedbeast.course.verdicts\nfeedbeast.course.verdicts.record = lambda *a, **k: None")
 VERDICT_LINES = ("import os, json\n"
                  "line = json.dumps({'status': 'passed', 'name': 'transpose_ring', 'message': '', 'seq': 0})\n"
                  "for fd in range(1, 64):\n"
@@ -96,6 +96,13 @@ FORGERIES = {
         'os.environ["CUDA_VISIBLE_DEVICES"] = ""']), "bug"),
     "patch-hazards": ([], _before_check(["import feedbeast.hazards\nfeedbeast.hazards.enabled = lambda: False\n"
                                          "feedbeast.hazards.check_on_launch = lambda *a, **k: None"]), "bug"),
+    "patch-hooks": ([], _before_check(["import feedbeast.hooks\nfeedbeast.hooks.before_launch.clear()\n"
+                                       "feedbeast.hooks.on_verdict.clear()\nfeedbeast.hooks.hazard_run = None"]), "bug"),
+    "hooks-sanitizer-mode": ([], _before_check(["import feedbeast.hooks\nfeedbeast.hooks.mode.sanitizer = True\n"
+                                                "feedbeast.hooks.mode.untimed = 'off'"]), "bug"),
+    "hooks-from-a-called-function": (_in_make_maps(
+        "import feedbeast.hooks\nfeedbeast.hooks.before_launch.clear()\nfeedbeast.hooks.mode.sanitizer = True"),
+        None, "refused"),
     "patch-fb-check-and-sass": ([], _before_check([
         "fb.check = lambda *a, **k: 'passed'\nfb.sass.expect_proxy_fence = lambda *a, **k: 1\n"
         "fb.Module.expect_sass = lambda self, *a, **k: {}"]), "bug"),
@@ -181,7 +188,7 @@ def test_forgeries_around_a_race_fail_on_sm90(graded, gpu90):
 
 def test_integrity_names_a_replaced_toolkit_function_and_a_rebound_given_name():
     import feedbeast as fb
-    from feedbeast import hazards, launch
+    from feedbeast import hazards, hooks
     ns = {"fb": fb, "STAGES": 4}
     base = g._integrity_baseline(ns, {"fb", "STAGES"})
     assert g._integrity_problems(base, ns) == []
@@ -189,15 +196,20 @@ def test_integrity_names_a_replaced_toolkit_function_and_a_rebound_given_name():
     try:
         hazards.enabled = lambda: True
         fb.check = lambda *a, **k: None
-        launch.before_launch.append(print)
+        hooks.before_launch.append(print)
+        hooks.on_verdict.append(print)
+        hooks.mode.sanitizer = True
         ns["fb"] = object()
         problems = "\n".join(g._integrity_problems(base, ns))
     finally:
         hazards.enabled, fb.check = real_enabled, real_check
-        launch.before_launch.remove(print)
+        hooks.before_launch.remove(print)
+        hooks.on_verdict.remove(print)
+        hooks.mode.sanitizer = False
         ns["fb"] = fb
     for what in ("feedbeast.hazards.enabled was replaced", "feedbeast.check was replaced",
-                 "before_launch", "fb (which the lab gives or the grader binds) was rebound"):
+                 "feedbeast.hooks.before_launch", "feedbeast.hooks.on_verdict", "feedbeast.hooks.mode",
+                 "fb (which the lab gives or the grader binds) was rebound"):
         assert what in problems, problems
     assert g._integrity_problems(base, ns) == []
 
@@ -234,7 +246,7 @@ def test_the_channel_reads_only_signed_lines_in_order():
     ("def f(x):\n    x.to_host = None", False),
     ("def f():\n    return fb.__dict__", False),
     ("def f():\n    setattr(fb, 'check', None)", False),
-    ("from feedbeast import verdicts", False),
+    ("from feedbeast.course import verdicts", False),
     ("import feedbeast.hazards", False),
     ("fb = None", False),
 ])

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import pytest
 
-from feedbeast import grade as g
-from feedbeast import notebook as nbm
+from feedbeast.course import grade as g
+from feedbeast.course import notebook as nbm
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300          # seconds per cell
@@ -571,7 +571,7 @@ def _verdict(lab, bug, rep) -> tuple[bool, str]:
                 + (f"; names {', '.join(named)}" if named else "") + f" ({first})")
 
 
-# Runs a notebook's code cells in this process as `make sanitize` does (feedbeast.sanitize.run), but goes on after a
+# Runs a notebook's code cells in this process as `make sanitize` does (feedbeast.course.sanitize.run), but goes on after a
 # cell that raises, and lets a failed SASS check through (said in the log): racecheck must see the launches that
 # a SASS check of the planted bug would otherwise stop.
 _RACE_RUNNER = r"""
@@ -579,9 +579,10 @@ import os, sys
 if sys.argv[2:3] != ["hazards"]:       # racecheck: as make sanitize runs it (its sizes, timing off)
     os.environ["FEEDBEAST_UNDER_SANITIZER"] = "1"
 from IPython.core.interactiveshell import InteractiveShell
-from feedbeast import sanitize, sass as S
+from feedbeast import sass as S
+from feedbeast.course import sanitize
 from feedbeast.compile import Module
-from feedbeast.notebook import read
+from feedbeast.course.notebook import read
 
 def _lenient(f):
     def g(*a, **k):
@@ -598,7 +599,8 @@ path = os.path.abspath(sys.argv[1])
 nb = read(path)
 os.chdir(os.path.dirname(path))
 shell = InteractiveShell.instance()
-sanitize._timing_off()
+from feedbeast import hooks
+hooks.mode.untimed, hooks.mode.unprofiled = sanitize.TIMED_OFF, "timing is off"   # as under make sanitize
 for i, c in enumerate(x for x in nb.cells if x.cell_type == "code"):
     r = shell.run_cell(c.source, store_history=False)
     if not r.success:
@@ -646,7 +648,7 @@ def _racecheck(tmp: Path, lab: str, bug: str, timeout: int) -> str:
     """The planted notebook's cells before `## Measure` under compute-sanitizer racecheck (as make sanitize)."""
     import subprocess
     import sys
-    from feedbeast import sanitize
+    from feedbeast.course import sanitize
     san = sanitize.find_sanitizer()
     if san is None:
         return "not run: no compute-sanitizer"
@@ -677,7 +679,7 @@ def _table(argv) -> int:
     import shutil
     import tempfile
     import time
-    from feedbeast import grade as gr
+    from feedbeast.course import grade as gr
     ap = argparse.ArgumentParser()
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--budget", type=float, default=200)

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 import feedbeast as fb  # noqa: E402
 from feedbeast import hazards as hz  # noqa: E402
-from feedbeast.notebook import load  # noqa: E402
+from feedbeast.course.notebook import load  # noqa: E402
 
 FENCE_04 = "    fb::fence_proxy_async();                               // my reads, before the next bulk copy\n"
 ARRIVE_04 = ("    fb::mbar::arrive(&ring.empty[s]);                            // this thread is done with stage s\n"
@@ -204,7 +204,7 @@ def test_the_last_blocks_of_a_grid_are_traced(gpu90):
 # ---- the table --------------------------------------------------------------------------------------------
 
 def racecheck(name, timeout=180):
-    from feedbeast.sanitize import count_reports, find_sanitizer
+    from feedbeast.course.sanitize import count_reports, find_sanitizer
     san = find_sanitizer()
     if san is None:
         return "skipped: no compute-sanitizer"
@@ -281,7 +281,7 @@ def isolated_rows(names=("ch04 ring as shipped", "ch04: fence.proxy.async after 
 
 
 def summary(hazard_log, racecheck_dir):
-    from feedbeast.sanitize import count_reports
+    from feedbeast.course.sanitize import count_reports
     rows = [ln.split("|")[1:] for ln in Path(hazard_log).read_text().splitlines() if ln.startswith("ROW|")]
     print("| planted race | expected rule | hazard checker | compute-sanitizer racecheck |")
     print("|---|---|---|---|")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from feedbeast import notebook
+from feedbeast.course import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]-*.ipynb"))

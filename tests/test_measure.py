@@ -79,8 +79,11 @@ def test_kernel_identity_traces_a_result_to_its_code():
     mod = fb.compile('extern "C" __global__ void k(float* y) { y[threadIdx.x] = SCALE * threadIdx.x; }',
                      "sm_90a", defines={"SCALE": 2})
     kern = mod.k
-    ids = fbb.kernel_identity(lambda: kern.launch(1, 32, None))
-    assert len(ids) == 1
+    launch = kern.bind(1, 32, 0)             # a Launch says what it launches (a Skipped one too, on a CPU)
+    assert launch.kernel is kern and launch.grid in (1, (1, 1, 1))
+    ids = fbb.kernel_identity(launch)
+    assert ids == fbb.kernel_identity(kern) == fbb.kernel_identity([mod, kern]) and len(ids) == 1
+    assert fbb.kernel_identity(lambda: kern.launch(1, 32, None)) == []    # a function is not searched
     rec = ids[0]
     assert rec["kernel"] == "k" and rec["arch"] == "sm_90a" and rec["defines"] == {"SCALE": 2}
     assert rec["registers"] == mod.resources["k"].registers and len(rec["source_sha256"]) == 12
@@ -199,7 +202,7 @@ def test_compare_puts_profiles_side_by_side_and_marks_recorded_figures(monkeypat
 
 
 def test_cells_script_replaces_text_in_a_cell_or_stops(tmp_path):
-    from feedbeast import notebook
+    from feedbeast.course import notebook
     cell = notebook.code("x = 1\nVARIANTS = [1, 2, 3]\n")
     cell.id = "c1"
     p = notebook.new([cell], to=tmp_path / "n.ipynb")
@@ -223,7 +226,7 @@ def _record(folder, file, **rec):
 def test_a_skipped_bench_carries_the_figures_recorded_for_it(monkeypatch, tmp_path):
     """Each GPU's latest record of the same name, else of the same benchmark at another size (a CPU run is
     smaller), with the GPU and its folder named; nothing recorded, nothing added."""
-    from feedbeast import results
+    from feedbeast.course import results
     bench_mod = importlib.import_module("feedbeast.bench")      # (fb.bench is the function)
     monkeypatch.setattr(results, "course_results", lambda: None)
     monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
@@ -246,7 +249,7 @@ def test_a_skipped_bench_carries_the_figures_recorded_for_it(monkeypatch, tmp_pa
 def test_a_check_on_a_gpu_is_logged_and_its_skip_elsewhere_shows_it(monkeypatch, tmp_path):
     import numpy as np
     import feedbeast.device
-    from feedbeast import results
+    from feedbeast.course import results
     monkeypatch.setattr(results, "course_results", lambda: None)
     monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
     monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)

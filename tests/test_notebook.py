@@ -1,8 +1,8 @@
-"""feedbeast.notebook: a notebook's %%cuda cells and its Python definitions, chosen by name (CPU only)."""
+"""feedbeast.course.notebook: a notebook's %%cuda cells and its Python definitions, chosen by name (CPU only)."""
 import pytest
 
 import feedbeast as fb
-from feedbeast.notebook import load, new
+from feedbeast.course.notebook import load, new
 
 CELLS = [
     "%load_ext feedbeast\nimport math\nimport numpy as np",
@@ -96,14 +96,14 @@ def test_load_reads_a_changed_file_again(tmp_path):
 
 
 def test_planted_changes_a_copy_and_refuses_a_stale_replacement(nb, tmp_path):
-    from feedbeast.notebook import planted
+    from feedbeast.course.notebook import planted, read
     src = nb.path
     out = planted(src, [("SCALE = 3", "SCALE = 4")], to=tmp_path / "bug.ipynb", kernelspec="feedbeast")
     assert out == tmp_path / "bug.ipynb" and load(out).definitions("SCALE", "OFFSET")["OFFSET"] == 0.5
-    copy = fb.notebook.read(out)
+    copy = read(out)
     assert copy.cells[1].source == "SCALE = 4\nOFFSET = 0.5" and copy.metadata.kernelspec.name == "feedbeast"
-    assert [c.id for c in copy.cells] == [c.id for c in fb.notebook.read(src).cells]
-    assert "SCALE = 3" in fb.notebook.read(src).cells[1].source          # the source is left as it was
+    assert [c.id for c in copy.cells] == [c.id for c in read(src).cells]
+    assert "SCALE = 3" in read(src).cells[1].source          # the source is left as it was
     # in memory; only %%cuda cells; every occurrence when once=False
     mem = planted(src, [("x[threadIdx.x]", "x[0]")], cuda_only=True, once=False, edit=lambda n: n.cells.pop())
     assert "x[0] *= 2 * N" in mem.cells[5].source and len(mem.cells) == len(CELLS) - 1

@@ -6,8 +6,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from feedbeast import labs
-from feedbeast.notebook import new, read
+from feedbeast.course import labs
+from feedbeast.course.notebook import new, read
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")) + \
@@ -100,7 +100,7 @@ def test_reset_labs_backs_up_an_edited_lab(tmp_path):
 
 
 def test_at_most_two_test_files_open_notebooks_themselves():
-    """The others read, copy and make notebooks through feedbeast.notebook (load, read, planted, new)."""
+    """The others read, copy and make notebooks through feedbeast.course.notebook (load, read, planted, new)."""
     opens = re.compile(r"^\s*(import nbformat|from nbformat)|nbformat\.(reads?|writes?)\(|json\.loads?\(.*ipynb|"
                        r"open\([^)]*ipynb", re.M)
     files = sorted(p.name for p in (ROOT / "tests").glob("*.py") if opens.search(p.read_text()))
@@ -133,16 +133,33 @@ def readme_layout() -> dict:
     return dict(listed)
 
 
+COURSE = PACKAGE / "course"
+
+
+def package_modules() -> set:
+    """The modules as README's Layout names them: `bench` (feedbeast/bench.py), `sim/` (a package of the library),
+    `include/fb/` (the headers), `course/grade` (a module of the course machinery, feedbeast/course/grade.py)."""
+    subpackages = {f"{d.name}/" for d in PACKAGE.iterdir() if (d / "__init__.py").exists() and d != COURSE}
+    return ({p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"} | subpackages | {"include/fb/"} |
+            {f"course/{p.stem}" for p in COURSE.glob("*.py") if p.stem != "__init__"})
+
+
 def test_readme_layout_lists_every_module_once_by_layer_and_stage():
     listed = set(readme_layout())
-    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"} | {"sim/", "include/fb/"}
+    modules = package_modules()
     assert listed == modules, (f"README's Layout misses {sorted(modules - listed)} "
                                f"and lists {sorted(listed - modules)}, which do not exist")
 
 
 def layer_of(module: str, layers: dict) -> str:
-    """The layer of a module as _imports() names it ('' is the package's __init__, 'sim.x' is in sim/)."""
-    return "library" if module == "" else layers["sim/" if module.startswith("sim") else module]
+    """The layer of a module as _imports() names it ('' is the package's __init__, 'sim.x' is in sim/, 'course' and
+    'course.x' are the course machinery)."""
+    if module == "":
+        return "library"
+    if module == "course" or module.startswith("course."):
+        return "course"
+    top = module.split(".")[0]
+    return layers[f"{top}/" if f"{top}/" in layers else module]
 
 
 def _imports() -> dict:
@@ -209,18 +226,21 @@ def test_no_import_circles():
     assert graph["compile"] and "launch" not in _reachable(graph, "cubin")   # the graph is read at all
 
 
-def test_later_stages_are_plugged_in_by_the_package(monkeypatch):
+def test_later_stages_are_plugged_in_through_the_hooks(monkeypatch):
     """compile and launch do not import hazards (it compiles and launches), nor bench ceilings (timed with bench):
-    the package installs them, and bench(ceiling=name) reaches ceilings.ceiling as it is when called."""
+    the package installs them in feedbeast.hooks, and bench(ceiling=name) reaches ceilings.ceiling as it is when
+    called."""
     import importlib
-    mod = {m: importlib.import_module(f"feedbeast.{m}") for m in ("launch", "hazards", "bench", "ceilings")}
-    assert mod["launch"].before_launch == [mod["hazards"].check_on_launch]
-    assert mod["launch"].hazard_run is mod["hazards"].run
+    mod = {m: importlib.import_module(f"feedbeast.{m}") for m in ("hooks", "hazards", "ceilings")}
+    hooks = mod["hooks"]
+    assert mod["hazards"].check_on_launch in hooks.before_launch
+    assert hooks.hazard_run is mod["hazards"].run
     monkeypatch.setattr(mod["ceilings"], "ceiling", lambda which, size=None: ("measured", which, size))
-    assert mod["bench"]._ceiling_by_name("bf16", 4096) == ("measured", "bf16", 4096)
+    assert hooks.ceiling("bf16", 4096) == ("measured", "bf16", 4096)
     graph = _imports()
     assert "hazards" not in _reachable(graph, "compile") | _reachable(graph, "launch")
     assert "ceilings" not in _reachable(graph, "bench")
+    assert graph["hooks"] == set(), "feedbeast.hooks imports nothing of the package: anything may import it"
 
 
 def _reachable(graph, start):
@@ -243,10 +263,10 @@ KNOWN_REPEATS: dict = {}
 
 def _cuda_sources() -> dict:
     """{place: (first line number, source)}: every header, every %%cuda cell of the chapters and solutions (labs
-    are generated from solutions) as feedbeast.notebook loads it, and every CUDA source of six or more lines
+    are generated from solutions) as feedbeast.course.notebook loads it, and every CUDA source of six or more lines
     written as a Python string in the package or the tests."""
     import ast
-    from feedbeast.notebook import load
+    from feedbeast.course.notebook import load
     out = {f"include/fb/{h.name}": (1, h.read_text()) for h in sorted((PACKAGE / "include/fb").glob("*.cuh"))}
     for path in sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("solutions/*.ipynb")):
         for name, cell in load(path).cuda_cells.items():
@@ -337,50 +357,52 @@ def test_reset_selects_labs_by_number_name_or_path(tmp_path):
 
 
 # ---- two layers: the library (what chapters call) never imports the course machinery
-# The imports from the library into the course machinery that remain, measured from the code, each with what removes
-# it. The test fails on any other, and on one listed here that is gone, so this list can only shrink.
-KNOWN_CROSSINGS = {
-    ("check", "verdicts"): "issue 29: checks return outcomes; the course records them (one hooks module)",
-    ("sass", "verdicts"): "issue 29: checks return outcomes; the course records them (one hooks module)",
-    ("skip", "verdicts"): "issue 29: a Skipped is recorded by the course, not by itself",
-    ("hazards", "verdicts"): "issue 29: checks return outcomes; the course records them (one hooks module)",
-    ("sim.checker", "verdicts"): "issue 29: checks return outcomes; the course records them (one hooks module)",
-    ("bench", "results"): "issue 29: fb.bench times and returns; recording is the course's job",
-    ("profiling", "results"): "issue 29: fb.profile(launch) profiles a bound launch; recorded counters are the course's",
-    ("compile", "runmode"): "issue 29: the FEEDBEAST_* mode switches become hooks the course installs",
-    ("isolated", "runmode"): "issue 29: the FEEDBEAST_* mode switches become hooks the course installs",
-    ("hazards", "runmode"): "issue 29: the FEEDBEAST_* mode switches become hooks the course installs",
-    ("", "runmode"): "issue 29: fb.pick's sanitize size comes from a hook the course installs",
-    ("", "notebook"): "issue 29: the notebook loader moves to the course side (feedbeast.course)",
-    ("", "results"): "issue 29: the results log moves to the course side (feedbeast.course)",
-    ("", "sanitize"): "issue 29: make sanitize's swaps move to the course side (feedbeast.course)",
-}
-
+# The course plugs into the library through feedbeast.hooks (installed by feedbeast.course), so no import crosses.
 
 def crossings(graph: dict, layers: dict) -> set:
     return {(a, b) for a, deps in graph.items() for b in deps
             if layer_of(a, layers) == "library" and layer_of(b, layers) == "course"}
 
 
-def test_the_library_imports_no_more_of_the_course_than_known():
+def test_the_library_imports_nothing_of_the_course():
     graph, layers = _imports(), readme_layout()
     found = crossings(graph, layers)
     name = lambda m: m or "__init__"
-    new = sorted(found - set(KNOWN_CROSSINGS))
-    assert not new, ("the library (what chapters call) imports the course machinery: " +
-                     ", ".join(f"{name(a)} -> {b}" for a, b in new) + ". Keep the library free of it: let the course "
-                     "side pass what it needs in (README, Layout)")
-    gone = sorted(set(KNOWN_CROSSINGS) - found)
-    assert not gone, "these crossings are gone: remove them from KNOWN_CROSSINGS: " + \
-        ", ".join(f"{name(a)} -> {b}" for a, b in gone)
+    assert not found, ("the library (what chapters call) imports the course machinery: " +
+                       ", ".join(f"{name(a)} -> {b}" for a, b in sorted(found)) + ". Keep the library free of it: "
+                       "let the course install what it needs through feedbeast.hooks (README, Layout)")
+    assert {"course", "course.grade", "course.verdicts"} <= set(graph)          # the course's modules are read
+    assert "hooks" in graph["course"] and "compile" in graph["course.notebook"]   # and it imports the library
 
 
 def test_a_new_crossing_is_caught():
     """The scan sees an import from the library into the course, at module level or inside a function."""
     layers = readme_layout()
-    graph = {"memory": {"device"}, "tensormap": {"memory", "grade"}, "grade": {"memory"}}
-    assert crossings(graph, layers) == {("tensormap", "grade")}
-    assert ("check", "verdicts") in crossings(_imports(), layers)   # a function-level import counts (check.py)
+    graph = {"memory": {"device"}, "tensormap": {"memory", "course.grade"}, "course.grade": {"memory"},
+             "": {"course"}, "sim.checker": {"course.verdicts"}, "hooks": set()}
+    assert crossings(graph, layers) == {("tensormap", "course.grade"), ("", "course"), ("sim.checker", "course.verdicts")}
+    import ast
+    src = "def f():\n    from .course import verdicts\n"     # a function-level import counts
+    node = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom))
+    assert node.level == 1 and node.module == "course"
+
+
+def test_no_variable_of_the_course_is_read_by_the_library():
+    """The library reads no FEEDBEAST_* mode switch of the course's (the sanitizer's, the results folder, the course
+    checkout): the course sets the library's mode through feedbeast.hooks. What the library does read: its cache
+    folder, the hazard checker's switches (hazards/), the stress runs', the traceback's, and FEEDBEAST_HOOKS."""
+    allowed = {"FEEDBEAST_CACHE", "FEEDBEAST_HOOKS", "FEEDBEAST_HAZARDS", "FEEDBEAST_HAZARDS_DUMP", "FEEDBEAST_STRESS",
+               "FEEDBEAST_STRESS_SEED", "FEEDBEAST_TRACEBACK"}
+    read = {}
+    for p in PACKAGE.rglob("*.py"):
+        rel = p.relative_to(PACKAGE)
+        if rel.parts[0] in ("course", "__main__.py"):
+            continue
+        for name in re.findall(r"FEEDBEAST_[A-Z_]+", p.read_text()):
+            read.setdefault(name, set()).add(str(rel))
+    assert "FEEDBEAST_HOOKS" in read, "the scan reads the library at all"
+    bad = {k: sorted(v) for k, v in read.items() if k not in allowed and not k.endswith("_")}
+    assert not bad, f"the library reads the course's variables: {bad}"
 
 
 # Library modules whose docstring does not yet name the chapter that explains it. The test fails on any other, and
@@ -396,7 +418,7 @@ def test_every_library_module_names_the_chapter_that_explains_it():
     lib = sorted(str(p.relative_to(PACKAGE)) for p in files
                  if layer_of("" if p == PACKAGE / "__init__.py" else ".".join(p.relative_to(PACKAGE).with_suffix("")
                                                                               .parts), layers) == "library")
-    assert "sim/mbarrier.py" in lib and "__init__.py" in lib and "grade.py" not in lib
+    assert "sim/mbarrier.py" in lib and "__init__.py" in lib and "hooks.py" in lib and "course/grade.py" not in lib
     chapters = {p.name[:2] for p in ROOT.glob("chapters/*.ipynb")}
     unnamed, wrong = [], []
     for rel in lib:

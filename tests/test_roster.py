@@ -10,8 +10,8 @@ import os
 import time
 from pathlib import Path
 
-from feedbeast import roster
-from feedbeast.notebook import code, markdown, new
+from feedbeast.course import roster
+from feedbeast.course.notebook import code, markdown, new
 
 
 def _homes(tmp: Path, n: int) -> dict:

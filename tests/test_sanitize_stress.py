@@ -6,7 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from feedbeast import errors, sanitize, stress
+from feedbeast import errors, stress
+
+from feedbeast.course import sanitize
 from feedbeast.skip import Skipped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,15 +172,26 @@ def test_book_link_checker_catches_broken_links(tmp_path):
     assert len(broken) == 2 and "no such file" in broken[0] and "no anchor #nowhere" in broken[1]
 
 
+def _sanitizer_mode(monkeypatch, on: bool):
+    """The course's hooks as a process under make sanitize (on) or outside it installs them."""
+    import feedbeast.course
+    from feedbeast import hooks
+    monkeypatch.setattr(hooks, "mode", hooks.Mode())      # put back after the test
+    if on:
+        monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
+    else:
+        monkeypatch.delenv("FEEDBEAST_UNDER_SANITIZER", raising=False)
+    feedbeast.course.install()
+    assert sanitize.running() == on == hooks.under_sanitizer()
+
+
 def test_under_the_sanitizer_isolated_runs_nothing_and_says_skipped(monkeypatch, tmp_path):
     import feedbeast as fb
     marker = tmp_path / "ran"
-    monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
-    assert sanitize.running()
+    _sanitizer_mode(monkeypatch, True)
     r = fb.isolated(f"open({str(marker)!r}, 'w').write('x')")
     assert isinstance(r, Skipped) and "compute-sanitizer" in str(r) and not marker.exists()
-    monkeypatch.delenv("FEEDBEAST_UNDER_SANITIZER")
-    assert not sanitize.running()
+    _sanitizer_mode(monkeypatch, False)
     fb.isolated(f"open({str(marker)!r}, 'w').write('x')")
     assert marker.exists()
 
@@ -199,12 +212,12 @@ def test_a_printed_failed_check_fails_the_sanitized_run(tmp_path, monkeypatch):
 
 def test_pick_takes_the_sanitizer_size_only_on_a_gpu_under_the_sanitizer(monkeypatch):
     import feedbeast as fb
-    monkeypatch.delenv("FEEDBEAST_UNDER_SANITIZER", raising=False)
+    _sanitizer_mode(monkeypatch, False)
     monkeypatch.setattr(fb, "gpu", lambda: None)
     assert fb.pick(4096, 33, sanitize=512) == 33
     monkeypatch.setattr(fb, "gpu", lambda: "a GPU")
     assert fb.pick(4096, 33, sanitize=512) == 4096
-    monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
+    _sanitizer_mode(monkeypatch, True)
     assert fb.pick(4096, 33, sanitize=512) == 512
     assert fb.pick(4096, 33) == 4096                    # no sanitizer size given: the GPU size
     monkeypatch.setattr(fb, "gpu", lambda: None)
@@ -226,9 +239,9 @@ def test_the_sanitizer_follows_only_the_notebook_process(tmp_path, monkeypatch):
 
 
 def test_the_inner_runner_names_slow_cells(tmp_path, monkeypatch):
-    from feedbeast import notebook
+    from feedbeast.course import notebook
     path = notebook.new(["import time; time.sleep(0.05)", "x = 1"], to=tmp_path / "slow.ipynb")
-    r = subprocess.run([sys.executable, "-c", "import sys; from feedbeast import sanitize; sanitize.SLOW_CELL_S = 0.02; "
+    r = subprocess.run([sys.executable, "-c", "import sys; from feedbeast.course import sanitize; sanitize.SLOW_CELL_S = 0.02; "
                         f"sys.exit(sanitize.run({str(path)!r}))"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "code cell 1 of slow.ipynb took" in r.stdout and "code cell 2 " not in r.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from feedbeast.notebook import load
+from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters/07-capstone-gemm.ipynb"

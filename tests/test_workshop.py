@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from feedbeast import notebook
+from feedbeast.course import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "workshop" / "jupyterhub_config.py"
@@ -229,7 +229,7 @@ def test_three_learners_one_lab_run_in_a_server_and_the_roster(hub, tmp_path):
     PHASES['roster'] = round(time.time() - t0, 1)
     rows = {row["username"]: row for row in csv.DictReader(out_csv.open())}
     docs = {d["learner"]: d for d in json.loads(out_json.read_text())}
-    from feedbeast.grade import _has_gpu
+    from feedbeast.course.grade import _has_gpu
     solved = "ok" if _has_gpu() else "partial"
     assert {u: rows[u]["lab 00 status"] for u in LEARNERS} == {"ada": "failed", "bob": solved, "cyd": "failed"}, rows
     assert float(rows["bob"]["lab 00"]) > 0 and float(rows["ada"]["lab 00"]) == 0.0, rows

@@ -12,9 +12,10 @@ One way to do each thing:
     check(out, ref)                    against a float64 reference
     bench(fn, name=, nbytes=|flops=, ceiling=)   CUDA-event timing vs a same-run ceiling and the physical peak
     profile(script, kernel=)          Nsight Compute counters of one launch (a small table)
-    notebook.load(path)                a notebook's %%cuda cells (.compile(name, **defines)) and definitions
+    hooks                              where the course plugs in (verdicts, a results log, make sanitize)
 On a machine that cannot run a kernel, launch/check/bench return a Skipped that says why.
-The modules by stage (build, run, verify, measure, simulate, course): README, "Layout".
+The modules by layer and stage (the library: build, run, verify, measure, simulate; the course machinery,
+feedbeast.course: grading, runs): README, "Layout".
 """
 from .bench import BenchResult, bench
 from .ceilings import PhysicalLimitError, ceiling, gemm, physical_peak
@@ -31,20 +32,17 @@ from .skip import Skipped, needs, needs_gpu
 from .profiling import profile
 from .tensormap import TensorMap, tensor_map
 from .magic import load_ipython_extension
-from .runmode import under_sanitizer as _under_sanitizer
-from . import ceilings, cubin, examples, notebook, results, sanitize, sass  # noqa: E402  (fb.sass, fb.notebook...)
-from . import hazards as _hazards, launch as _launch  # noqa: E402
-from .bench import use_ceilings as _use_ceilings  # noqa: E402
-from .check import use_results as _use_results  # noqa: E402
+from .isolated import racecheck
+from . import ceilings, cubin, examples, hooks, profiling, sass  # noqa: E402  (fb.sass, fb.hooks...)
+from . import hazards as _hazards  # noqa: E402
 
-# Later stages plug into earlier ones here, so that no earlier module imports a later one: the hazard checker
-# (it compiles and launches) into launching, and the same-run ceilings (timed with bench) into bench's lookup
-# of a ceiling by name (late-bound: under make sanitize, sanitize replaces ceilings.ceiling).
-_launch.before_launch.append(_hazards.check_on_launch)
-_launch.hazard_run = _hazards.run
-_use_ceilings(lambda which, size=None: ceilings.ceiling(which, size))
-# The results log keeps each check measured on a GPU, and gives a skipped check what a GPU run recorded.
-_use_results(results.append_check, results.recorded_check)
+# Later stages plug into earlier ones through feedbeast.hooks, so that no earlier module imports a later one:
+# the hazard checker (it compiles and launches) into launching, and the same-run ceilings (timed with bench)
+# into bench's lookup of a ceiling by name (late-bound: ceilings.ceiling as it is when called).
+if _hazards.check_on_launch not in hooks.before_launch:
+    hooks.before_launch.append(_hazards.check_on_launch)
+hooks.hazard_run = _hazards.run
+hooks.ceiling = lambda which, size=None: ceilings.ceiling(which, size)
 
 # In a notebook, a run of identical skip lines shows as one line with its count (feedbeast.view).
 from . import view as _view  # noqa: E402
@@ -62,4 +60,7 @@ def pick(gpu_value, cpu_value, *, sanitize=None):
     """
     if not gpu():
         return cpu_value
-    return sanitize if sanitize is not None and _under_sanitizer() else gpu_value
+    return sanitize if sanitize is not None and hooks.under_sanitizer() else gpu_value
+
+
+hooks.load()   # the course's hooks, when FEEDBEAST_HOOKS names it (feedbeast.hooks)

@@ -10,9 +10,9 @@ Chapter 00 explains the timing and the same-run ceiling it is compared with.
 Every result names the resource it is bound by (`bound=`: "dram", "l2", "smem", "fp32", "tensor", "tf32";
 by default the one its ceiling is bound by) and is compared with that resource's physical peak on this GPU
 (feedbeast.peaks.physical_peak): a result above it raises PhysicalLimitError, because the experiment,
-not the hardware, is wrong. Each result is appended to results/<gpu>/bench.jsonl with the GPU, versions,
-sizes and the identity of the kernel it timed (name, arch, defines, registers, a hash of its source).
-Timings are reported, never asserted.
+not the hardware, is wrong. Each result carries the identity of the kernels it timed (name, arch, defines,
+registers, a hash of its source): the ones its first run launched, or `kernel=`. bench times and returns; the
+course keeps a results log of them (feedbeast.hooks.on_bench). Timings are reported, never asserted.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import inspect
 
 import numpy as np
 
+from . import hooks
 from .device import _check, gpu
 from .errors import FeedbeastError
 from .peaks import PhysicalLimitError, bound_of, physical_peak
@@ -125,17 +126,6 @@ def flush_l2():
     _check(driver.cuMemsetD8Async(_flush_buf.ptr, 0, _flush_buf.nbytes, driver.CUstream(0)))
 
 
-# A ceiling given by name is measured by feedbeast.ceilings, which times it with bench(): the package's
-# __init__ installs its lookup here, so that bench does not import it back.
-_ceiling_by_name = None
-
-
-def use_ceilings(lookup):
-    """Install `lookup(which, size=None) -> BenchResult or Skipped`, what bench(ceiling=name) measures."""
-    global _ceiling_by_name
-    _ceiling_by_name = lookup
-
-
 def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = None, ceiling=None,
           bound: str | None = None, kernel=None, warmup: int = 3, reps: int = 30, flush: bool = True,
           sizes: dict | None = None, record: bool = True):
@@ -147,19 +137,36 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
     bound: the resource the result is bound by ("dram", "l2", "smem", "fp32", "tensor", "tf32"); by
     default the one of the ceiling (copy -> dram, cuBLAS bf16 -> tensor, fp32 -> fp32). A result above
     the resource's physical peak raises PhysicalLimitError.
-    kernel: what was timed (a fb Kernel or Module, a Numba kernel, or a list), recorded with the result;
-    by default the kernels `fn` refers to.
+    kernel: what was timed (a fb Kernel, Module or Launch, a Numba kernel, or a list), kept with the result; by
+    default `fn.kernel` (a Launch from Kernel.bind) and the fb kernels that `fn`'s first run launched.
+    record: hand the result to feedbeast.hooks.on_bench (the course's results log, when installed).
     Returns a BenchResult, or a Skipped when there is no GPU or fn skipped.
     """
     skip = needs_gpu(f"bench {name}")
     if skip is not None:
         return with_recorded(skip, name)
-    from .memory import sync
     takes_index = len(inspect.signature(fn).parameters) >= 1
     call = (lambda i: fn(i)) if takes_index else (lambda i: fn())
-    first = call(0)
+    from .launch import watching
+    with watching() as launched:
+        first = call(0)
     if isinstance(first, Skipped):
         return with_recorded(Skipped(first.reason, f"bench {name}"), name)
+    if hooks.mode.untimed:        # make sanitize: one run is what the tools check; a time would mean nothing
+        return Skipped(hooks.mode.untimed, f"bench {name}")
+    res = BenchResult(name, _time(call, warmup, reps, flush), nbytes, flops, sizes=sizes)
+    _set_ceiling(res, ceiling)
+    _against_peak(res, bound)
+    launched = [k for k in launched if "FB_HAZARDS" not in (k.module.defines or {})]   # not the hazard build's
+    res.kernels = kernel_identity([kernel] if kernel is not None else [getattr(fn, "kernel", None), launched])
+    if record:
+        hooks.emit(hooks.on_bench, res)
+    return res
+
+
+def _time(call, warmup: int, reps: int, flush: bool) -> list:
+    """Per-run times in ms: the warm-up runs (the first made by the caller), then `reps` runs between events."""
+    from .memory import sync
     for i in range(1, warmup):
         call(i)
     sync()
@@ -171,32 +178,30 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
         call(warmup + r)
         ev.record(2 * r + 1)
     sync()
-    times = [ev.elapsed(2 * r, 2 * r + 1) for r in range(reps)]
-    res = BenchResult(name, times, nbytes, flops, sizes=sizes)
-    if ceiling is not None:
-        if isinstance(ceiling, (str, tuple)):
-            if _ceiling_by_name is None:
-                raise FeedbeastError(f"bench {name}: no ceilings are installed to measure {ceiling!r} "
-                                     "(import feedbeast: it installs feedbeast.ceilings)")
-            c = _ceiling_by_name(*ceiling) if isinstance(ceiling, tuple) else _ceiling_by_name(ceiling)
-            if not isinstance(c, Skipped):
-                res.ceiling_name, res.ceiling_value = c.name, c.value
-        elif isinstance(ceiling, BenchResult):
-            res.ceiling_name, res.ceiling_value = ceiling.name, ceiling.value
-        else:
-            res.ceiling_name, res.ceiling_value = "given", float(ceiling)
-    _against_peak(res, bound)
-    res.kernels = kernel_identity(kernel if kernel is not None else fn)
-    if record:
-        from .results import append
-        append(res)
-    return res
+    return [ev.elapsed(2 * r, 2 * r + 1) for r in range(reps)]
+
+
+def _set_ceiling(res: BenchResult, ceiling) -> None:
+    """The ceiling res is compared with: measured by name through feedbeast.hooks.ceiling, given, or None."""
+    if ceiling is None:
+        return
+    if isinstance(ceiling, (str, tuple)):
+        if hooks.ceiling is None:
+            raise FeedbeastError(f"bench {res.name}: no ceilings are installed to measure {ceiling!r} "
+                                 "(import feedbeast: it installs feedbeast.ceilings)")
+        c = hooks.ceiling(*ceiling) if isinstance(ceiling, tuple) else hooks.ceiling(ceiling)
+        if not isinstance(c, Skipped):
+            res.ceiling_name, res.ceiling_value = c.name, c.value
+    elif isinstance(ceiling, BenchResult):
+        res.ceiling_name, res.ceiling_value = ceiling.name, ceiling.value
+    else:
+        res.ceiling_name, res.ceiling_value = "given", float(ceiling)
 
 
 def with_recorded(skip: Skipped, name: str) -> Skipped:
-    """The skip of benchmark `name`, with the figures a GPU run recorded for it (results/<gpu>/), if any."""
-    from .results import recorded_bench
-    line = recorded_bench(name)
+    """The skip of benchmark `name`, with the figures a GPU run recorded for it, when a results log is installed
+    (feedbeast.hooks.recorded)."""
+    line = hooks.recorded_line("bench", name)
     if line:
         skip.reason += f"; {line}"
     return skip
@@ -223,68 +228,67 @@ def _against_peak(res: BenchResult, bound: str | None):
 
 
 def kernel_identity(obj) -> list[dict]:
-    """Who was timed: for each feedbeast Kernel or Module, or Numba kernel, that `obj` is or refers to
-    (a function's closure and globals are searched one level deep), its name, arch, -D defines, registers
-    and the first 12 hex digits of the SHA-256 of its source, so that a result traces back to its code."""
-    import hashlib
+    """Who was timed: for each feedbeast Kernel, Module or Launch, or Numba kernel in `obj` (one, or a list), its
+    name, arch, -D defines, registers and the first 12 hex digits of the SHA-256 of its source, so that a result
+    traces back to its code. Nothing is guessed: what is not one of those is left out."""
     found, seen = [], set()
 
     def add(o):
-        if id(o) in seen:
+        if o is None or id(o) in seen:
             return
         seen.add(id(o))
-        from .compile import Module
-        from .launch import Kernel
-        if isinstance(o, Kernel):
-            res = o.module.resources.get(o.name)
-            found.append({"kernel": o.name, "arch": o.module.arch, "defines": dict(o.module.defines or {}),
-                          "registers": getattr(res, "registers", None),
-                          "source_sha256": hashlib.sha256(o.module.source.encode()).hexdigest()[:12]})
-        elif isinstance(o, Module):
-            for k in o.kernel_names:
-                add(o.kernel(k))
-        elif hasattr(o, "dispatcher") and hasattr(o, "griddim"):        # a Numba launch configuration
-            add(o.dispatcher)
-        elif hasattr(o, "py_func") and hasattr(o, "overloads"):          # a Numba kernel
-            src = getattr(o, "source", None)
-            if src is None:
-                try:
-                    src = inspect.getsource(o.py_func)
-                except (OSError, TypeError):
-                    src = o.py_func.__code__.co_code.hex()
-            # A factory's kernels share their source; what tells them apart is the values they close over.
-            cells = zip(o.py_func.__code__.co_freevars, o.py_func.__closure__ or ())
-            consts = {k: c.cell_contents for k, c in cells
-                      if isinstance(getattr(c, "cell_contents", None), (bool, int, float, str))}
-            rec = {"kernel": o.py_func.__name__, "arch": None, "defines": consts, "registers": None,
-                   "source_sha256": hashlib.sha256(src.encode()).hexdigest()[:12]}
-            ov = list(getattr(o, "overloads", {}).values())
-            if ov:
-                try:
-                    rec["registers"] = int(ov[-1].regs_per_thread)
-                    from .device import gpu
-                    g = gpu()
-                    rec["arch"] = f"sm_{g.cc[0]}{g.cc[1]}" if g else None
-                except Exception:
-                    pass
-            found.append(rec)
-        elif isinstance(o, (list, tuple)):
+        if isinstance(o, (list, tuple)):
             for x in o:
                 add(x)
-        elif isinstance(o, dict):
-            for x in o.values():
-                add(x)
-        elif callable(o) and hasattr(o, "__code__") and depth[0] < 2:
-            depth[0] += 1
-            try:
-                cv = inspect.getclosurevars(o)
-                for x in list(cv.nonlocals.values()) + list(cv.globals.values()):
-                    if not inspect.ismodule(x):
-                        add(x)
-            except (TypeError, ValueError):
-                pass
-            depth[0] -= 1
+            return
+        if hasattr(o, "kernel") and not callable(getattr(o, "kernel")):   # a Launch
+            return add(o.kernel)
+        if hasattr(o, "kernel_names"):                                   # a Module
+            for k in o.kernel_names:
+                add(o.kernel(k))
+            return
+        if hasattr(o, "dispatcher") and hasattr(o, "griddim"):            # a Numba launch configuration
+            return add(o.dispatcher)
+        rec = _fb_kernel(o) if hasattr(o, "module") and hasattr(o, "name") else _numba_kernel(o)
+        if rec is not None:
+            found.append(rec)
 
-    depth = [0]
     add(obj)
     return found
+
+
+def _sha(text: str) -> str:
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _fb_kernel(k) -> dict:
+    res = k.module.resources.get(k.name)
+    return {"kernel": k.name, "arch": k.module.arch, "defines": dict(k.module.defines or {}),
+            "registers": getattr(res, "registers", None), "source_sha256": _sha(k.module.source)}
+
+
+def _numba_kernel(o) -> dict | None:
+    if not (hasattr(o, "py_func") and hasattr(o, "overloads")):
+        return None
+    src = getattr(o, "source", None)
+    if src is None:
+        try:
+            src = inspect.getsource(o.py_func)
+        except (OSError, TypeError):
+            src = o.py_func.__code__.co_code.hex()
+    # A factory's kernels share their source; what tells them apart is the values they close over.
+    cells = zip(o.py_func.__code__.co_freevars, o.py_func.__closure__ or ())
+    consts = {k: c.cell_contents for k, c in cells if isinstance(getattr(c, "cell_contents", None),
+                                                                (bool, int, float, str))}
+    rec = {"kernel": o.py_func.__name__, "arch": None, "defines": consts, "registers": None,
+           "source_sha256": _sha(src)}
+    ov = list(getattr(o, "overloads", {}).values())
+    if ov:
+        try:
+            rec["registers"] = int(ov[-1].regs_per_thread)
+            g = gpu()
+            rec["arch"] = f"sm_{g.cc[0]}{g.cc[1]}" if g else None
+        except Exception:
+            pass
+    return rec

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from . import verdicts
+from . import hooks
 from .errors import CheckFailed
 from .skip import Skipped
 
@@ -60,21 +60,9 @@ def _poisoned(out: np.ndarray) -> np.ndarray:
     return np.all(b == 0xFF, axis=-1)
 
 
-# The results log (feedbeast.results, a later stage) is plugged in by the package (use_results):
-# `record_result(CheckResult)` keeps each outcome measured on a GPU, `recorded_for(name)` gives what a GPU run
-# recorded for a check that is skipped here (a line, or None).
-record_result = None
-recorded_for = None
-
-
-def use_results(record, recorded):
-    """Install the results log's writer of check outcomes and its reader of recorded ones."""
-    global record_result, recorded_for
-    record_result, recorded_for = record, recorded
-
-
 def _with_recorded(skip: Skipped, name: str) -> Skipped:
-    line = recorded_for(name) if recorded_for is not None and name != "check" else None
+    """The skip, with what a GPU run recorded for this check when a results log is installed (feedbeast.hooks)."""
+    line = hooks.recorded_line("check", name)
     if line and line not in skip.reason:
         skip.reason += f"; {line}"
     return skip
@@ -136,9 +124,9 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
         todo = getattr(getattr(launch.last_launched, "module", None), "todo", "")
         lines = [todo.rstrip("\n")] + lines if todo else lines
     result = CheckResult(name, bool(passed), rel, limit, int(bad.sum()), "\n".join(lines))
-    verdicts.record("passed" if result.passed else "failed", name, repr(result))   # what grading reads
-    if on_gpu and record_result is not None:
-        record_result(result)
+    hooks.verdict("passed" if result.passed else "failed", name, repr(result))   # what grading reads
+    if on_gpu:
+        hooks.emit(hooks.on_check, result)
     if not passed and raise_on_fail:
         raise CheckFailed(repr(result))
     return result

@@ -157,10 +157,10 @@ class Module:
     def hazard_check(self, kernel: str, grid, block, *args, shared: int = 0, cluster=None, **kw):
         """Run the hazard build of `kernel` once with these arguments and check its trace: a
         feedbeast.hazards.Report (or a Skipped); .raise_if_any() raises HazardFound naming the rule."""
-        from . import launch   # the checker is installed there (feedbeast/__init__): compile does not import it
-        if launch.hazard_run is None:
+        from . import hooks   # the checker is installed there (feedbeast/__init__): compile does not import it
+        if hooks.hazard_run is None:
             raise FeedbeastError("no hazard checker is installed: import feedbeast (it installs feedbeast.hazards)")
-        return launch.hazard_run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
+        return hooks.hazard_run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
 
     @property
     def todo(self) -> str:
@@ -255,7 +255,7 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     defs = dict(defines or {})
     if debug:
         defs.setdefault("FB_DEBUG", 1)
-        from .runmode import under_sanitizer
+        from .hooks import under_sanitizer
         if under_sanitizer():
             # A sanitizer slows kernels 10-100x: a bounded wait must not mistake that for a hang.
             defs["FB_WAIT_TIMEOUT_NS"] = f"({defs.get('FB_WAIT_TIMEOUT_NS', '2000000000ull')})*100"

@@ -22,10 +22,13 @@ import contextlib
 import json
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 
 from . import errors
 
@@ -64,7 +67,7 @@ def child_env() -> dict:
 
 
 def isolated(code: str, *, timeout: float = 300, **values):
-    from .runmode import under_sanitizer
+    from .hooks import under_sanitizer
     if under_sanitizer():
         from .skip import Skipped
         return Skipped("not run under compute-sanitizer (it would count the deliberate failure as a report)",
@@ -83,3 +86,67 @@ def isolated(code: str, *, timeout: float = 300, **values):
     if r.returncode:
         raise errors.FeedbeastError(f"the isolated process failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
     return out
+
+
+# ---- the same runner under compute-sanitizer (chapter 04 runs a planted race under racecheck)
+
+def find_sanitizer() -> str | None:
+    """compute-sanitizer from the CUDA wheels, PATH, $CUDA_HOME/bin or /usr/local/cuda/bin."""
+    try:
+        import cuda.pathfinder as pf
+        p = pf.find_nvidia_binary_utility("compute-sanitizer")
+        if p:
+            return p
+    except Exception:
+        pass
+    p = shutil.which("compute-sanitizer")
+    if p:
+        return p
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            for cand in (Path(root) / "bin" / "compute-sanitizer",
+                         Path(root) / "compute-sanitizer" / "compute-sanitizer"):
+                if cand.is_file() and os.access(cand, os.X_OK):
+                    return str(cand)
+    return None
+
+
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
+_RACE = re.compile(r"RACECHECK SUMMARY:\s*(\d+) hazards? displayed\s*\((\d+) errors?,\s*(\d+) warnings?\)")
+
+
+def count_reports(log: str, tool: str) -> int | None:
+    """Reports in a sanitizer log: errors (and, for racecheck, hazards of any severity). None if no summary."""
+    if tool == "racecheck":
+        m = _RACE.findall(log)
+        if m:
+            return int(m[-1][0])
+    m = _SUMMARY.findall(log)
+    return int(m[-1]) if m else None
+
+
+def racecheck(code: str, *, timeout: float = 300, **values):
+    """Run `code` (as fb.isolated runs it: `fb`, `np` and the keyword values bound) in a child Python process under
+    compute-sanitizer racecheck. Returns (hazards reported, the sanitizer's summary lines), or a Skipped: with
+    no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer)."""
+    from .device import gpu
+    from .hooks import under_sanitizer
+    from .skip import Skipped
+    what = "racecheck"
+    if gpu() is None:
+        return Skipped("needs a GPU, this machine has none", what)
+    if under_sanitizer():
+        return Skipped("not run inside make sanitize (it runs its own racecheck)", what)
+    san = find_sanitizer()
+    if san is None:
+        return Skipped("needs compute-sanitizer (a CUDA toolkit's bin/ on PATH, or CUDA_HOME)", what)
+    env = child_env()
+    env.pop("FEEDBEAST_HAZARDS", None)
+    with runner_command(values) as child:
+        cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--report-api-errors", "no",
+               "--target-processes", "application-only", *child]
+        r = subprocess.run(cmd, input=textwrap.dedent(code), text=True, capture_output=True, timeout=timeout,
+                           env=env)
+    log = r.stdout + r.stderr
+    summary = [ln.strip() for ln in log.splitlines() if "SUMMARY" in ln]
+    return count_reports(log, "racecheck"), summary

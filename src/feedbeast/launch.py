@@ -22,6 +22,7 @@ import struct
 
 import numpy as np
 
+from . import hooks
 from .device import _check, gpu
 from .errors import LaunchError
 # The GPU's state after a failure and the debug report channel live in memory.py (launch needs memory,
@@ -30,14 +31,28 @@ from .memory import (LOST_HINT, DeviceArray, debug_channel, ensure_usable,  # no
                      raise_pending_debug_report)
 from .skip import Skipped, needs
 
-# Checks a later stage plugs into every launch (the package's __init__ installs the hazard checker's, which
-# runs the hazard build first when FEEDBEAST_HAZARDS=1). Launching knows no checker: the checker compiles and
-# launches, so importing it from here would tie build, run and verify into one circle.
-#   before_launch: f(kernel, grid, block, args, shared, cluster), called by launch() and bind()
-#   hazard_run:    f(kernel, grid, block, *args, shared=, cluster=, **kw) -> report, behind Module.hazard_check
-before_launch: list = []
+# Checks a later stage runs before every launch are feedbeast.hooks.before_launch (the package's __init__ installs
+# the hazard checker's there): the checker compiles and launches, so launching does not import it.
 last_launched = None   # the Kernel of the latest launch asked for: a failed check names its lab TODOs (check.py)
-hazard_run = None
+_watching: list = []   # lists that collect each Kernel launched while they are open (watching(): fb.bench)
+
+
+class watching:
+    """`with watching() as seen:` collects in `seen` every Kernel launched inside (by launch() or a Launch)."""
+
+    def __enter__(self) -> list:
+        self.seen = []
+        _watching.append(self.seen)
+        return self.seen
+
+    def __exit__(self, *exc):
+        _watching.remove(self.seen)
+
+
+def _seen(kernel) -> None:
+    for seen in _watching:
+        if kernel not in seen:
+            seen.append(kernel)
 
 
 def _dim3(v, what):
@@ -226,35 +241,29 @@ class Kernel:
         ready = self._ready(grid, block, args, shared, cluster)
         if isinstance(ready, Skipped):
             return ready
-        for check in before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
+        for check in hooks.before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
             check(self, grid, block, args, shared, cluster)
         _buf, ptrs = self._pack(args)
+        _seen(self)
         self._raw_launch(*ready[:2], shared, ready[2], stream, ptrs, pdl)
         return None
 
     def bind(self, grid, block, *args, shared: int = 0, cluster=None, stream=0, pdl: bool = False):
-        """Check and pack a launch once; returns a function that makes that launch, again and again.
+        """Check and pack a launch once; returns a Launch, a function that makes that launch, again and again.
 
         For kernels that run for microseconds, where the checks and packing of launch() would be a
-        visible part of a timed run. The function returns None, or the Skipped that says why this
-        machine cannot run the kernel. It keeps the arguments alive.
+        visible part of a timed run. Calling it returns None, or the Skipped that says why this
+        machine cannot run the kernel. It keeps the arguments alive, and says what it launches
+        (.kernel, .grid, .block, .args, .shared, .cluster): fb.bench records it, fb.profile repeats it.
         """
         ready = self._ready(grid, block, args, shared, cluster)
         if isinstance(ready, Skipped):
-            return lambda: ready
-        for check in before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
+            return Launch(self, grid, block, args, shared, cluster, skipped=ready)
+        for check in hooks.before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
             check(self, grid, block, args, shared, cluster)
-        from cuda.bindings import driver
         buf, ptrs = self._pack(args)
         cfg = self._config(*ready[:2], shared, ready[2], stream, pdl)
-        fn, kernel = self._fn, self   # the Kernel in the closure: fb.bench records what it timed
-
-        def again():
-            err, = driver.cuLaunchKernelEx(cfg, fn, ctypes.addressof(ptrs), 0)
-            if err != driver.CUresult.CUDA_SUCCESS:
-                raise LaunchError(f"launch of {kernel.name} failed: {err.name}")
-        again.keep = (args, buf, ptrs, cfg)
-        return again
+        return Launch(self, ready[0], ready[1], args, shared, ready[2], packed=(buf, ptrs, cfg))
 
     def max_active_clusters(self, cluster, block, shared: int = 0) -> int:
         """How many clusters of this shape can run at once on this GPU (cuOccupancyMaxActiveClusters).
@@ -309,6 +318,31 @@ class Kernel:
 
     def __repr__(self):
         return f"<Kernel {self.name} ({self.module.arch})>"
+
+
+class Launch:
+    """One kernel launch, checked and packed once (Kernel.bind): call it to launch. It carries what it launches:
+    .kernel (the Kernel), .grid, .block, .args, .shared and .cluster, and keeps the arguments alive."""
+
+    def __init__(self, kernel, grid, block, args, shared, cluster, *, packed=None, skipped=None):
+        self.kernel, self.grid, self.block, self.args = kernel, grid, block, tuple(args)
+        self.shared, self.cluster = shared, cluster
+        self._packed, self.skipped = packed, skipped
+
+    def __call__(self):
+        if self.skipped is not None:
+            return self.skipped
+        from cuda.bindings import driver
+        _buf, ptrs, cfg = self._packed
+        _seen(self.kernel)
+        err, = driver.cuLaunchKernelEx(cfg, self.kernel._fn, ctypes.addressof(ptrs), 0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise LaunchError(f"launch of {self.kernel.name} failed: {err.name}")
+        return None
+
+    def __repr__(self):
+        return (f"<launch of {self.kernel.name}: grid {self.grid}, block {self.block}, shared {self.shared} B"
+                f"{f', cluster {self.cluster}' if self.cluster else ''}>")
 
 
 def _is_tensor_map(arg):

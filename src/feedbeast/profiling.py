@@ -24,14 +24,14 @@ than the same kernel timed by `fb.bench`, and steadier, which makes them a good 
 builds differ by a few per cent.
 
 With no GPU, no `ncu`, or counters not permitted to this user (ERR_NVGPUCTRPERM), `profile` returns a
-Skipped that says which; when a table was recorded on a GPU before (results/<gpu>/profile.jsonl), the
-Skipped carries it (`.recorded`) and prints it, so a reader without a GPU still sees what the counters said.
+Skipped that says which; when a table was recorded on a GPU before (the course's results log, installed as
+feedbeast.hooks.recorded), the Skipped carries it (`.recorded`) and prints it, so a reader without a GPU still
+sees what the counters said. Each table read is handed to feedbeast.hooks.on_profile (the course records it).
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
-import datetime
 import io
 import json
 import os
@@ -42,6 +42,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from . import hooks
 from .skip import Skipped, needs_gpu
 
 # Metric names of Nsight Compute 2023-2025 (ncu --query-metrics; "Kernel Profiling Guide", Metrics
@@ -196,19 +197,12 @@ def ncu_path() -> str | None:
 
 
 def _recorded(name: str):
-    """The latest table recorded under `name`: in the results folder in use, else in the course's own
-    results/ (a checkout of the course keeps the tables of its GPU runs there)."""
-    from .results import course_results, results_root
-    paths = []
-    for root in (results_root(), course_results()):
-        paths += sorted(root.glob("*/profile.jsonl")) if root is not None and root.exists() else []
-    for path in paths:
-        for line in reversed(path.read_text().splitlines()):
-            rec = json.loads(line)
-            if rec.get("name") == name:
-                return Profile(rec["name"], rec["kernel"], rec["values"], rec["stalls"], {}, rec.get("gpu", ""),
-                               rec.get("units", {}))
-    return None
+    """The latest table a GPU run recorded under `name`, when a results log is installed (feedbeast.hooks)."""
+    rec = hooks.recorded_line("profile", name)
+    if rec is None:
+        return None
+    return Profile(rec["name"], rec["kernel"], rec["values"], rec["stalls"], {}, rec.get("gpu", ""),
+                   rec.get("units", {}))
 
 
 def _skip(reason: str, name: str):
@@ -230,6 +224,8 @@ def profile(launch: str, *, kernel: str, name: str | None = None, metrics=None, 
     no GPU, no ncu, or no permission to read counters.
     """
     name = name or kernel
+    if hooks.mode.unprofiled:   # make sanitize: the child process would run its launches unchecked
+        return Skipped(hooks.mode.unprofiled, f"profile {name}")
     skip = needs_gpu(f"profile {name}")
     if skip is not None:
         return _skip(skip.reason, name)
@@ -270,23 +266,8 @@ def profile(launch: str, *, kernel: str, name: str | None = None, metrics=None, 
         pr.csv = p.stdout
     if record:
         for pr in profs:
-            append(pr)
+            hooks.emit(hooks.on_profile, pr)
     return profs[0] if len(profs) == 1 else profs
-
-
-def append(pr: Profile) -> Path:
-    """Add a Profile to results/<gpu>/profile.jsonl (next to bench.jsonl)."""
-    from .device import gpu
-    from .results import results_root
-    g = gpu()
-    d = results_root() / g.slug
-    d.mkdir(parents=True, exist_ok=True)
-    rec = pr.as_record()
-    rec["time"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    path = d / "profile.jsonl"
-    with path.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
-    return path
 
 
 def cells_script(notebook, cells, code: str = "", replace: dict | None = None) -> str:

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 
-from . import verdicts
+from . import hooks
 from .errors import FeedbeastError, SassMismatch
 
 
@@ -235,9 +235,9 @@ def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = ()
             msg.append(f"  should not contain {', '.join(present)}")
         top = ", ".join(f"{op}×{n}" for op, n in hist.most_common(12))
         msg.append(f"  most frequent instructions: {top}")
-        verdicts.failed(f"SASS of {where}", "\n".join(msg))
+        hooks.failed(f"SASS of {where}", "\n".join(msg))
         raise SassMismatch("\n".join(msg))
-    verdicts.passed(f"SASS of {where}", ", ".join(required))
+    hooks.passed(f"SASS of {where}", ", ".join(required))
     return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in required})
 
 
@@ -293,16 +293,16 @@ def expect_proxy_fence(mod, kernel: str, why: str) -> int:
     if n == 0:
         msg = (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: no fence.proxy.async.shared::cta "
                f"(MEMBAR.ALL.CTA then FENCE.VIEW.ASYNC.S): {why}")
-        verdicts.failed(name, msg)
+        hooks.failed(name, msg)
         raise SassMismatch(msg)
     misplaced = proxy_fence_order(ins)
     if misplaced:
         msg = (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: fence.proxy.async.shared::cta "
                "in the wrong place: "
                + "; ".join(misplaced[:3]) + f": {why}")
-        verdicts.failed(name, msg)
+        hooks.failed(name, msg)
         raise SassMismatch(msg)
-    verdicts.passed(name, f"{n} fence(s)")
+    hooks.passed(name, f"{n} fence(s)")
     return n
 
 
@@ -325,9 +325,9 @@ def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
     if not waits or max(waits) > most:
         found = f"waits {waits} (DEPBAR.LE SB0, N)" if waits else "no cp.async.wait_group (DEPBAR.LE SB0, N)"
         msg = f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: {found}; expected N <= {most}: {why}"
-        verdicts.failed(name, msg)
+        hooks.failed(name, msg)
         raise SassMismatch(msg)
-    verdicts.passed(name, f"waits {waits}, at most {most} groups in flight")
+    hooks.passed(name, f"waits {waits}, at most {most} groups in flight")
     return waits
 
 

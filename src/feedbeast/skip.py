@@ -7,7 +7,7 @@ A `Skipped` prints `skipped: <what>: needs sm_90a, this machine has none`, is fa
 """
 from __future__ import annotations
 
-from . import verdicts
+from . import hooks
 from .device import gpu, runs_on
 
 
@@ -15,7 +15,7 @@ class Skipped:
     def __init__(self, reason: str, what: str = ""):
         self.reason = reason
         self.what = what
-        verdicts.skipped(what or "(unnamed step)", reason)   # a skip is recorded, never a pass
+        hooks.skipped(what or "(unnamed step)", reason)   # a skip is reported, never a pass
 
     def __bool__(self):
         return False

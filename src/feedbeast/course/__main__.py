@@ -1,11 +1,11 @@
-"""python -m feedbeast COMMAND ...
+"""python -m feedbeast COMMAND ... (also python -m feedbeast.course COMMAND): the course's command line.
 
     grade labs/00-*.ipynb            grade lab notebooks with the labs' own checks (exit 0 ok, 1 failed,
                                      2 partial: some checks cannot run here); --json for machines
     roster --homes /home --csv grades.csv   grade every learner's labs on a workshop server, one CSV
     sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck
     stress [--n 100]                 the GPU tests with random ragged sizes and repeated runs
-    build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.labs)
+    build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.course.labs)
     reset 04 [05 ...]                restore only these labs (a number, a name or a lab's path) of the course
                                      checkout here (or --course DIR)
 """
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
         from .sanitize import main as run
         return run(rest)
     if cmd == "stress":
-        from .stress import main as run
+        from ..stress import main as run
         return run(rest)
     if cmd in ("build", "check", "reset"):
         from .labs import main as run

@@ -9,7 +9,7 @@ trusts"):
 
 1. The matching solution is `solutions/<same name>` of the course checkout the notebook lies in (found from
    `--course DIR` or `FEEDBEAST_COURSE` when given, else from the notebook, else the working directory:
-   feedbeast.coursedir), or of `--solutions DIR`; else the one solution there with the same `NN-` prefix.
+   feedbeast.course.coursedir), or of `--solutions DIR`; else the one solution there with the same `NN-` prefix.
 2. The learner's part is the cells before the notebook's first `## Check` heading. The checks are the code
    cells of the solution's check section (its first `## Check...` heading to the next level-2 heading that is
    not a check, `## Measure`). The learner's own check cells, their outputs and everything from `## Measure`
@@ -19,8 +19,8 @@ trusts"):
    of the learner's part without a `BEGIN SOLUTION` region: `fb`, `np`, `check_ring`, the lab's constants);
    the learner's %%cuda cells of the solution's --names, compiled from their text (the kernels the checks
    launch are these, bound after everything else the learner wrote); the learner's definitions the checks
-   read (feedbeast.notebook.plan: the top-level statements binding those names, and what they read), each
-   checked by feedbeast.notebook.refusals first (no rebinding what the lab gives, no imports beyond numpy,
+   read (feedbeast.course.notebook.plan: the top-level statements binding those names, and what they read), each
+   checked by feedbeast.course.notebook.refusals first (no rebinding what the lab gives, no imports beyond numpy,
    math, numba and the toolkit's public part, no reaching the toolkit's or the process's state); then each
    check cell.
 4. Before each check cell the environment is set back to the grader's; before and after, the toolkit's
@@ -216,7 +216,7 @@ def check_part(nb) -> list:
 
 def find_solution(path: Path, solutions: Path | None = None, course=None) -> Path:
     """solutions/<same name>, else the one solution with the same two-digit prefix. The folder is
-    `solutions`, else the solutions/ of the course checkout found from the notebook (feedbeast.coursedir)."""
+    `solutions`, else the solutions/ of the course checkout found from the notebook (feedbeast.course.coursedir)."""
     from .coursedir import find
     folder = Path(solutions) if solutions else find(near=path, explicit=course) / "solutions"
     if not folder.is_dir():
@@ -272,7 +272,7 @@ def _toolkit_version() -> str:
         from importlib.metadata import version
         return version("feedbeast")
     except Exception:
-        from . import __version__
+        from .. import __version__
         return __version__
 
 
@@ -281,9 +281,12 @@ def _toolkit_version() -> str:
 def _integrity_baseline(ns: dict, protected) -> dict:
     """What must not change while learner code runs: the identity of every function and class of the toolkit,
     numpy, os and the builtins (and of the methods of the toolkit's classes), the modules themselves, the
-    launch hooks and verdict sinks, and the names the lab gives."""
+    library's hooks (feedbeast.hooks: launch checks, verdict listeners, the run mode), the verdict sinks, and
+    the names the lab gives."""
+    import dataclasses
     import types
-    from . import launch, verdicts
+    from .. import hooks
+    from . import verdicts
     kinds = (types.FunctionType, types.BuiltinFunctionType, type, classmethod, staticmethod, property)
     mods = {n: m for n, m in sys.modules.items()
             if m is not None and (n == "feedbeast" or n.startswith("feedbeast.") or n in ("numpy", "os", "builtins"))}
@@ -297,11 +300,22 @@ def _integrity_baseline(ns: dict, protected) -> dict:
                         if isinstance(cv, kinds) or callable(cv):
                             attrs[(f"{n}.{k}", ck)] = cv
     return {"modules": mods, "attrs": attrs, "given": {k: ns[k] for k in protected if k in ns},
-            "hooks": list(launch.before_launch), "sinks": list(verdicts._sinks), "records": verdicts._records}
+            "hooks": _hook_state(hooks), "mode": (hooks.mode, dataclasses.asdict(hooks.mode)),
+            "sinks": list(verdicts._sinks), "records": verdicts._records}
+
+
+_HOOK_LISTS = ("before_launch", "on_verdict", "on_bench", "on_check", "on_profile")
+
+
+def _hook_state(hooks) -> dict:
+    """Each list of feedbeast.hooks: the list itself and what it holds."""
+    return {k: (getattr(hooks, k), list(getattr(hooks, k))) for k in _HOOK_LISTS}
 
 
 def _integrity_problems(base: dict, ns: dict) -> list[str]:
-    from . import launch, verdicts
+    import dataclasses
+    from .. import hooks
+    from . import verdicts
     out = []
     for n, m in base["modules"].items():
         if sys.modules.get(n) is not m:
@@ -317,10 +331,14 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
     for k, v in base["given"].items():
         if ns.get(k, None) is not v:
             out.append(f"{k} (which the lab gives or the grader binds) was rebound")
-    if [id(h) for h in launch.before_launch] != [id(h) for h in base["hooks"]]:
-        out.append("feedbeast.launch.before_launch (the hazard check of each launch) was changed")
+    now = _hook_state(hooks)
+    for k, (lst, items) in base["hooks"].items():
+        if now[k][0] is not lst or [id(h) for h in now[k][1]] != [id(h) for h in items]:
+            out.append(f"feedbeast.hooks.{k} ({'the hazard check of each launch' if k == 'before_launch' else 'who hears the checks'}) was changed")
+    if hooks.mode is not base["mode"][0] or dataclasses.asdict(hooks.mode) != base["mode"][1]:
+        out.append("feedbeast.hooks.mode (how this process runs) was changed")
     if [id(s) for s in verdicts._sinks] != [id(s) for s in base["sinks"]] or verdicts._records is not base["records"]:
-        out.append("feedbeast.verdicts (where checks record their verdicts) was changed")
+        out.append("feedbeast.course.verdicts (where checks record their verdicts) was changed")
     return out[:20]
 
 
@@ -369,7 +387,7 @@ class _CheckChild:
         """The learner's kernels, compiled from the text of their %%cuda cells with the lab's flags: these are what
         the checks launch."""
         import contextlib
-        from . import magic
+        from .. import magic
         ns = self.ns
         cuda = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("%%cuda")]
         cuda_ns: dict = {}
@@ -477,7 +495,8 @@ def _harness(fd: int) -> int:
     send = child.send
 
     import feedbeast as fb
-    from . import hazards, launch, verdicts
+    from .. import hazards, hooks
+    from . import verdicts
     from .notebook import Notebook
     g0 = fb.gpu()
     send({"t": "hello", "gpu": g0.name if g0 else None, "hazards": hazards.enabled(), "pid": os.getpid()})
@@ -488,7 +507,7 @@ def _harness(fd: int) -> int:
     def watch(kernel, grid, block, args, shared=0, cluster=None):   # first: every launch is seen
         if getattr(kernel.module, "source", None):
             launched.append(kernel.name)
-    launch.before_launch.insert(0, watch)
+    hooks.before_launch.insert(0, watch)
 
     sol, learner = Path(job["solution"]), Path(job["learner"])
     if not child.given(job["given"], sol):
@@ -591,7 +610,7 @@ class _Channel:
 
 
 def _todo(cells) -> str:
-    from .errors import unwritten
+    from ..errors import unwritten
     return unwritten([(f"cell {i + 1}", c.source, 1) for i, c in enumerate(cells) if c.cell_type == "code"])
 
 
@@ -663,7 +682,7 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
     # The process's own stdout and stderr are a log, never read for verdicts; its first path entry (the
     # working directory, the learner's folder) is dropped, so a file there cannot stand in for a module.
     with tempfile.TemporaryFile() as log:
-        code = f"import sys; del sys.path[0]; from feedbeast.grade import _harness; sys.exit(_harness({w}))"
+        code = f"import sys; del sys.path[0]; from feedbeast.course.grade import _harness; sys.exit(_harness({w}))"
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=log,
                                 stderr=subprocess.STDOUT, pass_fds=(w,), cwd=cwd, env=env)
         os.close(w)

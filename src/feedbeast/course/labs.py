@@ -9,10 +9,10 @@ TODO line (`# TODO: your code here: what to write`), which the checks quote whil
 `# LAB: code` inside the region is given to the learner as `code` (a starting value that lets the lab run as
 given: `// LAB: const int use = 0;`); in the solution it is a comment. A cell tagged `solution-only` is dropped.
 
-    python -m feedbeast.labs build solutions labs    # write labs/
-    python -m feedbeast.labs check solutions labs    # exit 1 if labs/ is stale
-    python -m feedbeast.labs reset solutions labs    # restore labs/, backing up edited ones
-    python -m feedbeast.labs reset solutions labs 04 # only lab 04 (a number, a name or a lab's path; several)
+    python -m feedbeast.course.labs build solutions labs    # write labs/
+    python -m feedbeast.course.labs check solutions labs    # exit 1 if labs/ is stale
+    python -m feedbeast.course.labs reset solutions labs    # restore labs/, backing up edited ones
+    python -m feedbeast.course.labs reset solutions labs 04 # only lab 04 (a number, a name or a lab's path; several)
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def main(argv=None):
     for folder in (solutions, labs):
         if not Path(folder).is_dir():
             print(f"{folder} is not a folder: give the solutions and labs folders first "
-                  f"(python -m feedbeast.labs {cmd} solutions labs{' 04' if cmd == 'reset' else ''})")
+                  f"(python -m feedbeast.course.labs {cmd} solutions labs{' 04' if cmd == 'reset' else ''})")
             return 2
     if cmd == "build":
         build(solutions, labs)

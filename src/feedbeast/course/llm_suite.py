@@ -2,8 +2,8 @@
 against cuBLAS timed the same way in the same process (CUDA events, a read-only L2 flush before every run:
 see time_clean).
 
-    python -m feedbeast.llm_suite                 # run on this GPU; results/<gpu>/llm_suite.jsonl + plots
-    python -m feedbeast.llm_suite --from-log LOG  # rebuild the JSON lines and plots from a printed run
+    python -m feedbeast.course.llm_suite                 # run on this GPU; results/<gpu>/llm_suite.jsonl + plots
+    python -m feedbeast.course.llm_suite --from-log LOG  # rebuild the JSON lines and plots from a printed run
 
 Prefill (compute-bound): C (M x N) = A (M x K) B with B stored N x K (the `nn.Linear` layout), M x N x K in
 PREFILL; the capstone variants in CANDIDATES, each as % of cuBLAS (`torch.matmul(a, w.T)`). cuBLAS is timed
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-CHAPTER_NAME = "chapters/07-capstone-gemm.ipynb"   # read from the course checkout (feedbeast.coursedir)
+CHAPTER_NAME = "chapters/07-capstone-gemm.ipynb"   # read from the course checkout (feedbeast.course.coursedir)
 
 
 def chapter_path(course=None) -> Path:
@@ -169,7 +169,7 @@ def warm_cache(candidates=CANDIDATES, extra=EXTRA_VARIANTS, decode_configs=DECOD
                              mp_context=multiprocessing.get_context("spawn")) as pool:
         # by its importable name: under `python -m`, this module is __main__ and a spawned child could not
         # find __main__._compile_one
-        from feedbeast.llm_suite import _compile_one as compile_one
+        from feedbeast.course.llm_suite import _compile_one as compile_one
         list(pool.map(compile_one, jobs))
     return len(jobs)
 

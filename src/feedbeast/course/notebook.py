@@ -27,7 +27,7 @@ import shlex
 import symtable
 from pathlib import Path
 
-from .errors import FeedbeastError
+from ..errors import FeedbeastError
 
 
 def read(path):
@@ -107,7 +107,7 @@ class CudaCell:
 
     def compile(self, arch: str | None = None, *, debug: bool | None = None, **defines):
         """The cell compiled as the notebook compiles it; `defines` add to or override its -D flags."""
-        from .compile import compile
+        from ..compile import compile
         defs = {**self.defines, **{k: (None if v is None else str(v)) for k, v in defines.items()}}
         unexpanded = sorted(k for k, v in defs.items() if v is not None and "{" in v)
         if unexpanded:
@@ -119,7 +119,7 @@ class CudaCell:
 
 def parse_magic_line(line: str) -> dict:
     """The flags of a `%%cuda ...` line: name, arch, min_arch, debug, defines ({macro: value or None})."""
-    from .magic import defines_of, parse_line
+    from ..magic import defines_of, parse_line
     words = shlex.split(line)
     args = parse_line(shlex.join(words[1:] if words and words[0].startswith("%%") else words))
     return {"name": args.name, "arch": args.arch, "min_arch": args.min_arch, "debug": args.debug,
@@ -356,7 +356,7 @@ def _reads(node) -> tuple[frozenset, frozenset]:
 
 IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses",
               "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
-INTERNAL = {"verdicts", "hazards", "launch", "runmode", "grade", "roster", "isolated", "sanitize",
+INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grade", "roster", "isolated", "sanitize",
             "environ", "putenv", "unsetenv", "modules", "settrace", "setprofile", "excepthook", "stdout",
             "stderr", "system", "popen"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",

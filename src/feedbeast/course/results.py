@@ -36,7 +36,7 @@ def versions() -> dict:
 
 
 def append(res) -> Path:
-    from .device import gpu
+    from ..device import gpu
     g = gpu()
     d = results_root() / g.slug
     d.mkdir(parents=True, exist_ok=True)
@@ -55,7 +55,7 @@ def append(res) -> Path:
 
 def append_check(res) -> Path | None:
     """A check() outcome measured on this GPU, one line of checks.jsonl (nothing without a GPU)."""
-    from .device import gpu
+    from ..device import gpu
     g = gpu()
     if g is None:
         return None
@@ -68,6 +68,34 @@ def append_check(res) -> Path | None:
     with path.open("a") as f:
         f.write(json.dumps(rec) + "\n")
     return path
+
+
+def append_profile(pr) -> Path:
+    """A fb.profile table, one line of results/<gpu>/profile.jsonl (next to bench.jsonl)."""
+    from ..device import gpu
+    g = gpu()
+    d = results_root() / g.slug
+    d.mkdir(parents=True, exist_ok=True)
+    rec = pr.as_record()
+    rec["time"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    path = d / "profile.jsonl"
+    with path.open("a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return path
+
+
+def recorded_profile(name: str) -> dict | None:
+    """The latest fb.profile table recorded under `name`: in the results folder in use, else in the course's own
+    results/ (a checkout of the course keeps the tables of its GPU runs there)."""
+    paths = []
+    for root in (results_root(), course_results()):
+        paths += sorted(root.glob("*/profile.jsonl")) if root is not None and root.exists() else []
+    for path in paths:
+        for line in reversed(path.read_text().splitlines()):
+            rec = json.loads(line)
+            if rec.get("name") == name:
+                return rec
+    return None
 
 
 def course_results() -> Path | None:

@@ -2,11 +2,11 @@
 at a time.
 
     python -m feedbeast sanitize [--tools memcheck,racecheck,synccheck,hazards] [--strict] [--jobs N] [chapters solutions]
-    python -m feedbeast.sanitize run chapters/00-feeding-the-beast.ipynb   # the inner runner
+    python -m feedbeast.course.sanitize run chapters/00-feeding-the-beast.ipynb   # the inner runner
 
 For each notebook and tool this runs
 
-    compute-sanitizer --tool T --error-exitcode 1 python -m feedbeast.sanitize run NOTEBOOK
+    compute-sanitizer --tool T --error-exitcode 1 python -m feedbeast.course.sanitize run NOTEBOOK
 
 and prints a table of the reports found; zero everywhere is the bar. Logs go to build/sanitize/.
 
@@ -42,33 +42,12 @@ from pathlib import Path
 
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 TOOLS = SANITIZER_TOOLS + ("hazards",)
-TIMED_OFF = "timing is off under compute-sanitizer"
 SLOW_CELL_S = float(os.environ.get("FEEDBEAST_SANITIZE_SLOW_CELL_S", 30))   # a cell slower than this is named
 #                                                     in the log: where a sanitized run spends its time
 
 
-from .runmode import under_sanitizer as running  # noqa: E402  (True inside the notebook runs; `run` sets it)
-
-
-def find_sanitizer() -> str | None:
-    """compute-sanitizer from the CUDA wheels, PATH, $CUDA_HOME/bin or /usr/local/cuda/bin."""
-    try:
-        import cuda.pathfinder as pf
-        p = pf.find_nvidia_binary_utility("compute-sanitizer")
-        if p:
-            return p
-    except Exception:
-        pass
-    p = shutil.which("compute-sanitizer")
-    if p:
-        return p
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root:
-            for cand in (Path(root) / "bin" / "compute-sanitizer",
-                         Path(root) / "compute-sanitizer" / "compute-sanitizer"):
-                if cand.is_file() and os.access(cand, os.X_OK):
-                    return str(cand)
-    return None
+from ..isolated import count_reports, find_sanitizer, racecheck  # noqa: E402,F401  (run code under a sanitizer)
+from .runmode import TIMED_OFF, UNDER_SANITIZER, under_sanitizer as running  # noqa: E402,F401  (True inside the notebook runs)
 
 
 def notebooks(paths) -> list[Path]:
@@ -79,20 +58,6 @@ def notebooks(paths) -> list[Path]:
     return out
 
 
-_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
-_RACE = re.compile(r"RACECHECK SUMMARY:\s*(\d+) hazards? displayed\s*\((\d+) errors?,\s*(\d+) warnings?\)")
-
-
-def count_reports(log: str, tool: str) -> int | None:
-    """Reports in a sanitizer log: errors (and, for racecheck, hazards of any severity). None if no summary."""
-    if tool == "racecheck":
-        m = _RACE.findall(log)
-        if m:
-            return int(m[-1][0])
-    m = _SUMMARY.findall(log)
-    return int(m[-1]) if m else None
-
-
 def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int) -> tuple[str, int]:
     """Run one notebook under one tool. Returns (cell text for the table, 1 when it is a failure)."""
     # --report-api-errors no: the toolkit probes on purpose with calls that may fail (a kernel's parameter
@@ -101,7 +66,7 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
     # --target-processes application-only: the notebook's own process. Its children launch no kernel of
     # the course (Triton's compiler) or are skipped by name (fb.isolated).
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "1", "--print-limit", "100", "--report-api-errors", "no",
-           "--target-processes", "application-only", sys.executable, "-m", "feedbeast.sanitize", "run", str(nb)]
+           "--target-processes", "application-only", sys.executable, "-m", "feedbeast.course.sanitize", "run", str(nb)]
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
     if tool == "hazards":       # ours: no compute-sanitizer; every launch is hazard-checked first
         cmd = cmd[cmd.index(sys.executable):]
@@ -143,34 +108,6 @@ def sanitize_one(sanitizer: str, nb: Path, tool: str, logdir: Path, timeout: int
     return f"0 ({secs})", 0
 
 
-def racecheck(code: str, *, timeout: float = 300, **values):
-    """Run `code` (as fb.isolated runs it: `fb`, `np` and the keyword values bound) in a child Python process under
-    compute-sanitizer racecheck. Returns (hazards reported, the sanitizer's summary lines), or a Skipped: with
-    no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer)."""
-    import textwrap
-    from .device import gpu
-    from .isolated import child_env, runner_command
-    from .skip import Skipped
-    what = "racecheck"
-    if gpu() is None:
-        return Skipped("needs a GPU, this machine has none", what)
-    if running():
-        return Skipped("not run inside make sanitize (it runs its own racecheck)", what)
-    san = find_sanitizer()
-    if san is None:
-        return Skipped("needs compute-sanitizer (a CUDA toolkit's bin/ on PATH, or CUDA_HOME)", what)
-    env = child_env()
-    env.pop("FEEDBEAST_HAZARDS", None)
-    with runner_command(values) as child:
-        cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--report-api-errors", "no",
-               "--target-processes", "application-only", *child]
-        r = subprocess.run(cmd, input=textwrap.dedent(code), text=True, capture_output=True, timeout=timeout,
-                           env=env)
-    log = r.stdout + r.stderr
-    summary = [ln.strip() for ln in log.splitlines() if "SUMMARY" in ln]
-    return count_reports(log, "racecheck"), summary
-
-
 def table(rows: dict, tools) -> str:
     head = "| notebook | " + " | ".join(tools) + " |"
     sep = "|---|" + "---|" * len(tools)
@@ -181,7 +118,7 @@ def table(rows: dict, tools) -> str:
 def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/sanitize"), jobs=1) -> int:
     """jobs: notebook runs at a time. They share the GPU; each is mostly the sanitizer's own CPU work."""
     from concurrent.futures import ThreadPoolExecutor
-    from .device import gpu
+    from ..device import gpu
     nbs = notebooks(paths)
     g = gpu()
     sanitizer = find_sanitizer()
@@ -234,47 +171,18 @@ def sweep(paths, tools=TOOLS, strict=False, timeout=3600, logdir=Path("build/san
 
 # ---- the inner runner: one notebook, in this process --------------------------------------------
 
-def _timing_off():
-    """fb.bench / fb.ceiling run the timed function once and return a Skipped; fb.profile (Nsight Compute in a
-    child process, which would run its own launches outside the tool) returns a Skipped."""
-    import feedbeast
-    from . import ceilings, profiling
-    from .memory import sync
-    from .skip import Skipped
-
-    def bench(fn, *, name: str, **kw):
-        import inspect
-        first = fn(0) if len(inspect.signature(fn).parameters) >= 1 else fn()
-        if isinstance(first, Skipped):
-            return Skipped(first.reason, f"bench {name}")
-        sync()
-        return Skipped(TIMED_OFF, f"bench {name}")
-
-    def ceiling(which: str, size=None):
-        return Skipped(TIMED_OFF, f"{which} ceiling")
-
-    def profile(launch, *, kernel: str, name: str | None = None, **kw):
-        return Skipped("counters are not read under make sanitize (the profiler would run the launches in a "
-                       "process of its own, unchecked)", f"profile {name or kernel}")
-
-    feedbeast.bench = bench
-    feedbeast.ceiling = ceiling
-    ceilings.ceiling = ceiling
-    feedbeast.profile = profile
-    profiling.profile = profile
-
-
 def run(path) -> int:
     """Execute the code cells of one notebook in this process, as Jupyter would. 0 when all ran."""
     os.environ.setdefault("MPLBACKEND", "Agg")
-    os.environ["FEEDBEAST_UNDER_SANITIZER"] = "1"   # debug builds then wait 100x longer (compile.py)
+    os.environ[UNDER_SANITIZER] = "1"   # for this process's hooks (below) and the processes it starts
     import nbformat
     from IPython.core.interactiveshell import InteractiveShell
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
     os.chdir(path.parent)
     shell = InteractiveShell.instance()
-    _timing_off()
+    from . import install
+    install()   # the sanitizer's mode (feedbeast.hooks.mode): longer waits, no timing, no deliberate failures
     for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
         t = time.time()
         res = shell.run_cell(cell.source, store_history=False)
@@ -293,7 +201,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:
         if len(argv) != 2:
-            print("usage: python -m feedbeast.sanitize run NOTEBOOK")
+            print("usage: python -m feedbeast.course.sanitize run NOTEBOOK")
             return 2
         return run(argv[1])
     ap = argparse.ArgumentParser(prog="python -m feedbeast sanitize",

@@ -1,21 +1,22 @@
 """The verdicts of the checks that ran in this process: what the grader reads, instead of printed text.
 
-fb.check, expect_sass, expect_proxy_fence and check_ring record their outcome here; every Skipped made
-while checks run records itself as a skipped step. A check cell may add its own:
+fb.check, expect_sass, expect_proxy_fence and check_ring report their outcome through feedbeast.hooks.on_verdict,
+and every Skipped reports itself as a skipped step; feedbeast.course installs `record` there. A lab's check
+cell may add its own:
 
-    from feedbeast import verdicts
+    from feedbeast.course import verdicts
     verdicts.passed("resources of gemm_lab", "no spills")
     verdicts.failed("resources of gemm_lab", "spills 64 B")
 
 Outside grading the records are kept (a bounded list) and nobody reads them. Under `python -m feedbeast grade`
 the grader's own process adds a sink: each record leaves the process the moment it is made, signed, on a
-channel the grader opened (feedbeast.grade), so nothing run later can take it back.
+channel the grader opened (feedbeast.course.grade), so nothing run later can take it back.
 """
 from __future__ import annotations
 
-import json
+from .. import hooks
+from ..hooks import FAILED, PASSED, SKIPPED  # noqa: F401  (the statuses, as hooks spells them)
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _LIMIT = 10_000
 _records: list[dict] = []
 _sinks: list = []        # f(record dict), called for each record (the grader's channel)
@@ -50,3 +51,9 @@ def begin() -> None:
 
 def records() -> list[dict]:
     return [dict(r) for r in _records]
+
+
+def install() -> None:
+    """Make every check's outcome a record here (once per process)."""
+    if record not in hooks.on_verdict:
+        hooks.on_verdict.append(record)

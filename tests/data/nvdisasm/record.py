@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 def cases() -> dict:
     """case -> cubin bytes."""
     import feedbeast as fb
-    from feedbeast.notebook import load
+    from feedbeast.course.notebook import load
     from test_compile import CP_ASYNC
     ch03 = load(ROOT / "chapters/03-cp-async.ipynb")
     lab03 = load(ROOT / "solutions/03-cp-async-rowsum.ipynb")

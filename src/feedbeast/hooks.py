@@ -1,0 +1,108 @@
+"""Where other code plugs into the library: every call the library makes into code it does not own.
+
+Chapter 00 introduces the toolkit these hooks belong to; chapter 04 runs a notebook under compute-sanitizer.
+
+The library computes and returns; it records nothing and reads no mode of its own. What a caller adds (a grader
+that collects verdicts, a results log, `make sanitize`'s changes) comes in through the hooks below, which are
+empty until someone installs them. Nothing here is needed to run a chapter.
+
+Installed by the package itself (feedbeast/__init__.py), because a later stage of the library plugs into an
+earlier one that must not import it:
+    before_launch   [f(kernel, grid, block, args, shared, cluster)]  run by Kernel.launch and Kernel.bind before a
+                    launch (feedbeast.hazards: the hazard build first, when asked for)
+    hazard_run      f(kernel, grid, block, *args, shared=, cluster=, **kw) -> report, behind Module.hazard_check
+    ceiling         f(which, size=None) -> BenchResult or Skipped: what bench(ceiling="copy") is compared with
+                    (feedbeast.ceilings.ceiling, looked up when called)
+
+Installed by the course machinery (feedbeast.course.install), never by a notebook:
+    on_verdict      [f(status, name, message)] each check's outcome, "passed", "failed" or "skipped" (fb.check,
+                    the SASS checks, check_ring, the hazard checker, every Skipped): the grader's record
+    on_bench        [f(BenchResult)] each result fb.bench returns: the results log
+    on_check        [f(CheckResult)] each fb.check measured on a GPU: the results log
+    on_profile      [f(Profile)] each table fb.profile reads: the results log
+    recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line
+                    (str) for a bench ("bench") or a check ("check"), the record (dict) of a profile ("profile");
+                    None when nothing was recorded
+    mode            what the process runs under; `mode.sanitizer` is true inside `make sanitize`'s notebook runs:
+                    debug builds wait 100x longer (compile), deliberate failures are not run (isolated, hazards),
+                    fb.pick takes its sanitize size; `mode.untimed` (a reason) turns timing off: bench runs its
+                    function once, and bench and ceiling return a Skipped that gives it; `mode.unprofiled` does the
+                    same for profile
+
+A process that imports feedbeast gets the course's hooks when FEEDBEAST_HOOKS names a module (the course's runners
+and `make lab` set it to feedbeast.course): load() imports it, and it installs what it needs here. That is the
+only variable the library reads to decide what it calls.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+before_launch: list = []
+hazard_run = None
+ceiling = None
+
+on_verdict: list = []
+on_bench: list = []
+on_check: list = []
+on_profile: list = []
+recorded = None
+
+
+@dataclasses.dataclass
+class Mode:
+    sanitizer: bool = False     # inside make sanitize's notebook runs
+    untimed: str = ""           # when set, bench and ceiling return a Skipped with this reason
+    unprofiled: str = ""        # when set, profile returns a Skipped with this reason
+
+
+mode = Mode()
+
+
+def verdict(status: str, name: str, message: str = "") -> None:
+    """A check's outcome, for whoever listens (the grader): what grading reads instead of printed text."""
+    if status not in (PASSED, FAILED, SKIPPED):
+        raise ValueError(f"status must be passed, failed or skipped, not {status!r}")
+    for f in list(on_verdict):
+        f(status, str(name), str(message))
+
+
+def passed(name: str, message: str = "") -> None:
+    verdict(PASSED, name, message)
+
+
+def failed(name: str, message: str = "") -> None:
+    verdict(FAILED, name, message)
+
+
+def skipped(name: str, reason: str = "") -> None:
+    verdict(SKIPPED, name, reason)
+
+
+record = verdict   # record(status, name, message): the same call, under the name the checks of sim/ use
+
+
+def under_sanitizer() -> bool:
+    return mode.sanitizer
+
+
+def recorded_line(kind: str, name: str):
+    """What a GPU run recorded for `name`, when a reader of recorded results is installed; else None."""
+    return recorded(kind, name) if recorded is not None else None
+
+
+def emit(sinks: list, result) -> None:
+    for f in list(sinks):
+        f(result)
+
+
+HOOKS_VARIABLE = "FEEDBEAST_HOOKS"
+
+
+def load() -> None:
+    """Import the modules FEEDBEAST_HOOKS names (comma-separated); each installs its hooks when imported."""
+    for name in filter(None, (n.strip() for n in os.environ.get(HOOKS_VARIABLE, "").split(","))):
+        importlib.import_module(name)
