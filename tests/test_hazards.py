@@ -1080,3 +1080,64 @@ def test_a_raw_cp_async_mbarrier_arrive_is_modeled_but_a_raw_cp_async_is_not():
     copy = 'asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(d), "l"(s));'
     assert hz.unmodeled(arrive) == ""
     assert "raw PTX" in hz.unmodeled(arrive + "\n" + copy)
+
+
+# ---- wgmma registers: what ptxas says of the normal build ---------------------------------------------------
+
+WAIT_05 = "  fb::wgmma::wait_group<0>();\n  fb::wgmma::fence_operand(acc[0]);"
+MMA_05 = "    mma_stage(a_tile, a_tile + TILE_BYTES, acc, k > 0);\n"
+REGISTER_PLANTS = {
+    "the final wait_group<0> removed: the epilogue reads accumulators in flight": (
+        (WAIT_05, "  fb::wgmma::fence_operand(acc[0]);"), "wgmma-register-in-flight"),
+    "an accumulator scaled between the wgmma and its wait": (
+        (MMA_05, MMA_05 + "    acc[0][0] *= 0.5f;\n"), "wgmma-register-in-flight"),
+    "an accumulator tested between the wgmma and its wait": (
+        (MMA_05, MMA_05 + "    if (acc[1][3] > 1e30f) C[0] = 1.f;\n"), "wgmma-register-in-flight"),
+}
+
+
+@pytest.mark.parametrize("name", list(REGISTER_PLANTS))
+def test_a_wgmma_register_touched_in_flight_is_found(name):
+    from feedbeast.course.notebook import load
+    (old, new), rule = REGISTER_PLANTS[name]
+    c = load(ROOT / "chapters/05-tma.ipynb").cuda("gemm")
+    assert c.source.count(old) == 1
+    mod = fb.compile(c.source.replace(old, new), "sm_90a", defines=c.defines, name="gemm.cu")
+    found = hz.register_violations(mod, "gemm_tma_wgmma")
+    assert rule in {v.rule for v in found}, mod.log
+    assert "ptxas:" in str(found[0].describe())
+    assert hz.register_violations(mod, "another_kernel") == []     # ptxas names the function it speaks of
+
+
+def test_register_hazards_reads_each_ptxas_wording():
+    from feedbeast.hazards.registers import register_hazards
+    log = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non "
+           "wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage "
+           "in the function 'k'\n"
+           "ptxas info    : (C7519) warpgroup.arrive is injected in around line 96 by compiler to allow use of "
+           "registers in GMMA in function 'k'\n"
+           "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due to the "
+           "presence of Extern calls in the function 'k'\n")
+    assert [r for r, _, _ in register_hazards(log, "k")] == ["wgmma-register-in-flight", "missing-wgmma-fence"]
+    assert register_hazards(log, "j") == []
+
+
+WGMMA_KERNELS = [("chapters/05-tma.ipynb", "gemm"), ("chapters/06-warp-specialization.ipynb", None),
+                 ("chapters/07-capstone-gemm.ipynb", None), ("chapters/09-attention.ipynb", None),
+                 ("solutions/06-warp-specialized-gemm.ipynb", None), ("solutions/07-persistent-gemm.ipynb", None),
+                 ("solutions/09-sliding-window-attention.ipynb", None)]
+
+
+@pytest.mark.parametrize("notebook, cell", WGMMA_KERNELS)
+def test_the_wgmma_kernels_as_shipped_touch_no_register_in_flight(notebook, cell):
+    import json
+    from feedbeast.course.notebook import load
+    nb = load(ROOT / notebook)
+    sources = ["".join(c["source"]) for c in json.loads((ROOT / notebook).read_text())["cells"]]
+    cells = [cell] if cell else [re.search(r"--name\s+(\S+)", s.split("\n", 1)[0]).group(1) for s in sources
+                                 if s.startswith("%%cuda") and "wgmma" in s]
+    assert cells
+    for cid in cells:
+        c = nb.cuda(cid)
+        mod = fb.compile(c.source, "sm_90a", defines=c.defines, name=f"{cid}.cu")
+        assert [v.rule for k in mod.kernel_names for v in hz.register_violations(mod, k)] == [], (cid, mod.log)

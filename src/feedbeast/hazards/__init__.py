@@ -103,8 +103,8 @@ RULES = {
     "async-read-at-exit": "the block ended while a bulk/TMA store still read its shared memory: no "
                           "cp.async.bulk.wait_group.read (or wait_group) by the issuing thread retired it (PTX ISA: "
                           "cp.async.bulk.wait_group; the source must stay valid until the read is complete)",
-    "missing-wgmma-fence": "a warpgroup's first wgmma.mma_async with no wgmma.fence before it (PTX ISA: wgmma.fence: "
-                           "required before the first wgmma.mma_async of a warpgroup)",
+    "missing-wgmma-fence": "a warpgroup's first wgmma.mma_async, or a wgmma whose registers another instruction "
+                           "wrote, with no wgmma.fence before it (PTX ISA: wgmma.fence)",
     "bulk-store-in-flight": "a TMA load read global memory that a TMA store had not finished writing: only "
                             "cp.async.bulk.wait_group without .read completes the writes (PTX ISA: "
                             "cp.async.bulk.wait_group)",
@@ -113,6 +113,9 @@ RULES = {
                       "Scope and Morally strong operations; mbarrier.try_wait .cluster)",
     "wait-parity": "a wait returned for a phase other than the next one its thread uses (PTX ISA: "
                    "mbarrier.test_wait/try_wait, parity)",
+    "wgmma-register-in-flight": "a wgmma's accumulator or A-fragment registers were accessed between its "
+                                "wgmma.mma_async and the wgmma.wait_group that retires it: undefined (PTX ISA: "
+                                "wgmma.mma_async, wgmma.wait_group); ptxas's log of the normal build says where",
 }
 
 WORDS = 8            # 32-bit words per event
@@ -178,6 +181,8 @@ class Violation:
             return (f"block {e.block} thread {e.thread} (warp {e.thread // 32}): {e.name} at {name}:{e.line}"
                     + (f"   {text}" if text else ""))
         parts = [f"[{self.rule}] {self.message}"]
+        if self.second.index < 0:       # found by ptxas in the normal build (registers.py), not in the trace
+            return parts[0]
         if self.barrier:
             parts[0] += f" (barrier {self.barrier}" + (f", phase {self.phase})" if self.phase is not None else ")")
         if self.first is not None:
@@ -1274,6 +1279,7 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
                 geometry={str(a): list(g) for a, g in _map_geometry(args, hashes).items()})
     report = _check_readings(events, readings, **meta)
     meta["maps"] = readings[0]
+    report.violations += register_violations(kernel.module, kernel.name)
     report.seconds = {"build": t1 - t0, "run": t2 - t1, "check": time.perf_counter() - t2}
     if gave_up:
         stage = stage - (1 << 32) if stage >= 1 << 31 else stage
@@ -1285,6 +1291,18 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     if os.environ.get("FEEDBEAST_HAZARDS_DUMP"):       # keep the trace, to replay it elsewhere (replay below)
         save(Path(os.environ["FEEDBEAST_HAZARDS_DUMP"]), words, meta, len(report.violations))
     return report
+
+
+def register_violations(module, kernel_name: str) -> list:
+    """The wgmma register rules (registers.py) from ptxas's log of the normal build of `module` (compiled here when
+    `module` is a hazard build: its recorder calls make ptxas serialise wgmma for reasons of their own)."""
+    from .registers import register_hazards
+    if "FB_HAZARDS" in (module.defines or {}):
+        from ..compile import compile as _compile
+        defines = {k: v for k, v in module.defines.items() if k not in ("FB_HAZARDS", "FB_DEBUG")}
+        module = _compile(module.source, module.arch, defines=defines, options=module.options, name=module.name)
+    return [Violation(rule, f"{meaning}; ptxas: {line}", Event(-1, WGMMA_READ, 0, 0, 0, 0, 0, 0, 0, 0))
+            for rule, meaning, line in register_hazards(module.log or "", kernel_name)]
 
 
 def save(folder, words, meta, violations=0):
