@@ -1,0 +1,428 @@
+// Flash-decoding over a paged KV cache (chapter 10, part 2).
+//
+//   O (nq x HQ x 128, bf16) = softmax(Q K^T * scale) V for nq <= 64 new queries over L cached tokens, with
+//   GQA: query head h*G+j (j < G) reads KV head h. K and V live in a pool of pages, [pages][HKV][P][128] bf16
+//   (each page of one head is P contiguous rows of 256 B), and the sequence's i-th page is table[i].
+//
+// Block (split s, KV head h, row block b): RP query rows (of the G*nq of head h, padded) against the s-th slice of
+// the sequence, 64 tokens per stage. One producer warp fills a ring of Stages stages (K and V,
+// 16 KB each, 128-byte swizzle); Cw consumer warps compute S = Q K^T and O += P V with mma.sync and keep the
+// online softmax in registers. The S partial results (O normalised, log-sum-exp) of a head are combined by the
+// block that finishes last (an atomic count per head), so one launch does both steps.
+//
+// The producer is one of three ways to reach a page (Mode):
+//   0  cp.async gathers: each lane copies 16-byte chunks of the stage's rows (page from the table, zero fill past
+//      L) and cp.async.mbarrier.arrive.noinc makes the stage's barrier wait for its copies;
+//   1  TMA from one tensor map over the whole pool: a page of head h is the box at row (page*HKV + h)*P;
+//   2  TMA from a tensor map per page: the map's global address is rewritten on the device (tensormap.replace),
+//      copied to global memory with a release (tensormap.cp_fenceproxy) and acquired before the copy uses it.
+//
+// PTX ISA sections: "cp.async", "cp.async.mbarrier.arrive", "mbarrier", "cp.async.bulk.tensor",
+// "tensormap.replace", "tensormap.cp_fenceproxy", "membar/fence" (fence.proxy.tensormap::generic), "ldmatrix"
+// (.trans), "mma" (m16n8k16), "ex2". The last-block combine follows the CUDA C++ Programming Guide, "Memory Fence
+// Functions" (__threadfence before the count, the last block reads every partial).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda/std/cstdint>
+#include <cuda/std/limits>
+#include <fb/cp_async.cuh>
+#include <fb/decode.cuh>
+#include <fb/fence.cuh>
+#include <fb/mbarrier.cuh>
+#include <fb/smem.cuh>
+#include <fb/tma.cuh>
+
+namespace fb {
+namespace paged {
+using u32 = unsigned;
+using u64 = unsigned long long;
+using fb::decode::ldmatrix_x4;
+using fb::decode::mma_bf16;
+using fb::decode::swz128;
+
+constexpr int D = 128;              // head dimension
+constexpr int TT = 64;              // tokens per stage
+constexpr int HALF = TT * 128;      // 64 tokens x 64 columns (bf16): one 128-byte-swizzled half of a tile
+constexpr int TILE = 2 * HALF;      // K (or V) of one stage: 16 KB
+constexpr int STAGE = 2 * TILE;     // K then V
+constexpr float NEG_INF = -cuda::std::numeric_limits<float>::infinity();
+
+// Byte offset of 16-byte chunk c (0..15) of row r in a tile of `rows` rows stored as two 64-column halves
+// (the layout a TMA load with the 128-byte swizzle writes, box 64 columns wide).
+__device__ __forceinline__ u32 chunk_off(int r, int c, int rows) { return (c >> 3) * rows * 128 + swz128(r, c & 7); }
+
+// ldmatrix.trans: as fb::decode::ldmatrix_x4, each 8x8 matrix transposed: lane l receives rows 2(l%4) and
+// 2(l%4)+1 of column l/4. With token rows and head-dimension columns this is the B fragment of P V.
+__device__ inline void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// cp.async.mbarrier.arrive.noinc: the barrier gets one arrival when every cp.async this thread issued before it
+// has completed. .noinc: the pending count is not raised first, so the barrier's init count includes it.
+__device__ inline void cp_async_arrive_noinc(u64* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// tensormap.replace.tile.global_address (shared::cta copy of a map): the map now starts at `addr`.
+__device__ inline void tensormap_set_address(void* smem_map, const void* addr) {
+  asm volatile("tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;"
+               ::"r"(smem_addr(smem_map)), "l"(addr) : "memory");
+}
+// tensormap.cp_fenceproxy ... release.gpu.sync.aligned: the whole warp copies the 128-byte map from shared to
+// global memory and releases it to the tensormap proxy (the TMA unit's reads of maps).
+__device__ inline void tensormap_publish(void* gmem_map, const void* smem_map) {
+  asm volatile("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;"
+               ::"l"(gmem_map), "r"(smem_addr(smem_map)) : "memory");
+}
+// fence.proxy.tensormap::generic.acquire.gpu: later TMA copies through this map see the release above.
+__device__ inline void tensormap_acquire(const void* gmem_map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(gmem_map) : "memory");
+}
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<u32*>(&v);
+}
+
+// The plan of a configuration: Rg row groups of 16 (RP = 16 Rg query rows), Cw consumer warps. Warps split the
+// rows first (WR groups of MT m16 tiles), then the 64 tokens of a stage (WT slices of TW tokens).
+template <int Rg, int Cw, int Stages>
+struct Plan {
+  static constexpr int RP = 16 * Rg;
+  static constexpr int WR = Rg < Cw ? Rg : Cw;
+  static constexpr int WT = Cw / WR;
+  static constexpr int MT = Rg / WR;
+  static constexpr int TW = TT / WT;
+  static constexpr int THREADS = 32 * (Cw + 1);
+  static constexpr int RING = Stages * STAGE;
+  static constexpr int QBYTES = RP * 256;
+  static constexpr int SCRATCH = WT * RP * (D + 2) * 4;     // per token slice: O rows, m, l (reuses ring and Q)
+  static constexpr int SMEM = RING + QBYTES + 2 * Stages * 8 + 1024;
+  static_assert(WR * WT == Cw && MT * WR == Rg && TW % 16 == 0, "rows and tokens must split evenly over warps");
+  static_assert(SCRATCH <= RING + QBYTES, "the combine scratch reuses the ring and Q");
+};
+
+// Where the producer's pages come from: the pool pointers (Mode 0), the pool's tensor maps (Mode 1), or the
+// per-page template maps and each block's global slots for them (Mode 2).
+struct Pages {
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  const int* table;
+  int L, log2p, hkv;
+};
+
+// ---- the producer of one stage ------------------------------------------------------------------------------
+// Mode 0: all 32 lanes; lane l copies chunk l%16 of rows l/16, l/16 + 2, ... of K and V.
+__device__ inline void gather_stage(unsigned char* st, const Pages& pg, int h, int tile, int lane) {
+  const int c = lane % 16;
+#pragma unroll 4
+  for (int r = lane / 16; r < TT; r += 2) {
+    const int t = tile * TT + r;
+    const bool ok = t < pg.L;
+    const int page = ok ? __ldg(pg.table + (t >> pg.log2p)) : 0;
+    const size_t row = ((size_t(page) * pg.hkv + h) << pg.log2p) + (ok ? (t & ((1 << pg.log2p) - 1)) : 0);
+    const size_t e = row * D + c * 8;
+    const u32 off = chunk_off(r, c, TT);
+    fb::cp_async_cg16(st + off, pg.k + e, ok ? 16 : 0);
+    fb::cp_async_cg16(st + TILE + off, pg.v + e, ok ? 16 : 0);
+  }
+}
+
+// Mode 1 and 2: the stage's pieces (boxes of BR = min(P, 64) rows) up to L. Returns the bytes requested.
+__device__ inline int piece_count(const Pages& pg, int tile) {
+  const int br = pg.log2p < 6 ? 1 << pg.log2p : TT;
+  const int left = pg.L - tile * TT;
+  const int rows = left < TT ? left : TT;
+  return (rows + br - 1) / br;
+}
+
+// ---- the consumer's work on one stage ---------------------------------------------------------------------
+// Warp (wr, wt): rows 16 MT wr .., tokens TW wt .. of the stage, in chunks of 16 tokens.
+template <int MT, int TW, int RP>
+__device__ inline void consume_stage(float (&o)[MT][16][4], float (&m)[MT][2], float (&l)[MT][2], u32 q, u32 kt,
+                                     u32 vt, int wr, int wt, int lane, int tok_base, int L, float scale_log2) {
+  const int i = lane / 8, r8 = lane % 8, t4 = lane % 4;
+#pragma unroll
+  for (int kc = 0; kc < TW / 16; ++kc) {
+    const int tok0 = TW * wt + 16 * kc;
+    float s[MT][2][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int n = 0; n < 2; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {              // d in steps of 16: chunks 2kk, 2kk+1
+      u32 b[4];
+      ldmatrix_x4(b, kt + chunk_off(tok0 + r8 + 8 * (i >> 1), 2 * kk + (i & 1), TT));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        u32 a[4];
+        ldmatrix_x4(a, q + chunk_off(16 * (MT * wr + mt) + r8 + 8 * (i & 1), 2 * kk + (i >> 1), RP));
+        mma_bf16(s[mt][0], a, b[0], b[1]);
+        mma_bf16(s[mt][1], a, b[2], b[3]);
+      }
+    }
+    const bool tail = tok_base + tok0 + 16 > L;   // tokens past L: score -inf (their K and V may be anything)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {            // rows g (values 0, 1) and g + 8 (values 2, 3)
+        float mx = m[mt][hr];
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[mt][n][2 * hr + e];
+            x = (tail && tok_base + tok0 + 8 * n + 2 * t4 + e >= L) ? NEG_INF : x * scale_log2;
+            mx = fmaxf(mx, x);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == NEG_INF ? 0.f : mx;     // a row that has seen only masked tokens
+        const float alpha = exp2f(m[mt][hr] - base);
+        m[mt][hr] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[mt][n][2 * hr + e];
+            x = exp2f(x - base);
+            sum += x;
+          }
+        l[mt][hr] = l[mt][hr] * alpha + sum;
+#pragma unroll
+        for (int dn = 0; dn < 16; ++dn) {
+          o[mt][dn][2 * hr] *= alpha;
+          o[mt][dn][2 * hr + 1] *= alpha;
+        }
+      }
+      // P (16 rows x 16 tokens) as the A fragment: the S accumulators' layout is the A layout (FlashAttention-2).
+      const u32 a[4] = {pack_bf16(s[mt][0][0], s[mt][0][1]), pack_bf16(s[mt][0][2], s[mt][0][3]),
+                        pack_bf16(s[mt][1][0], s[mt][1][1]), pack_bf16(s[mt][1][2], s[mt][1][3])};
+#pragma unroll
+      for (int dp = 0; dp < 8; ++dp) {            // d chunks 2dp, 2dp+1: tokens +0/+8 (i&1) x chunk (i>>1)
+        u32 b[4];
+        ldmatrix_x4_trans(b, vt + chunk_off(tok0 + r8 + 8 * (i & 1), 2 * dp + (i >> 1), TT));
+        mma_bf16(o[mt][2 * dp], a, b[0], b[1]);
+        mma_bf16(o[mt][2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+}
+
+// ---- the block ----------------------------------------------------------------------------------------------
+// q, out: [nq][HQ][128] bf16 (HQ = hkv * group). part_o: [hkv][RB][S][RP][128] fp32, part_lse: [hkv][RB][S][RP]
+// (base 2, scaled units), count: [hkv][RB] zeros (left at zero). maps: Mode 1 the K and V pool maps (rows of 128 columns, box
+// 64 x min(P, 64), 128-byte swizzle); Mode 2 one page's K and V maps (P rows), and slots: a global area of
+// 2 * Stages * 64/min(P,64) maps of 128 bytes per block.
+template <int Rg, int Cw, int Stages, int Mode>
+__device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, TensorMap* slots, const Pages pg,
+                             const __nv_bfloat16* q, __nv_bfloat16* out, float* part_o, float* part_lse,
+                             unsigned* count, int nq, int group, float scale_log2) {
+  using Pl = Plan<Rg, Cw, Stages>;
+  constexpr int RP = Pl::RP, MT = Pl::MT, TW = Pl::TW;
+  extern __shared__ unsigned char raw[];
+  unsigned char* smem = align_up<1024>(raw);
+  unsigned char* qs = smem + Pl::RING;
+  u64* full = reinterpret_cast<u64*>(qs + Pl::QBYTES);
+  u64* empty = full + Stages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
+  // blockIdx.x = split * RB + b: the RB row blocks of a slice run side by side, the later ones finding K and V in L2.
+  const int RB = (nq * group + RP - 1) / RP, S = gridDim.x / RB, split = blockIdx.x / RB, rb = blockIdx.x % RB;
+  const int h = blockIdx.y, hq = pg.hkv * group, row0 = rb * RP;
+  const int rows = nq * group - row0 < RP ? nq * group - row0 : RP;
+  const int hb = h * RB + rb;                    // this row block's partials and count
+  const int ntiles = (pg.L + TT - 1) / TT;
+  const int tile0 = int((long long)split * ntiles / S), iters = int((long long)(split + 1) * ntiles / S) - tile0;
+
+  if (tid == 0) {
+    for (int s = 0; s < Stages; ++s) {
+      mbar::init(&full[s], Mode == 0 ? 32 : 1);   // Mode 0: one arrival per producer lane's copies
+      mbar::init(&empty[s], Cw);                  // one arrival per consumer warp
+    }
+    mbar::fence_init();
+  }
+  // Q rows r = query * group + j of head h*group + j; rows past nq*group are zeros.
+  for (int x = tid; x < RP * 16; x += Pl::THREADS) {
+    const int r = x / 16, c = x % 16;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    const int rg = row0 + r;
+    if (r < rows) val = *reinterpret_cast<const uint4*>(q + ((size_t)(rg / group) * hq + h * group + rg % group) * D + c * 8);
+    *reinterpret_cast<uint4*>(qs + chunk_off(r, c, RP)) = val;
+  }
+  __syncthreads();
+
+  float o[MT][16][4], m[MT][2], l[MT][2];
+  const int wr = warp / Pl::WT, wt = warp % Pl::WT;
+  if (warp == Cw) {                              // ---- producer warp
+    if (Mode == 0) {
+      for (int it = 0; it < iters; ++it) {
+        const int s = it % Stages;
+        if (it >= Stages) mbar::wait(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);
+        gather_stage(smem + s * STAGE, pg, h, tile0 + it, lane);
+        cp_async_arrive_noinc(&full[s]);
+      }
+    } else {
+      const int br = pg.log2p < 6 ? 1 << pg.log2p : TT;     // rows per box
+      const int pieces = TT / br;
+      __shared__ alignas(128) TensorMap staged[2];          // Mode 2: K and V maps being rewritten
+      if (Mode == 2) {
+        for (int x = lane; x < 32; x += 32) {               // one 128-byte map per 16 lanes, 8 bytes each
+          reinterpret_cast<u64*>(&staged[x / 16])[x % 16] = (x < 16 ? kmap : vmap).v[x % 16];
+        }
+        __syncwarp();
+      } else if (lane == 0) {
+        tma::prefetch_tensormap(kmap);
+        tma::prefetch_tensormap(vmap);
+      }
+      TensorMap* my = slots + (size_t)(blockIdx.y * gridDim.x + blockIdx.x) * 2 * Stages * pieces;   // this block's
+      for (int it = 0; it < iters; ++it) {
+        const int s = it % Stages, tile = tile0 + it;
+        if (it >= Stages) mbar::wait(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);
+        const int n = piece_count(pg, tile);
+        if (lane == 0) mbar::arrive_expect_tx(&full[s], n * br * 128 * 4);   // 2 halves x (K, V)
+        for (int p = 0; p < n; ++p) {
+          const int t = tile * TT + p * br;
+          const int page = __ldg(pg.table + (t >> pg.log2p));
+          const int in_page = t & ((1 << pg.log2p) - 1);
+          unsigned char* kd = smem + s * STAGE + p * br * 128;
+          if (Mode == 1) {
+            if (lane == 0) {
+              const int row = ((page * pg.hkv + h) << pg.log2p) + in_page;
+              for (int half = 0; half < 2; ++half) {
+                tma::load_2d(kd + half * HALF, kmap, 64 * half, row, &full[s]);
+                tma::load_2d(kd + TILE + half * HALF, vmap, 64 * half, row, &full[s]);
+              }
+            }
+          } else {
+            const size_t base = ((size_t(page) * pg.hkv + h) << pg.log2p) * D;
+            TensorMap* km = my + 2 * (s * pieces + p);
+            if (lane == 0) {
+              tensormap_set_address(&staged[0], pg.k + base);
+              tensormap_set_address(&staged[1], pg.v + base);
+            }
+            __syncwarp();
+            tensormap_publish(km, &staged[0]);
+            tensormap_publish(km + 1, &staged[1]);
+            if (lane == 0) {
+              tensormap_acquire(km);
+              tensormap_acquire(km + 1);
+              for (int half = 0; half < 2; ++half) {
+                tma::load_2d(kd + half * HALF, km[0], 64 * half, in_page, &full[s]);
+                tma::load_2d(kd + TILE + half * HALF, km[1], 64 * half, in_page, &full[s]);
+              }
+            }
+            __syncwarp();
+          }
+        }
+      }
+    }
+  } else {                                       // ---- consumer warps
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      m[mt][0] = m[mt][1] = NEG_INF;
+      l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+      for (int dn = 0; dn < 16; ++dn) o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.f;
+    }
+    const u32 qa = smem_addr(qs);
+    for (int it = 0; it < iters; ++it) {
+      const int s = it % Stages, tile = tile0 + it;
+      mbar::wait(&full[s], (it / Stages) & 1, "full", s);
+      unsigned char* st = smem + s * STAGE;
+      if (Mode != 0 && (tile + 1) * TT > pg.L) {
+        // The last tile by TMA: rows past L hold whatever the page (or an earlier stage) held, maybe NaN, and
+        // 0 x NaN is NaN in P V. Each warp zeroes the V rows of its own token slice before reading them.
+        for (int x = lane; x < TW * 16; x += 32) {
+          const int r = TW * wt + x / 16;
+          if (tile * TT + r >= pg.L) *reinterpret_cast<uint4*>(st + TILE + chunk_off(r, x % 16, TT)) = make_uint4(0, 0, 0, 0);
+        }
+        __syncwarp();
+      }
+      consume_stage<MT, TW, RP>(o, m, l, qa, smem_addr(st), smem_addr(st + TILE), wr, wt, lane, tile * TT, pg.L,
+                                scale_log2);
+      if (Mode != 0) fence_proxy_async();       // these generic reads (and writes) before the TMA refills it
+      __syncwarp();
+      if (lane == 0) mbar::arrive(&empty[s]);
+    }
+  }
+  __syncthreads();                               // every stage consumed: the ring and Q are free for the scratch
+
+  // Scratch: [WT][RP][D] O (unnormalised), then [WT][RP] m and l.
+  float* so = reinterpret_cast<float*>(smem);
+  float* sm = so + Pl::WT * RP * D;
+  float* sl = sm + Pl::WT * RP;
+  if (warp < Cw) {
+    const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * (MT * wr + mt) + g + 8 * hr;
+        float lsum = l[mt][hr];
+        lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+        lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+        if (t4 == 0) {
+          sm[wt * RP + r] = m[mt][hr];
+          sl[wt * RP + r] = lsum;
+        }
+#pragma unroll
+        for (int dn = 0; dn < 16; ++dn) {
+          so[(wt * RP + r) * D + 8 * dn + 2 * t4] = o[mt][dn][2 * hr];
+          so[(wt * RP + r) * D + 8 * dn + 2 * t4 + 1] = o[mt][dn][2 * hr + 1];
+        }
+      }
+  }
+  __syncthreads();
+  // Merge the token slices: this block's result for rows < nq*group, normalised, with its log-sum-exp.
+  for (int x = tid; x < rows * D; x += Pl::THREADS) {
+    const int r = x / D, d = x % D;
+    float mx = NEG_INF;
+    for (int w = 0; w < Pl::WT; ++w) mx = fmaxf(mx, sm[w * RP + r]);
+    const float base = mx == NEG_INF ? 0.f : mx;
+    float num = 0.f, den = 0.f;
+    for (int w = 0; w < Pl::WT; ++w) {
+      const float f = exp2f(sm[w * RP + r] - base);
+      num += f * so[(w * RP + r) * D + d];
+      den += f * sl[w * RP + r];
+    }
+    const float val = den > 0.f ? num / den : 0.f;
+    if (S == 1) {
+      const int rg = row0 + r;
+      out[((size_t)(rg / group) * hq + h * group + rg % group) * D + d] = __float2bfloat16(val);
+    } else {
+      part_o[(((size_t)hb * S + split) * RP + r) * D + d] = val;
+      if (d == 0) part_lse[((size_t)hb * S + split) * RP + r] = den > 0.f ? base + __log2f(den) : NEG_INF;
+    }
+  }
+  if (S == 1) return;
+
+  // The last block of head h to finish combines the S partials (CUDA Programming Guide, "Memory Fence Functions").
+  __shared__ unsigned last;
+  __threadfence();                               // this block's partials are visible before the count says so
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&count[hb], 1u) == unsigned(S - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int x = tid; x < rows * D; x += Pl::THREADS) {
+    const int r = x / D, d = x % D;
+    float mx = NEG_INF;
+    for (int s = 0; s < S; ++s) mx = fmaxf(mx, __ldcg(part_lse + ((size_t)hb * S + s) * RP + r));
+    const float base = mx == NEG_INF ? 0.f : mx;
+    float num = 0.f, den = 0.f;
+    for (int s = 0; s < S; ++s) {
+      const float f = exp2f(__ldcg(part_lse + ((size_t)hb * S + s) * RP + r) - base);
+      num += f * __ldcg(part_o + (((size_t)hb * S + s) * RP + r) * D + d);
+      den += f;
+    }
+    const int rg = row0 + r;
+    out[((size_t)(rg / group) * hq + h * group + rg % group) * D + d] = __float2bfloat16(den > 0.f ? num / den : 0.f);
+  }
+  if (tid == 0) count[hb] = 0;                    // ready for the next launch
+}
+
+}  // namespace paged
+}  // namespace fb

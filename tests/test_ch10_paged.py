@@ -1,0 +1,128 @@
+"""Chapter 10, part 2: flash-decoding over a paged KV cache.
+
+CPU: each way of reaching the pages (cp.async gathers with cp.async.mbarrier.arrive, TMA from the pool's tensor map,
+TMA from a tensor map per page rewritten on the device) compiles for sm_90a at every row configuration with the
+instructions it is about and none of the others' loads; the planner keeps its promises (rows and tokens split evenly,
+one block per SM at most, the partials bounded); bad input (a page table past the pool, a page size a path cannot
+express, a head count GQA cannot group, too many queries, a short table) is refused with a message; the float64
+reference is itself checked against a direct computation and ignores the NaN rows past L.
+GPU (Hopper; skipped by name elsewhere): every path at ragged sizes (L not a multiple of the page, the last page
+partial and NaN past L, 1 and 64 queries, one slice and many) against float64 with poisoned outputs, twice with the
+same bits. Kernels and helpers are read from the chapter, so what is tested is what ships.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feedbeast as fb
+
+from feedbeast.course.notebook import load
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = load(ROOT / "chapters/10-decode.ipynb")
+NAMES = ("PAGE_MODES", "HEAD_DIM", "TOKENS_PER_STAGE", "PAGED_STAGES", "_paged", "paged_module", "paged_plan",
+         "paged_smem", "prepare_paged", "paged_cache", "paged_reference", "run_paged_check")
+
+
+@pytest.fixture(scope="module")
+def ch():
+    return CHAPTER.definitions(*NAMES, np=np, fb=fb, math=math, g=fb.gpu(), paged=CHAPTER.cuda("paged"))
+
+
+SASS = {  # mode: (must show, must not show)
+    0: (("LDGSTS.E.BYPASS.128", "ARRIVES.LDGSTSBAR.64.ARVCNT", "HMMA.16816.F32.BF16", "LDSM.16.MT88.4"), ("UTMALDG",)),
+    1: (("UTMALDG.2D", "SYNCS.ARRIVE.TRANS64", "HMMA.16816.F32.BF16", "LDSM.16.MT88.4"), ("LDGSTS", "UTMACCTL.IV")),
+    2: (("UTMALDG.2D", "ATOMG.E.EXCH.STRONG.GPU", "UTMACCTL.IV", "HMMA.16816.F32.BF16"), ("LDGSTS",)),
+}
+
+
+@pytest.mark.parametrize("rg, cw", [(1, 4), (2, 4), (4, 4), (8, 8)])
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_sass_and_resources(ch, mode, rg, cw):
+    mod = ch["paged_module"](rg, cw, mode)
+    want, forbid = SASS[mode]
+    mod.expect_sass(*want, forbid=forbid, kernel="decode_paged")
+    res = mod.resources["decode_paged"]
+    threads = 32 * (cw + 1)
+    assert res.registers * threads <= 65536, f"one block per SM needs <= {65536 // threads} registers: {res}"
+    # one block per SM: the ring, Q and the barriers in the H100's 227 KB per block
+    assert ch["paged_smem"](rg) + res.shared_static <= 227 * 1024
+    assert res.spills == 0 and res.stack == 0, res
+
+
+@pytest.mark.parametrize("nq", [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 64])
+@pytest.mark.parametrize("L", [1, 63, 1000, 4097, 131072])
+def test_plan(ch, nq, L):
+    rg, cw, rb, S = ch["paged_plan"](nq, 32, 8, L)
+    rp = 16 * rg
+    assert rg in (1, 2, 4, 8, 16) and rp * rb >= 4 * nq and rp * (rb - 1) < 4 * nq     # every row, no empty block
+    wr = min(rg, cw)
+    assert cw % wr == 0 and (64 // (cw // wr)) % 16 == 0                                 # warps split evenly
+    tiles = -(-L // 64)
+    assert 1 <= S <= tiles and S * rb * 8 <= 132                                        # one wave of blocks
+    # the partials (fp32 O and its log-sum-exp per row) stay under a quarter of K and V's bytes when split
+    assert S == 1 or S * rb * rp * 516 <= 0.25 * L * 512
+
+
+def test_bad_input_is_refused_with_a_reason(ch):
+    prep, bf = ch["prepare_paged"], fb.bfloat16
+    q, o = fb.empty((1, 32, 128), bf), fb.empty((1, 32, 128), bf)
+    pool = lambda P, pages=8: fb.empty((pages, 8, P, 128), bf)
+    with pytest.raises(ValueError, match="entry 2 is 8, outside the pool of 8 pages"):
+        prep(q, pool(16), pool(16), np.array([0, 3, 8]), 40, o)
+    with pytest.raises(ValueError, match="entry 0 is -1"):
+        prep(q, pool(16), pool(16), np.array([-1, 3]), 20, o)
+    with pytest.raises(ValueError, match="power of two"):
+        prep(q, pool(48), pool(48), np.arange(2), 90, o)
+    for mode in (1, 2):
+        with pytest.raises(ValueError, match="at least 8 tokens"):
+            prep(q, pool(4), pool(4), np.arange(8), 30, o, mode=mode)
+    with pytest.raises(ValueError, match="multiple of the KV heads"):
+        prep(fb.empty((1, 30, 128), bf), pool(16), pool(16), np.arange(2), 20, fb.empty((1, 30, 128), bf))
+    with pytest.raises(ValueError, match="260 rows"):
+        prep(fb.empty((65, 32, 128), bf), pool(16), pool(16), np.arange(2), 20, fb.empty((65, 32, 128), bf))
+    with pytest.raises(ValueError, match="need 3 pages of 16, the page table has 2"):
+        prep(q, pool(16), pool(16), np.arange(2), 40, o)
+    with pytest.raises(ValueError, match="shapes"):
+        prep(q, pool(16), fb.empty((8, 8, 32, 128), bf), np.arange(2), 20, o)
+
+
+def test_reference_gathers_pages_and_ignores_the_rows_past_L(ch):
+    k, v, table = ch["paged_cache"](100, 16, 8, seed=3)
+    assert np.isnan(k[table[-1], :, 100 % 16:].astype(np.float32)).all()      # the unused rows are poisoned
+    q = np.random.default_rng(0).standard_normal((2, 32, 128)).astype(fb.bfloat16)
+    ref = ch["paged_reference"](q, k, v, table, 100)
+    assert np.isfinite(ref).all()
+    for n, head in ((0, 0), (1, 5), (1, 31)):
+        kv = head // 4
+        kk = np.concatenate([k[p, kv] for p in table])[:100].astype(np.float64)
+        vv = np.concatenate([v[p, kv] for p in table])[:100].astype(np.float64)
+        s = q[n, head].astype(np.float64) @ kk.T / math.sqrt(128)
+        p = np.exp(s - s.max())
+        assert np.allclose(p / p.sum() @ vv, ref[n, head], rtol=1e-12, atol=1e-12)
+
+
+def test_cache_scatters_pages(ch):
+    _, _, table = ch["paged_cache"](1000, 16, 8, seed=1)
+    assert len(table) == 63 and len(set(table.tolist())) == 63 and not np.array_equal(table, np.arange(63))
+
+
+# ---- GPU (Hopper) -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("nq, L, P", [(1, 1000, 16), (1, 1, 16), (1, 64, 64), (3, 4097, 32), (16, 300, 128),
+                                      (33, 2049, 64), (64, 1000, 16), (64, 5000, 256), (2, 12345, 256)])
+def test_gpu_paged_ragged_against_float64(gpu90, ch, mode, nq, L, P):
+    r = ch["run_paged_check"](nq, L, P, mode, seed=nq * 7 + L + P)
+    assert r, r
+
+
+@pytest.mark.parametrize("nq, L, P, mode, split", [(5, 777, 4, 0, None), (64, 3000, 64, 0, 1), (64, 3000, 64, 1, 1),
+                                                   (1, 9000, 16, 2, 3), (4, 70000, 128, 1, None)])
+def test_gpu_paged_pages_of_four_and_fixed_splits(gpu90, ch, nq, L, P, mode, split):
+    r = ch["run_paged_check"](nq, L, P, mode, seed=nq + L, split=split)
+    assert r, r
