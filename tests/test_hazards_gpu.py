@@ -91,11 +91,63 @@ def _ch07(mod, defines):
                 cluster=(cluster, 1, 1) if cluster > 1 else None, keep=(a_d, bt_d)), (c, ref)
 
 
-LAUNCH = {("chapters/04-mbarrier.ipynb", "rowsum_mod"): (_ch04, {"STAGES": 2}),
+def _ch03_ring(mod, defines):
+    rows, cols = 7, 3001                                   # ragged rows: partial chunks, 4-byte copies
+    x = fb.examples.rowsum_inputs(rows, cols, seed=31)
+    y = fb.empty(rows, np.float32)
+    stages = int(defines.get("STAGES", 4))
+    return dict(kernel=mod.ring_rowsum, grid=3, block=256, args=(fb.to_device(x), y, rows, cols),
+                shared=stages * 512 * 16), (y, fb.examples.rowsum_reference(x))
+
+
+def _ch03_gemm(mod, defines):
+    m, n, k = 200, 136, 88                                 # 11 K slices of 8: the ring refills every stage
+    a, b = fb.examples.matmul_inputs(m, n, k, dtype=fb.bfloat16, seed=m)
+    c = fb.empty((m, n), np.float32)
+    stages = int(defines.get("STAGES", 3))
+    return dict(kernel=mod.gemm_bf16, grid=((n + 255) // 256, (m + 127) // 128), block=256,
+                args=(fb.to_device(a), fb.to_device(b), c, m, n, k), shared=stages * (128 * 72 + 64 * 264) * 2), \
+        (c, fb.examples.matmul_reference(a, b))
+
+
+def _lab03(mod, defines):
+    rows, cols = 5, 3000                                   # three tiles of 1024 floats, the last one short
+    x = np.random.default_rng(3).standard_normal((rows, cols)).astype(np.float32)
+    lse = fb.empty(rows, np.float32)
+    x64 = x.astype(np.float64)
+    ref = np.log(np.exp(x64 - x64.max(1, keepdims=True)).sum(1)) + x64.max(1)
+    stages = int(defines.get("STAGES", 3))
+    return dict(kernel=mod.ring_logsumexp, grid=2, block=256, args=(fb.to_device(x), lse, rows, cols),
+                shared=stages * 1024 * 4), (lse, ref)
+
+
+LAUNCH = {("chapters/03-cp-async.ipynb", "ring"): (_ch03_ring, {}),
+          ("chapters/03-cp-async.ipynb", "gemm"): (_ch03_gemm, {}),
+          ("solutions/03-cp-async-rowsum.ipynb", "lab"): (_lab03, {}),
+          ("chapters/04-mbarrier.ipynb", "rowsum_mod"): (_ch04, {"STAGES": 2}),
           ("chapters/05-tma.ipynb", "gemm"): (_ch05_gemm, {"STAGES": 4}),
           ("chapters/07-capstone-gemm.ipynb", "capstone"): (_ch07, {})}
 
+WAIT_03 = "    fb::cp_async_wait<STAGES - 1>();                               // my copies of tile t landed\n"
+GEMM_SYNC_03 = "        __syncthreads();                                // everyone's; and slice kt - 1 is no longer read\n"
+LAB_WAIT_03 = "      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n"
+
 CASES = {
+    "ch03 ring as shipped": Case("chapters/03-cp-async.ipynb", "ring", (), None, "clean"),
+    "ch03 ring: no cp.async.wait_group": Case(
+        "chapters/03-cp-async.ipynb", "ring", ((WAIT_03, ""),), "unordered-access",
+        "each thread sums its chunks of tile t before its copies of them landed"),
+    "ch03 ring: wait_group<STAGES> (one group too many in flight)": Case(
+        "chapters/03-cp-async.ipynb", "ring", ((WAIT_03, "    fb::cp_async_wait<STAGES>();\n"),), "unordered-access",
+        "tile t's group may still be in flight when it is summed"),
+    "ch03 GEMM as shipped": Case("chapters/03-cp-async.ipynb", "gemm", (), None, "clean"),
+    "ch03 GEMM: no barrier after the wait": Case(
+        "chapters/03-cp-async.ipynb", "gemm", ((GEMM_SYNC_03, ""),), "unordered-access",
+        "ldmatrix reads other threads' cp.async chunks that only their own wait_group completed"),
+    "lab 03 solution as shipped": Case("solutions/03-cp-async-rowsum.ipynb", "lab", (), None, "clean"),
+    "lab 03: wait_group<STAGES - 1>": Case(
+        "solutions/03-cp-async-rowsum.ipynb", "lab", ((LAB_WAIT_03, "      fb::cp_async_wait<STAGES - 1>();\n"),),
+        "unordered-access", "a thread reads its own chunk of tile j while the group that copies it is pending"),
     "ch04 ring as shipped": Case("chapters/04-mbarrier.ipynb", "rowsum_mod", (), None, "clean"),
     "ch04: fence.proxy.async after the release arrive": Case(
         "chapters/04-mbarrier.ipynb", "rowsum_mod", ((FENCE_04, ""), (ARRIVE_04, ARRIVE_04 + FENCE_04)),
@@ -361,3 +413,71 @@ def test_a_tma_load_of_a_tma_stores_box_needs_the_full_wait_group(full_wait, gpu
         assert report.ok and not report.unchecked and report.blocks_traced == 3, str(report)
     else:
         assert "bulk-store-in-flight" in report.by_rule(), str(report)
+
+
+CP_MBAR_RING = r"""
+#include <fb/cp_async.cuh>
+#include <fb/mbarrier.cuh>
+// Warp 0 copies 2 KB tiles of x into two stages with cp.async; full[s] tracks the copies through
+// cp.async.mbarrier.arrive.noinc (each lane one of the count's 32 arrivals). Warps 1-2 wait on full[s], add up the
+// tile and release it on empty[s].
+extern "C" __global__ void cp_mbar_ring(const float4* x, float* y, int tiles) {
+  __shared__ __align__(16) float4 stage[2][128];
+  __shared__ fb::mbar::u64 full[2], empty[2];
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < 2; ++s) { fb::mbar::init(&full[s], 32); fb::mbar::init(&empty[s], 64); }
+    fb::mbar::fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    for (int t = 0; t < tiles; ++t) {
+      const int s = t % 2;
+      if (t >= 2) fb::mbar::wait(&empty[s], (t / 2 - 1) % 2, "empty", s);
+      for (int i = threadIdx.x; i < 128; i += 32) fb::cp_async_cg16(&stage[s][i], x + 128 * t + i);
+#if TRACKED
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(fb::smem_addr(&full[s])) : "memory");
+#else
+      fb::mbar::arrive(&full[s]);                  // the copies are not tracked: the phase completes at once
+#endif
+    }
+    fb::cp_async_wait_all();
+  } else {
+    float acc = 0.f;
+    for (int t = 0; t < tiles; ++t) {
+      const int s = t % 2;
+      fb::mbar::wait(&full[s], (t / 2) % 2, "full", s);
+      for (int i = threadIdx.x - 32; i < 128; i += 64) acc += stage[s][i].x + stage[s][i].y + stage[s][i].z + stage[s][i].w;
+      fb::mbar::arrive(&empty[s]);
+    }
+    y[threadIdx.x - 32] = acc;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("tracked", [1, 0])
+def test_cp_async_mbarrier_arrive_completes_the_copies_on_the_phase(tracked, gpu90):
+    mod = fb.compile(CP_MBAR_RING, "sm_90a", defines={"TRACKED": tracked}, name="cp_mbar_ring.cu")
+    tiles = 5
+    x = np.random.default_rng(9).standard_normal((tiles * 128, 4)).astype(np.float32)
+    y = fb.empty(64, np.float32)
+    report = hz.run(mod.cp_mbar_ring, 1, 96, fb.to_device(x), y, tiles)
+    if tracked:
+        assert report.ok and not report.unchecked and report.events > 100, str(report)
+        mod.cp_mbar_ring.launch(1, 96, fb.to_device(x), y, tiles)
+        xs = x.reshape(tiles, 128, 4).astype(np.float64)
+        ref = np.array([xs[:, [i, i + 64], :].sum() for i in range(64)])
+        print(fb.check(y, ref, name="cp_mbar_ring"))
+    else:
+        assert "unordered-access" in report.by_rule(), str(report)
+
+
+def test_an_instrumented_build_records_the_reads_it_makes(gpu90):
+    """Chapter 04's ring as shipped: its consumers' loads of each stage appear in the trace as ld.shared events."""
+    mod, launcher = build(CASES["ch04 ring as shipped"])
+    launch, _ = launcher(mod)
+    report = hz.run(launch["kernel"], launch["grid"], launch["block"], *launch["args"], shared=launch["shared"])
+    assert report.ok, str(report)
+    from feedbeast.hazards.instrument import load
+    res = load(hz.hazard_module(mod))
+    assert res.sites > 0 and not res.skipped

@@ -227,6 +227,8 @@ def load(module) -> Result:
         return module._instrumented
     res = instrument(ptx_of(module), module.name)
     module._cu_module = _check(driver.cuModuleLoadData(res.encode() + b"\0"))
+    for k in module._kernels.values():      # functions taken from the cubin before: take them again from here
+        k._fn = None
     err, dptr, _ = driver.cuModuleGetGlobal(module._cu_module, b"fb_debug_report")
     if err == driver.CUresult.CUDA_SUCCESS:     # as Kernel._load does for the debug build's report channel
         from ..memory import debug_channel
