@@ -1,0 +1,168 @@
+"""Chapter 09's backward pass (cells c09-bwd-*, fb/attention_bwd.cuh).
+
+CPU: both builds (dQ by TMA reduce, dQ by atomics) compile for sm_90a with the wgmma shapes, TMA loads, bulk copy
+and dQ addition they are about, no spills, no stack, no serialised wgmma; the element-wise bound of the chapter
+passes a float32 model of the kernel's rounding and rejects a gradient with one key dropped or one key too many.
+GPU (Hopper with PyTorch; skipped by name elsewhere): both builds on ragged shapes, causal and not, against float64
+autograd with poisoned outputs, within the bound; the chapter's planted one-key errors outside it.
+Kernels and helpers are read from the notebook, so what is tested is what ships.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast.course.notebook import load
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = load(ROOT / "chapters/09-attention.ipynb")
+_MODULES = {}
+
+
+def module(name, **defines):
+    key = (name, tuple(sorted(defines.items())))
+    if key not in _MODULES:
+        _MODULES[key] = CHAPTER.compile(name, "sm_90a", **defines)
+    return _MODULES[key]
+
+
+# ---- CPU: machine code and resources ----------------------------------------------------------------------
+
+BUILDS = {"tma-reduce": ({}, "UBLKRED.G.S.ADD.F32", "REDG"), "atomics": ({"DQ_TMA": 0}, "REDG.E.ADD.F32x2", "UBLKRED")}
+SHAPES = {128: ("HGMMA.64x64x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"),
+          64: ("HGMMA.64x64x16.F32.BF16", "HGMMA.64x32x16.F32.BF16")}
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+@pytest.mark.parametrize("d", [64, 128])
+def test_backward_sass_and_resources(build, d):
+    defines, dq_op, other = BUILDS[build]
+    mod = module("bwd", **defines)
+    kernel = f"attn_bwd_d{d}"
+    counts = mod.expect_sass(*SHAPES[d], "UTMALDG.2D", "UBLKCP.S.G", dq_op, "MUFU.EX2", kernel=kernel,
+                             forbid=(other,))
+    # Per query tile and warpgroup: S^T and dP^T (d / 16 steps each), dQ (8 steps of 16 keys), dV and dK (4 steps).
+    # d = 128: 64x64x16 for S^T, dP^T (8 + 8) and dQ (8), 64x128x16 for dV, dK (4 + 4); d = 64: 64x64x16 for S^T,
+    # dP^T (4 + 4) and dV, dK (4 + 4), 64x32x16 for dQ (8).
+    assert counts[SHAPES[d][0]] == 2 * d // 16 + 8 and counts[SHAPES[d][1]] == 8, counts
+    assert counts["MUFU.EX2"] == 32, counts          # one exponential per element of a 64 x 64 tile per thread
+    res = mod.resources[kernel]
+    assert res.spills == 0 and res.stack == 0, mod.report()
+    assert not any(c in ln for ln in mod.log.splitlines() for c in ("C7515", "C7510", "C7508")), mod.log
+
+
+def test_backward_preprocess_and_conversion_use_no_shared_memory_or_barriers():
+    mod = module("bwd")
+    for kernel in ("attn_bwd_prep", "attn_bwd_dq"):
+        assert mod.resources[kernel].shared_static == 0 and mod.resources[kernel].spills == 0, mod.report()
+        mod.expect_sass(kernel=kernel, forbid=("BAR.SYNC", "HGMMA"))
+
+
+# ---- CPU: the bound rejects a one-key error and passes the kernel's rounding --------------------------------
+
+def _bf16(x):
+    return x.astype(fb.bfloat16).astype(np.float32)
+
+
+def _grads(q, k, v, do, causal, keep=None, model=False):
+    """dQ, dK, dV of one head (numpy). keep: the mask (default: all keys, or causal); model: the kernel's rounding
+    (fp32 math, O stored as bf16 before D, P and dS rounded to bf16 before their GEMMs)."""
+    s, d = q.shape
+    f = np.float32 if model else np.float64
+    q, k, v, do = (x.astype(f) for x in (q, k, v, do))
+    scale = 1 / math.sqrt(d)
+    if keep is None:
+        keep = np.tril(np.ones((s, s), bool)) if causal else np.ones((s, s), bool)
+    x = np.where(keep, q @ k.T * scale, -np.inf)
+    p = np.exp(x - x.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    o = p @ v
+    dp = do @ v.T
+    dd = (do * (_bf16(o) if model else o)).sum(1, keepdims=True)
+    ds = p * (dp - dd)
+    pr, dsr = (_bf16(p), _bf16(ds)) if model else (p, ds)
+    out = {"dq": scale * dsr @ k, "dk": scale * dsr.T @ q, "dv": pr.T @ do}
+    if not model:
+        mag = p * (np.abs(do) @ np.abs(v).T + np.abs(do * o).sum(1, keepdims=True))
+        out.update(rq=scale * np.sqrt((mag * mag) @ (k * k)), rk=scale * np.sqrt((mag * mag).T @ (q * q)),
+                   rv=np.sqrt((p * p).T @ (do * do)))
+    return out
+
+
+def _worst(g, ref):
+    return max(float(np.max(np.abs(g[n] - ref[n]) / (2.0 ** -6 * (np.abs(ref[n]) + ref[r]))))
+               for n, r in (("dq", "rq"), ("dk", "rk"), ("dv", "rv")))
+
+
+@pytest.mark.parametrize("s, d, causal", [(300, 64, False), (300, 64, True), (257, 128, True)])
+def test_bound_passes_the_rounding_and_rejects_one_key(s, d, causal):
+    rng = np.random.default_rng(s + d)
+    q, k, v, do = (_bf16(rng.standard_normal((s, d), dtype=np.float32)) for _ in range(4))
+    ref = _grads(q, k, v, do, causal)
+    assert _worst(_grads(q, k, v, do, causal, model=True), ref) < 1
+    keep = np.tril(np.ones((s, s), bool)) if causal else np.ones((s, s), bool)
+    wrong = keep.copy()
+    if causal:
+        wrong |= np.eye(s, k=1, dtype=bool)          # each row sees one key past the diagonal
+    else:
+        wrong[:, -1] = False                          # the last key dropped
+    assert _worst(_grads(q, k, v, do, causal, keep=wrong, model=True), ref) > 1
+
+
+# ---- GPU (Hopper, PyTorch): both builds on ragged shapes; planted one-key errors rejected -------------------
+
+RAGGED = [(1, 1, 1, 64), (2, 3, 200, 64), (1, 2, 129, 128), (2, 2, 1000, 128), (3, 2, 257, 64), (1, 1, 383, 128),
+          (1, 2, 64, 64), (1, 1, 65, 128)]
+
+
+_NS = {}
+
+
+@pytest.fixture
+def bwd_ns(gpu90):
+    """The chapter's backward helpers (read from the notebook), once a Hopper GPU is known to be there."""
+    torch = pytest.importorskip("torch")
+    if not _NS:
+        _NS.update(_definitions(torch))
+    return _NS
+
+
+def _definitions(torch):
+    bwd = module("bwd")
+    return CHAPTER.definitions("backward_cases", "Backward", "backward_reference", "check_grads", "GradBounded",
+                               "bwd_shared", "to_torch", "attention_inputs", "Inputs", "attend", "GRAD_ROUNDING",
+                               "LOG2E", np=np, fb=fb, torch=torch, math=math, pp=module("pp"), bwd=bwd)
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_gpu_backward_ragged_shapes_within_the_bound(bwd_ns, build):
+    mods = {build: module("bwd", **BUILDS[build][0])}
+    results = []
+    for shape in RAGGED:
+        q, k, v = bwd_ns["attention_inputs"](*shape, seed=sum(shape))
+        do = bwd_ns["attention_inputs"](*shape, seed=sum(shape) + 1)[0]
+        for causal in (False, True):
+            results += bwd_ns["backward_cases"](mods, q, k, v, do, causal, f"{shape} causal={causal}")
+    assert results and all(results), [r for r in results if not r]
+
+
+def test_gpu_backward_planted_one_key_errors_rejected(bwd_ns):
+    header = (Path(fb.__file__).parent / "include/fb/attention_bwd.cuh").read_text()
+    src = module("bwd").source.replace("#include <fb/attention_bwd.cuh>", header)
+    plants = {False: [("key >= seq ||", "key >= seq - 1 ||"), ("key0 + 15 >= seq", "key0 + 16 >= seq")],
+              True: [("(causal && key > q)", "(causal && key > q + 1)")]}
+    shape = (1, 2, 1000, 128)
+    q, k, v = bwd_ns["attention_inputs"](*shape, seed=5)
+    do = bwd_ns["attention_inputs"](*shape, seed=6)[0]
+    for causal, edits in plants.items():
+        planted = src
+        for old, new in edits:
+            assert old in planted, old
+            planted = planted.replace(old, new)
+        mod = fb.compile(planted, "sm_90a", defines=module("bwd").defines, name="bwd_planted.cu")
+        (r,) = bwd_ns["backward_cases"]({"planted": mod}, q, k, v, do, causal, f"causal={causal}")
+        assert not r, r
