@@ -1,0 +1,180 @@
+"""Chapter 09's fp8 (e4m3) attention forward (cells c09-fp8-*, fb/attention_fp8.cuh).
+
+CPU: the kernel compiles for sm_90a with fp8 wgmma (QGMMA) for both GEMMs and no bf16 HGMMA, P converted to e4m3
+in registers (F2FP ... E4M3, no shuffle beyond the softmax's), the V transpose's PRMT, no spills, no ptxas C7508 /
+C7515, the softmax between the loop's two waits; the key order that P and V^T share is the one the PTX ISA's
+fragments imply (read from the header); the fp8 element-wise bound holds for a numpy model of the kernel's
+arithmetic and rejects a causal mask one key too wide.
+GPU (Hopper; skipped by name elsewhere): the debug build on ragged shapes and the timed build at s = 4096, normal
+and outlier inputs, causal and not, within the bound against float64; the planted one-key-too-many mask outside it.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feedbeast as fb
+from feedbeast.course.notebook import load
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = load(ROOT / "chapters/09-attention.ipynb")
+HEADER = (ROOT / "src/feedbeast/include/fb/attention_fp8.cuh").read_text()
+KERNEL = "attn_fp8_d128"
+_MODULES = {}
+
+
+def module(**defines):
+    key = tuple(sorted(defines.items()))
+    if key not in _MODULES:
+        _MODULES[key] = CHAPTER.compile("fp8", "sm_90a", **defines)
+    return _MODULES[key]
+
+
+# ---- CPU: machine code ----------------------------------------------------------------------------------------
+
+def test_fp8_sass_and_resources():
+    mod = module()
+    mod.expect_sass("QGMMA.64x128x32.F32.E4M3.E4M3", "F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C", "PRMT", "UTMALDG.2D",
+                    "USETMAXREG.TRY_ALLOC.CTAPOOL", "USETMAXREG.DEALLOC.CTAPOOL", "BAR.SYNC", "BAR.ARV",
+                    kernel=KERNEL, forbid=("HGMMA",))
+    res = mod.resources[KERNEL]
+    assert res.spills == 0 and res.stack == 0, mod.report()
+    assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
+    # Q K^T: 4 k32 steps per key tile, P V: 4; in the first tile, the loop and the last P V: 16 in all.
+    assert mod.histogram(KERNEL)["QGMMA.64x128x32.F32.E4M3.E4M3"] == 16
+
+
+def test_fp8_p_is_converted_in_registers_without_shuffles():
+    # 64 scores per thread and key tile -> 32 cvt.rn.satfinite.e4m3x2 (F2FP) per conversion of P, two conversion
+    # sites (the first tile and the loop). The only shuffles are the softmax's quad maximum and the final quad sum
+    # (4 + 4 + 4): none moves P between threads, which is what the key order of V^T is for.
+    hist = module().histogram(KERNEL)
+    assert hist["F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C"] == 64
+    assert hist.get("SHFL.BFLY", 0) <= 12, hist.get("SHFL.BFLY")
+
+
+def _exps_between_the_waits(mod):
+    sass = mod.sass(KERNEL).splitlines()
+    i = next(k for k, ln in enumerate(sass) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in ln)
+    j = next(k for k in range(i + 1, len(sass)) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in sass[k])
+    return sum("MUFU.EX2" in ln for ln in sass[i:j])
+
+
+def test_fp8_softmax_runs_between_its_two_waits():
+    assert _exps_between_the_waits(module()) >= 64
+
+
+def test_fp8_shared_memory_fits():
+    # Q + STAGES x (K, V, V^T) of 16 KB, + 1 KB alignment, within the 227 KB a block may opt in to (3 and 4 stages).
+    for stages in (3, 4):
+        assert 128 * 128 + 3 * stages * 128 * 128 + 1024 <= 232448
+        module(STAGES=stages).expect_sass("QGMMA.64x128x32.F32.E4M3.E4M3", kernel=KERNEL)
+
+
+# ---- CPU: the key order shared by P and V^T -------------------------------------------------------------------
+
+def _key_at():
+    expr = re.search(r"constexpr int key_at\(int p\) \{\s*return (.*?);", HEADER, re.S).group(1)
+    return lambda p: eval(expr.replace("/", "//"), {"p": p})
+
+
+def _pack_indices():
+    # p_fragments' four pack_e4m3x4 calls: which accumulator registers (of the 16 of a k32 step) go into a0..a3.
+    body = re.search(r"void p_fragments\(.*?\n\}", HEADER, re.S).group(0)
+    return [tuple(int(x) for x in m) for m in
+            re.findall(r"pack_e4m3x4\(s\[(\d+)\], s\[(\d+)\], s\[(\d+)\], s\[(\d+)\]\)", body)]
+
+
+def test_key_order_matches_the_fragments():
+    # For every thread and k32 step: byte e of a[kk][r] is the accumulator element the header packs there (row and
+    # column from the D-fragment map, PTX ISA), and the 8-bit k32 A fragment puts it at row g (+8 for r = 1, 3),
+    # position 4t + e (+16 for r = 2, 3). The key V^T holds at that position (key_at) must be that column.
+    key_at = _key_at()
+    packs = _pack_indices()
+    assert len(packs) == 4 and sorted(i for p in packs for i in p) == list(range(16)), packs
+    assert sorted(key_at(p) for p in range(32)) == list(range(32))
+    for thread in range(128):
+        g, t = 16 * (thread // 32) + (thread % 32) // 4, thread % 4
+        for kk in range(4):
+            for r, regs in enumerate(packs):
+                for e, i in enumerate(regs):
+                    reg = 16 * kk + i
+                    row = 16 * (thread // 32) + (thread % 32) // 4 + 8 * ((reg % 4) // 2)   # accumulator_row_col
+                    col = 8 * (reg // 4) + 2 * t + (reg % 2)
+                    a_row, a_pos = g + 8 * (r % 2), 16 * (r // 2) + 4 * t + e
+                    assert row == a_row, (thread, kk, r, e)
+                    assert col == 32 * kk + key_at(a_pos), (thread, kk, r, e, col, key_at(a_pos))
+
+
+def test_key_order_check_can_fail():
+    # The natural order (position p holds key p) is what a plain transpose would write: it disagrees with the packing.
+    packs = _pack_indices()
+    t, kk, r, e = 1, 0, 0, 0
+    reg = packs[r][e]
+    col = 8 * (reg // 4) + 2 * t + (reg % 2)
+    assert col != 4 * t + e
+
+
+# ---- CPU: the fp8 bound on a numpy model ----------------------------------------------------------------------
+
+def test_fp8_bound_holds_for_the_model_and_rejects_one_key_too_many():
+    # The kernel's arithmetic in numpy on e4m3 inputs (one head, s = 2048): fp32 scores, P = 2^8 p rounded to e4m3,
+    # l from the unrounded p, O rounded to bf16; against float64 of the same e4m3 inputs. Within the bound with
+    # the right causal mask; with one key past the diagonal, outside it.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ns = CHAPTER.definitions("quantize_e4m3", "P8_ROUNDING", "O_ROUNDING", "LSE_TOL", np=np, fb=fb)
+    e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+    s_len, d = 2048, 128
+    rng = np.random.default_rng(3)
+    q, k, v = (ns["quantize_e4m3"](rng.standard_normal((s_len, d)).astype(np.float32)) for _ in range(3))
+    q, k, v = (x.view(e4m3).astype(np.float64) * sc for x, sc in (q, k, v))
+    x = q @ k.T / math.sqrt(d)
+    causal = np.tri(s_len, s_len, 0, bool)
+    xm = np.where(causal, x, -np.inf)
+    p = np.exp(xm - xm.max(1, keepdims=True))
+    ref_lse = np.log(p.sum(1)) + xm.max(1)
+    p /= p.sum(1, keepdims=True)
+    ref_o, r = p @ v, np.sqrt((p * p) @ (v * v))
+
+    def kernel_like(keep):
+        xs = np.where(keep, x.astype(np.float32), -np.inf)
+        pk = np.exp2((xs - xs.max(1, keepdims=True)) * np.float32(1 / math.log(2)) + 8).astype(np.float32)
+        o = pk.astype(e4m3).astype(np.float32) @ v.astype(np.float32) / pk.sum(1, keepdims=True)
+        return o.astype(fb.bfloat16).astype(np.float64), np.log(pk.sum(1) / 256) + xs.max(1)
+
+    def worst(o, lse):
+        return (np.max(np.abs(o - ref_o) / (ns["P8_ROUNDING"] * r + ns["O_ROUNDING"] * np.abs(ref_o))),
+                np.max(np.abs(lse - ref_lse) / (ns["LSE_TOL"] * (1 + np.abs(ref_lse)))))
+
+    good = worst(*kernel_like(causal))
+    assert max(good) < 1, good
+    bad = worst(*kernel_like(np.tri(s_len, s_len, 1, bool)))
+    assert bad[0] > 1, bad
+
+
+# ---- GPU (Hopper) -------------------------------------------------------------------------------------------------
+
+def test_gpu_fp8_within_the_bound(gpu90):
+    torch = pytest.importorskip("torch")
+    ns = CHAPTER.definitions("Inputs8", "attend_fp8", "check_bound_fp8", "float_inputs", "reference_bound_fp8",
+                             np=np, fb=fb, torch=torch, math=math)
+    src = CHAPTER.cuda("fp8").source
+    assert src.count("sm.step(sc, alpha, row0,") == 2
+    plant = fb.compile(src.replace("sm.step(sc, alpha, row0,", "sm.step(sc, alpha, row0 + 1,"), "sm_90a",
+                       defines=module().defines)
+    cases = [(module().debug_build(), shape, "normal", False)
+             for shape in [(1, 1, 1, 128), (2, 3, 200, 128), (1, 2, 129, 128), (2, 2, 1000, 128), (1, 1, 383, 128)]]
+    cases += [(module(), (1, 8, 4096, 128), kind, False) for kind in ("normal", "outliers")]
+    cases += [(plant, (1, 8, 4096, 128), "normal", True)]
+    for mod, shape, kind, planted in cases:
+        ins = ns["Inputs8"](*ns["float_inputs"](kind, *shape, seed=sum(shape)))
+        for causal in ((False, True) if not planted else (True,)):
+            o, lse = fb.empty(shape, fb.bfloat16), fb.empty(shape[:3], np.float32)
+            ns["attend_fp8"](mod[KERNEL], ins, o, lse, causal)
+            ref = ns["reference_bound_fp8"](*ins.host, causal)
+            res = ns["check_bound_fp8"](o, lse, ref, f"{shape} {kind} causal={causal} planted={planted}")
+            assert bool(res) != planted, res
