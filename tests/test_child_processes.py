@@ -23,8 +23,12 @@ def test_the_command_line_stays_short_whatever_the_values():
     assert not os.path.exists(cmd[-1])                               # and the file is gone after
 
 
-def test_profile_values_go_through_a_file():
-    import inspect
-    from feedbeast import profiling
-    src = inspect.getsource(profiling.profile)
-    assert "FB_PROFILE_ENV" not in src and "values.json" in src
+def test_code_through_a_file_when_a_tool_stands_between():
+    """fb.profile's child runs under ncu, which keeps its own stdin: the code goes through a file too, and what
+    it binds and raises comes back as from fb.isolated."""
+    import subprocess
+    from feedbeast.isolated import child_env
+    with runner_command({"big": np.arange(300_000)}, "print(int(big.sum()))\nraise fb.CheckFailed('no')\n") as cmd:
+        assert max(len(a) for a in cmd) < 4096 and open(cmd[-1]).read().startswith("print(")
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=child_env(), stdin=subprocess.DEVNULL)
+    assert r.stdout.split("\n")[0] == str(sum(range(300_000))) and '"CheckFailed"' in r.stdout and r.returncode == 3

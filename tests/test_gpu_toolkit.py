@@ -320,3 +320,37 @@ def test_bind_checks_once_and_launches_again():
     again = mod.saxpy.bind(4, 256, dy, fb.to_device(x), 2.0, 1000)
     assert again() is None and again() is None        # two launches: y = 2x + (2x + y0)
     fb.check(dy, 4 * x.astype(np.float64) + y0)
+
+
+def test_a_recorded_launch_is_made_again_with_the_same_bytes(anygpu):
+    """fb.profile's child launches what the chapter's function launched: the same build, configuration and data
+    (here replayed in this process, without ncu): a saxpy run twice more gives what two more runs give here."""
+    from feedbeast import profiling
+    mod = fb.compile(SAXPY)
+    n = 1000
+    x, y = fb.to_device(fb.random(n, seed=1)), fb.to_device(fb.random(n, seed=2))
+    spec = profiling.recorded_launches(lambda: mod.saxpy.launch(-(-n // 256), 256, y, x, 1.5, n))
+    assert [(k, g, b) for _, k, g, b, *_ in spec["launches"]] == [("saxpy", (4, 1, 1), (256, 1, 1))]
+    assert len(spec["buffers"]) == 2 and np.array_equal(spec["buffers"][0], y.to_host())   # bytes after the run
+    spec["rounds"] = 2
+    here = y.to_host().astype(np.float64) + 2 * 1.5 * x.to_host()
+    bufs = []
+    real = fb.to_device
+    try:
+        fb.memory.to_device = lambda a: bufs.append(real(a)) or bufs[-1]
+        profiling.replay(spec)
+    finally:
+        fb.memory.to_device = real
+    np.testing.assert_allclose(bufs[0].to_host(), here, rtol=1e-6)
+
+
+def test_profile_reads_the_counters_of_a_bound_launch(anygpu):
+    mod = fb.compile(SAXPY)
+    n = 1 << 22
+    x, y = fb.to_device(fb.random(n, seed=1)), fb.to_device(fb.random(n, seed=2))
+    run = mod.saxpy.bind(n // 256, 256, y, x, 1.0001, n)
+    p = fb.profile(run, name="test/saxpy/profiled", launch_skip=1, record=False)
+    if isinstance(p, fb.Skipped):
+        pytest.skip(str(p))
+    print(p)
+    assert p.kernel.startswith("saxpy") and p.values["dram_bytes"] > 0 and p.values["duration"] > 0

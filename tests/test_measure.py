@@ -201,18 +201,16 @@ def test_compare_puts_profiles_side_by_side_and_marks_recorded_figures(monkeypat
     assert profiling.as_profile(s) is b and profiling.as_profile(s2) is None and profiling.as_profile(a) is a
 
 
-def test_cells_script_replaces_text_in_a_cell_or_stops(tmp_path):
-    from feedbeast.course import notebook
-    cell = notebook.code("x = 1\nVARIANTS = [1, 2, 3]\n")
-    cell.id = "c1"
-    p = notebook.new([cell], to=tmp_path / "n.ipynb")
-    ns = {}
-    src = profiling.cells_script(p, ["c1"], "y = sum(VARIANTS)\n", {"c1": [("[1, 2, 3]", "[5]")]})
-    exec(src.replace("import feedbeast as _fb\n_fb.sync()\n", ""), ns)
-    assert ns["y"] == 5 and ns["x"] == 1
-    bad = profiling.cells_script(p, ["c1"], "", {"c1": [("not there", "")]})
-    with pytest.raises(AssertionError):
-        exec(bad.replace("import feedbeast as _fb\n_fb.sync()\n", ""), {})
+def test_profile_takes_what_bench_takes_and_says_why_it_skips():
+    """fb.profile(launch): a Launch or a function that launches; source needs the kernel named."""
+    mod = fb.compile('extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }', "sm_90a")
+    launch = mod.k.bind(1, 32, 0)
+    with pytest.raises(fb.FeedbeastError, match="name the kernel"):
+        fb.profile("print(1)")
+    if fb.gpu() is None:
+        s = fb.profile(launch, name="test/k")
+        assert isinstance(s, fb.Skipped) and str(s).startswith("skipped: profile test/k: needs a GPU")
+        assert isinstance(profiling.recorded_launches(launch), fb.Skipped)   # nothing launched: nothing to make again
 
 
 # ---- what a GPU run recorded, beside a skip (issue 28: evidence kept on a CPU) ----

@@ -157,7 +157,7 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
     res = BenchResult(name, _time(call, warmup, reps, flush), nbytes, flops, sizes=sizes)
     _set_ceiling(res, ceiling)
     _against_peak(res, bound)
-    launched = [k for k in launched if "FB_HAZARDS" not in (k.module.defines or {})]   # not the hazard build's
+    launched = [x.kernel for x in launched if "FB_HAZARDS" not in (x.kernel.module.defines or {})]   # not hazard builds
     res.kernels = kernel_identity([kernel] if kernel is not None else [getattr(fn, "kernel", None), launched])
     if record:
         hooks.emit(hooks.on_bench, res)

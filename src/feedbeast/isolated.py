@@ -39,8 +39,9 @@ import feedbeast as fb
 with open(sys.argv[1], "rb") as _f:      # the values come through a file: a command line holds 128 KiB at most
     values = pickle.load(_f)
 globals().update(values)
+_code = open(sys.argv[2]).read() if len(sys.argv) > 2 else sys.stdin.read()
 try:
-    exec(compile(sys.stdin.read(), "<isolated>", "exec"), globals())
+    exec(compile(_code, "<isolated>", "exec"), globals())
 except fb.FeedbeastError as e:
     print("\n__FB_ERROR__" + json.dumps({"type": type(e).__name__, "message": str(e)}))
     sys.exit(3)
@@ -48,14 +49,21 @@ except fb.FeedbeastError as e:
 
 
 @contextlib.contextmanager
-def runner_command(values: dict):
-    """[python, -c, the runner, a file holding `values`]: the values go through a file, never the command line
-    (Linux limits one argument to 128 KiB: a few numpy arrays pass that), and the code through stdin."""
+def runner_command(values: dict, code: str | None = None):
+    """[python, -c, the runner, a file holding `values`(, a file holding `code`)]: the one way the toolkit runs
+    code in a child process (fb.isolated, fb.racecheck, fb.profile). The values go through a file, never the
+    command line (Linux limits one argument to 128 KiB: a few numpy arrays pass that); the code through a file
+    when given (a tool in between, such as ncu, keeps its own stdin), else through stdin."""
     with tempfile.TemporaryDirectory(prefix="fb-isolated-") as tmp:
         path = os.path.join(tmp, "values.pickle")
         with open(path, "wb") as f:
             pickle.dump(values, f)
-        yield [sys.executable, "-c", _RUNNER, path]
+        cmd = [sys.executable, "-c", _RUNNER, path]
+        if code is not None:
+            cmd.append(os.path.join(tmp, "code.py"))
+            with open(cmd[-1], "w") as f:
+                f.write(textwrap.dedent(code))
+        yield cmd
 
 
 def child_env() -> dict:

@@ -34,11 +34,12 @@ from .skip import Skipped, needs
 # Checks a later stage runs before every launch are feedbeast.hooks.before_launch (the package's __init__ installs
 # the hazard checker's there): the checker compiles and launches, so launching does not import it.
 last_launched = None   # the Kernel of the latest launch asked for: a failed check names its lab TODOs (check.py)
-_watching: list = []   # lists that collect each Kernel launched while they are open (watching(): fb.bench)
+_watching: list = []   # lists that collect each launch made while they are open (watching(): fb.bench, fb.profile)
 
 
 class watching:
-    """`with watching() as seen:` collects in `seen` every Kernel launched inside (by launch() or a Launch)."""
+    """`with watching() as seen:` collects in `seen` a Launch for every launch made inside, by Kernel.launch() or
+    by calling a Launch, in order: what was launched, with which configuration and arguments."""
 
     def __enter__(self) -> list:
         self.seen = []
@@ -49,10 +50,9 @@ class watching:
         _watching.remove(self.seen)
 
 
-def _seen(kernel) -> None:
+def _seen(launch) -> None:
     for seen in _watching:
-        if kernel not in seen:
-            seen.append(kernel)
+        seen.append(launch)
 
 
 def _dim3(v, what):
@@ -244,7 +244,8 @@ class Kernel:
         for check in hooks.before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
             check(self, grid, block, args, shared, cluster)
         _buf, ptrs = self._pack(args)
-        _seen(self)
+        if _watching:
+            _seen(Launch(self, ready[0], ready[1], args, shared, ready[2], pdl=pdl))
         self._raw_launch(*ready[:2], shared, ready[2], stream, ptrs, pdl)
         return None
 
@@ -263,7 +264,7 @@ class Kernel:
             check(self, grid, block, args, shared, cluster)
         buf, ptrs = self._pack(args)
         cfg = self._config(*ready[:2], shared, ready[2], stream, pdl)
-        return Launch(self, ready[0], ready[1], args, shared, ready[2], packed=(buf, ptrs, cfg))
+        return Launch(self, ready[0], ready[1], args, shared, ready[2], pdl=pdl, packed=(buf, ptrs, cfg))
 
     def max_active_clusters(self, cluster, block, shared: int = 0) -> int:
         """How many clusters of this shape can run at once on this GPU (cuOccupancyMaxActiveClusters).
@@ -322,11 +323,11 @@ class Kernel:
 
 class Launch:
     """One kernel launch, checked and packed once (Kernel.bind): call it to launch. It carries what it launches:
-    .kernel (the Kernel), .grid, .block, .args, .shared and .cluster, and keeps the arguments alive."""
+    .kernel (the Kernel), .grid, .block, .args, .shared, .cluster and .pdl, and keeps the arguments alive."""
 
-    def __init__(self, kernel, grid, block, args, shared, cluster, *, packed=None, skipped=None):
+    def __init__(self, kernel, grid, block, args, shared, cluster, *, pdl=False, packed=None, skipped=None):
         self.kernel, self.grid, self.block, self.args = kernel, grid, block, tuple(args)
-        self.shared, self.cluster = shared, cluster
+        self.shared, self.cluster, self.pdl = shared, cluster, pdl
         self._packed, self.skipped = packed, skipped
 
     def __call__(self):
@@ -334,7 +335,8 @@ class Launch:
             return self.skipped
         from cuda.bindings import driver
         _buf, ptrs, cfg = self._packed
-        _seen(self.kernel)
+        if _watching:
+            _seen(self)
         err, = driver.cuLaunchKernelEx(cfg, self.kernel._fn, ctypes.addressof(ptrs), 0)
         if err != driver.CUresult.CUDA_SUCCESS:
             raise LaunchError(f"launch of {self.kernel.name} failed: {err.name}")

@@ -2,19 +2,19 @@
 
 Chapter 02 reads its first counters with fb.profile; later chapters read the same table.
 
-    t = fb.profile('''
-    import numpy as np, feedbeast as fb
-    x = fb.to_device(fb.random((4096, 4096), np.float32)); y = fb.empty(4096, np.float32)
-    mod = fb.compile(SOURCE, "sm_90a")
-    mod.rowsum.launch(256, 128, x, y, 4096, 4096)
-    ''', kernel="rowsum", name="ch03/rowsum", env={"SOURCE": src})
+    run = mod.rowsum.bind(256, 128, x, y, 4096, 4096)    # what the chapter times: fb.bench(run, ...)
+    t = fb.profile(run, name="ch03/rowsum")              # the same launch, under Nsight Compute
     print(t)          # a small table: DRAM % of peak, occupancy, top stall reasons, L2 hits, bank conflicts
+
+`profile` takes what `bench` takes: a bound launch, or a function that launches (`lambda: run_ring(k, x, ...)`).
+It runs it once, records what it launched (kernel, configuration, the arguments' bytes after that run) and
+makes those launches again in a child process (feedbeast.isolated's runner), where Nsight Compute reads them.
+Python source with `kernel=` is the way for launches that are not feedbeast kernels (Numba, cuBLAS).
 
 Why the command-line tool in a subprocess, and not the `ncu_report` Python module: Nsight Compute measures
 a process it starts (it injects itself before the CUDA context exists, and replays each profiled kernel
 several times, saving and restoring memory between passes). The notebook's process is already running,
-with its context made, so the launch is repeated in a child process from a short script; that script is
-also the record of what was measured. The CLI's `--csv --page raw` output is plain text we parse here
+with its context made, so the launch is repeated in a child process. The CLI's `--csv --page raw` output is plain text we parse here
 (tested on a recorded file, tests/data/ncu_raw.csv), whereas `ncu_report` ships inside the Nsight Compute
 installation, not on PyPI, and its version must match the tool's.
 
@@ -33,16 +33,16 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import os
+import re
 import shutil
 import subprocess
-import sys
-import tempfile
-import textwrap
 from pathlib import Path
 
+import numpy as np
+
 from . import hooks
+from .errors import FeedbeastError
 from .skip import Skipped, needs_gpu
 
 # Metric names of Nsight Compute 2023-2025 (ncu --query-metrics; "Kernel Profiling Guide", Metrics
@@ -213,39 +213,54 @@ def _skip(reason: str, name: str):
     return s
 
 
-def profile(launch: str, *, kernel: str, name: str | None = None, metrics=None, env: dict | None = None,
+def profile(launch, *, kernel: str | None = None, name: str | None = None, metrics=None, env: dict | None = None,
             launch_skip: int = 0, launch_count: int = 1, timeout: int = 600, record: bool = True):
-    """Run the Python source `launch` in a child process under `ncu` and return the counters of the
-    kernels whose name contains `kernel` (a Profile for one launch, a list for several).
+    """Counters of a launch, read by Nsight Compute in a child process: a Profile for one launch, a list for several.
 
-    metrics: extra ncu metric names beyond METRICS and the stall reasons. env: values the script can read
-    as globals (strings, numbers, lists: passed as JSON). launch_skip: launches of that kernel to let run
-    unprofiled first (warm-up). Returns a Skipped (with the recorded table, if any) when this machine has
-    no GPU, no ncu, or no permission to read counters.
+    launch: what the chapter times: a Launch (Kernel.bind) or a function that launches (what fb.bench is given).
+        It is run once here, and what it launched (kernels, configuration, the arguments' data as they are after
+        that run) is made again in the child, where ncu reads the launches of `kernel` (a regular expression; by
+        default the kernels it launched). Or Python source (a str) that the child runs with `fb` and `np`
+        imported and `env`'s values bound as globals, for launches that are not feedbeast kernels (Numba, cuBLAS).
+    metrics: extra ncu metric names beyond METRICS and the stall reasons. launch_skip: launches of that kernel to
+    let run unprofiled first (warm-up); launch_count: how many to read. record: hand each table to
+    feedbeast.hooks.on_profile. Returns a Skipped (with the recorded table, if any) when this machine has no GPU,
+    no ncu, or no permission to read counters.
     """
-    name = name or kernel
+    if kernel is None and isinstance(launch, str):
+        raise FeedbeastError("profile(source, kernel=...): name the kernel (a regular expression) the source launches")
+    what = name or kernel or getattr(getattr(launch, "kernel", None), "name", "launch")
     if hooks.mode.unprofiled:   # make sanitize: the child process would run its launches unchecked
-        return Skipped(hooks.mode.unprofiled, f"profile {name}")
-    skip = needs_gpu(f"profile {name}")
+        return Skipped(hooks.mode.unprofiled, f"profile {what}")
+    skip = needs_gpu(f"profile {what}")
+    if skip is None and ncu_path() is None:
+        skip = Skipped("needs Nsight Compute (ncu), none found on PATH, in $NCU or /usr/local/cuda/bin", what)
     if skip is not None:
-        return _skip(skip.reason, name)
+        return _skip(skip.reason, what)
+    if isinstance(launch, str):
+        values, code = dict(env or {}), launch
+    else:
+        spec = recorded_launches(launch)
+        if isinstance(spec, Skipped):
+            return _skip(spec.reason, what)
+        spec["rounds"] = launch_skip + launch_count
+        kernel = kernel or "|".join(sorted({f"^{re.escape(x[1])}$" for x in spec["launches"]}))
+        values, code = {"SPEC": spec}, "fb.profiling.replay(SPEC)\n"
+    return _measure(values, code, kernel, name or what, metrics, launch_skip, launch_count, timeout, record)
+
+
+def _measure(values, code, kernel, name, metrics, launch_skip, launch_count, timeout, record):
+    """Run the child under ncu; the Profiles of the launches of `kernel` it read."""
+    from .isolated import child_env, runner_command
     ncu = ncu_path()
-    if ncu is None:
-        return _skip("needs Nsight Compute (ncu), none found on PATH, in $NCU or /usr/local/cuda/bin", name)
     wanted = list(METRICS.values()) + [STALLS] + list(metrics or [])
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "launch.py"
-        values = Path(tmp) / "values.json"      # through a file: an environment string holds 128 KiB at most
-        values.write_text(json.dumps(env or {}))
-        prelude = f"import json\nglobals().update(json.loads(open({str(values)!r}).read()))\n"
-        script.write_text(prelude + textwrap.dedent(launch))
-        from .isolated import child_env as _child_env
-        child_env = _child_env()
+    env = child_env()
+    env.pop("FEEDBEAST_HAZARDS", None)      # the hazard build of a kernel has its name: it must not be the one read
+    with runner_command(values, code + "\nfb.sync()\n") as child:
         for _ in range(4):   # a metric this ncu or GPU does not know is dropped by name, and we retry
             cmd = [ncu, "--csv", "--page", "raw", "--kernel-name", f"regex:{kernel}", "--launch-skip",
-                   str(launch_skip), "--launch-count", str(launch_count), "--metrics", ",".join(wanted),
-                   sys.executable, str(script)]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env)
+                   str(launch_skip), "--launch-count", str(launch_count), "--metrics", ",".join(wanted), *child]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
             text = p.stdout + "\n" + p.stderr
             unknown = [w for w in wanted if f"Failed to find metric {w}" in text or f"metric {w} not" in text]
             if not unknown:
@@ -256,7 +271,6 @@ def profile(launch: str, *, kernel: str, name: str | None = None, metrics=None, 
                      "Nsight Compute's documentation on the NVreg_RestrictProfilingToAdminUsers setting)", name)
     rows = parse_raw_csv(p.stdout)
     if not rows:
-        from .errors import FeedbeastError
         raise FeedbeastError(f"ncu profiled no kernel matching {kernel!r} (exit {p.returncode}); its output "
                              f"ended with:\n{text[-3000:]}")
     from .device import gpu
@@ -264,37 +278,107 @@ def profile(launch: str, *, kernel: str, name: str | None = None, metrics=None, 
     profs = [from_raw(r, name if len(rows) == 1 else f"{name}#{i}", g.name) for i, r in enumerate(rows)]
     for pr in profs:
         pr.csv = p.stdout
-    if record:
-        for pr in profs:
+        if record:
             hooks.emit(hooks.on_profile, pr)
     return profs[0] if len(profs) == 1 else profs
 
 
-def cells_script(notebook, cells, code: str = "", replace: dict | None = None) -> str:
-    """Python source that re-runs some cells of a notebook (by cell id, in the order given) and then
-    `code`: the child process `profile` starts needs the kernels and inputs the notebook built. %%cuda cells
-    are compiled as the magic compiles them; lines that start with % (line magics) are left out.
-    replace: {cell id: [(old, new), ...]} text replacements made in those cells first (e.g. to build one
-    variant of many); each `old` must occur in its cell, or the child stops with an AssertionError."""
-    path = str(Path(notebook).resolve())
-    return textwrap.dedent(f'''
-        import matplotlib
-        matplotlib.use("Agg")
-        import nbformat
-        from feedbeast.magic import cuda_cell
-        _cells = {{c.get("id"): c.source for c in nbformat.read({path!r}, 4).cells}}
-        _replace = {dict(replace or {})!r}
-        for _id in {list(cells)!r}:
-            _src = _cells[_id]
-            for _old, _new in _replace.get(_id, []):
-                assert _old in _src, (_id, _old)
-                _src = _src.replace(_old, _new)
-            if _src.startswith("%%cuda"):
-                _line, _, _body = _src.partition("\\n")
-                cuda_cell(_line[len("%%cuda"):], _body, globals())
-            else:
-                exec("\\n".join(l for l in _src.splitlines() if not l.lstrip().startswith("%")), globals())
-        ''') + textwrap.dedent(code) + "\nimport feedbeast as _fb\n_fb.sync()\n"
+# ---- a launch made again in another process ----------------------------------------------------------------
+
+def recorded_launches(fn) -> dict:
+    """What `fn` (a Launch, or a function that launches) launches, run once here, as data another process can
+    launch again (replay): each module's source and build, each device buffer's bytes after the run, each launch's
+    kernel, configuration and arguments (a tensor map as its description over its buffer). A Skipped when fn
+    skipped; FeedbeastError for an argument that cannot be carried over."""
+    from .launch import watching
+    from .memory import sync
+    with watching() as seen:
+        out = fn(0) if _takes_index(fn) else fn()
+    if isinstance(out, Skipped):
+        return out
+    sync()
+    seen = [s for s in seen if "FB_HAZARDS" not in (s.kernel.module.defines or {})]   # not the hazard builds
+    if not seen:
+        raise FeedbeastError("profile: the function launched no feedbeast kernel (for a Numba or a library kernel, "
+                             "give Python source and kernel= instead)")
+    spec = {"modules": [], "buffers": [], "launches": []}
+    mods, bufs = {}, {}
+    for s in seen:
+        m = s.kernel.module
+        if id(m) not in mods:
+            mods[id(m)] = len(spec["modules"])
+            spec["modules"].append({"source": m.source, "arch": m.arch, "defines": dict(m.defines or {}),
+                                    "options": tuple(m.options), "name": m.name, "debug": m.debug})
+        args = [_arg_spec(a, spec, bufs, f"{s.kernel.name} argument {i}") for i, a in enumerate(s.args)]
+        spec["launches"].append((mods[id(m)], s.kernel.name, tuple(s.grid), tuple(s.block), s.shared,
+                                 tuple(s.cluster) if s.cluster else None, bool(s.pdl), args))
+    return spec
+
+
+def _takes_index(fn) -> bool:
+    import inspect
+    try:
+        return len(inspect.signature(fn).parameters) >= 1
+    except (TypeError, ValueError):
+        return False
+
+
+def _arg_spec(a, spec, bufs, what):
+    from .memory import DeviceArray
+    from .tensormap import TensorMap
+    if isinstance(a, TensorMap):
+        if a.array is None:
+            raise FeedbeastError(f"profile: {what} is a tensor map over an unknown array: make it with fb.tensor_map")
+        desc = {k: getattr(a, k) for k in ("shape", "box", "strides_bytes", "swizzle", "oob_fill", "l2_promotion",
+                                           "element_strides")}
+        return ("map", _buffer(a.array, spec, bufs, what), desc)
+    if isinstance(a, DeviceArray) or hasattr(a, "__cuda_array_interface__"):
+        return ("buffer", _buffer(a, spec, bufs, what))
+    if isinstance(a, (bool, int, float, bytes, bytearray, np.generic)):
+        return ("value", a)
+    raise FeedbeastError(f"profile: {what} is a {type(a).__name__}, which cannot be carried to another process")
+
+
+def _buffer(a, spec, bufs, what) -> int:
+    """The index of the buffer holding device array `a`, its bytes read now: one buffer per pointer, so that two
+    arguments over the same memory (an array and a tensor map over it) stay one buffer in the child."""
+    from .memory import DeviceArray
+    if not isinstance(a, DeviceArray):
+        ai = a.__cuda_array_interface__
+        if ai.get("strides") is not None:
+            raise FeedbeastError(f"profile: {what} is a strided view; pass a contiguous array")
+        a = DeviceArray(tuple(ai["shape"]), np.dtype(ai["typestr"]), ai["data"][0], owner=False)
+    if a.ptr not in bufs:
+        bufs[a.ptr] = len(spec["buffers"])
+        spec["buffers"].append(a.to_host())
+    elif spec["buffers"][bufs[a.ptr]].nbytes < a.nbytes:
+        raise FeedbeastError(f"profile: {what} starts where another argument does but is larger: pass the larger "
+                             "array first")
+    return bufs[a.ptr]
+
+
+def replay(spec: dict) -> None:
+    """Launch again, in this process, what recorded_launches() recorded: the same builds (from the compile cache),
+    buffers holding the same bytes, the tensor maps encoded over them, all the launches `spec["rounds"]` times."""
+    from .compile import compile as build
+    from .memory import to_device
+    from .tensormap import tensor_map
+    mods = [build(m["source"], m["arch"], defines=m["defines"], options=m["options"], name=m["name"],
+                  debug=m["debug"]) for m in spec["modules"]]
+    bufs = [to_device(b) for b in spec["buffers"]]
+
+    def arg(a):
+        if a[0] == "buffer":
+            return bufs[a[1]]
+        if a[0] == "map":
+            d = dict(a[2])
+            return tensor_map(bufs[a[1]], d.pop("box"), **d)
+        return a[1]
+    launches = [mods[m].kernel(k).bind(grid, block, *[arg(a) for a in args], shared=shared, cluster=cluster, pdl=pdl)
+                for m, k, grid, block, shared, cluster, pdl, args in spec["launches"]]
+    for _ in range(spec.get("rounds", 1)):
+        for go in launches:
+            go()
 
 
 def as_profile(p) -> Profile | None:

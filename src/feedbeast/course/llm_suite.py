@@ -179,6 +179,104 @@ def _emit(rec):
     return rec
 
 
+class _Suite:
+    """One run of the suite on this GPU: the chapter's kernels, cuBLAS through torch, the copy ceiling, and the
+    records made so far (each printed as a JSON line after TAG the moment it is made)."""
+
+    def __init__(self, torch, ns, candidates, decode_configs, reps):
+        import feedbeast as fb
+        self.fb, self.torch, self.ns, self.reps = fb, torch, ns, reps
+        self.candidates, self.decode_configs = candidates, decode_configs
+        g = fb.gpu()
+        self.env = {"gpu": g.name, "driver": g.driver_version, "nvrtc": list(g.nvrtc_version), "torch": torch.__version__}
+        self.copy = fb.ceiling("copy")
+        self.dram_peak = fb.ceilings.physical_peak("dram", g).value
+        self.records = [_emit({"regime": "ceiling", "kernel": "copy", "gbps": self.copy.gbps,
+                               "dram_peak_gbps": self.dram_peak, **self.env})]
+        self.gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def record(self, **rec):
+        self.records.append(_emit({**rec, **self.env} if rec.get("kernel") != "error" else rec))
+
+    def rand(self, *shape):
+        t = self.torch
+        return (t.rand(*shape, device="cuda", generator=self.gen, dtype=t.float32) * 2 - 1).to(t.bfloat16)
+
+    def view(self, t):
+        return self.fb.DeviceArray(tuple(t.shape), self.fb.bfloat16, ptr=t.data_ptr(), owner=False)
+
+    def rel_err(self, c_fb, ref64):
+        from cuda.bindings import driver
+        torch = self.torch
+        out = torch.empty(c_fb.shape, device="cuda", dtype=torch.bfloat16)
+        self.fb.sync()
+        self.fb.device._check(driver.cuMemcpyDtoD(out.data_ptr(), c_fb.ptr, c_fb.nbytes))
+        torch.cuda.synchronize()
+        return float(torch.linalg.norm(out.double() - ref64) / torch.linalg.norm(ref64))
+
+    def timed(self, fn, flops=None, nbytes=None):
+        t = float(np.median(time_clean(fn, self.reps)))
+        out = {"median_ms": t}
+        if flops:
+            out["tflops"] = flops / t / 1e9
+        if nbytes:
+            out["gbps"] = nbytes / t / 1e6
+            out["pct_copy"] = 100 * out["gbps"] / self.copy.gbps
+            out["above_dram_peak"] = bool(out["gbps"] > self.dram_peak)   # would be a bug of the experiment
+        return out
+
+    def failed(self, regime, m, n, k, e):        # one shape's failure is reported, and the rest still run
+        import traceback
+        traceback.print_exc()
+        self.record(regime=regime, kernel="error", m=m, n=n, k=k, error=repr(e)[:300])
+
+    def prefill_shape(self, m, n, k):
+        torch = self.torch
+        a, w = self.rand(m, k), self.rand(n, k)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ref64 = a.double() @ w.double().T
+        flops = 2.0 * m * n * k
+
+        def cublas():
+            return torch.matmul(a, w.T, out=out)
+        cb = [self.timed(cublas, flops)]
+        cublas_err = float(torch.linalg.norm(out.double() - ref64) / torch.linalg.norm(ref64))
+        ours = {}
+        for name in self.candidates:
+            c, launch = self.ns["prepare"](name, self.view(a), self.view(w), m, n, k)
+            launch()
+            ours[name] = (self.timed(launch, flops), self.rel_err(c, ref64))
+        cb.append(self.timed(cublas, flops))
+        ref = max(cb, key=lambda r: r["tflops"])
+        self.record(regime="prefill", kernel="cublas", m=m, n=n, k=k, **ref,
+                    tflops_runs=[r["tflops"] for r in cb], rel_err=cublas_err)
+        for name, (r, err) in ours.items():
+            self.record(regime="prefill", kernel=name, m=m, n=n, k=k, **r,
+                        pct_cublas=100 * r["tflops"] / ref["tflops"], rel_err=err, correct=bool(err < 1e-2))
+
+    def decode_shape(self, a, w, m, n, k):
+        torch, ns, view = self.torch, self.ns, self.view
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ref64 = a.double() @ w.double().T
+        nbytes = 2 * (m * k + n * k + m * n)
+
+        def cublas():
+            return torch.matmul(a, w.T, out=out)
+        cb = self.timed(cublas, nbytes=nbytes)
+        self.record(regime="decode", kernel="cublas", m=m, n=n, k=k, **cb)
+        preps = [(name, lambda cfg=cfg: ns["prepare_decode"](view(a), view(w), m, n, k, **cfg))
+                 for name, cfg in self.decode_configs.items()]
+        if DECODE_CAPSTONE in self.candidates:
+            preps.append((DECODE_CAPSTONE, lambda: ns["prepare"](DECODE_CAPSTONE, view(a), view(w), m, n, k)))
+        for kernel, prep in preps:
+            c, launch = prep()
+            launch()
+            err = self.rel_err(c, ref64)
+            r = self.timed(launch, nbytes=nbytes)
+            self.record(regime="decode", kernel=kernel, m=m, n=n, k=k, **r,
+                        vs_cublas_time=cb["median_ms"] / r["median_ms"], rel_err=err, correct=bool(err < 1e-2))
+
+
 def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_MS, candidates=CANDIDATES,
         extra=EXTRA_VARIANTS, decode_configs=DECODE_CONFIGS):
     """Run the suite on this GPU; returns the records (also printed as JSON lines after TAG)."""
@@ -192,108 +290,25 @@ def run(reps: int = 20, prefill=PREFILL, decode_nk=DECODE_NK, decode_ms=DECODE_M
     except ImportError:
         print("skipped: LLM shape suite: needs PyTorch (cuBLAS through torch.matmul, inputs on the GPU)")
         return []
-    from cuda.bindings import driver
-    g = fb.gpu()
     ns = chapter_namespace(candidates, extra=extra)
-    candidates = tuple(candidates) + tuple(extra or ())
-    env = {"gpu": g.name, "driver": g.driver_version, "nvrtc": list(g.nvrtc_version), "torch": torch.__version__}
-    copy = fb.ceiling("copy")
-    dram_peak = fb.ceilings.physical_peak("dram", g).value
-    records = [_emit({"regime": "ceiling", "kernel": "copy", "gbps": copy.gbps, "dram_peak_gbps": dram_peak, **env})]
-    gen = torch.Generator(device="cuda").manual_seed(0)
-
-    def rand(*shape):
-        return (torch.rand(*shape, device="cuda", generator=gen, dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
-
-    def view(t):
-        return fb.DeviceArray(tuple(t.shape), fb.bfloat16, ptr=t.data_ptr(), owner=False)
-
-    def rel_err(c_fb, ref64):
-        out = torch.empty(c_fb.shape, device="cuda", dtype=torch.bfloat16)
-        fb.sync()
-        fb.device._check(driver.cuMemcpyDtoD(out.data_ptr(), c_fb.ptr, c_fb.nbytes))
-        torch.cuda.synchronize()
-        return float(torch.linalg.norm(out.double() - ref64) / torch.linalg.norm(ref64))
-
-    def timed(fn, flops=None, nbytes=None):
-        t = float(np.median(time_clean(fn, reps)))
-        out = {"median_ms": t}
-        if flops:
-            out["tflops"] = flops / t / 1e9
-        if nbytes:
-            out["gbps"] = nbytes / t / 1e6
-            out["pct_copy"] = 100 * out["gbps"] / copy.gbps
-            out["above_dram_peak"] = bool(out["gbps"] > dram_peak)   # would be a bug of the experiment
-        return out
-
-    def failed(regime, m, n, k, e):        # one shape's failure is reported, and the rest still run
-        import traceback
-        traceback.print_exc()
-        records.append(_emit({"regime": regime, "kernel": "error", "m": m, "n": n, "k": k, "error": repr(e)[:300]}))
-
-    def prefill_shape(m, n, k):
-        a, w = rand(m, k), rand(n, k)
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        ref64 = a.double() @ w.double().T
-        flops = 2.0 * m * n * k
-
-        def cublas():
-            return torch.matmul(a, w.T, out=out)
-        cb = [timed(cublas, flops)]
-        cublas_err = float(torch.linalg.norm(out.double() - ref64) / torch.linalg.norm(ref64))
-        ours = {}
-        for name in candidates:
-            c, launch = ns["prepare"](name, view(a), view(w), m, n, k)
-            launch()
-            ours[name] = (timed(launch, flops), rel_err(c, ref64))
-        cb.append(timed(cublas, flops))
-        ref = max(cb, key=lambda r: r["tflops"])
-        records.append(_emit({"regime": "prefill", "kernel": "cublas", "m": m, "n": n, "k": k, **ref,
-                              "tflops_runs": [r["tflops"] for r in cb], "rel_err": cublas_err, **env}))
-        for name, (r, err) in ours.items():
-            records.append(_emit({"regime": "prefill", "kernel": name, "m": m, "n": n, "k": k, **r,
-                                  "pct_cublas": 100 * r["tflops"] / ref["tflops"], "rel_err": err,
-                                  "correct": bool(err < 1e-2), **env}))
-
-    def decode_shape(a, w, m, n, k):
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        ref64 = a.double() @ w.double().T
-        nbytes = 2 * (m * k + n * k + m * n)
-
-        def cublas():
-            return torch.matmul(a, w.T, out=out)
-        cb = timed(cublas, nbytes=nbytes)
-        records.append(_emit({"regime": "decode", "kernel": "cublas", "m": m, "n": n, "k": k, **cb, **env}))
-        preps = [(name, lambda cfg=cfg: ns["prepare_decode"](view(a), view(w), m, n, k, **cfg))
-                 for name, cfg in decode_configs.items()]
-        if DECODE_CAPSTONE in candidates:
-            preps.append((DECODE_CAPSTONE, lambda: ns["prepare"](DECODE_CAPSTONE, view(a), view(w), m, n, k)))
-        for kernel, prep in preps:
-            c, launch = prep()
-            launch()
-            err = rel_err(c, ref64)
-            r = timed(launch, nbytes=nbytes)
-            records.append(_emit({"regime": "decode", "kernel": kernel, "m": m, "n": n, "k": k, **r,
-                                  "vs_cublas_time": cb["median_ms"] / r["median_ms"], "rel_err": err,
-                                  "correct": bool(err < 1e-2), **env}))
-
+    suite = _Suite(torch, ns, tuple(candidates) + tuple(extra or ()), decode_configs, reps)
     for m, n, k in prefill:
         try:
-            prefill_shape(m, n, k)
+            suite.prefill_shape(m, n, k)
         except Exception as e:
-            failed("prefill", m, n, k, e)
+            suite.failed("prefill", m, n, k, e)
         torch.cuda.empty_cache()
     for n, k in decode_nk:
-        w = rand(n, k)
+        w = suite.rand(n, k)
         for m in decode_ms:
             try:
-                decode_shape(rand(m, k), w, m, n, k)
+                suite.decode_shape(suite.rand(m, k), w, m, n, k)
             except Exception as e:
-                failed("decode", m, n, k, e)
+                suite.failed("decode", m, n, k, e)
         del w
         torch.cuda.empty_cache()
-    print(tables(records))
-    return records
+    print(tables(suite.records))
+    return suite.records
 
 
 def tables(records) -> str:
