@@ -571,8 +571,8 @@ def _verdict(lab, bug, rep) -> tuple[bool, str]:
                 + (f"; names {', '.join(named)}" if named else "") + f" ({first})")
 
 
-# Runs a notebook's code cells in this process as `make sanitize` does (feedbeast.course.sanitize.run), but goes on after a
-# cell that raises, and lets a failed SASS check through (said in the log): racecheck must see the launches that
+# Runs a notebook's code cells in this process as `make sanitize` does (feedbeast.course.sanitize.run), but goes on
+# after a cell that raises, and lets a failed SASS check through (said in the log): racecheck must see the launches that
 # a SASS check of the planted bug would otherwise stop.
 _RACE_RUNNER = r"""
 import os, sys

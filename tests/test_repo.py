@@ -380,7 +380,8 @@ def test_a_new_crossing_is_caught():
     layers = readme_layout()
     graph = {"memory": {"device"}, "tensormap": {"memory", "course.grade"}, "course.grade": {"memory"},
              "": {"course"}, "sim.checker": {"course.verdicts"}, "hooks": set()}
-    assert crossings(graph, layers) == {("tensormap", "course.grade"), ("", "course"), ("sim.checker", "course.verdicts")}
+    assert crossings(graph, layers) == {("tensormap", "course.grade"), ("", "course"),
+                                        ("sim.checker", "course.verdicts")}
     import ast
     src = "def f():\n    from .course import verdicts\n"     # a function-level import counts
     node = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom))

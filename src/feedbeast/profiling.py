@@ -14,8 +14,8 @@ Python source with `kernel=` is the way for launches that are not feedbeast kern
 Why the command-line tool in a subprocess, and not the `ncu_report` Python module: Nsight Compute measures
 a process it starts (it injects itself before the CUDA context exists, and replays each profiled kernel
 several times, saving and restoring memory between passes). The notebook's process is already running,
-with its context made, so the launch is repeated in a child process. The CLI's `--csv --page raw` output is plain text we parse here
-(tested on a recorded file, tests/data/ncu_raw.csv), whereas `ncu_report` ships inside the Nsight Compute
+with its context made, so the launch is repeated in a child process. The CLI's `--csv --page raw` output is
+plain text we parse here (tested on a recorded file, tests/data/ncu_raw.csv), whereas `ncu_report` ships inside the Nsight Compute
 installation, not on PyPI, and its version must match the tool's.
 
 Nsight Compute locks the GPU's clocks to their base value while it measures (its default

@@ -334,7 +334,8 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
     now = _hook_state(hooks)
     for k, (lst, items) in base["hooks"].items():
         if now[k][0] is not lst or [id(h) for h in now[k][1]] != [id(h) for h in items]:
-            out.append(f"feedbeast.hooks.{k} ({'the hazard check of each launch' if k == 'before_launch' else 'who hears the checks'}) was changed")
+            why = "the hazard check of each launch" if k == "before_launch" else "who hears the checks"
+            out.append(f"feedbeast.hooks.{k} ({why}) was changed")
     if hooks.mode is not base["mode"][0] or dataclasses.asdict(hooks.mode) != base["mode"][1]:
         out.append("feedbeast.hooks.mode (how this process runs) was changed")
     if [id(s) for s in verdicts._sinks] != [id(s) for s in base["sinks"]] or verdicts._records is not base["records"]:

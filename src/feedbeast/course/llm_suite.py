@@ -188,7 +188,8 @@ class _Suite:
         self.fb, self.torch, self.ns, self.reps = fb, torch, ns, reps
         self.candidates, self.decode_configs = candidates, decode_configs
         g = fb.gpu()
-        self.env = {"gpu": g.name, "driver": g.driver_version, "nvrtc": list(g.nvrtc_version), "torch": torch.__version__}
+        self.env = {"gpu": g.name, "driver": g.driver_version, "nvrtc": list(g.nvrtc_version),
+                    "torch": torch.__version__}
         self.copy = fb.ceiling("copy")
         self.dram_peak = fb.ceilings.physical_peak("dram", g).value
         self.records = [_emit({"regime": "ceiling", "kernel": "copy", "gbps": self.copy.gbps,

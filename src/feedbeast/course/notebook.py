@@ -2,7 +2,8 @@
 
 The notebooks are the one source of the course's kernels; everything else reads them through here.
 
-    nb = fb.notebook.load("chapters/05-tma.ipynb")
+    from feedbeast.course import notebook
+    nb = notebook.load("chapters/05-tma.ipynb")
     nb.cuda("ring")                          # CudaCell: .source, .defines, .arch as the cell's magic line says
     mod = nb.compile("ring", STAGES=2)       # the cell's own flags, then these -D overrides
     ns = nb.definitions("prepare", "VARIANTS")   # only what those names need: defs, assignments, imports
@@ -14,7 +15,7 @@ asked for, then, transitively, those binding the names they read, and runs them 
 
 A copy with a planted change (a bug a grader must reject, a learner's edit) is the one text edit allowed:
 
-    fb.notebook.planted("solutions/04-mbarrier-ring.ipynb", [(old, new)], to=tmp / "04-bug.ipynb")
+    notebook.planted("solutions/04-mbarrier-ring.ipynb", [(old, new)], to=tmp / "04-bug.ipynb")
 
 and a small notebook for a test is made with `new([markdown("## Check"), "x = 1"], to=path)`.
 """

@@ -47,7 +47,8 @@ SLOW_CELL_S = float(os.environ.get("FEEDBEAST_SANITIZE_SLOW_CELL_S", 30))   # a 
 
 
 from ..isolated import count_reports, find_sanitizer, racecheck  # noqa: E402,F401  (run code under a sanitizer)
-from .runmode import TIMED_OFF, UNDER_SANITIZER, under_sanitizer as running  # noqa: E402,F401  (True inside the notebook runs)
+from .runmode import TIMED_OFF, UNDER_SANITIZER  # noqa: E402,F401
+from .runmode import under_sanitizer as running  # noqa: E402,F401  (True inside the notebook runs)
 
 
 def notebooks(paths) -> list[Path]:
