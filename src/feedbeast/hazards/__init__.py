@@ -1197,11 +1197,12 @@ def traced_ranges(grid, cluster=(1, 1, 1), blocks: int = 2) -> list:
 
 
 def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int = 2,
-        capacity: int = DEFAULT_CAPACITY) -> Report:
+        capacity: int = DEFAULT_CAPACITY, instrument: bool = True) -> Report:
     """Launch the hazard build of `kernel` (a Kernel of any Module) once with these arguments, and check it.
 
     blocks: how many clusters (or blocks) record events at each end of the grid (traced_ranges: the first ones, the
-    last ones, where ragged tiles are, and the end of the first row); the others run untraced."""
+    last ones, where ragged tiles are, and the end of the first row); the others run untraced. instrument=False runs
+    the hazard build's cubin as compiled: only the fb:: wrappers record, and ordinary reads are assumed at waits."""
     import struct
     import time
     from cuda.bindings import driver
@@ -1222,8 +1223,9 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
         return Report(kernel.name, [], 0, source=mod.source, module_name=mod.name,
                       unchecked="the kernel uses no traced fb:: wrapper")
     k = mod.kernel(kernel.name)
-    from .instrument import load
-    load(mod)       # every ordinary shared-memory access recorded (instrument.py), before the kernel is loaded
+    if instrument:
+        from .instrument import load
+        load(mod)   # every ordinary shared-memory access recorded (instrument.py), before the kernel is loaded
     k._load()
     slot = _trace_buffers.get(capacity)
     if slot is None:
@@ -1275,7 +1277,7 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
                              hashes)
     meta = dict(threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, kernel=kernel.name,
                 source=mod.source, module_name=mod.name, dropped=max(0, count - capacity), truncated=bool(gave_up),
-                instrumented=True,
+                instrumented=bool(getattr(mod, "_instrumented", None)),
                 geometry={str(a): list(g) for a, g in _map_geometry(args, hashes).items()})
     report = _check_readings(events, readings, **meta)
     meta["maps"] = readings[0]

@@ -40,7 +40,9 @@ __device__ inline u64 policy_evict_last() {
 }
 
 // cp.async.bulk.tensor.2d ... .L2::cache_hint: fb::tma::load_2d with a cache policy.
-__device__ inline void load_2d_hint(void* dst, const TensorMap& map, int c0, int c1, u64* bar, u64 policy) {
+__device__ inline void load_2d_hint(void* dst, const TensorMap& map, int c0, int c1, u64* bar, u64 policy FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);     // hazard builds: the load, as fb::tma::load_2d records it
+  FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), 0);
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
       " [%0], [%1, {%2, %3}], [%4], %5;"
