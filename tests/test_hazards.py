@@ -1139,3 +1139,32 @@ def test_the_wgmma_kernels_as_shipped_touch_no_register_in_flight(notebook, cell
         c = nb.cuda(cid)
         mod = fb.compile(c.source, "sm_90a", defines=c.defines, name=f"{cid}.cu")
         assert [v.rule for k in mod.kernel_names for v in hz.register_violations(mod, k)] == [], (cid, mod.log)
+
+
+# ---- one mbarrier phase model: the replay's barriers are feedbeast.sim.mbarrier's --------------------------
+
+def test_the_replay_follows_the_phase_model_of_sim_mbarrier():
+    from feedbeast.sim import MBarrier
+    tr = Trace().init(0, FULL, 2).sync(0).sync(1)
+    tr.arrive(0, FULL, 4096).bulk(0, STAGE, 1024, FULL)       # one of two arrivals; 1 KB of 4 KB landed
+    cl = hz._Cluster(256, [0], {}, lambda v: None)
+    for ev in hz.decode(hz.encode(tr.events)):
+        cl.step(ev, 0)
+    model = MBarrier("full", 2)
+    model.arrive_expect_tx(4096)
+    model.complete_tx(1024)
+    b = cl.barriers[(0, FULL)]
+    assert b.state == model.state() and b.phase == model.phase == 0
+    cl.step(hz.Event(99, hz.BULK_LOAD, 9, 0, 0, 0, STAGE + 1024, 3072, FULL, 0), 0)
+    cl.step(hz.Event(100, hz.MBAR_ARRIVE, 9, 0, 1, 0, FULL, 0, 0, 0), 0)
+    model.complete_tx(3072)
+    model.arrive()
+    assert b.state == model.state() and b.phase == model.phase == 1
+
+
+def test_an_arrival_beyond_the_count_while_bytes_are_due_is_found():
+    """All arrivals are in and the phase waits for its bytes: one more arrival is undefined (PTX ISA: mbarrier)."""
+    tr = Trace().init(0, FULL, 1).sync(0).sync(1)
+    tr.arrive(0, FULL, 4096).arrive(1, FULL)
+    r = tr.check()
+    assert "arrival-count" in rules(r), str(r)

@@ -1,4 +1,4 @@
-"""Every ordinary shared-memory access of a hazard build, recorded without markers (chapter 04).
+"""Every ordinary shared-memory access of a hazard build, recorded without markers (Chapter 04).
 
 NVRTC gives the hazard build's PTX; `instrument` puts a call to a recorder of include/fb/hazard.cuh before each
 instruction that reads or writes shared memory through the generic proxy:

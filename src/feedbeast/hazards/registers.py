@@ -1,4 +1,4 @@
-"""wgmma's registers, checked from what ptxas says when it compiles the normal build (chapter 04, chapter 05).
+"""wgmma's registers, checked from what ptxas says when it compiles the normal build (Chapter 04, Chapter 05).
 
 The PTX ISA (wgmma.mma_async; wgmma.wait_group) leaves undefined an access of a wgmma's accumulator or A-fragment
 registers between the wgmma.mma_async and the wgmma.wait_group that retires it, and asks for a wgmma.fence between

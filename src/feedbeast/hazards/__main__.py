@@ -1,0 +1,14 @@
+"""python -m feedbeast.hazards replay TRACE.npz ...: check traces saved with FEEDBEAST_HAZARDS_DUMP (Chapter 04)."""
+import sys
+
+from . import replay
+
+if sys.argv[1:2] != ["replay"] or len(sys.argv) < 3:
+    print("usage: python -m feedbeast.hazards replay TRACE.npz ...")
+    sys.exit(2)
+bad = 0
+for p in sys.argv[2:]:
+    r = replay(p)
+    print(f"{p}: {r}")
+    bad += not r.ok
+sys.exit(1 if bad else 0)

@@ -1,0 +1,257 @@
+"""The replay's shared-memory accesses: who touched which bytes, when, through which proxy, and whether two
+accesses of the same bytes are ordered (Chapter 04: the rules unordered-access, async-read-in-flight and
+missing-proxy-fence; PTX ISA, Memory Consistency Model: data races, Proxies)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .report import Violation
+from .trace import CP_ASYNC, SMEM_WINDOW, Event
+
+
+@dataclasses.dataclass
+class _Access:
+    ev: Event
+    t: int               # thread (cluster-local index) that issued it
+    time: int            # that thread's clock at the access
+    start: int
+    size: int
+    write: bool
+    generic: bool        # the proxy: generic (ld/st, cp.async) or async (bulk, TMA, wgmma)
+    done: object = None  # completion: ("at", thread, time) | ("phase", barrier, phase) | ("any", {thread: time})
+    what: str = ""
+    plain: bool = False  # an ordinary load or store (marked or assumed): two of them are racecheck's business
+    dead: bool = False   # replaced by a later write of its bytes
+    lanes: tuple = ()    # a warp's access: ((thread, start), ...) per lane, `size` bytes each; () for one thread
+
+    @property
+    def lo(self):
+        return min(s for _, s in self.lanes) if self.lanes else self.start
+
+    @property
+    def hi(self):
+        return (max(s for _, s in self.lanes) if self.lanes else self.start) + self.size
+
+    def meet(self, start, end) -> set:
+        """The threads whose bytes of this access meet [start, end)."""
+        if not self.lanes:
+            return {self.t} if self.start < end and start < self.start + self.size else set()
+        return {u for u, s in self.lanes if s < end and start < s + self.size}
+
+
+
+class _Accesses:
+    """The part of the replay (_Cluster) that records accesses and checks each against the earlier ones."""
+
+    @staticmethod
+    def _pages(rank, start, size):
+        return [(rank, p) for p in range(start >> 10, ((start + max(size, 1) - 1) >> 10) + 1)]
+
+    def _ordered(self, a: _Access, t, new: _Access) -> bool:
+        """Has access a completed before thread t's current point (where it makes access `new`)? That an async
+        operation completed may also be known through a .relaxed arrive, unless `new` reads what it wrote."""
+        d, vc = a.done, self.vc[t]
+        if d is None:
+            return False
+        known = vc if a.generic or a.write and not new.write else np.maximum(vc, self.cc[t])
+        if d[0] == "phase":
+            return known[self.T + d[1]] >= d[2] + 1
+        if d[0] == "at":
+            return known[d[1]] >= d[2]
+        return any(known[v] >= r for v, r in d[1].items())
+
+    @staticmethod
+    def _pairs(old: _Access, new: _Access) -> set:
+        """(old's thread, new's thread) for each pair of lanes whose bytes meet."""
+        if not new.lanes:
+            return {(u, new.t) for u in old.meet(new.start, new.start + new.size)}
+        return {(u, v) for v, s in new.lanes for u in old.meet(s, s + new.size)}
+
+    def access(self, t, ev, rank, start, size, write, generic, done=None, what="", plain=False, lanes=()):
+        vc = self.clock(t)
+        if lanes:       # one event for a warp's lanes: start and size are their hull; each lane has `size` bytes
+            lo, hi = min(s for _, s in lanes), max(s for _, s in lanes) + size
+            pages = self._pages(rank, lo, hi - lo)
+        else:
+            lo, hi = start, start + size
+            pages = self._pages(rank, start, size)
+        if not generic and write:
+            self.async_pages.update(pages)
+        elif generic and not self.async_pages.isdisjoint(pages):
+            self.touched.add(t)
+        a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain, lanes=lanes)
+        mergeable = plain and not write and not lanes
+        seen = set()
+        for table in ((self.reads, self.writes) if write else (self.writes,)):
+            for key in pages:
+                for old in table.get(key, ()):
+                    if id(old) in seen or old.hi <= lo or hi <= old.lo:
+                        continue
+                    seen.add(id(old))
+                    if old.plain and plain:
+                        continue        # two ordinary accesses: compute-sanitizer racecheck's business
+                    pairs = self._pairs(old, a) if old.lanes or lanes else {(old.t, t)}
+                    if not pairs:
+                        continue
+                    own = {u for u, v in pairs if u == v}
+                    if len(own) == len(pairs):      # each lane meets only its own bytes: program order
+                        if old.generic and generic and old.ev.kind != CP_ASYNC:
+                            continue
+                        u = own.pop()
+                        self.clock(u)
+                        self.check_pair(old, a, u)      # a cp.async: its own thread must have waited for it
+                    else:
+                        self.check_pair(old, a, t)
+        if write:   # a write replaces what it was checked against
+            for table in (self.reads, self.writes):
+                for key in pages:
+                    lst = table.get(key)
+                    if lst:
+                        keep = []
+                        for o in lst:
+                            if o.hi <= lo or hi <= o.lo or (o.lanes or lanes) and not self._pairs(o, a):
+                                keep.append(o)
+                            else:
+                                o.dead = True
+                        lst[:] = keep
+        if mergeable and self._merge(t, rank, a, pages):
+            return a
+        for key in pages:
+            (self.writes if write else self.reads)[key].append(a)
+        return a
+
+    def _merge(self, t, rank, a, pages) -> bool:
+        """Fold an ordinary read into the same thread's last read of the same bytes' neighbourhood when no release
+        of that thread came between them: another thread can order both or neither (its clock of this thread moves
+        only at releases), so one entry with the later time and the two ranges' hull says the same. Without it a
+        stage read by every warp in every lap would be checked entry by entry against each refill."""
+        key = (t, rank, pages[0][1])
+        m = self.merged.get(key)
+        if (m is None or m[1] != self.epoch[t] or m[0].dead or m[0].start > a.start + a.size
+                or a.start > m[0].start + m[0].size):
+            self.merged[key] = (a, self.epoch[t])
+            return False
+        old = m[0]
+        end = max(old.start + old.size, a.start + a.size)
+        have = set(self._pages(rank, old.start, old.size))
+        old.start = min(old.start, a.start)
+        old.size = end - old.start
+        old.time, old.done, old.ev = a.time, a.done, a.ev
+        for page in pages:
+            if page not in have:
+                self.reads[page].append(old)
+        return True
+
+    def check_pair(self, old: _Access, new: _Access, t):
+        if not self._ordered(old, t, new):
+            if not old.generic and not old.write:
+                self.violate(Violation(
+                    "async-read-in-flight",
+                    f"the {old.what} of [{old.start:#x}, +{old.size}) had not completed before this "
+                    + ("write: no wait retired it" if old.done is None or old.done[0] == "any" and not old.done[1]
+                       else "write: the wait that retired it is not ordered before it (it comes after the arrive "
+                            "or barrier that let this write happen)"), new.ev, old.ev))
+            else:
+                what = {(True, True): "write after write", (True, False): "write after read",
+                        (False, True): "read after write"}[(new.write, old.write)]
+                hint = ""
+                if old.write and not old.generic:
+                    hint = (": the copy had not landed (no wait on its barrier's phase before this "
+                            + ("read)" if not new.write else "write)"))
+                elif old.write and old.ev.kind == CP_ASYNC:
+                    hint = (": the cp.async that wrote it had not been waited for (cp.async.wait_group)"
+                            if old.done is None else ": the cp.async that wrote it is complete only for the thread "
+                            "that waited for it: a barrier after that wait must come before this access")
+                elif not old.write and old.plain and new.write:
+                    hint = ": the read is not ordered before this write (a release arrive or barrier before the read?)"
+                self.violate(Violation("unordered-access", f"{what} of [{new.start:#x}, +{new.size}){hint}",
+                                       new.ev, old.ev))
+            return
+        if old.generic and not new.generic and self.fv[t][old.t] < old.time:
+            self.violate(Violation(
+                "missing-proxy-fence",
+                f"the generic-proxy {'write' if old.write else 'read'} of [{old.start:#x}, +{old.size}) is ordered "
+                f"before this async-proxy {'write' if new.write else 'read'} only by release/acquire: no "
+                "fence.proxy.async on that path (one after the release does not count)", new.ev, old.ev))
+
+
+    def commit_implicit(self, t):
+        for ev, rank, ranges, time in self.implicit.pop(t, []):
+            self.touched.add(t)
+            for start, size in ranges:
+                a = _Access(ev, t, time, start, size, False, True, ("at", t, time),
+                            "ordinary reads after the wait (assumed: no fb::hazard marker)", True)
+                for key in self._pages(rank, start, size):
+                    self.reads[key].append(a)
+
+
+    def box_rect(self, t, ev):
+        """(the global array the map views, [row0, row1) x [col0, col1) in elements) of a TMA op, or None."""
+        geo, xy = self.geometry.get(ev.b), self.coords.pop(t, None)
+        if geo is None or xy is None:
+            return None
+        ptr, stride, esize, rows, cols = geo
+        return (ptr, stride, esize), (xy[1], xy[1] + rows, xy[0], xy[0] + cols)
+
+    def check_global_read(self, t, ev):
+        """A TMA load of global memory that a TMA store wrote: the store's writes must be complete (its issuer's
+        cp.async.bulk.wait_group, without .read) and that completion ordered before this load."""
+        box = self.box_rect(t, ev)
+        if box is None:
+            return
+        (arr, (r0, r1, c0, c1)) = box
+        for w in self.global_writes:
+            wr0, wr1, wc0, wc1 = w[3]
+            if w[2] != arr or r1 <= wr0 or wr1 <= r0 or c1 <= wc0 or wc1 <= c0:
+                continue
+            if w[4] is None or self.vc[t][w[1]] < w[4]:
+                self.violate(Violation("bulk-store-in-flight", "this TMA load reads global memory that a TMA store "
+                                       "wrote, and no cp.async.bulk.wait_group (without .read) of the store's thread, "
+                                       "ordered before this load, completed it", ev, w[0]))
+
+    def map_bytes(self, ev):
+        """Box bytes of the tensor map an event names (its id: a hash of the map's 128 bytes)."""
+        size = self.maps.get(ev.b)
+        if size is None:
+            self.unknown_maps.add(ev.b)
+            return 0
+        return size
+
+    @staticmethod
+    def lanes(t, ev) -> tuple:
+        """((thread, start), ...) of a warp's event (d: its lanes' mask, c >> 4: the stride between their
+        addresses, include/fb/hazard.cuh); () for one thread's."""
+        if not ev.d:
+            return ()
+        stride = ev.c >> 4
+        stride -= (1 << 28) if stride >= 1 << 27 else 0
+        first = (ev.d & -ev.d).bit_length() - 1
+        lanes = [k for k in range(32) if ev.d >> k & 1]
+        return tuple((t - first + k, (ev.a + r * stride) % SMEM_WINDOW) for r, k in enumerate(lanes))
+
+
+    def _retire(self, groups, pending, include_open, t):
+        now = int(self.vc[t][t])
+        self.cc[t][t] = now
+        closed, open_ = groups[:-1], groups[-1]
+        n = len(closed) if pending is None else max(0, len(closed) - pending)
+        for grp in closed[:n] + ([open_] if include_open else []):
+            for a in grp:
+                a.done = ("at", t, now)
+        groups[:] = closed[n:] + [[] if include_open else open_]
+
+    def _retire_warpgroup(self, groups, pending, t):
+        """wgmma.wait_group by thread t: the warpgroup's groups but the last `pending` are complete for t."""
+        now = int(self.vc[t][t])
+        self.cc[t][t] = now
+        # The groups list only grows (commit appends): thread t's earlier waits retired a prefix of it, which
+        # keeps its earlier time; only the groups past that prefix are new to t (linear, not quadratic, in laps).
+        start = self.wg_retired.get((id(groups), t), 0)
+        end = max(start, len(groups) - 1 - pending)
+        for grp in groups[start:end]:
+            for a in grp:
+                a.done[1].setdefault(t, now)
+        self.wg_retired[(id(groups), t)] = end
+

@@ -1,0 +1,132 @@
+"""The check of a decoded trace: each cluster (or block) replayed on its own, in parallel for long traces, and the
+violations gathered in the order one interleaved replay would find them (Chapter 04)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .replay import _Cluster
+from .report import Report
+from .trace import decode
+
+
+def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geometry=None, instrumented=False):
+    """Replay one cluster's events [(position, event, rank)]. Returns ([(order key, violation)], untraced): the key
+    puts the violations of all clusters back in the order one interleaved replay would have found them."""
+    found, seen, now = [], set(), [None]
+
+    def violate(v):     # the cap of check's own filter, applied per cluster: it keeps all that one would keep
+        key = (v.rule, v.second.line, v.first.line if v.first else None)
+        if key in seen and len(found) > 200:
+            return
+        seen.add(key)
+        found.append((now[0] + (len(found),), v))
+    cl = _Cluster(threads_per_block, blocks, maps, violate, geometry, instrumented)
+    for pos, ev, rank in items:
+        now[0] = (0, pos)
+        cl.step(ev, rank)
+    now[0] = (1, order)
+    cl.finish(truncated)
+    return found, (cl.untraced, cl.unknown_maps)
+
+
+_JOBS = None            # the clusters of the replay under way, for the forked workers (not pickled to them)
+PARALLEL_EVENTS = 200_000   # traces this long replay their clusters in parallel (one process each, forked)
+
+
+def _replay_job(i):
+    return _replay(*_JOBS[i])
+
+
+def _replay_parallel(jobs):
+    """The clusters' replays in forked processes (they share nothing): None where that is not possible here."""
+    global _JOBS
+    import multiprocessing
+    import warnings
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    _JOBS = jobs
+    try:
+        with warnings.catch_warnings():   # fork with other threads alive: the children run only this replay
+            warnings.simplefilter("ignore", DeprecationWarning)
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                return pool.map(_replay_job, range(len(jobs)), chunksize=1)
+    except Exception:   # noqa: BLE001 (no processes to be had: replay here)
+        return None
+    finally:
+        _JOBS = None
+
+
+def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
+          kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
+          dropped: int = 0, parallel: bool | None = None, truncated: bool = False, geometry: dict | None = None,
+          instrumented: bool = False) -> Report:
+    """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes.
+
+    Clusters (or blocks) share no barrier and no shared memory, so each is replayed on its own; parallel: in
+    separate processes (None: when the trace has PARALLEL_EVENTS or more and several clusters). instrumented: the
+    trace holds every shared-memory access (the PTX of the build was instrumented), so no read is assumed."""
+    if isinstance(events, np.ndarray):
+        events = decode(events)
+    cx, cy, cz = (tuple(cluster) + (1, 1, 1))[:3]
+    gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
+    csize = cx * cy * cz
+    parts = {}
+    for pos, ev in enumerate(events):
+        bx = ev.block % gx
+        by = (ev.block // gx) % gy
+        bz = ev.block // (gx * gy)
+        cid = (bx // cx, by // cy, bz // cz)
+        rank = (bx % cx) + cx * ((by % cy) + cy * (bz % cz)) if csize > 1 else 0
+        part = parts.get(cid)
+        if part is None:
+            part = parts[cid] = []
+        part.append((pos, ev, rank))
+    jobs = []
+    for order, (cid, items) in enumerate(parts.items()):
+        blocks = []
+        for r in range(csize):
+            rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
+            blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
+        jobs.append((items, order, threads_per_block, blocks, maps or {}, truncated,
+                     {int(k): tuple(v) for k, v in (geometry or {}).items()}, instrumented))
+    if parallel is None:
+        parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
+    results = _replay_parallel(jobs) if parallel else None
+    if results is None:
+        results = [_replay(*job) for job in jobs]
+    # the violations in the order of one interleaved replay, through its filter: past 200, one per (rule, lines)
+    violations, per_kind_seen = [], set()
+    for _, v in sorted((kv for found, _ in results for kv in found), key=lambda kv: kv[0]):
+        key = (v.rule, v.second.line, v.first.line if v.first else None)
+        if key in per_kind_seen and len(violations) > 200:
+            continue
+        per_kind_seen.add(key)
+        violations.append(v)
+    untraced = set().union(*(u[0] for _, u in results)) if results else set()
+    unknown = set().union(*(u[1] for _, u in results)) if results else set()
+    unchecked = ""
+    if unknown:
+        # a box size the checker does not know would be a guess at every expect_tx and store it touches
+        unchecked = (f"{len(unknown)} tensor map(s) used that are not arguments of this launch (ids "
+                     f"{', '.join(hex(m) for m in sorted(unknown))}): their box sizes are unknown")
+        violations = []
+    elif untraced:
+        # the ordering those barriers give is invisible: any verdict on the accesses they order would be a guess
+        unchecked = (f"{len(untraced)} mbarrier(s) used but not initialised through fb::mbar::init "
+                     f"(shared addresses {', '.join(hex(a) for a in sorted(untraced))}): a cuda::barrier or raw PTX "
+                     "the trace does not see, or a missing init")
+        violations = []
+    blocks = {ev.block for ev in events}
+    # one report per distinct (rule, lines): the same bug repeats in every lap and every thread
+    uniq, seen = [], set()
+    for v in violations:
+        key = (v.rule, v.second.line, v.first.line if v.first else None, v.message.split(":")[0])
+        if key not in seen:
+            seen.add(key)
+            uniq.append(v)
+    return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks), unchecked)
+
+

@@ -1,0 +1,274 @@
+"""The replay of one cluster's trace: per-thread vector clocks of happens-before and of what a proxy fence orders,
+advanced event by event in the trace's slot order (Chapter 04; PTX ISA, Memory Consistency Model). The accesses
+are checked in accesses.py, the barriers followed in barriers.py; this module dispatches each event."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from .accesses import _Accesses
+from .barriers import _Barriers
+from .report import Violation
+from .trace import (ALL, BAR_SYNC, BULK_COMMIT, BULK_LOAD, BULK_WAIT, BULK_WAIT_READ, CLUSTER_SYNC, CP_ASYNC,
+                    CP_COMMIT, CP_MBAR_ARRIVE, CP_WAIT, FENCE_PROXY_ASYNC, GENERIC_READ, GENERIC_WRITE, MBAR_ARRIVE,
+                    MBAR_EXPECT_TX, MBAR_INIT, MBAR_WAIT, SMEM_READ, SMEM_WINDOW, SMEM_WRITE, SYNCWARP, TC_COMMIT,
+                    TC_MMA, TMA_COORDS, TMA_LOAD, TMA_STORE, WGMMA_COMMIT, WGMMA_FENCE, WGMMA_READ, WGMMA_WAIT, Event)
+
+
+def _pad(v, n):
+    return np.concatenate([v, np.zeros(n - len(v), np.int64)]) if len(v) < n else v
+
+
+class _Cluster(_Accesses, _Barriers):
+    """The replay of one cluster (or one block when there are no clusters)."""
+
+    def __init__(self, threads_per_block, blocks, maps, report_violation, geometry=None, instrumented=False):
+        self.tpb, self.blocks = threads_per_block, list(blocks)      # global block ids, by rank
+        self.geometry = geometry or {}   # map id -> (array pointer, row stride B, element B, box rows, box cols)
+        self.coords = {}                 # thread -> the coordinates of its next TMA op
+        self.global_writes = []          # TMA stores' writes of global memory: (event, thread, geometry, rect, done)
+        self.T = self.tpb * len(self.blocks)
+        self.maps = maps
+        self.violate = report_violation
+        self.barriers = {}          # (rank, addr) -> _Barrier
+        self.nbar = 0
+        self.width = self.T + 64    # thread components, then one per barrier (grown on demand)
+        # per thread: the happens-before clock; what is ordered through a proxy fence; and what is known of
+        # async reads retired (by wgmma.wait_group / cp.async.bulk.wait_group.read), which a .relaxed arrive
+        # carries too: it orders none of the thread's own accesses, but the reads it waited for are done.
+        self.vc, self.fv, self.cc = {}, {}, {}
+        self.pending_sync = {}      # thread -> the barrier instance it arrived at
+        self.instances = {}
+        self.instance_no = defaultdict(int)
+        self.groups = defaultdict(lambda: [[]])      # (kind, owner) -> groups, the open one last
+        self.wg_retired = {}                         # (id of a warpgroup's groups, thread) -> groups it retired
+        self.reads = defaultdict(list)               # (rank, 1 KB page) -> read accesses
+        self.writes = defaultdict(list)              # (rank, 1 KB page) -> write accesses
+        self.last_seen = {}         # (thread, barrier) -> phase last observed
+        self.implicit = {}          # thread -> [(wait event, rank, ranges, time)]: reads assumed after waits
+        self.instrumented = instrumented    # every shared-memory access is in the trace: nothing is assumed
+        self.epoch = defaultdict(int)       # thread -> releases so far (release_into)
+        self.merged = {}            # (thread, rank, page) -> its latest ordinary read there, while no release passed
+        self.untraced = set()       # barriers used but not initialised through fb::mbar::init
+        self.unknown_maps = set()   # tensor-map ids that match no tensor-map argument of the launch
+        self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
+        self.async_pages = set()    # (rank, 1 KB page) that bulk/TMA copies write
+        self.wg_fenced = set()      # warpgroups (rank, index) that executed a wgmma.fence
+
+    # ---- clocks
+    def _grow(self, need):
+        if need <= self.width:
+            return
+        new = max(need, 2 * self.width)
+        for d in (self.vc, self.fv, self.cc):
+            for k in d:
+                d[k] = _pad(d[k], new)
+        for b in self.barriers.values():
+            b.clock, b.fenced, b.retired = _pad(b.clock, new), _pad(b.fenced, new), _pad(b.retired, new)
+            b.done = {p: tuple(_pad(x, new) for x in v) for p, v in b.done.items()}
+        for inst in self.instances.values():
+            inst[0], inst[1], inst[3] = _pad(inst[0], new), _pad(inst[1], new), _pad(inst[3], new)
+        self.width = new
+
+    def clock(self, t):
+        if t not in self.vc:
+            self.vc[t] = np.zeros(self.width, np.int64)
+            self.fv[t] = np.zeros(self.width, np.int64)
+            self.cc[t] = np.zeros(self.width, np.int64)
+        return self.vc[t]
+
+    def release_into(self, t, clock, fenced, retired):
+        self.epoch[t] += 1      # others can now learn this thread's clock: its earlier accesses are a closed set
+        np.maximum(clock, self.vc[t], out=clock)
+        np.maximum(fenced, self.fv[t], out=fenced)
+        np.maximum(retired, self.cc[t], out=retired)
+
+    def acquire_from(self, t, clock, fenced, retired):
+        np.maximum(self.vc[t], clock, out=self.vc[t])
+        np.maximum(self.fv[t], fenced, out=self.fv[t])
+        np.maximum(self.cc[t], retired, out=self.cc[t])
+
+
+    # ---- one event
+    def step(self, ev: Event, rank: int):
+        # In a cluster launch a CTA's own .shared::cta addresses carry its rank above bit 24 (the window of
+        # .shared::cluster it sits in: 0x1000400 in rank 1 for offset 0x400). Offsets are what CTAs share.
+        # An ld/st.shared::cluster names its CTA in those bits.
+        target = ev.a // SMEM_WINDOW if ev.kind in (SMEM_READ, SMEM_WRITE) and ev.c & 1 else rank
+        if ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
+            ev = ev._replace(a=ev.a % SMEM_WINDOW, c=ev.c % SMEM_WINDOW if ev.kind in (BULK_LOAD, TMA_LOAD) else ev.c)
+        t = rank * self.tpb + ev.thread
+        if t in self.pending_sync:          # the thread is past its barrier: the barrier completed
+            self.sync_complete(self.pending_sync[t])
+        self.clock(t)[t] += 1
+        if t in self.implicit:
+            self._assumed_reads(t, ev.kind)
+        handler = _HANDLERS.get(ev.kind)
+        if handler is not None:
+            handler(self, t, rank, ev, target)
+
+    def _assumed_reads(self, t, k):
+        """Reads assumed after a wait (traces without instrumentation) end at the thread's next access."""
+        if k in (WGMMA_READ, WGMMA_FENCE, WGMMA_COMMIT, WGMMA_WAIT, GENERIC_READ, TMA_STORE, TC_MMA, TC_COMMIT):
+            self.implicit.pop(t)        # the thread reads the stage another way, or marks its reads itself
+        elif k in (MBAR_WAIT, BAR_SYNC, SYNCWARP):
+            pass                        # not an access: a wait for the next stage or a turn (ping-pong)
+        elif k not in (FENCE_PROXY_ASYNC, GENERIC_WRITE, CP_WAIT, BULK_WAIT, BULK_WAIT_READ):
+            self.commit_implicit(t)
+
+    # cp.async: a generic-proxy write completed by the issuing thread's wait_group (or a cp.async.mbarrier.arrive)
+    def _cp_async(self, t, rank, ev, _):
+        self.groups[("cp", t)][-1].append(self.access(t, ev, rank, ev.a, ev.b, True, True))
+
+    def _cp_commit(self, t, rank, ev, _):
+        self.groups[("cp", t)].append([])
+
+    def _cp_wait(self, t, rank, ev, _):
+        self._retire(self.groups[("cp", t)], None if ev.b == ALL else ev.b, ev.b == ALL, t)
+
+    def _cp_mbar_arrive(self, t, rank, ev, _):
+        self.cp_async_arrive(t, rank, ev)
+
+    # bulk and TMA copies: async-proxy writes completing on a barrier's phase, stores reading shared memory
+    def _load(self, t, rank, ev, _):
+        if ev.kind == TMA_LOAD and self.global_writes:
+            self.check_global_read(t, ev)
+        size = ev.b if ev.kind == BULK_LOAD else self.map_bytes(ev)
+        targets = [rank] if ev.kind == BULK_LOAD or not ev.d else [r for r in range(16) if ev.d >> r & 1]
+        for r in targets:
+            if r < len(self.blocks):
+                b = self.barrier(r, ev.c, ev)
+                self.land(b, size, self.access(t, ev, r, ev.a, size, True, False), ev, t)
+
+    def _coords(self, t, rank, ev, _):
+        self.coords[t] = (ev.a - (1 << 32) if ev.a >= 1 << 31 else ev.a, ev.b - (1 << 32) if ev.b >= 1 << 31 else ev.b)
+
+    def _store(self, t, rank, ev, _):
+        box = self.box_rect(t, ev)
+        if box is not None:
+            w = [ev, t, box[0], box[1], None]
+            self.global_writes.append(w)
+            self.groups[("bulk-global", t)][-1].append(w)
+        size = self.map_bytes(ev)
+        self.groups[("bulk", t)][-1].append(self.access(t, ev, rank, ev.a, size, False, False,
+                                                        what="TMA store's read"))
+
+    def _bulk_commit(self, t, rank, ev, _):
+        self.groups[("bulk", t)].append([])
+        self.groups[("bulk-global", t)].append([])
+
+    def _bulk_wait(self, t, rank, ev, _):
+        self._retire(self.groups[("bulk", t)], ev.b, False, t)
+        if ev.kind == BULK_WAIT:      # the writes too (.read waits only for the reads of the source)
+            groups = self.groups[("bulk-global", t)]
+            n = max(0, len(groups) - 1 - ev.b)
+            for grp in groups[:n]:
+                for w in grp:
+                    w[4] = int(self.vc[t][t])
+            groups[:] = groups[n:]
+
+    # mbarriers
+    def _mbar_init(self, t, rank, ev, _):
+        self.init_barrier(rank, ev.a, max(1, ev.b), ev)
+
+    def _mbar_arrive(self, t, rank, ev, _):
+        self.arrive(t, self.barrier(rank if ev.c == 0 else ev.c - 1, ev.a, ev), ev.b, ev, release=not ev.d, rank=rank)
+
+    def _mbar_expect_tx(self, t, rank, ev, _):
+        self.expect_tx(self.barrier(rank, ev.a, ev), ev.b, ev)
+
+    def _mbar_wait(self, t, rank, ev, _):
+        self.wait(t, rank, ev)
+
+    def _tc_commit(self, t, rank, ev, _):
+        # One arrival once this thread's earlier tcgen05.mma have completed (PTX ISA: tcgen05.commit): their
+        # operand reads are complete in the phase it arrives on, and the arrival is the release.
+        b = self.barrier(rank, ev.a, ev)
+        for grp in self.groups.pop(("tc", t), [[]]):
+            for a in grp:
+                a.done = ("phase", b.index, b.phase)
+        self.arrive(t, b, 0, ev, rank=rank)
+
+    def _tc_mma(self, t, rank, ev, _):   # a = smem start of one operand, b = bytes: read until a commit
+        self.groups[("tc", t)][-1].append(self.access(t, ev, rank, ev.a, ev.b, False, False,
+                                                      what="tcgen05.mma operand read"))
+
+    # wgmma: warpgroup-wide; its first thread records the operand reads and commits, every thread its waits
+    def _wgmma_fence(self, t, rank, ev, _):
+        self.wg_fenced.add((rank, ev.thread // 128))
+
+    def _wgmma_read(self, t, rank, ev, _):
+        wg = (rank, ev.thread // 128)
+        if ev.thread % 128:
+            return
+        if wg not in self.wg_fenced:
+            self.wg_fenced.add(wg)      # said once per warpgroup
+            self.violate(Violation("missing-wgmma-fence", "this warpgroup's first wgmma.mma_async has no "
+                                   "wgmma.fence before it (fb::wgmma::fence())", ev, None))
+        a = self.access(t, ev, rank, ev.a, ev.b, False, False, ("any", {}), "wgmma operand read")
+        self.groups[("wgmma", wg)][-1].append(a)
+
+    def _wgmma_commit(self, t, rank, ev, _):
+        if ev.thread % 128 == 0:
+            self.groups[("wgmma", (rank, ev.thread // 128))].append([])
+
+    def _wgmma_wait(self, t, rank, ev, _):
+        self._retire_warpgroup(self.groups[("wgmma", (rank, ev.thread // 128))], ev.b, t)
+
+    # fences and execution barriers
+    def _fence(self, t, rank, ev, _):
+        # It orders the memory accesses of the thread that executes it (PTX ISA, membar/fence: "memory
+        # accesses requested by this thread"), not those it acquired from others.
+        self.fv[t][t] = self.vc[t][t]
+
+    def _bar_sync(self, t, rank, ev, _):
+        self.sync_arrive(t, ("bar", rank, ev.a), ev.b)
+
+    def _syncwarp(self, t, rank, ev, _):
+        self.sync_arrive(t, ("warp", rank, ev.thread // 32, ev.b), bin(ev.b).count("1"))
+
+    def _cluster_sync(self, t, rank, ev, _):
+        self.sync_arrive(t, ("cluster",), 0)
+
+    # ordinary loads and stores: marked (fb::hazard::generic_read/write) or from the instrumented PTX
+    def _marked(self, t, rank, ev, _):
+        write = ev.kind == GENERIC_WRITE
+        self.access(t, ev, rank, ev.a, ev.b, write, True, ("at", t, int(self.vc[t][t])),
+                    "ordinary " + ("write" if write else "read"), plain=True)
+
+    def _smem(self, t, rank, ev, target):
+        write = ev.kind == SMEM_WRITE
+        self.access(t, ev, target, ev.a, ev.b, write, True, ("at", t, int(self.vc[t][t])),
+                    ("ld/st " if ev.c & 1 == 0 else "ld/st.shared::cluster ") + ("write" if write else "read"),
+                    plain=True, lanes=self.lanes(t, ev))
+
+    def finish(self, truncated=False):
+        for t in list(self.implicit):
+            self.commit_implicit(t)
+        if truncated:       # the trace stops where a wait gave up: what is pending then is not pending at exit
+            return
+        # A store still reading shared memory when the block ends is a race with the block's shared memory being
+        # released.
+        for (kind, t), groups in self.groups.items():
+            if kind != "bulk":
+                continue
+            for a in (a for grp in groups for a in grp if a.done is None and not a.write):
+                self.violate(Violation("async-read-at-exit", f"the {a.what} of [{a.start:#x}, +{a.size}) was never "
+                                       "retired by this thread's cp.async.bulk.wait_group.read (or wait_group) before "
+                                       "the block ended", a.ev, None))
+        self.unfinished_phases()
+
+
+_HANDLERS = {
+    CP_ASYNC: _Cluster._cp_async, CP_COMMIT: _Cluster._cp_commit, CP_WAIT: _Cluster._cp_wait,
+    CP_MBAR_ARRIVE: _Cluster._cp_mbar_arrive, BULK_LOAD: _Cluster._load, TMA_LOAD: _Cluster._load,
+    TMA_COORDS: _Cluster._coords, TMA_STORE: _Cluster._store, BULK_COMMIT: _Cluster._bulk_commit,
+    BULK_WAIT_READ: _Cluster._bulk_wait, BULK_WAIT: _Cluster._bulk_wait, MBAR_INIT: _Cluster._mbar_init,
+    MBAR_ARRIVE: _Cluster._mbar_arrive, MBAR_EXPECT_TX: _Cluster._mbar_expect_tx, MBAR_WAIT: _Cluster._mbar_wait,
+    TC_COMMIT: _Cluster._tc_commit, TC_MMA: _Cluster._tc_mma, WGMMA_FENCE: _Cluster._wgmma_fence,
+    WGMMA_READ: _Cluster._wgmma_read, WGMMA_COMMIT: _Cluster._wgmma_commit, WGMMA_WAIT: _Cluster._wgmma_wait,
+    FENCE_PROXY_ASYNC: _Cluster._fence, BAR_SYNC: _Cluster._bar_sync, SYNCWARP: _Cluster._syncwarp,
+    CLUSTER_SYNC: _Cluster._cluster_sync, GENERIC_READ: _Cluster._marked, GENERIC_WRITE: _Cluster._marked,
+    SMEM_READ: _Cluster._smem, SMEM_WRITE: _Cluster._smem,
+}
