@@ -41,13 +41,13 @@ SASS = {  # mode: (must show, must not show)
 
 
 @pytest.mark.parametrize("rg, cw", [(1, 4), (2, 4), (4, 4)])
-@pytest.mark.parametrize("mode", [0, 1, 2])
-def test_sass_and_resources(ch, mode, rg, cw):
-    mod = ch["paged_module"](rg, cw, mode)
+@pytest.mark.parametrize("mode, producers", [(0, 1), (0, 2), (1, 1), (2, 1)])
+def test_sass_and_resources(ch, mode, producers, rg, cw):
+    mod = ch["paged_module"](rg, cw, mode, producers)
     want, forbid = SASS[mode]
     mod.expect_sass(*want, forbid=forbid, kernel="decode_paged")
     res = mod.resources["decode_paged"]
-    threads = 32 * (cw + 1)
+    threads = 32 * (cw + producers)
     assert res.registers * threads <= 65536, f"one block per SM needs <= {65536 // threads} registers: {res}"
     # one block per SM: the ring, Q and the barriers in the H100's 227 KB per block
     assert ch["paged_smem"](rg) + res.shared_static <= 227 * 1024
@@ -87,6 +87,8 @@ def test_bad_input_is_refused_with_a_reason(ch):
         prep(fb.empty((65, 32, 128), bf), pool(16), pool(16), np.arange(2), 20, fb.empty((65, 32, 128), bf))
     with pytest.raises(ValueError, match="need 3 pages of 16, the page table has 2"):
         prep(q, pool(16), pool(16), np.arange(2), 40, o)
+    with pytest.raises(ValueError, match="one thread issues the TMA copies"):
+        prep(q, pool(16), pool(16), np.arange(2), 20, o, mode=1, producers=2)
     with pytest.raises(ValueError, match="shapes"):
         prep(q, pool(16), fb.empty((8, 8, 32, 128), bf), np.arange(2), 20, o)
 
@@ -121,8 +123,10 @@ def test_gpu_paged_ragged_against_float64(gpu90, ch, mode, nq, L, P):
     assert r, r
 
 
-@pytest.mark.parametrize("nq, L, P, mode, split", [(5, 777, 4, 0, None), (64, 3000, 64, 0, 1), (64, 3000, 64, 1, 1),
-                                                   (1, 9000, 16, 2, 3), (4, 70000, 128, 1, None)])
-def test_gpu_paged_pages_of_four_and_fixed_splits(gpu90, ch, nq, L, P, mode, split):
-    r = ch["run_paged_check"](nq, L, P, mode, seed=nq + L, split=split)
+@pytest.mark.parametrize("nq, L, P, mode, split, warps", [(5, 777, 4, 0, None, 1), (64, 3000, 64, 0, 1, 1),
+                                                          (64, 3000, 64, 1, 1, 1), (1, 9000, 16, 2, 3, 1),
+                                                          (4, 70000, 128, 1, None, 1), (3, 4097, 32, 0, None, 2),
+                                                          (64, 5000, 16, 0, None, 2), (1, 1, 16, 0, None, 2)])
+def test_gpu_paged_pages_of_four_fixed_splits_two_gather_warps(gpu90, ch, nq, L, P, mode, split, warps):
+    r = ch["run_paged_check"](nq, L, P, mode, seed=nq + L, split=split, producers=warps)
     assert r, r

@@ -5,7 +5,7 @@
 //   (each page of one head is P contiguous rows of 256 B), and the sequence's i-th page is table[i].
 //
 // Block (split s, KV head h, row block b): RP query rows (of the G*nq of head h, padded) against the s-th slice of
-// the sequence, 64 tokens per stage. One producer warp fills a ring of Stages stages (K and V,
+// the sequence, 64 tokens per stage. Pw producer warps fill a ring of Stages stages (K and V,
 // 16 KB each, 128-byte swizzle); Cw consumer warps compute S = Q K^T and O += P V with mma.sync and keep the
 // online softmax in registers. The S partial results (O normalised, log-sum-exp) of a head are combined by the
 // block that finishes last (an atomic count per head), so one launch does both steps.
@@ -87,14 +87,14 @@ __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
 
 // The plan of a configuration: Rg row groups of 16 (RP = 16 Rg query rows), Cw consumer warps. Warps split the
 // rows first (WR groups of MT m16 tiles), then the 64 tokens of a stage (WT slices of TW tokens).
-template <int Rg, int Cw, int Stages>
+template <int Rg, int Cw, int Stages, int Pw = 1>
 struct Plan {
   static constexpr int RP = 16 * Rg;
   static constexpr int WR = Rg < Cw ? Rg : Cw;
   static constexpr int WT = Cw / WR;
   static constexpr int MT = Rg / WR;
   static constexpr int TW = TT / WT;
-  static constexpr int THREADS = 32 * (Cw + 1);
+  static constexpr int THREADS = 32 * (Cw + Pw);        // Pw producer warps after the consumers
   static constexpr int RING = Stages * STAGE;
   static constexpr int QBYTES = RP * 256;
   static constexpr int SCRATCH = WT * RP * (D + 2) * 4;     // per token slice: O rows, m, l (reuses ring and Q)
@@ -113,11 +113,12 @@ struct Pages {
 };
 
 // ---- the producer of one stage ------------------------------------------------------------------------------
-// Mode 0: all 32 lanes; lane l copies chunk l%16 of rows l/16, l/16 + 2, ... of K and V.
+// Mode 0: the 32 Pw producer lanes; lane l (0 .. 32 Pw - 1) copies chunk l%16 of rows l/16, l/16 + 2 Pw, ...
+template <int Pw>
 __device__ inline void gather_stage(unsigned char* st, const Pages& pg, int h, int tile, int lane) {
   const int c = lane % 16;
 #pragma unroll 4
-  for (int r = lane / 16; r < TT; r += 2) {
+  for (int r = lane / 16; r < TT; r += 2 * Pw) {
     const int t = tile * TT + r;
     const bool ok = t < pg.L;
     const int page = ok ? __ldg(pg.table + (t >> pg.log2p)) : 0;
@@ -217,11 +218,12 @@ __device__ inline void consume_stage(float (&o)[MT][16][4], float (&m)[MT][2], f
 // (base 2, scaled units), count: [hkv][RB] zeros (left at zero). maps: Mode 1 the K and V pool maps (rows of 128 columns, box
 // 64 x min(P, 64), 128-byte swizzle); Mode 2 one page's K and V maps (P rows), and slots: a global area of
 // 2 * Stages * 64/min(P,64) maps of 128 bytes per block.
-template <int Rg, int Cw, int Stages, int Mode>
+template <int Rg, int Cw, int Stages, int Mode, int Pw = 1>
 __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, TensorMap* slots, const Pages pg,
                              const __nv_bfloat16* q, __nv_bfloat16* out, float* part_o, float* part_lse,
                              unsigned* count, int nq, int group, float scale_log2) {
-  using Pl = Plan<Rg, Cw, Stages>;
+  static_assert(Pw == 1 || Mode == 0, "the TMA producers are one thread");
+  using Pl = Plan<Rg, Cw, Stages, Pw>;
   constexpr int RP = Pl::RP, MT = Pl::MT, TW = Pl::TW;
   extern __shared__ unsigned char raw[];
   unsigned char* smem = align_up<1024>(raw);
@@ -239,7 +241,7 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
 
   if (tid == 0) {
     for (int s = 0; s < Stages; ++s) {
-      mbar::init(&full[s], Mode == 0 ? 32 : 1);   // Mode 0: one arrival per producer lane's copies
+      mbar::init(&full[s], Mode == 0 ? 32 * Pw : 1);   // Mode 0: one arrival per producer lane's copies
       mbar::init(&empty[s], Cw);                  // one arrival per consumer warp
     }
     mbar::fence_init();
@@ -256,12 +258,12 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
 
   float o[MT][16][4], m[MT][2], l[MT][2];
   const int wr = warp / Pl::WT, wt = warp % Pl::WT;
-  if (warp == Cw) {                              // ---- producer warp
+  if (warp >= Cw) {                              // ---- producer warps
     if (Mode == 0) {
       for (int it = 0; it < iters; ++it) {
         const int s = it % Stages;
         if (it >= Stages) mbar::wait(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);
-        gather_stage(smem + s * STAGE, pg, h, tile0 + it, lane);
+        gather_stage<Pw>(smem + s * STAGE, pg, h, tile0 + it, tid - 32 * Cw);
         cp_async_arrive_noinc(&full[s]);
       }
     } else {
@@ -407,19 +409,33 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int x = tid; x < rows * D; x += Pl::THREADS) {
-    const int r = x / D, d = x % D;
+  // The weight of each slice for each row, once, in shared memory (the scratch is free again) ...
+  float* wts = reinterpret_cast<float*>(smem);   // [S][RP]
+  for (int x = tid; x < S * rows; x += Pl::THREADS) wts[(x / rows) * RP + x % rows] = __ldcg(part_lse + ((size_t)hb * S + x / rows) * RP + x % rows);
+  __syncthreads();
+  for (int r = tid; r < rows; r += Pl::THREADS) {
     float mx = NEG_INF;
-    for (int s = 0; s < S; ++s) mx = fmaxf(mx, __ldcg(part_lse + ((size_t)hb * S + s) * RP + r));
+    for (int s = 0; s < S; ++s) mx = fmaxf(mx, wts[s * RP + r]);
     const float base = mx == NEG_INF ? 0.f : mx;
-    float num = 0.f, den = 0.f;
+    float den = 0.f;
+    for (int s = 0; s < S; ++s) den += exp2f(wts[s * RP + r] - base);
+    for (int s = 0; s < S; ++s) wts[s * RP + r] = den > 0.f ? exp2f(wts[s * RP + r] - base) / den : 0.f;
+  }
+  __syncthreads();
+  // ... then 16 bytes of O per thread and slice: S independent loads in flight, not a chain of them.
+  for (int x = tid; x < rows * (D / 4); x += Pl::THREADS) {
+    const int r = x / (D / 4), d = 4 * (x % (D / 4));
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
     for (int s = 0; s < S; ++s) {
-      const float f = exp2f(__ldcg(part_lse + ((size_t)hb * S + s) * RP + r) - base);
-      num += f * __ldcg(part_o + (((size_t)hb * S + s) * RP + r) * D + d);
-      den += f;
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(part_o + (((size_t)hb * S + s) * RP + r) * D + d));
+      const float w = wts[s * RP + r];
+      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
     }
     const int rg = row0 + r;
-    out[((size_t)(rg / group) * hq + h * group + rg % group) * D + d] = __float2bfloat16(den > 0.f ? num / den : 0.f);
+    __nv_bfloat16* o4 = out + ((size_t)(rg / group) * hq + h * group + rg % group) * D + d;
+    *reinterpret_cast<__nv_bfloat162*>(o4) = __floats2bfloat162_rn(acc.x, acc.y);
+    *reinterpret_cast<__nv_bfloat162*>(o4 + 2) = __floats2bfloat162_rn(acc.z, acc.w);
   }
   if (tid == 0) count[hb] = 0;                    // ready for the next launch
 }
