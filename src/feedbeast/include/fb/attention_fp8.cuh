@@ -115,7 +115,7 @@ __device__ inline u32 prmt(u32 a, u32 b, u32 sel) {
 //   stores: lane `nlo` writes its 4 rows in an order rotated by nlo / 2, so the 32 lanes of one store instruction
 //   cover rows of 8 different residues mod 8 (8 swizzled chunks) x 4 words: no bank conflict either.
 // The 32 blocks are split between `warps` warps in contiguous runs; everything that depends only on the lane is
-// computed once, outside the loop over blocks (the loop ran 2.5 times as many instructions when each unit
+// computed once, outside the loop over blocks (102 SASS instructions per unit, against 59 now, when each unit
 // recomputed its addresses from a flat index).
 __device__ inline void transpose_v(const unsigned char* v, unsigned char* vt, unsigned warp, unsigned warps) {
   static_assert(D == 128 && BN == 128, "one SW128 row per key of V and per column of V^T");
