@@ -8,8 +8,8 @@
 //    columns in a thread (pairs 2t, 2t+1 in each 8-column block against runs of four 4t .. 4t+3), but the order of
 //    the keys inside a k32 step is ours to choose, as long as P and V^T agree. The transpose writes the keys of V^T
 //    in the order the accumulator already holds them: each thread packs its own scores, with no shuffle.
-//  - P is scaled by 2^8 before it is rounded to e4m3 (free: the exponent gets + 8) so that probabilities down to
-//    2^-14 keep their 3 mantissa bits instead of falling into e4m3's subnormals below 2^-6.
+//  - P is scaled by 2^8 before it is rounded to e4m3 (free: the exponent gets + 8) so that terms down to 2^-14 of
+//    the row maximum's keep their 3 mantissa bits instead of falling into e4m3's subnormals below 2^-6.
 //
 // PTX ISA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (wgmma.mma_async with .e4m3,
 // "Register Fragments and Shared Memory Matrix Layouts": the k32 A fragment of 8-bit types), "cvt" (.e4m3x2),
