@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
@@ -346,14 +345,7 @@ BUGS = {
 
 
 def planted(tmp: Path, bug: str | None) -> Path:
-    nb = notebook.read(SOLUTION_PATH)
-    for old, new in (BUGS[bug][0] if bug else []):
-        cells = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
-        assert sum(c.source.count(old) for c in cells) == 1, f"{bug}: {old!r} must occur once in the solution"
-        cells[0].source = cells[0].source.replace(old, new)
-    path = tmp / f"09-{bug or 'solution'}.ipynb"
-    nbformat.write(nb, path)
-    return path
+    return notebook.planted(SOLUTION_PATH, BUGS[bug][0] if bug else (), to=tmp / f"09-{bug or 'solution'}.ipynb")
 
 
 def _kinds(rep) -> set:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from feedbeast.course import notebook
@@ -35,14 +34,7 @@ NEEDS_NO_GPU = {"one-scale-for-every-row"}
 
 
 def planted(tmp: Path, bug: str | None) -> Path:
-    nb = notebook.read(SOLUTION_PATH)
-    for old, new in (BUGS[bug] if bug else []):
-        cells = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
-        assert sum(c.source.count(old) for c in cells) == 1, f"{bug}: {old!r} must occur once in the solution"
-        cells[0].source = cells[0].source.replace(old, new)
-    path = tmp / f"10-{bug or 'solution'}.ipynb"
-    nbformat.write(nb, path)
-    return path
+    return notebook.planted(SOLUTION_PATH, BUGS[bug] if bug else (), to=tmp / f"10-{bug or 'solution'}.ipynb")
 
 
 def _numbers_failed(rep) -> bool:
