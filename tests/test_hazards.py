@@ -1016,6 +1016,19 @@ def test_cp_async_mbarrier_arrive_completes_the_copies_on_the_phase(noinc):
     assert r.ok, str(r)
 
 
+def test_the_producers_final_wait_all_does_not_hide_the_phase_that_tracked_its_copies():
+    """Measured on an H100: the producer's cp.async.wait_all at its end came before the consumers' last reads in the
+    trace; their copies stay complete for the waiters of the phase that tracked them."""
+    tr = Trace().init(0, FULL, 1).init(0, EMPTY, 1).sync(0).sync(1)
+    tr.cp_async(0, STAGE).cp_async(0, STAGE + 16).cp_mbar_arrive(0, FULL, True).cp_wait(0, hz.ALL)
+    tr.wait(1, FULL, 0).smem(1, STAGE, 32)
+    r = tr.check(instrumented=True)
+    assert r.ok, str(r)
+    untracked = Trace().init(0, FULL, 1).sync(0).sync(1)
+    untracked.cp_async(0, STAGE).arrive(0, FULL).cp_wait(0, hz.ALL).wait(1, FULL, 0).smem(1, STAGE, 16)
+    assert rules(untracked.check(instrumented=True)) == ["unordered-access"]
+
+
 def test_a_phase_that_does_not_track_the_cp_async_is_found():
     r = cp_mbar_ring(False, arrive=False).check(instrumented=True)
     assert rules(r) == ["unordered-access"], str(r)

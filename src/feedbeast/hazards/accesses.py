@@ -52,14 +52,21 @@ class _Accesses:
     def _ordered(self, a: _Access, t, new: _Access) -> bool:
         """Has access a completed before thread t's current point (where it makes access `new`)? That an async
         operation completed may also be known through a .relaxed arrive, unless `new` reads what it wrote."""
-        d, vc = a.done, self.vc[t]
-        if d is None:
+        if a.done is None:
             return False
+        vc = self.vc[t]
         known = vc if a.generic or a.write and not new.write else np.maximum(vc, self.cc[t])
+        return self._known(a.done, known)
+
+    def _known(self, d, known) -> bool:
+        """Does a clock know the completion d: ("at", thread, time) | ("phase", barrier, phase) | ("any", {thread:
+        time}) | ("either", (completion, ...)) (a cp.async tracked by a barrier's phase and waited for by its thread)?"""
         if d[0] == "phase":
             return known[self.T + d[1]] >= d[2] + 1
         if d[0] == "at":
             return known[d[1]] >= d[2]
+        if d[0] == "either":
+            return any(self._known(x, known) for x in d[1])
         return any(known[v] >= r for v, r in d[1].items())
 
     @staticmethod
@@ -238,8 +245,8 @@ class _Accesses:
         closed, open_ = groups[:-1], groups[-1]
         n = len(closed) if pending is None else max(0, len(closed) - pending)
         for grp in closed[:n] + ([open_] if include_open else []):
-            for a in grp:
-                a.done = ("at", t, now)
+            for a in grp:       # a completion known another way (a barrier's phase) stays known that way too
+                a.done = ("at", t, now) if a.done is None else ("either", (a.done, ("at", t, now)))
         groups[:] = closed[n:] + [[] if include_open else open_]
 
     def _retire_warpgroup(self, groups, pending, t):

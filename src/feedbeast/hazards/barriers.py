@@ -79,8 +79,8 @@ class _Barriers:
         b.fenced[self.T + b.index] = p + 1
         b.done[p] = (b.clock, b.fenced, b.retired)
         b.latest[p % 2] = p
-        for w in b.writes:
-            w.done = ("phase", b.index, p)
+        for w in b.writes:      # (a cp.async its own thread already waited for stays known that way too)
+            w.done = ("phase", b.index, p) if w.done is None else ("either", (w.done, ("phase", b.index, p)))
         b.phase_writes[p] = sorted({(w.start, w.size) for w in b.writes if w.size})
         b.writes = []
         if b.remote:

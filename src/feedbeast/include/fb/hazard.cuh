@@ -128,8 +128,9 @@ __device__ __forceinline__ unsigned map_id(const void* map) {
 // at run time) first calls one of these with its address, its size and the source line of its .loc.
 //   info: bytes per lane (bits 0-15) | write << 16 | shared::cluster address << 17 | ldmatrix/stmatrix count << 20
 // The lanes of a warp at the same instruction whose addresses are base + k * stride (k: the lane's rank among
-// them) record one event for all: a = base, b = bytes, c = flags | stride << 4, d = the lanes' mask. Other
-// patterns (a swizzle) record one event per lane (d = 0). The replay knows each lane's bytes either way.
+// them) record one event for all: a = base, b = bytes, c = flags | stride << 4, d = the lanes' mask. The rows of
+// an ldmatrix/stmatrix in another pattern (padded or swizzled) record one event for their hull: the warp reads or
+// writes them together. Other patterns record one event per lane (d = 0).
 namespace fb {
 namespace hazard {
 __device__ __forceinline__ void access_warp(unsigned addr, unsigned info, unsigned line, unsigned site) {
@@ -152,9 +153,17 @@ __device__ __forceinline__ void access_warp(unsigned addr, unsigned info, unsign
   if (affine) {
     if (lane == first) record(kind, static_cast<int>(line), base, bytes, flags | static_cast<unsigned>(stride) << 4,
                               givers);
-  } else if (gives) {
-    record(kind, static_cast<int>(line), addr, bytes, flags, 0u);
+    return;
   }
+#if __CUDA_ARCH__ >= 800
+  if (n != 0u) {    // ldmatrix/stmatrix: every lane's fragment comes from rows other lanes name: one event, their hull
+    const unsigned lo = __reduce_min_sync(group, gives ? addr : 0xffffffffu);
+    const unsigned hi = __reduce_max_sync(group, gives ? addr + bytes : 0u);
+    if (lane == first) record(kind, static_cast<int>(line), lo, hi - lo, flags, 0u);
+    return;
+  }
+#endif
+  if (gives) record(kind, static_cast<int>(line), addr, bytes, flags, 0u);
 }
 }  // namespace hazard
 }  // namespace fb
