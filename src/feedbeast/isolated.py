@@ -15,6 +15,12 @@ raised there (BarrierTimeout, KernelFault, CheckFailed, ...) is raised here with
 
 Under `make sanitize` nothing runs and a Skipped is returned: compute-sanitizer follows child processes,
 so the deliberate hang or fault would be counted as a report against the notebook.
+
+The one child-process runner of the toolkit is `runner_command(values, code=None)`: a context manager giving the
+command line of a Python process that binds `values` (pickled, through a file), imports `fb` and `np`, runs `code`
+(through a file when given, else stdin) and reports a feedbeast error as `__FB_ERROR__` and exit status 3.
+fb.isolated runs it as it is, racecheck under compute-sanitizer, fb.profile under Nsight Compute; a tool that must
+run code in another process puts its own program in front of that command line (with child_env()).
 """
 from __future__ import annotations
 
