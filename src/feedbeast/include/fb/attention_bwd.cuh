@@ -87,14 +87,12 @@ __device__ inline void gemm_dq(float (&dq)[D / 4], const unsigned char* ds, cons
 }
 
 // ---- shared memory and the query tiles -----------------------------------------------------------------------
-// K and V of the key block (128 rows); NST stages of the query tile: Q and dO (64 rows each) and the rows'
-// statistics (L log2 e and D, a float2 per row); dS^T (128 x 64 bf16); two fp32 dQ tiles (64 x D) for the TMA
-// reduce to read from while the next one is written. Tiles 1024-byte aligned (128-byte swizzle).
+// K and V of the key block (128 rows), NST stages of the query tile's Q and dO (64 rows), dS^T (128 x 64 bf16),
+// and for the TMA reduce the fp32 dQ tile (64 x D) it reads from. All 1024-byte aligned (128-byte swizzle).
 template <int D, int NST> struct Plan {
-  static constexpr int KV = 128 * D * 2, QT = 64 * D * 2, ST = 64 * 8;
+  static constexpr int KV = 128 * D * 2, QT = 64 * D * 2;
   static constexpr int K_OFF = 0, V_OFF = KV, Q_OFF = 2 * KV, DO_OFF = Q_OFF + NST * QT, DS_OFF = DO_OFF + NST * QT;
-  static constexpr int DQ_OFF = DS_OFF + 128 * 64 * 2, ST_OFF = DQ_OFF + 2 * 64 * D * 4;
-  static constexpr int BYTES = ST_OFF + NST * ST + 1024;
+  static constexpr int DQ_OFF = DS_OFF + 128 * 64 * 2, BYTES = DQ_OFF + 64 * D * 4 + 1024;
 };
 
 // The byte where the 128-byte swizzle puts byte `b` (< 128) of row `r` of a 1024-aligned tile of 128-byte rows
@@ -102,37 +100,35 @@ template <int D, int NST> struct Plan {
 __device__ inline int swizzled(int r, int b) { return r * 128 + ((((b >> 4) ^ r) & 7) << 4) + (b & 15); }
 
 // This thread's elements of a 64 x 64 transposed score tile (rows: keys, columns: queries): element i is at key
-// row 16 w + lane / 4 + 8 ((i % 4) / 2) of the warpgroup's 64, query column 8 (i / 4) + 2 t + (i % 2), so
-// columns 8 j + 2 t and 8 j + 2 t + 1 need the statistics (L log2 e, D) of two neighbouring rows: one float4.
-__device__ inline float4 row_pair(const float2* stats, int j) {
-  return *reinterpret_cast<const float4*>(stats + 8 * j + 2 * (threadIdx.x % 4));
-}
-
-// P^T = 2^(S^T scale log2 e - L log2 e), 0 where masked (only warps with `edge` test: key0 is the warp's first key).
-__device__ inline void probabilities(float (&s)[32], const float2* stats, int key0, int q0, int seq, float scale_log2,
-                                     bool causal, bool edge) {
+// row 16 w + lane / 4 + 8 ((i % 4) / 2) of the warpgroup's 64, query column 8 (i / 4) + 2 t + (i % 2).
+// P^T = 2^(S^T scale log2 e - L log2 e), 0 where masked; dS^T = P^T (dP^T - D). lse2 and dlt hold L log2 e and D
+// of this thread's 16 query columns (pairs: cols 8 j + 2 t, + 1).
+__device__ inline void softmax_grad(float (&s)[32], float (&dp)[32], const float (&lse2)[16], const float (&dlt)[16],
+                                    int key0, int q0, int seq, float scale_log2, bool causal, bool edge) {
   const int lane = threadIdx.x % 32, t = lane % 4;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float4 st = row_pair(stats, j);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 4 * j + e, key = key0 + lane / 4 + 8 * (e / 2), q = q0 + 8 * j + 2 * t + (e % 2);
-      float p = fa::exp2_approx(fmaf(s[i], scale_log2, -(e % 2 ? st.z : st.x)));
-      if (edge && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
-      s[i] = p;
-    }
+  for (int i = 0; i < 32; ++i) {
+    const int key = key0 + lane / 4 + 8 * ((i % 4) / 2), q = q0 + 8 * (i / 4) + 2 * t + (i % 2);
+    const int c = 2 * (i / 4) + (i % 2);
+    float p = fa::exp2_approx(fmaf(s[i], scale_log2, -lse2[c]));
+    if (edge && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
+    s[i] = p;
+    dp[i] = p * (dp[i] - dlt[c]);
   }
 }
 
-// dS^T = P^T (dP^T - D), in place of dP^T.
-__device__ inline void score_grads(float (&dp)[32], const float (&p)[32], const float2* stats) {
+// L log2 e and D of the 16 query columns this thread's elements cover (0 past the end: those columns are masked).
+__device__ inline void row_stats(float (&lse2)[16], float (&dlt)[16], const float* lse, const float* delta, int q0,
+                                 int seq) {
+  const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float4 st = row_pair(stats, j);
+  for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dp[4 * j + e] = p[4 * j + e] * (dp[4 * j + e] - (e % 2 ? st.w : st.y));
-  }
+    for (int e = 0; e < 2; ++e) {
+      const int q = q0 + 8 * j + 2 * t + e;
+      lse2[2 * j + e] = q < seq ? lse[q] * 1.4426950408889634f : 0.f;
+      dlt[2 * j + e] = q < seq ? delta[q] : 0.f;
+    }
 }
 
 // dS^T of warpgroup w's 64 keys, as the bf16 pairs fa::p_fragments packed (pair i, i + 1 of the accumulator is
