@@ -10,6 +10,8 @@ import numpy as np
 from .report import Violation
 from .trace import CP_ASYNC, SMEM_WINDOW, Event
 
+PAGE_BITS = 8       # accesses are filed by 256-byte page: a 16-byte copy is checked against its page's entries only
+
 
 @dataclasses.dataclass
 class _Access:
@@ -26,13 +28,12 @@ class _Access:
     dead: bool = False   # replaced by a later write of its bytes
     lanes: tuple = ()    # a warp's access: ((thread, start), ...) per lane, `size` bytes each; () for one thread
 
-    @property
-    def lo(self):
-        return min(s for _, s in self.lanes) if self.lanes else self.start
+    lo: int = 0          # the hull of its bytes, [lo, hi)
+    hi: int = 0
 
-    @property
-    def hi(self):
-        return (max(s for _, s in self.lanes) if self.lanes else self.start) + self.size
+    def __post_init__(self):
+        starts = [s for _, s in self.lanes] or [self.start]
+        self.lo, self.hi = min(starts), max(starts) + self.size
 
     def meet(self, start, end) -> set:
         """The threads whose bytes of this access meet [start, end)."""
@@ -47,7 +48,7 @@ class _Accesses:
 
     @staticmethod
     def _pages(rank, start, size):
-        return [(rank, p) for p in range(start >> 10, ((start + max(size, 1) - 1) >> 10) + 1)]
+        return [(rank, p) for p in range(start >> PAGE_BITS, ((start + max(size, 1) - 1) >> PAGE_BITS) + 1)]
 
     def _ordered(self, a: _Access, t, new: _Access) -> bool:
         """Has access a completed before thread t's current point (where it makes access `new`)? That an async
@@ -145,6 +146,7 @@ class _Accesses:
         have = set(self._pages(rank, old.start, old.size))
         old.start = min(old.start, a.start)
         old.size = end - old.start
+        old.lo, old.hi = old.start, end
         old.time, old.done, old.ev = a.time, a.done, a.ev
         for page in pages:
             if page not in have:

@@ -43,8 +43,8 @@ class _Cluster(_Accesses, _Barriers):
         self.instance_no = defaultdict(int)
         self.groups = defaultdict(lambda: [[]])      # (kind, owner) -> groups, the open one last
         self.wg_retired = {}                         # (id of a warpgroup's groups, thread) -> groups it retired
-        self.reads = defaultdict(list)               # (rank, 1 KB page) -> read accesses
-        self.writes = defaultdict(list)              # (rank, 1 KB page) -> write accesses
+        self.reads = defaultdict(list)               # (rank, 256 B page) -> read accesses
+        self.writes = defaultdict(list)              # (rank, 256 B page) -> write accesses
         self.last_seen = {}         # (thread, barrier) -> phase last observed
         self.implicit = {}          # thread -> [(wait event, rank, ranges, time)]: reads assumed after waits
         self.instrumented = instrumented    # every shared-memory access is in the trace: nothing is assumed
@@ -53,7 +53,7 @@ class _Cluster(_Accesses, _Barriers):
         self.untraced = set()       # barriers used but not initialised through fb::mbar::init
         self.unknown_maps = set()   # tensor-map ids that match no tensor-map argument of the launch
         self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
-        self.async_pages = set()    # (rank, 1 KB page) that bulk/TMA copies write
+        self.async_pages = set()    # (rank, 256 B page) that bulk/TMA copies write
         self.wg_fenced = set()      # warpgroups (rank, index) that executed a wgmma.fence
 
     # ---- clocks
