@@ -103,8 +103,7 @@ struct Plan {
   static_assert(SCRATCH <= RING + QBYTES, "the combine scratch reuses the ring and Q");
 };
 
-// Where the producer's pages come from: the pool pointers (Mode 0), the pool's tensor maps (Mode 1), or the
-// per-page template maps and each block's global slots for them (Mode 2).
+// The pool and the page table as every producer sees them (the tensor maps of Modes 1 and 2 are separate arguments).
 struct Pages {
   const __nv_bfloat16* k;
   const __nv_bfloat16* v;
@@ -130,7 +129,7 @@ __device__ inline void gather_stage(unsigned char* st, const Pages& pg, int h, i
   }
 }
 
-// Mode 1 and 2: the stage's pieces (boxes of BR = min(P, 64) rows) up to L. Returns the bytes requested.
+// Mode 1 and 2: how many boxes of BR = min(P, 64) rows the stage needs to cover its tokens below L.
 __device__ inline int piece_count(const Pages& pg, int tile) {
   const int br = pg.log2p < 6 ? 1 << pg.log2p : TT;
   const int left = pg.L - tile * TT;
