@@ -213,6 +213,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
       mbar::wait(&full[s], (it / Stages) & 1, "full", s);
       const u32 w = smem_addr(smem + s * Sh::STAGE);
       Math::template stage<Tok>(acc, w, w + Sh::W_BYTES, warp, lane);
+      fence_proxy_async();           // this lane's ldmatrix reads (generic proxy) before the TMA refill (async proxy)
       __syncwarp();
       if (lane == 0) mbar::arrive(&empty[s]);
     }
