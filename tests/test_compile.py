@@ -236,7 +236,8 @@ def test_ptxas_performance_notes_are_reported_as_warnings():
 def test_debug_waits_are_longer_under_a_sanitizer(monkeypatch):
     src = '#include <fb/debug.cuh>\nextern "C" __global__ void k(unsigned long long* t) { t[0] = FB_WAIT_TIMEOUT_NS; }\n'
     plain = fb.compile(src, "sm_90a", debug=True, defines={"FB_WAIT_TIMEOUT_NS": "500000000ull"})
-    monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
+    from feedbeast import hooks
+    monkeypatch.setattr(hooks.mode, "sanitizer", True)      # what make sanitize's runner sets
     slow = fb.compile(src, "sm_90a", debug=True, defines={"FB_WAIT_TIMEOUT_NS": "500000000ull"})
     assert plain.cubin != slow.cubin
 

@@ -129,8 +129,10 @@ BUGS = {
                                  "elements of the row\n", "")], gpu={WRONG}),
         # Stage off by one: tile j is read from the slot just being refilled (ahead % STAGES), which holds
         # tile j - 1 or, once the refill lands, tile j + 2: never tile j.
+        # The hazard build, which records every shared-memory read, sees the read of a cp.async destination
+        # before its wait (unordered-access) before the numbers come out wrong.
         "reads-the-refill-stage": Bug([("slots + (j % STAGES) * TILE_F", "slots + (ahead % STAGES) * TILE_F")],
-                                      gpu={WRONG}),
+                                      gpu={WRONG, HAZARD}),
     },
     "04": {
         # Wrong arrival count: one arrival per warp (lane 0) where empty[s] expects one per consumer thread:
@@ -161,8 +163,10 @@ BUGS = {
                                    gpu={SASS, HAZARD}, cpu=FENCE_PLACE, says=FENCE_PLACE),
         # Count too low: empty[s] expects one warp's arrivals where every consumer thread arrives. Each phase
         # completes after the first 32 arrivals; the others land in later phases they knew nothing of.
+        # More arrivals than the count is undefined (PTX ISA, mbarrier: the pending count must not go below zero);
+        # on an H100 the instrumented hazard build of this one faults (a launch failure) before its trace is read.
         "empty-count-too-low": Bug([("fb::mbar::init(&b.empty[s], 32 * GROUP);", "fb::mbar::init(&b.empty[s], 32);")],
-                                   gpu={HAZARD}, rule="arrival-count", hangs=True),
+                                   gpu={HAZARD, FAULT}, rule="arrival-count", hangs=True),
     },
     "05": {
         # Coordinates outermost first (row, column) instead of innermost first: the wrong boxes are moved.
@@ -503,7 +507,7 @@ def _fails_on_gpu(rep, lab, bug):
     got = _kinds(rep, lab)
     assert got & spec.gpu, (f"expected a failure of kind {sorted(spec.gpu)}, "
                             f"got {sorted(got) or 'none recognised'}:\n{rep}")
-    if spec.rule:
+    if spec.rule and HAZARD in got:
         assert any(spec.rule in f for f in _failures(rep)), \
             f"a race of the async proxy must be rejected naming the rule {spec.rule!r}:\n{rep}"
     if spec.says:

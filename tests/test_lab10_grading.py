@@ -7,6 +7,8 @@ mistakes, whose SASS looks right, fail on the numbers (float64 of the dequantize
 """
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from pathlib import Path
 
 import pytest
@@ -41,34 +43,41 @@ def _numbers_failed(rep) -> bool:
     return any(o.name.startswith(("gemv_fp8", "quantize")) or "CheckFailed" in f"{o.message}" for o in rep.failed)
 
 
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """{bug or None: Report}: the solution and every planted variant, graded once, side by side (each grading
+    runs its checks in child processes, so threads overlap them)."""
+    from feedbeast.course import grade
+    tmp = tmp_path_factory.mktemp("lab10")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(5, os.cpu_count() or 1))) as pool:
+        futures = {bug: pool.submit(grade.grade, planted(tmp, bug), timeout=600) for bug in [None, *BUGS]}
+        return {bug: f.result() for bug, f in futures.items()}
+
+
 @pytest.mark.parametrize("bug", list(BUGS))
 def test_lab_bug_replacements_match_the_solution_once(tmp_path, bug):
     planted(tmp_path, bug)
 
 
-def test_solution_fails_nothing(tmp_path):
+def test_solution_fails_nothing(graded):
     # ok on a Hopper GPU; elsewhere partial, the launches skipped by name and nothing failed.
-    from feedbeast.course import grade
-    rep = grade.grade(planted(tmp_path, None), timeout=600)
+    rep = graded[None]
     assert not rep.failed and rep.status in ("ok", "partial"), str(rep)
     assert any(o.name.startswith("quantize") for o in rep.passed), str(rep)
 
 
 @pytest.mark.parametrize("bug", sorted(NEEDS_NO_GPU))
-def test_quantization_bug_fails_without_a_gpu(tmp_path, bug):
-    from feedbeast.course import grade
-    rep = grade.grade(planted(tmp_path, bug), timeout=600)
+def test_quantization_bug_fails_without_a_gpu(graded, bug):
+    rep = graded[bug]
     assert rep.failed and _numbers_failed(rep), str(rep)
 
 
-def test_gpu_solution_runs_the_kernel_checks(gpu90, tmp_path):
-    from feedbeast.course import grade
-    rep = grade.grade(planted(tmp_path, None), timeout=600)
+def test_gpu_solution_runs_the_kernel_checks(gpu90, graded):
+    rep = graded[None]
     assert rep.status == "ok" and any(o.name.startswith("gemv_fp8") for o in rep.passed), str(rep)
 
 
 @pytest.mark.parametrize("bug", sorted(set(BUGS) - NEEDS_NO_GPU))
-def test_gpu_lab_bug_fails_grading(gpu90, tmp_path, bug):
-    from feedbeast.course import grade
-    rep = grade.grade(planted(tmp_path, bug), timeout=600)
+def test_gpu_lab_bug_fails_grading(gpu90, graded, bug):
+    rep = graded[bug]
     assert rep.failed and _numbers_failed(rep), f"{bug}: not rejected on the numbers:\n{rep}"

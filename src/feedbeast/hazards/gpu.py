@@ -187,7 +187,10 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     readings = _map_readings(args, getattr(k, "params", None), {e.b for e in events if e.kind in (TMA_LOAD, TMA_STORE)},
                              hashes)
     meta = dict(threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, kernel=kernel.name,
-                source=mod.source, module_name=mod.name, dropped=max(0, count - capacity), truncated=bool(gave_up[0]),
+                source=mod.source, module_name=mod.name, dropped=max(0, count - capacity),
+                # a wait gave up, or the buffer filled: the trace is a prefix, and what is pending at its end is
+                # not pending at exit (no end-of-kernel rules)
+                truncated=bool(gave_up[0]) or count > capacity,
                 instrumented=bool(getattr(mod, "_instrumented", None)),
                 geometry={str(a): list(g) for a, g in _map_geometry(args, hashes).items()})
     report = _check_readings(events, readings, **meta)
