@@ -221,7 +221,8 @@ def _verdict(kernel, grid, block, report):
     """Print the check's line; raise HazardFound, or record the pass (or the launch not checkable) for grading."""
     secs = "".join(f", {k} {v:.2f} s" for k, v in report.seconds.items())
     print(f"hazard check: {kernel.name} grid {grid} block {block}: {len(report.violations)} violation(s) in "
-          f"{report.events} events" + (f"; not checked: {report.unchecked}" if report.unchecked else "")
+          f"{report.events} events" + (f"; not checked: {report.unchecked or report.partly}"
+                                       if report.unchecked or report.partly else "")
           + (f" ({secs[2:]})" if secs else ""), flush=True)
     if os.environ.get("FEEDBEAST_HAZARDS") == "report":
         if not report.ok:
@@ -232,7 +233,8 @@ def _verdict(kernel, grid, block, report):
     if report.unchecked:     # what grading reads: a part the checker could not follow is not a pass
         verdicts.skipped(what, f"{where}: not checked: {report.unchecked}")
     else:
-        verdicts.passed(what, f"{where}: 0 violations in {report.events} events")
+        verdicts.passed(what, f"{where}: 0 violations in {report.events} events"
+                        + (f"; not checked: {report.partly}" if report.partly else ""))
 
 
 def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):

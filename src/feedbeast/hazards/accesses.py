@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from .report import Violation
-from .trace import CP_ASYNC, SMEM_WINDOW, Event
+from .trace import BULK_REDUCE, CP_ASYNC, SMEM_WINDOW, Event
 
 PAGE_BITS = 8       # accesses are filed by 256-byte page: a 16-byte copy is checked against its page's entries only
 
@@ -27,6 +27,7 @@ class _Access:
     plain: bool = False  # an ordinary load or store (marked or assumed): two of them are racecheck's business
     dead: bool = False   # replaced by a later write of its bytes
     lanes: tuple = ()    # a warp's access: ((thread, start), ...) per lane, `size` bytes each; () for one thread
+    peer: bool = False   # through .shared::cluster into another CTA's shared memory (DSMEM)
 
     lo: int = 0          # the hull of its bytes, [lo, hi)
     hi: int = 0
@@ -77,7 +78,7 @@ class _Accesses:
             return {(u, new.t) for u in old.meet(new.start, new.start + new.size)}
         return {(u, v) for v, s in new.lanes for u in old.meet(s, s + new.size)}
 
-    def access(self, t, ev, rank, start, size, write, generic, done=None, what="", plain=False, lanes=()):
+    def access(self, t, ev, rank, start, size, write, generic, done=None, what="", plain=False, lanes=(), peer=False):
         vc = self.clock(t)
         if lanes:       # one event for a warp's lanes: start and size are their hull; each lane has `size` bytes
             lo, hi = min(s for _, s in lanes), max(s for _, s in lanes) + size
@@ -87,10 +88,11 @@ class _Accesses:
             pages = self._pages(rank, start, size)
         if not generic and write:
             self.async_pages.update(pages)
-        elif generic and not self.async_pages.isdisjoint(pages):
+        elif generic and (peer or not self.async_pages.isdisjoint(pages)):
             self.touched.add(t)
-        a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain, lanes=lanes)
-        mergeable = plain and not write and not lanes
+        a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain, lanes=lanes,
+                    peer=peer)
+        mergeable = plain and not write and not lanes and not peer
         seen = set()
         for table in ((self.reads, self.writes) if write else (self.writes,)):
             for key in pages:
@@ -98,8 +100,8 @@ class _Accesses:
                     if id(old) in seen or old.hi <= lo or hi <= old.lo:
                         continue
                     seen.add(id(old))
-                    if old.plain and plain:
-                        continue        # two ordinary accesses: compute-sanitizer racecheck's business
+                    if old.plain and plain and not (old.peer or peer):
+                        continue        # two ordinary accesses of one CTA: compute-sanitizer racecheck's business
                     pairs = self._pairs(old, a) if old.lanes or lanes else {(old.t, t)}
                     if not pairs:
                         continue
@@ -173,6 +175,10 @@ class _Accesses:
                     hint = (": the cp.async that wrote it had not been waited for (cp.async.wait_group)"
                             if old.done is None else ": the cp.async that wrote it is complete only for the thread "
                             "that waited for it: a barrier after that wait must come before this access")
+                elif old.peer or new.peer:
+                    hint = (": one of them reaches another CTA's shared memory (.shared::cluster), and no "
+                            "barrier.cluster arrive.release / wait.acquire, or mbarrier release/acquire at cluster "
+                            "scope, orders the two")
                 elif not old.write and old.plain and new.write:
                     hint = ": the read is not ordered before this write (a release arrive or barrier before the read?)"
                 self.violate(Violation("unordered-access", f"{what} of [{new.start:#x}, +{new.size}){hint}",
@@ -211,14 +217,36 @@ class _Accesses:
         if box is None:
             return
         (arr, (r0, r1, c0, c1)) = box
+        ptr, stride, esize = arr
         for w in self.global_writes:
-            wr0, wr1, wc0, wc1 = w[3]
-            if w[2] != arr or r1 <= wr0 or wr1 <= r0 or c1 <= wc0 or wc1 <= c0:
-                continue
+            if w[2] == ("linear",):     # a TMA reduce: global bytes [lo, hi)
+                lo, hi = w[3]
+                if not any(ptr + r * stride + c0 * esize < hi and lo < ptr + r * stride + c1 * esize
+                           for r in range(r0, r1)):
+                    continue
+            else:
+                wr0, wr1, wc0, wc1 = w[3]
+                if w[2] != arr or r1 <= wr0 or wr1 <= r0 or c1 <= wc0 or wc1 <= c0:
+                    continue
             if w[4] is None or self.vc[t][w[1]] < w[4]:
-                self.violate(Violation("bulk-store-in-flight", "this TMA load reads global memory that a TMA store "
-                                       "wrote, and no cp.async.bulk.wait_group (without .read) of the store's thread, "
-                                       "ordered before this load, completed it", ev, w[0]))
+                self.violate(Violation("bulk-store-in-flight", "this TMA load reads global memory that a TMA "
+                                       f"{'reduce' if w[0].kind == BULK_REDUCE else 'store'} wrote, and no "
+                                       "cp.async.bulk.wait_group (without .read) of its thread, ordered before this "
+                                       "load, completed it", ev, w[0]))
+
+    def peer_at_exit(self):
+        """A CTA's shared memory is released when it exits: every access of it by a peer CTA must be ordered
+        before the exit of at least one of its threads (then before the CTA's), e.g. by a barrier.cluster at the end."""
+        by_rank = {}
+        for u in self.vc:
+            by_rank.setdefault(u // self.tpb, []).append(u)
+        for a, target in self.peer_accesses:
+            owners = by_rank.get(target, ())
+            if owners and not any(self.vc[u][a.t] >= a.time for u in owners):
+                self.violate(Violation("peer-access-at-exit", f"the {a.what} of CTA rank {target}'s "
+                                       f"[{a.start:#x}, +{a.size}) is not ordered before that CTA exits (no "
+                                       "barrier.cluster arrive.release / wait.acquire after it in both CTAs)", a.ev,
+                                       None))
 
     def map_bytes(self, ev):
         """Box bytes of the tensor map an event names (its id: a hash of the map's 128 bytes)."""

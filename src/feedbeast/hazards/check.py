@@ -28,7 +28,7 @@ def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geom
         cl.step(ev, rank)
     now[0] = (1, order)
     cl.finish(truncated)
-    return found, (cl.untraced, cl.unknown_maps)
+    return found, (cl.untraced, cl.unknown_maps, cl.griddep)
 
 
 _JOBS = None            # the clusters of the replay under way, for the forked workers (not pickled to them)
@@ -119,6 +119,14 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
                      f"(shared addresses {', '.join(hex(a) for a in sorted(untraced))}): a cuda::barrier or raw PTX "
                      "the trace does not see, or a missing init")
         violations = []
+    griddep = set().union(*(u[2] for _, u in results)) if results else set()
+    partly = ""
+    if griddep and not unchecked:
+        # PTX ISA: griddepcontrol: the order it sets is between this grid and the one before or after it in the
+        # stream; a trace holds one launch, so a read of the previous grid's output, or a write it still reads, is
+        # beyond it
+        partly = (f"the order across launches that {' and '.join(sorted(griddep))} set (programmatic dependent "
+                  "launch): one launch's trace cannot see the other grid's accesses")
     blocks = {ev.block for ev in events}
     # one report per distinct (rule, lines): the same bug repeats in every lap and every thread
     uniq, seen = [], set()
@@ -127,6 +135,6 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
         if key not in seen:
             seen.add(key)
             uniq.append(v)
-    return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks), unchecked)
+    return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks), unchecked, partly=partly)
 
 

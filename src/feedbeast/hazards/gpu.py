@@ -14,7 +14,8 @@ from .check import check
 from .maps import _check_readings, _map_geometry, _map_readings
 from .report import Report, Violation
 from .source import unmodeled
-from .trace import TMA_LOAD, TMA_MAP, TMA_STORE, WGMMA_READ, WORDS, Event, _name4, decode
+from .trace import (TENSORMAP_REPLACE, TMA_LOAD, TMA_MAP, TMA_STORE, WGMMA_READ, WORDS, Event, _name4,
+                    decode)
 
 DEFAULT_CAPACITY = 1 << 22          # events (128 MiB of trace)
 
@@ -184,8 +185,13 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     t2 = time.perf_counter()
     events = decode(words)
     hashes = {e.a: e.b for e in events if e.kind == TMA_MAP}
+    all_hashes = {}     # a map rewritten in place on the device has several contents over the launch
+    for e in events:
+        if e.kind == TMA_MAP:
+            all_hashes.setdefault(e.a, set()).add(e.b)
+    derived = {(e.b, e.c) for e in events if e.kind == TENSORMAP_REPLACE}
     readings = _map_readings(args, getattr(k, "params", None), {e.b for e in events if e.kind in (TMA_LOAD, TMA_STORE)},
-                             hashes)
+                             all_hashes, derived)
     meta = dict(threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, kernel=kernel.name,
                 source=mod.source, module_name=mod.name, dropped=max(0, count - capacity),
                 # a wait gave up, or the buffer filled: the trace is a prefix, and what is pending at its end is

@@ -20,27 +20,39 @@ def map_id(raw: bytes) -> int:
     return h
 
 
-def _map_readings(args, params=None, recorded=(), hashes=None) -> list:
+def _map_readings(args, params=None, recorded=(), hashes=None, derived=()) -> list:
     """{map id: box bytes} for the launch's tensor-map arguments: one reading, or one per way of resolving ids that
     several maps with different boxes share (then every reading is checked and each one's violations reported:
     the reading that would hide an expect_tx bug is never chosen over the one that shows it).
 
     `recorded`: the map ids (addresses) of the trace's TMA events; `hashes`: {address: hash of the bytes there}, from
-    its tma.map events. A recorded address whose bytes match no argument is matched by parameter offsets (`params`:
+    its tma.map events (or {address: set of hashes}, a map rewritten in place); `derived`: (hash before, hash after)
+    of each tensormap.replace of a map's global address, which keeps its box. A recorded address whose bytes match no argument is matched by parameter offsets (`params`:
     the kernel's [(offset, size)]): every consistent match is a reading of its own."""
     from ..tensormap import TensorMap
     by_id = defaultdict(set)
     for a in args:
         if isinstance(a, TensorMap) and a.raw:
             by_id[map_id(a.raw)].add(a.box_bytes)
+    grew = bool(derived)
+    while grew:         # chains of rewrites (a map rewritten again): until nothing new is learnt
+        grew = False
+        for before, after in derived:
+            if by_id.get(before) and not by_id[before] <= by_id[after]:
+                by_id[after] |= by_id[before]
+                grew = True
     readings = [{}]
     hashes = hashes or {}
+
+    def sizes_at(addr):
+        h = hashes.get(addr)
+        return set().union(*(by_id.get(x, set()) for x in h)) if isinstance(h, (set, frozenset)) else by_id.get(h)
     if recorded:        # a trace: its ids are addresses, named by the hash of the bytes found there
         for addr in sorted(recorded):
-            sizes = by_id.get(hashes.get(addr))
+            sizes = sizes_at(addr)
             if sizes:
                 readings = [{**r, addr: n} for r in readings for n in sorted(sizes)]
-        unknown = sorted(a for a in recorded if not by_id.get(hashes.get(a)))
+        unknown = sorted(a for a in recorded if not sizes_at(a))
     else:
         for mid, sizes in by_id.items():
             readings = [{**r, mid: n} for r in readings for n in sorted(sizes)]
@@ -77,6 +89,7 @@ def _check_readings(events, readings, **meta) -> Report:
         seen = {(v.rule, v.second.index) for v in first.violations}
         first.violations += [v for v in r.violations if (v.rule, v.second.index) not in seen]
         first.unchecked = first.unchecked or r.unchecked
+        first.partly = first.partly or r.partly
     return first
 
 

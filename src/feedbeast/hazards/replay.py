@@ -10,7 +10,9 @@ import numpy as np
 from .accesses import _Accesses
 from .barriers import _Barriers
 from .report import Violation
-from .trace import (ALL, BAR_SYNC, BULK_COMMIT, BULK_LOAD, BULK_WAIT, BULK_WAIT_READ, CLUSTER_SYNC, CP_ASYNC,
+from .trace import (ALL, BAR_SYNC, BULK_COMMIT, BULK_LOAD, BULK_REDUCE, BULK_WAIT, BULK_WAIT_READ, CLUSTER_SYNC,
+                    CP_ASYNC, FENCE_TENSORMAP_ACQUIRE, FENCE_TENSORMAP_RELEASE, GRIDDEP_LAUNCH, GRIDDEP_WAIT,
+                    TENSORMAP_PUBLISH, TENSORMAP_REPLACE,
                     CP_COMMIT, CP_MBAR_ARRIVE, CP_WAIT, FENCE_PROXY_ASYNC, GENERIC_READ, GENERIC_WRITE, MBAR_ARRIVE,
                     MBAR_EXPECT_TX, MBAR_INIT, MBAR_WAIT, SMEM_READ, SMEM_WINDOW, SMEM_WRITE, SYNCWARP, TC_COMMIT,
                     TC_MMA, TMA_COORDS, TMA_LOAD, TMA_STORE, WGMMA_COMMIT, WGMMA_FENCE, WGMMA_READ, WGMMA_WAIT, Event)
@@ -55,6 +57,11 @@ class _Cluster(_Accesses, _Barriers):
         self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
         self.async_pages = set()    # (rank, 256 B page) that bulk/TMA copies write
         self.wg_fenced = set()      # warpgroups (rank, index) that executed a wgmma.fence
+        self.peer_accesses = []     # (access, target rank): ld/st/atom/red.shared::cluster of another CTA's memory
+        self.tmap_writes = {}       # map address (low 32 bits) -> (event, thread, time) of its last write in memory
+        self.tmap_released = defaultdict(list)   # thread -> its times at fence.proxy.tensormap::generic.release
+        self.tmap_acquired = {}     # (thread, map address) -> its clock at fence.proxy.tensormap::generic.acquire
+        self.griddep = set()        # griddepcontrol instructions seen: their order is between launches
 
     # ---- clocks
     def _grow(self, need):
@@ -96,7 +103,9 @@ class _Cluster(_Accesses, _Barriers):
         # .shared::cluster it sits in: 0x1000400 in rank 1 for offset 0x400). Offsets are what CTAs share.
         # An ld/st.shared::cluster names its CTA in those bits.
         target = ev.a // SMEM_WINDOW if ev.kind in (SMEM_READ, SMEM_WRITE) and ev.c & 1 else rank
-        if ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
+        if ev.kind in _GLOBAL_A:
+            pass        # a is a tensor map's global address, not a shared one
+        elif ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
             ev = ev._replace(a=ev.a % SMEM_WINDOW, c=ev.c % SMEM_WINDOW if ev.kind in (BULK_LOAD, TMA_LOAD) else ev.c)
         t = rank * self.tpb + ev.thread
         if t in self.pending_sync:          # the thread is past its barrier: the barrier completed
@@ -132,6 +141,8 @@ class _Cluster(_Accesses, _Barriers):
 
     # bulk and TMA copies: async-proxy writes completing on a barrier's phase, stores reading shared memory
     def _load(self, t, rank, ev, _):
+        if ev.kind == TMA_LOAD and self.tmap_writes:
+            self.check_tensormap(t, ev)
         if ev.kind == TMA_LOAD and self.global_writes:
             self.check_global_read(t, ev)
         size = ev.b if ev.kind == BULK_LOAD else self.map_bytes(ev)
@@ -145,6 +156,8 @@ class _Cluster(_Accesses, _Barriers):
         self.coords[t] = (ev.a - (1 << 32) if ev.a >= 1 << 31 else ev.a, ev.b - (1 << 32) if ev.b >= 1 << 31 else ev.b)
 
     def _store(self, t, rank, ev, _):
+        if self.tmap_writes:
+            self.check_tensormap(t, ev)
         box = self.box_rect(t, ev)
         if box is not None:
             w = [ev, t, box[0], box[1], None]
@@ -153,6 +166,58 @@ class _Cluster(_Accesses, _Barriers):
         size = self.map_bytes(ev)
         self.groups[("bulk", t)][-1].append(self.access(t, ev, rank, ev.a, size, False, False,
                                                         what="TMA store's read"))
+
+    def _reduce(self, t, rank, ev, _):
+        # cp.reduce.async.bulk: like a bulk store, its source is read by the async proxy until the issuer's
+        # cp.async.bulk.wait_group.read, and its global writes complete at cp.async.bulk.wait_group (PTX ISA:
+        # cp.reduce.async.bulk, cp.async.bulk.wait_group)
+        lo = ev.c | ev.d << 32
+        w = [ev, t, ("linear",), (lo, lo + ev.b), None]
+        self.global_writes.append(w)
+        self.groups[("bulk-global", t)][-1].append(w)
+        self.groups[("bulk", t)][-1].append(self.access(t, ev, rank, ev.a, ev.b, False, False,
+                                                        what="TMA reduce's read"))
+
+    # the tensormap proxy: a map written in memory and used by a TMA copy (PTX ISA: tensormap.replace,
+    # tensormap.cp_fenceproxy, membar/fence: fence.proxy.tensormap::generic)
+    def _tmap_replace(self, t, rank, ev, _):
+        if ev.d & 1:        # a map in global memory rewritten in place; one in shared memory is published later
+            self.tmap_writes[ev.a] = (ev, t, int(self.vc[t][t]))
+
+    def _tmap_publish(self, t, rank, ev, _):
+        now = int(self.vc[t][t])
+        self.tmap_writes[ev.a] = (ev, t, now)
+        self.tmap_released[t].append(now)       # the copy ends with a release fence of the tensormap proxy
+
+    def _tmap_release(self, t, rank, ev, _):
+        self.tmap_released[t].append(int(self.vc[t][t]))
+
+    def _tmap_acquire(self, t, rank, ev, _):
+        self.tmap_acquired[(t, ev.a)] = self.vc[t].copy()
+
+    def check_tensormap(self, t, ev):
+        """A TMA copy through a map written in memory during the launch: the write ordered before it, released by
+        its writer to the tensormap proxy after the write, and acquired by this thread after it learned of it."""
+        w = self.tmap_writes.get(ev.b)
+        if w is None:
+            return      # a kernel parameter, or a map written before the launch
+        wev, u, tau = w
+        if self.vc[t][u] < tau:
+            self.violate(Violation("unordered-access", "this TMA copy uses a tensor map whose write in memory is not "
+                                   "ordered before it (no release/acquire from the writing thread)", ev, wev))
+            return
+        acq = self.tmap_acquired.get((t, ev.b))
+        if acq is None or acq[u] < tau:
+            self.violate(Violation("missing-tensormap-fence", "this TMA copy uses a tensor map written in memory with "
+                                   "no fence.proxy.tensormap::generic.acquire of that map by this thread after the "
+                                   "write was ordered before it", ev, wev))
+        elif not any(tau <= f <= acq[u] for f in self.tmap_released[u]):
+            self.violate(Violation("missing-tensormap-fence", "the thread that wrote this tensor map executed no "
+                                   "fence.proxy.tensormap::generic.release between the write and the release this "
+                                   "thread acquired it through", ev, wev))
+
+    def _griddep(self, t, rank, ev, _):
+        self.griddep.add(ev.name)
 
     def _bulk_commit(self, t, rank, ev, _):
         self.groups[("bulk", t)].append([])
@@ -239,15 +304,21 @@ class _Cluster(_Accesses, _Barriers):
 
     def _smem(self, t, rank, ev, target):
         write = ev.kind == SMEM_WRITE
-        self.access(t, ev, target, ev.a, ev.b, write, True, ("at", t, int(self.vc[t][t])),
-                    ("ld/st " if ev.c & 1 == 0 else "ld/st.shared::cluster ") + ("write" if write else "read"),
-                    plain=True, lanes=self.lanes(t, ev))
+        peer = target != rank
+        a = self.access(t, ev, target, ev.a, ev.b, write, True, ("at", t, int(self.vc[t][t])),
+                        ("ld/st " if ev.c & 1 == 0 else "ld/st.shared::cluster ") + ("write" if write else "read"),
+                        plain=True, lanes=self.lanes(t, ev), peer=peer)
+        if peer:
+            self.peer_accesses.append((a, target))
 
     def finish(self, truncated=False):
         for t in list(self.implicit):
             self.commit_implicit(t)
         if truncated:       # the trace stops where a wait gave up: what is pending then is not pending at exit
             return
+        for key in list(dict.fromkeys(self.pending_sync.values())):
+            self.sync_complete(key)     # the kernel's last barrier: every thread is past it at exit
+        self.peer_at_exit()
         # A store still reading shared memory when the block ends is a race with the block's shared memory being
         # released.
         for (kind, t), groups in self.groups.items():
@@ -260,6 +331,8 @@ class _Cluster(_Accesses, _Barriers):
         self.unfinished_phases()
 
 
+_GLOBAL_A = frozenset((TENSORMAP_REPLACE, TENSORMAP_PUBLISH, FENCE_TENSORMAP_ACQUIRE))
+
 _HANDLERS = {
     CP_ASYNC: _Cluster._cp_async, CP_COMMIT: _Cluster._cp_commit, CP_WAIT: _Cluster._cp_wait,
     CP_MBAR_ARRIVE: _Cluster._cp_mbar_arrive, BULK_LOAD: _Cluster._load, TMA_LOAD: _Cluster._load,
@@ -270,5 +343,8 @@ _HANDLERS = {
     WGMMA_READ: _Cluster._wgmma_read, WGMMA_COMMIT: _Cluster._wgmma_commit, WGMMA_WAIT: _Cluster._wgmma_wait,
     FENCE_PROXY_ASYNC: _Cluster._fence, BAR_SYNC: _Cluster._bar_sync, SYNCWARP: _Cluster._syncwarp,
     CLUSTER_SYNC: _Cluster._cluster_sync, GENERIC_READ: _Cluster._marked, GENERIC_WRITE: _Cluster._marked,
-    SMEM_READ: _Cluster._smem, SMEM_WRITE: _Cluster._smem,
+    SMEM_READ: _Cluster._smem, SMEM_WRITE: _Cluster._smem, BULK_REDUCE: _Cluster._reduce,
+    TENSORMAP_REPLACE: _Cluster._tmap_replace, TENSORMAP_PUBLISH: _Cluster._tmap_publish,
+    FENCE_TENSORMAP_RELEASE: _Cluster._tmap_release, FENCE_TENSORMAP_ACQUIRE: _Cluster._tmap_acquire,
+    GRIDDEP_WAIT: _Cluster._griddep, GRIDDEP_LAUNCH: _Cluster._griddep,
 }

@@ -34,6 +34,14 @@ RULES = {
     "bulk-store-in-flight": "a TMA load read global memory that a TMA store had not finished writing: only "
                             "cp.async.bulk.wait_group without .read completes the writes (PTX ISA: "
                             "cp.async.bulk.wait_group)",
+    "missing-tensormap-fence": "a TMA copy used a tensor map written in memory during the launch (tensormap.replace, "
+                               "tensormap.cp_fenceproxy) without fence.proxy.tensormap::generic.release by the writer "
+                               "after the write and .acquire of that map by the user before the copy, on the path "
+                               "that orders them (PTX ISA: membar/fence, fence.proxy.tensormap; tensormap.replace; "
+                               "tensormap.cp_fenceproxy)",
+    "peer-access-at-exit": "an access of a peer CTA's shared memory (.shared::cluster) was not ordered before that "
+                           "CTA exited: its shared memory is released at exit (PTX ISA: State Spaces, Shared Memory "
+                           "(.shared::cluster); barrier.cluster; CUDA C++ Programming Guide: Distributed Shared Memory)",
     "mbarrier-scope": "a wait at .cta scope acquired a phase that a thread of another CTA released: the release and "
                       "the acquire are not morally strong, so nothing is ordered (PTX ISA: Memory Consistency Model, "
                       "Scope and Morally strong operations; mbarrier.try_wait .cluster)",
@@ -84,6 +92,7 @@ class Report:
     module_name: str = "kernel.cu"
     blocks_traced: int = 0
     unchecked: str = ""              # why the trace could not be checked (then there are no violations)
+    partly: str = ""                 # what in a checked trace lies outside the check (the rest was checked)
     gave_up: str = ""                # the barrier wait of the hazard build that timed out (the trace stops there)
     seconds: dict = dataclasses.field(default_factory=dict)   # where a run's time went: build, run, check
 
@@ -104,7 +113,9 @@ class Report:
             head += f"; {self.dropped} events did not fit the trace buffer (use a smaller size)"
         if self.unchecked:
             head += f"; not checked: {self.unchecked}"
-        elif self.gave_up:
+        elif self.partly:
+            head += f"; not checked: {self.partly}"
+        if self.gave_up and not self.unchecked:
             head += f"; the trace stops where a wait on {self.gave_up} gave up (the kernel hangs)"
         if not self.violations:
             return head

@@ -59,16 +59,25 @@ __device__ inline void prefetch_2d(const TensorMap& map, int c0, int c1) {
 // ---- programmatic dependent launch -------------------------------------------------------------------------
 // griddepcontrol.launch_dependents: this block no longer holds back the next kernel of the stream (launched with
 // the programmatic stream serialization attribute); once every block has said so (or exited), it may start.
-__device__ inline void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Hazard builds record both: the order they set is between launches, which one launch's trace cannot check.
+__device__ inline void launch_dependents(FB_HZ_LINE_PARAM) {
+  FB_HZ_RECORD(fb::hazard::kGridDepLaunch, 0, 0, 0, 0);
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 // griddepcontrol.wait: until the kernels this one depends on have completed and their memory is visible.
 // Without the launch attribute it returns at once.
-__device__ inline void wait_dependencies() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ inline void wait_dependencies(FB_HZ_LINE_PARAM) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  FB_HZ_RECORD(fb::hazard::kGridDepWait, 0, 0, 0, 0);
+}
 
 // ---- TMA reduce --------------------------------------------------------------------------------------------
 // cp.reduce.async.bulk .add.noftz.bf16: global[dst .. dst+bytes) += shared[src ..] element-wise, done by the TMA
 // unit (each element read-modify-written atomically with respect to other reductions). bytes and both addresses
 // are multiples of 16. Completes in a bulk group (fb::tma::commit_group / wait_group_read).
-__device__ inline void reduce_add_bf16(void* dst, const void* src, u32 bytes) {
+__device__ inline void reduce_add_bf16(void* dst, const void* src, u32 bytes FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kBulkReduce, smem_addr(src), bytes, reinterpret_cast<u64>(dst),
+               reinterpret_cast<u64>(dst) >> 32);
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16 [%0], [%1], %2;"
                ::"l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
 }

@@ -18,4 +18,12 @@ __device__ __forceinline__ void fence_proxy_async(FB_HZ_LINE_PARAM) {
   FB_HZ_RECORD(fb::hazard::kFenceProxyAsync, 0, 0, 0, 0);
 }
 
+// fence.proxy.tensormap::generic.release.gpu: this thread's earlier generic writes of a tensor map (st, or
+// tensormap.replace on global memory) are released to the tensormap proxy, the TMA unit's reads of maps; the thread
+// that then uses the map acquires it with fence.proxy.tensormap::generic.acquire (PTX ISA: membar/fence).
+__device__ __forceinline__ void fence_proxy_tensormap_release(FB_HZ_LINE_PARAM) {
+  FB_HZ_RECORD(fb::hazard::kFenceTensormapRelease, 0, 0, 0, 0);
+  asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory");
+}
+
 }  // namespace fb

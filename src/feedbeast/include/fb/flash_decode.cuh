@@ -65,19 +65,31 @@ __device__ inline void cp_async_arrive_noinc(u64* bar) {
 }
 
 // tensormap.replace.tile.global_address (shared::cta copy of a map): the map now starts at `addr`.
-__device__ inline void tensormap_set_address(void* smem_map, const void* addr) {
+// Hazard builds record the map's bytes before and after: a map that differs from a launch argument only in its
+// global address has that argument's box.
+__device__ inline void tensormap_set_address(void* smem_map, const void* addr FB_HZ_LINE) {
+#ifdef FB_HAZARDS
+  const unsigned before = fb::hazard::map_hash(smem_map);
+#endif
   asm volatile("tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;"
                ::"r"(smem_addr(smem_map)), "l"(addr) : "memory");
+  FB_HZ_RECORD(fb::hazard::kTensormapReplace, smem_addr(smem_map), before, fb::hazard::map_hash(smem_map), 0);
 }
 // tensormap.cp_fenceproxy ... release.gpu.sync.aligned: the whole warp copies the 128-byte map from shared to
 // global memory and releases it to the tensormap proxy (the TMA unit's reads of maps).
-__device__ inline void tensormap_publish(void* gmem_map, const void* smem_map) {
+// Hazard builds: recorded once per warp, by its first active lane, after the copy (the bytes it hashes are the map's).
+__device__ inline void tensormap_publish(void* gmem_map, const void* smem_map FB_HZ_LINE) {
   asm volatile("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;"
                ::"l"(gmem_map), "r"(smem_addr(smem_map)) : "memory");
+#ifdef FB_HAZARDS
+  if (fb::hazard::warp_leader())
+    FB_HZ_RECORD(fb::hazard::kTensormapPublish, reinterpret_cast<u64>(gmem_map), fb::hazard::map_hash(smem_map), 0, 0);
+#endif
 }
 // fence.proxy.tensormap::generic.acquire.gpu: later TMA copies through this map see the release above.
-__device__ inline void tensormap_acquire(const void* gmem_map) {
+__device__ inline void tensormap_acquire(const void* gmem_map FB_HZ_LINE) {
   asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(gmem_map) : "memory");
+  FB_HZ_RECORD(fb::hazard::kFenceTensormapAcquire, reinterpret_cast<u64>(gmem_map), 0, 0, 0);
 }
 
 __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {

@@ -48,6 +48,15 @@ enum Kind : unsigned {
   kSmemRead,            // a = smem start, b = bytes, c = flags  (every ld/ldmatrix of shared memory: see below)
   kSmemWrite,           // a = smem start, b = bytes, c = flags  (every st/stmatrix/atom/red of shared memory)
   kCpAsyncMbarArrive,   // a = mbarrier, b = 1 if .noinc                              (cp.async.mbarrier.arrive)
+  kBulkReduce,          // a = src smem, b = bytes, c/d = global dst (low, high 32 bits)  (cp.reduce.async.bulk)
+  kTensormapReplace,    // a = map address (low 32 bits), b/c = hash of its bytes before/after, d = 1 if in global
+                        //                                                            (tensormap.replace .global_address)
+  kTensormapPublish,    // a = global map address (low 32 bits), b = hash of the bytes  (tensormap.cp_fenceproxy:
+                        //   a write of the map and a fence.proxy.tensormap::generic.release after it; warp: lane 0)
+  kFenceTensormapRelease,  //                                                         (fence.proxy.tensormap::generic.release)
+  kFenceTensormapAcquire,  // a = map address (low 32 bits)                           (fence.proxy.tensormap::generic.acquire)
+  kGridDepWait,         //                                                            (griddepcontrol.wait)
+  kGridDepLaunch,       //                                                            (griddepcontrol.launch_dependents)
 };
 }  // namespace hazard
 }  // namespace fb
@@ -96,6 +105,12 @@ __device__ __noinline__ void record(unsigned kind, int line, unsigned a, unsigne
 __device__ __forceinline__ bool warpgroup_leader() {
   return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 128 == 0;
 }
+// A warp-collective instruction (.sync.aligned) is recorded once, by the warp's first active lane.
+__device__ __forceinline__ bool warp_leader() {
+  unsigned lane;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane == static_cast<unsigned>(__ffs(__activemask()) - 1);
+}
 __device__ __forceinline__ unsigned addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 // Four characters of a barrier's name from position `from` (stopping at its end), for the report.
 __device__ __forceinline__ unsigned chars(const char* s, int from) {
@@ -112,10 +127,14 @@ __device__ __forceinline__ unsigned chars(const char* s, int from) {
 // address with FNV-1a over the map's 128 bytes (feedbeast.hazards.map_id computes the same on the host from each
 // tensor-map argument): the host takes the box bytes from the argument whose bytes match, and only for a map
 // whose bytes match none falls back to parameter offsets.
-__device__ __forceinline__ unsigned map_id(const void* map) {
+__device__ __forceinline__ unsigned map_hash(const void* map) {
   const unsigned* w = static_cast<const unsigned*>(map);
   unsigned h = 2166136261u;
   for (int i = 0; i < 32; ++i) h = (h ^ w[i]) * 16777619u;
+  return h;
+}
+__device__ __forceinline__ unsigned map_id(const void* map) {
+  const unsigned h = map_hash(map);
   const unsigned address = static_cast<unsigned>(reinterpret_cast<unsigned long long>(map));
   record(kTmaMap, 0, address, h, 0, 0);
   return address;
