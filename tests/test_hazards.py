@@ -1391,3 +1391,54 @@ def test_griddepcontrol_is_named_as_not_checked_never_a_silent_pass():
     tr.store(0, STAGE, 7).bulk_commit(0)       # a bug beside it is still reported
     r = tr.check(threads=32, maps={7: 64})
     assert "missing-proxy-fence" in rules(r) and "griddepcontrol" in str(r), str(r)
+
+
+CH10 = [("gemv", {"RED": 1, "PDL": 1}, ("cp.reduce.async.bulk", "cp.async.bulk.commit_group",
+                                        "cp.async.bulk.wait_group.read", "griddepcontrol.launch_dependents",
+                                        "griddepcontrol.wait", "fence.proxy.async", "tma.load", "tma.map")),
+        ("gemv", {"RED": 0}, ("barrier.cluster", "tma.load", "mbarrier.wait")),
+        ("paged", {"MODE": 2}, ("tensormap.replace", "tensormap.cp_fenceproxy", "fence.proxy.tensormap.acquire",
+                                "tma.load", "tma.map", "fence.proxy.async")),
+        ("paged", {"MODE": 0}, ("cp.async", "mbarrier.wait"))]
+
+
+def _ch10_build(cell, defines, hazards):
+    from feedbeast.course.notebook import load
+    c = load(ROOT / "chapters/10-decode.ipynb").cuda(cell)
+    extra = {"FB_HAZARDS": 1, "FB_DEBUG": 1} if hazards else {}
+    return c, fb.compile(c.source, "sm_90a", defines={**c.defines, **defines, **extra}, name=f"{cell}.cu")
+
+
+@pytest.mark.parametrize("cell, defines, kinds", CH10)
+def test_chapter_10s_hazard_builds_record_every_event_the_rules_need(cell, defines, kinds):
+    """The hazard builds of chapter 10's kernels (compiled here, instrumented as a GPU run would be) record the TMA
+    reduce, griddepcontrol, barrier.cluster, the tensor-map rewrite, publish and acquire; the DSMEM reads and the
+    cp.async.mbarrier.arrive of the gathers are recorded by the instrumented PTX, each right before its instruction."""
+    from feedbeast.hazards.instrument import instrument, ptx_of
+    _, mod = _ch10_build(cell, defines, True)
+    ptx = ptx_of(mod)
+    recorded = {hz.KINDS[int(k)] for k in re.findall(r"\[param0\+0\], (\d+);\s*\n(?:.*\n){0,14}?\s*call\.uni\s*\n\s*"
+                                                     r"_ZN2fb6hazard6recordE", ptx) if int(k) < len(hz.KINDS)}
+    assert set(kinds) <= recorded, sorted(set(kinds) - recorded)
+    res = instrument(ptx, f"{cell}.cu")
+    assert res.skipped == [] and res.sites > 0
+    body = [t.strip() for t in res.split("\n")]
+    calls = [i for i, t in enumerate(body) if t.startswith("call fb_hz_")]
+    after = {next(t for t in body[i + 1:] if t and t != "}").split()[0]: body[i - 5:i] for i in calls}
+    if cell == "gemv" and defines.get("RED") == 0:       # ld.shared::cluster: info flags a .shared::cluster address
+        (ld, info), = [(op, ctx) for op, ctx in after.items() if op.startswith("ld.shared::cluster")]
+        assert any(f"[fbz_p1], {16 | 1 << 17};" in t for t in info), info
+    if cell == "paged" and defines.get("MODE") == 0:
+        assert any(op.startswith("cp.async.mbarrier.arrive") for op in after), sorted(after)
+
+
+@pytest.mark.parametrize("cell, defines", [("gemv", {"RED": 1, "PDL": 1}), ("paged", {"MODE": 2})])
+def test_chapter_10s_normal_builds_are_unchanged_by_the_hooks(cell, defines, tmp_path, monkeypatch):
+    """The hooks of the TMA reduce, griddepcontrol and the tensor-map rewrite leave the normal build's SASS as it was."""
+    import importlib
+    fbc = importlib.import_module("feedbeast.compile")
+    c, with_hooks = _ch10_build(cell, defines, False)
+    monkeypatch.setattr(fbc, "INCLUDE_DIR", _headers_without_hooks(tmp_path))
+    without = fb.compile(c.source, "sm_90a", defines={**c.defines, **defines}, use_cache=False, name=f"{cell}.cu")
+    for k in with_hooks.kernel_names:
+        assert _instructions(with_hooks, k) == _instructions(without, k), k
