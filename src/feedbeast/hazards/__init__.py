@@ -55,10 +55,19 @@ cp.async.wait_group or in the phase a cp.async.mbarrier.arrive tracks it on ("cp
                         wgmma written with no wgmma.fence before it (from ptxas's log, registers.py)
   wgmma-register-in-flight  a wgmma's accumulator or A-fragment registers accessed before the wgmma.wait_group
                         that retires it (from ptxas's log of the normal build, registers.py)
-  bulk-store-in-flight  a TMA load of a box a TMA store wrote, before cp.async.bulk.wait_group (not .read)
+  bulk-store-in-flight  a TMA load of a box a TMA store or TMA reduce (cp.reduce.async.bulk) wrote, before
+                        cp.async.bulk.wait_group (not .read); the reduce's source reads are a store's (above)
+  peer-access-at-exit   an ld/st/atom/red.shared::cluster of a peer CTA's shared memory not ordered before that
+                        CTA exits (barrier.cluster after it in both); unordered peer accesses are unordered-access
+  missing-tensormap-fence  a TMA copy through a tensor map written in memory during the launch (tensormap.replace
+                        on global memory, tensormap.cp_fenceproxy) without fence.proxy.tensormap::generic .release
+                        by the writer after the write and .acquire of that map by the user, on the ordering path
+
+griddepcontrol (programmatic dependent launch) orders two launches; a trace holds one, so the report of a launch that
+uses it says "not checked" for that order (Report.partly) while the rest is checked.
 
 Not checkable (Report.unchecked, never a pass): a barrier used but never initialised through fb::mbar::init, a
-tensor map that is no argument of the launch, and a kernel whose own source uses synchronisation the trace cannot
+tensor map that is no argument of the launch (nor one rewritten from an argument by tensormap.replace of its address), and a kernel whose own source uses synchronisation the trace cannot
 see (cuda::barrier, cuda::pipeline, cooperative groups, bar.arrive, bar.red, cuda::ptx or raw-PTX barriers and
 copies other than cp.async.mbarrier.arrive: see unmodeled()). A wait that times out in a hazard build gives up
 without trapping: the trace up to the hang is checked.
