@@ -1434,7 +1434,8 @@ def test_chapter_10s_hazard_builds_record_every_event_the_rules_need(cell, defin
 
 @pytest.mark.parametrize("cell, defines", [("gemv", {"RED": 1, "PDL": 1}), ("paged", {"MODE": 2})])
 def test_chapter_10s_normal_builds_are_unchanged_by_the_hooks(cell, defines, tmp_path, monkeypatch):
-    """The hooks of the TMA reduce, griddepcontrol and the tensor-map rewrite leave the normal build's SASS as it was."""
+    """The hooks of the TMA reduce, griddepcontrol and the tensor-map rewrite leave the normal build's SASS as it
+    was."""
     import importlib
     fbc = importlib.import_module("feedbeast.compile")
     c, with_hooks = _ch10_build(cell, defines, False)
@@ -1442,3 +1443,37 @@ def test_chapter_10s_normal_builds_are_unchanged_by_the_hooks(cell, defines, tmp
     without = fb.compile(c.source, "sm_90a", defines={**c.defines, **defines}, use_cache=False, name=f"{cell}.cu")
     for k in with_hooks.kernel_names:
         assert _instructions(with_hooks, k) == _instructions(without, k), k
+
+
+def dsmem_split(arrive=hz.CLUSTER_ARRIVE, relaxed=False, read_before_wait=False):
+    """The first barrier.cluster of dsmem() in halves (fb::cluster_arrive / cluster_wait): each CTA's writer arrives
+    after its write, each reader waits before reading the peer's partial (or, planted, reads between its arrive and
+    its wait, or the writers arrive .relaxed, which orders nothing)."""
+    ev = []
+
+    def e(kind, rank, t, a=0, b=0, c=0, d=0):
+        ev.append((kind, len(ev) + 1, rank, t, rank, a, b, c, d))
+    for r in (0, 1):
+        e(hz.SMEM_WRITE, r, 1, STAGE, 16)
+        e(arrive, r, 1, 0, int(relaxed))
+    for r in (0, 1):
+        e(hz.CLUSTER_ARRIVE, r, 0)
+        if read_before_wait:
+            e(hz.SMEM_READ, r, 0, (1 - r) << 24 | STAGE, 16, 1)
+        e(hz.CLUSTER_WAIT, r, 0)
+        if not read_before_wait:
+            e(hz.SMEM_READ, r, 0, (1 - r) << 24 | STAGE, 16, 1)
+    e(hz.CLUSTER_WAIT, 0, 1)
+    e(hz.CLUSTER_WAIT, 1, 1)
+    for r in (0, 1):                        # the exit barrier
+        for t in (0, 1):
+            e(hz.CLUSTER_SYNC, r, t)
+    return hz.check(hz.decode(hz.encode(ev)), threads_per_block=32, grid=(2, 1, 1), cluster=(2, 1, 1),
+                    instrumented=True)
+
+
+def test_barrier_cluster_in_halves_orders_what_is_released_before_the_arrive():
+    assert dsmem_split().ok, str(dsmem_split())
+    for kw in (dict(relaxed=True), dict(read_before_wait=True)):
+        r = dsmem_split(**kw)
+        assert rules(r) == ["unordered-access"] and "shared::cluster" in str(r), (kw, str(r))

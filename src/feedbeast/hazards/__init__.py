@@ -67,9 +67,10 @@ griddepcontrol (programmatic dependent launch) orders two launches; a trace hold
 uses it says "not checked" for that order (Report.partly) while the rest is checked.
 
 Not checkable (Report.unchecked, never a pass): a barrier used but never initialised through fb::mbar::init, a
-tensor map that is no argument of the launch (nor one rewritten from an argument by tensormap.replace of its address), and a kernel whose own source uses synchronisation the trace cannot
-see (cuda::barrier, cuda::pipeline, cooperative groups, bar.arrive, bar.red, cuda::ptx or raw-PTX barriers and
-copies other than cp.async.mbarrier.arrive: see unmodeled()). A wait that times out in a hazard build gives up
+tensor map that is no argument of the launch (nor one rewritten from an argument by tensormap.replace of its
+address), and a kernel whose own source uses synchronisation the trace cannot see (cuda::barrier, cuda::pipeline,
+cooperative groups, bar.arrive, bar.red, cuda::ptx or raw-PTX barriers and copies other than
+cp.async.mbarrier.arrive: see unmodeled()). A wait that times out in a hazard build gives up
 without trapping: the trace up to the hang is checked.
 
 Only a trace without instrumentation (run(..., instrument=False)) assumes reads: a thread that waits on a phase on

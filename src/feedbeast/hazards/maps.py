@@ -27,8 +27,9 @@ def _map_readings(args, params=None, recorded=(), hashes=None, derived=()) -> li
 
     `recorded`: the map ids (addresses) of the trace's TMA events; `hashes`: {address: hash of the bytes there}, from
     its tma.map events (or {address: set of hashes}, a map rewritten in place); `derived`: (hash before, hash after)
-    of each tensormap.replace of a map's global address, which keeps its box. A recorded address whose bytes match no argument is matched by parameter offsets (`params`:
-    the kernel's [(offset, size)]): every consistent match is a reading of its own."""
+    of each tensormap.replace of a map's global address, which keeps its box. A recorded address whose bytes match no
+    argument is matched by parameter offsets (`params`: the kernel's [(offset, size)]): every consistent match is a
+    reading of its own."""
     from ..tensormap import TensorMap
     by_id = defaultdict(set)
     for a in args:

@@ -12,7 +12,7 @@ from .barriers import _Barriers
 from .report import Violation
 from .trace import (ALL, BAR_SYNC, BULK_COMMIT, BULK_LOAD, BULK_REDUCE, BULK_WAIT, BULK_WAIT_READ, CLUSTER_SYNC,
                     CP_ASYNC, FENCE_TENSORMAP_ACQUIRE, FENCE_TENSORMAP_RELEASE, GRIDDEP_LAUNCH, GRIDDEP_WAIT,
-                    TENSORMAP_PUBLISH, TENSORMAP_REPLACE,
+                    TENSORMAP_PUBLISH, TENSORMAP_REPLACE, CLUSTER_ARRIVE, CLUSTER_WAIT,
                     CP_COMMIT, CP_MBAR_ARRIVE, CP_WAIT, FENCE_PROXY_ASYNC, GENERIC_READ, GENERIC_WRITE, MBAR_ARRIVE,
                     MBAR_EXPECT_TX, MBAR_INIT, MBAR_WAIT, SMEM_READ, SMEM_WINDOW, SMEM_WRITE, SYNCWARP, TC_COMMIT,
                     TC_MMA, TMA_COORDS, TMA_LOAD, TMA_STORE, WGMMA_COMMIT, WGMMA_FENCE, WGMMA_READ, WGMMA_WAIT, Event)
@@ -62,6 +62,10 @@ class _Cluster(_Accesses, _Barriers):
         self.tmap_released = defaultdict(list)   # thread -> its times at fence.proxy.tensormap::generic.release
         self.tmap_acquired = {}     # (thread, map address) -> its clock at fence.proxy.tensormap::generic.acquire
         self.griddep = set()        # griddepcontrol instructions seen: their order is between launches
+        # barrier.cluster: the k-th arrival of each thread belongs to instance k, its k-th wait acquires instance k
+        self.cl_arrives, self.cl_waits = defaultdict(int), defaultdict(int)
+        self.cl_inst = {}           # k -> [clock, fenced, retired]: what the release arrivals of instance k carry
+        self.cl_pending = set()     # threads past a combined arrive + wait whose wait is taken at their next event
 
     # ---- clocks
     def _grow(self, need):
@@ -76,6 +80,8 @@ class _Cluster(_Accesses, _Barriers):
             b.done = {p: tuple(_pad(x, new) for x in v) for p, v in b.done.items()}
         for inst in self.instances.values():
             inst[0], inst[1], inst[3] = _pad(inst[0], new), _pad(inst[1], new), _pad(inst[3], new)
+        for inst in self.cl_inst.values():
+            inst[:] = [_pad(x, new) for x in inst]
         self.width = new
 
     def clock(self, t):
@@ -110,6 +116,9 @@ class _Cluster(_Accesses, _Barriers):
         t = rank * self.tpb + ev.thread
         if t in self.pending_sync:          # the thread is past its barrier: the barrier completed
             self.sync_complete(self.pending_sync[t])
+        if t in self.cl_pending:            # past barrier.cluster: every arrival of the cluster is in the trace
+            self.cl_pending.discard(t)
+            self._cl_wait(t)
         self.clock(t)[t] += 1
         if t in self.implicit:
             self._assumed_reads(t, ev.kind)
@@ -293,8 +302,32 @@ class _Cluster(_Accesses, _Barriers):
     def _syncwarp(self, t, rank, ev, _):
         self.sync_arrive(t, ("warp", rank, ev.thread // 32, ev.b), bin(ev.b).count("1"))
 
+    # barrier.cluster (PTX ISA): an arrive (.release, or .relaxed which orders nothing) and a wait (.acquire) that
+    # returns once every non-exited thread of the cluster arrived; an arrive is recorded before it, a wait after it
     def _cluster_sync(self, t, rank, ev, _):
-        self.sync_arrive(t, ("cluster",), 0)
+        self._cl_arrive(t, True)
+        self.cl_pending.add(t)
+
+    def _cluster_arrive(self, t, rank, ev, _):
+        self._cl_arrive(t, not ev.b & 1)
+
+    def _cluster_wait(self, t, rank, ev, _):
+        self._cl_wait(t)
+
+    def _cl_arrive(self, t, release):
+        k = self.cl_arrives[t]
+        self.cl_arrives[t] += 1
+        inst = self.cl_inst.get(k)
+        if inst is None:
+            inst = self.cl_inst[k] = [np.zeros(self.width, np.int64) for _ in range(3)]
+        if release:
+            self.release_into(t, *inst)
+
+    def _cl_wait(self, t):
+        k = self.cl_waits[t]
+        self.cl_waits[t] += 1
+        if k in self.cl_inst:
+            self.acquire_from(t, *self.cl_inst[k])
 
     # ordinary loads and stores: marked (fb::hazard::generic_read/write) or from the instrumented PTX
     def _marked(self, t, rank, ev, _):
@@ -318,6 +351,8 @@ class _Cluster(_Accesses, _Barriers):
             return
         for key in list(dict.fromkeys(self.pending_sync.values())):
             self.sync_complete(key)     # the kernel's last barrier: every thread is past it at exit
+        for t in sorted(self.cl_pending):
+            self._cl_wait(t)
         self.peer_at_exit()
         # A store still reading shared memory when the block ends is a race with the block's shared memory being
         # released.
@@ -346,5 +381,6 @@ _HANDLERS = {
     SMEM_READ: _Cluster._smem, SMEM_WRITE: _Cluster._smem, BULK_REDUCE: _Cluster._reduce,
     TENSORMAP_REPLACE: _Cluster._tmap_replace, TENSORMAP_PUBLISH: _Cluster._tmap_publish,
     FENCE_TENSORMAP_RELEASE: _Cluster._tmap_release, FENCE_TENSORMAP_ACQUIRE: _Cluster._tmap_acquire,
-    GRIDDEP_WAIT: _Cluster._griddep, GRIDDEP_LAUNCH: _Cluster._griddep,
+    GRIDDEP_WAIT: _Cluster._griddep, GRIDDEP_LAUNCH: _Cluster._griddep, CLUSTER_ARRIVE: _Cluster._cluster_arrive,
+    CLUSTER_WAIT: _Cluster._cluster_wait,
 }

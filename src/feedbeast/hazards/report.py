@@ -41,7 +41,8 @@ RULES = {
                                "tensormap.cp_fenceproxy)",
     "peer-access-at-exit": "an access of a peer CTA's shared memory (.shared::cluster) was not ordered before that "
                            "CTA exited: its shared memory is released at exit (PTX ISA: State Spaces, Shared Memory "
-                           "(.shared::cluster); barrier.cluster; CUDA C++ Programming Guide: Distributed Shared Memory)",
+                           "(.shared::cluster); barrier.cluster; CUDA C++ Programming Guide: Distributed Shared "
+                           "Memory)",
     "mbarrier-scope": "a wait at .cta scope acquired a phase that a thread of another CTA released: the release and "
                       "the acquire are not morally strong, so nothing is ordered (PTX ISA: Memory Consistency Model, "
                       "Scope and Morally strong operations; mbarrier.try_wait .cluster)",

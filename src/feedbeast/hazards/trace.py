@@ -15,12 +15,12 @@ KINDS = (None, "cp.async", "cp.async.commit_group", "cp.async.wait_group", "cp.a
          "barrier.cluster", "generic.read", "generic.write", "tcgen05.commit", "tcgen05.mma", "tma.map", "tma.coords",
          "shared.read", "shared.write", "cp.async.mbarrier.arrive", "cp.reduce.async.bulk", "tensormap.replace",
          "tensormap.cp_fenceproxy", "fence.proxy.tensormap.release", "fence.proxy.tensormap.acquire",
-         "griddepcontrol.wait", "griddepcontrol.launch_dependents")
+         "griddepcontrol.wait", "griddepcontrol.launch_dependents", "barrier.cluster.arrive", "barrier.cluster.wait")
 (CP_ASYNC, CP_COMMIT, CP_WAIT, BULK_LOAD, TMA_LOAD, TMA_STORE, BULK_COMMIT, BULK_WAIT_READ, BULK_WAIT,
  MBAR_INIT, MBAR_ARRIVE, MBAR_EXPECT_TX, MBAR_WAIT, WGMMA_FENCE, WGMMA_READ, WGMMA_COMMIT, WGMMA_WAIT,
  FENCE_PROXY_ASYNC, BAR_SYNC, SYNCWARP, CLUSTER_SYNC, GENERIC_READ, GENERIC_WRITE, TC_COMMIT, TC_MMA, TMA_MAP, TMA_COORDS,
  SMEM_READ, SMEM_WRITE, CP_MBAR_ARRIVE, BULK_REDUCE, TENSORMAP_REPLACE, TENSORMAP_PUBLISH, FENCE_TENSORMAP_RELEASE,
- FENCE_TENSORMAP_ACQUIRE, GRIDDEP_WAIT, GRIDDEP_LAUNCH) = range(1, 38)
+ FENCE_TENSORMAP_ACQUIRE, GRIDDEP_WAIT, GRIDDEP_LAUNCH, CLUSTER_ARRIVE, CLUSTER_WAIT) = range(1, 40)
 
 WORDS = 8            # 32-bit words per event
 SMEM_WINDOW = 1 << 24   # shared-memory offsets lie below; a cluster CTA's addresses add rank << 24

@@ -50,13 +50,15 @@ enum Kind : unsigned {
   kCpAsyncMbarArrive,   // a = mbarrier, b = 1 if .noinc                              (cp.async.mbarrier.arrive)
   kBulkReduce,          // a = src smem, b = bytes, c/d = global dst (low, high 32 bits)  (cp.reduce.async.bulk)
   kTensormapReplace,    // a = map address (low 32 bits), b/c = hash of its bytes before/after, d = 1 if in global
-                        //                                                            (tensormap.replace .global_address)
+                        //   (tensormap.replace .global_address)
   kTensormapPublish,    // a = global map address (low 32 bits), b = hash of the bytes  (tensormap.cp_fenceproxy:
                         //   a write of the map and a fence.proxy.tensormap::generic.release after it; warp: lane 0)
-  kFenceTensormapRelease,  //                                                         (fence.proxy.tensormap::generic.release)
-  kFenceTensormapAcquire,  // a = map address (low 32 bits)                           (fence.proxy.tensormap::generic.acquire)
+  kFenceTensormapRelease,  //                                             (fence.proxy.tensormap::generic.release)
+  kFenceTensormapAcquire,  // a = map address (low 32 bits)              (fence.proxy.tensormap::generic.acquire)
   kGridDepWait,         //                                                            (griddepcontrol.wait)
   kGridDepLaunch,       //                                                            (griddepcontrol.launch_dependents)
+  kClusterArrive,       // b = 1 if .relaxed                                          (barrier.cluster.arrive)
+  kClusterWait,         //                                                            (barrier.cluster.wait)
 };
 }  // namespace hazard
 }  // namespace fb
