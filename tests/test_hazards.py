@@ -1477,3 +1477,20 @@ def test_barrier_cluster_in_halves_orders_what_is_released_before_the_arrive():
     for kw in (dict(relaxed=True), dict(read_before_wait=True)):
         r = dsmem_split(**kw)
         assert rules(r) == ["unordered-access"] and "shared::cluster" in str(r), (kw, str(r))
+
+
+def test_a_tensor_map_changed_by_writes_the_trace_does_not_record_is_named_as_not_checked():
+    """Ordinary stores to a map in global memory are not traced; the hash of the map's bytes before each TMA copy
+    shows that it changed, and the report says its fences were not checked instead of passing in silence."""
+    def two_uses(publish_between):
+        tr = Trace().init(0, FULL, 1)
+        for lap, h in enumerate((0x1111, 0x2222)):
+            if publish_between and lap == 1:
+                tr._e(hz.TENSORMAP_PUBLISH, 0, MAP, h)._e(hz.FENCE_TENSORMAP_ACQUIRE, 0, MAP)
+            tr._e(hz.TMA_MAP, 0, MAP, h).arrive(0, FULL, 1024)._e(hz.TMA_LOAD, 0, STAGE, MAP, FULL, 0)
+            tr.wait(0, FULL, lap & 1)
+        return tr.check(threads=32, maps={MAP: 1024}, instrumented=True)
+    r = two_uses(False)
+    assert r.ok and "tensor map(s)" in r.partly and hex(MAP) in r.partly and "not checked" in str(r), str(r)
+    r = two_uses(True)
+    assert r.ok and not r.partly, str(r)

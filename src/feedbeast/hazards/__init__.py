@@ -64,7 +64,8 @@ cp.async.wait_group or in the phase a cp.async.mbarrier.arrive tracks it on ("cp
                         by the writer after the write and .acquire of that map by the user, on the ordering path
 
 griddepcontrol (programmatic dependent launch) orders two launches; a trace holds one, so the report of a launch that
-uses it says "not checked" for that order (Report.partly) while the rest is checked.
+uses it says "not checked" for that order (Report.partly) while the rest is checked. So does a tensor map whose bytes
+change between two TMA copies with no traced write (ordinary stores to global memory): its fences are not checked.
 
 Not checkable (Report.unchecked, never a pass): a barrier used but never initialised through fb::mbar::init, a
 tensor map that is no argument of the launch (nor one rewritten from an argument by tensormap.replace of its

@@ -28,7 +28,7 @@ def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geom
         cl.step(ev, rank)
     now[0] = (1, order)
     cl.finish(truncated)
-    return found, (cl.untraced, cl.unknown_maps, cl.griddep)
+    return found, (cl.untraced, cl.unknown_maps, cl.griddep, cl.tmap_untraced)
 
 
 _JOBS = None            # the clusters of the replay under way, for the forked workers (not pickled to them)
@@ -120,13 +120,19 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
                      "the trace does not see, or a missing init")
         violations = []
     griddep = set().union(*(u[2] for _, u in results)) if results else set()
-    partly = ""
-    if griddep and not unchecked:
+    rewritten = set().union(*(u[3] for _, u in results)) if results else set()
+    parts = []
+    if griddep:
         # PTX ISA: griddepcontrol: the order it sets is between this grid and the one before or after it in the
         # stream; a trace holds one launch, so a read of the previous grid's output, or a write it still reads, is
         # beyond it
-        partly = (f"the order across launches that {' and '.join(sorted(griddep))} set (programmatic dependent "
-                  "launch): one launch's trace cannot see the other grid's accesses")
+        parts.append(f"the order across launches that {' and '.join(sorted(griddep))} set (programmatic dependent "
+                     "launch): one launch's trace cannot see the other grid's accesses")
+    if rewritten:
+        parts.append(f"{len(rewritten)} tensor map(s) (at {', '.join(hex(a) for a in sorted(rewritten))}) changed "
+                     "during the launch by writes the trace does not record (ordinary stores, or another cluster): "
+                     "their tensormap-proxy fences")
+    partly = "; ".join(parts) if not unchecked else ""
     blocks = {ev.block for ev in events}
     # one report per distinct (rule, lines): the same bug repeats in every lap and every thread
     uniq, seen = [], set()

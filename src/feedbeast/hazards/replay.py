@@ -12,7 +12,7 @@ from .barriers import _Barriers
 from .report import Violation
 from .trace import (ALL, BAR_SYNC, BULK_COMMIT, BULK_LOAD, BULK_REDUCE, BULK_WAIT, BULK_WAIT_READ, CLUSTER_SYNC,
                     CP_ASYNC, FENCE_TENSORMAP_ACQUIRE, FENCE_TENSORMAP_RELEASE, GRIDDEP_LAUNCH, GRIDDEP_WAIT,
-                    TENSORMAP_PUBLISH, TENSORMAP_REPLACE, CLUSTER_ARRIVE, CLUSTER_WAIT,
+                    TENSORMAP_PUBLISH, TENSORMAP_REPLACE, CLUSTER_ARRIVE, CLUSTER_WAIT, TMA_MAP,
                     CP_COMMIT, CP_MBAR_ARRIVE, CP_WAIT, FENCE_PROXY_ASYNC, GENERIC_READ, GENERIC_WRITE, MBAR_ARRIVE,
                     MBAR_EXPECT_TX, MBAR_INIT, MBAR_WAIT, SMEM_READ, SMEM_WINDOW, SMEM_WRITE, SYNCWARP, TC_COMMIT,
                     TC_MMA, TMA_COORDS, TMA_LOAD, TMA_STORE, WGMMA_COMMIT, WGMMA_FENCE, WGMMA_READ, WGMMA_WAIT, Event)
@@ -62,6 +62,8 @@ class _Cluster(_Accesses, _Barriers):
         self.tmap_released = defaultdict(list)   # thread -> its times at fence.proxy.tensormap::generic.release
         self.tmap_acquired = {}     # (thread, map address) -> its clock at fence.proxy.tensormap::generic.acquire
         self.griddep = set()        # griddepcontrol instructions seen: their order is between launches
+        self.tmap_hash = {}         # map address -> the hash of its bytes as last written or seen (tma.map)
+        self.tmap_untraced = set()  # map addresses whose bytes changed with no traced write: ordinary stores
         # barrier.cluster: the k-th arrival of each thread belongs to instance k, its k-th wait acquires instance k
         self.cl_arrives, self.cl_waits = defaultdict(int), defaultdict(int)
         self.cl_inst = {}           # k -> [clock, fenced, retired]: what the release arrivals of instance k carry
@@ -192,10 +194,12 @@ class _Cluster(_Accesses, _Barriers):
     def _tmap_replace(self, t, rank, ev, _):
         if ev.d & 1:        # a map in global memory rewritten in place; one in shared memory is published later
             self.tmap_writes[ev.a] = (ev, t, int(self.vc[t][t]))
+            self.tmap_hash[ev.a] = ev.c
 
     def _tmap_publish(self, t, rank, ev, _):
         now = int(self.vc[t][t])
         self.tmap_writes[ev.a] = (ev, t, now)
+        self.tmap_hash[ev.a] = ev.b
         self.tmap_released[t].append(now)       # the copy ends with a release fence of the tensormap proxy
 
     def _tmap_release(self, t, rank, ev, _):
@@ -224,6 +228,13 @@ class _Cluster(_Accesses, _Barriers):
             self.violate(Violation("missing-tensormap-fence", "the thread that wrote this tensor map executed no "
                                    "fence.proxy.tensormap::generic.release between the write and the release this "
                                    "thread acquired it through", ev, wev))
+
+    def _tmap_seen(self, t, rank, ev, _):
+        # the bytes a TMA op's map has (tma.map, before the op): changed since the last traced write or use, they
+        # were written by something the trace does not record (st to global memory, another cluster)
+        if self.tmap_hash.get(ev.a, ev.b) != ev.b:
+            self.tmap_untraced.add(ev.a)
+        self.tmap_hash[ev.a] = ev.b
 
     def _griddep(self, t, rank, ev, _):
         self.griddep.add(ev.name)
@@ -366,7 +377,7 @@ class _Cluster(_Accesses, _Barriers):
         self.unfinished_phases()
 
 
-_GLOBAL_A = frozenset((TENSORMAP_REPLACE, TENSORMAP_PUBLISH, FENCE_TENSORMAP_ACQUIRE))
+_GLOBAL_A = frozenset((TENSORMAP_REPLACE, TENSORMAP_PUBLISH, FENCE_TENSORMAP_ACQUIRE, TMA_MAP))
 
 _HANDLERS = {
     CP_ASYNC: _Cluster._cp_async, CP_COMMIT: _Cluster._cp_commit, CP_WAIT: _Cluster._cp_wait,
@@ -381,6 +392,6 @@ _HANDLERS = {
     SMEM_READ: _Cluster._smem, SMEM_WRITE: _Cluster._smem, BULK_REDUCE: _Cluster._reduce,
     TENSORMAP_REPLACE: _Cluster._tmap_replace, TENSORMAP_PUBLISH: _Cluster._tmap_publish,
     FENCE_TENSORMAP_RELEASE: _Cluster._tmap_release, FENCE_TENSORMAP_ACQUIRE: _Cluster._tmap_acquire,
-    GRIDDEP_WAIT: _Cluster._griddep, GRIDDEP_LAUNCH: _Cluster._griddep, CLUSTER_ARRIVE: _Cluster._cluster_arrive,
+    TMA_MAP: _Cluster._tmap_seen, GRIDDEP_WAIT: _Cluster._griddep, GRIDDEP_LAUNCH: _Cluster._griddep, CLUSTER_ARRIVE: _Cluster._cluster_arrive,
     CLUSTER_WAIT: _Cluster._cluster_wait,
 }
