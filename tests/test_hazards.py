@@ -1494,3 +1494,36 @@ def test_a_tensor_map_changed_by_writes_the_trace_does_not_record_is_named_as_no
     assert r.ok and "tensor map(s)" in r.partly and hex(MAP) in r.partly and "not checked" in str(r), str(r)
     r = two_uses(True)
     assert r.ok and not r.partly, str(r)
+
+
+WRAPPERS = r"""
+#include <fb/cluster.cuh>
+#include <fb/fence.cuh>
+extern "C" __global__ void __cluster_dims__(2, 1, 1) k(float* out) {
+  __shared__ float s[32];
+  s[threadIdx.x] = threadIdx.x;
+  fb::cluster_arrive();
+  fb::cluster_wait();
+  const unsigned peer = fb::mapa_shared_cluster(static_cast<unsigned>(__cvta_generic_to_shared(s)),
+                                                fb::cluster_ctarank() ^ 1u);
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(peer + 4 * threadIdx.x) : "memory");
+  out[threadIdx.x] = v;
+  fb::fence_proxy_tensormap_release();
+  fb::cluster_arrive_relaxed();
+  fb::cluster_wait();
+}
+"""
+
+
+def test_the_cluster_halves_and_the_tensormap_release_fence_compile_and_record():
+    from feedbeast.hazards.instrument import instrument, ptx_of
+    normal = fb.compile(WRAPPERS, "sm_90a", name="w.cu")
+    normal.expect_sass("UCGABAR_ARV", "UCGABAR_WAIT", kernel="k")
+    mod = fb.compile(WRAPPERS, "sm_90a", hazards=True, name="w.cu")
+    ptx = ptx_of(mod)
+    recorded = {hz.KINDS[int(k)] for k in re.findall(r"\[param0\+0\], (\d+);", ptx) if int(k) < len(hz.KINDS)}
+    assert {"barrier.cluster.arrive", "barrier.cluster.wait", "fence.proxy.tensormap.release"} <= recorded, recorded
+    assert "fence.proxy.tensormap::generic.release.gpu" in ptx
+    res = instrument(ptx, "w.cu")
+    assert f"[fbz_p1], {4 | 1 << 17};" in res        # the ld.shared::cluster: 4 bytes, a .shared::cluster address
