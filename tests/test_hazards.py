@@ -1527,3 +1527,23 @@ def test_the_cluster_halves_and_the_tensormap_release_fence_compile_and_record()
     assert "fence.proxy.tensormap::generic.release.gpu" in ptx
     res = instrument(ptx, "w.cu")
     assert f"[fbz_p1], {4 | 1 << 17};" in res        # the ld.shared::cluster: 4 bytes, a .shared::cluster address
+
+
+def test_each_tma_op_takes_the_box_of_the_bytes_recorded_before_it():
+    """A map slot in global memory rewritten (published) with maps of two boxes: each TMA op's box is that of the
+    hash its thread recorded just before it (tma.map), not a guess over every content the address had."""
+    raws = [bytes(range(1, 129)), bytes(range(2, 130))]
+    boxes = hz.map_boxes([_tm(8, raws[0]), _tm(16, raws[1])])
+    ha, hb = hz.map_id(raws[0]), hz.map_id(raws[1])
+    assert boxes == {ha: 1024, hb: 2048}
+
+    def laps(tx):
+        tr = Trace().init(0, FULL, 1)
+        for lap, (h, n) in enumerate(zip((ha, hb), tx)):
+            tr._e(hz.TENSORMAP_PUBLISH, 0, MAP, h)._e(hz.FENCE_TENSORMAP_ACQUIRE, 0, MAP)
+            tr._e(hz.TMA_MAP, 0, MAP, h).arrive(0, FULL, n)._e(hz.TMA_LOAD, 0, STAGE, MAP, FULL, 0)
+            tr.wait(0, FULL, lap & 1)
+        return hz.check(hz.decode(hz.encode(tr.events)), threads_per_block=32, boxes=boxes, instrumented=True)
+    assert laps((1024, 2048)).ok, str(laps((1024, 2048)))
+    r = laps((1024, 1024))          # the second map's box is 2048 bytes
+    assert rules(r) == ["expect-tx-mismatch"], str(r)

@@ -90,7 +90,7 @@ from .. import hooks as verdicts  # check outcomes go out through the hooks
 from .check import PARALLEL_EVENTS, _replay, check  # noqa: F401
 from .gpu import (DEFAULT_CAPACITY, build_key, hazard_module, register_violations, replay, run,  # noqa: F401
                   save, traced_ranges)
-from .maps import _check_readings, _map_geometry, _map_readings, map_id  # noqa: F401
+from .maps import _check_readings, _map_geometry, _map_readings, map_boxes, map_id  # noqa: F401
 from .replay import _Cluster  # noqa: F401
 from .report import RULES, HazardFound, Report, Violation  # noqa: F401
 from .source import unmodeled  # noqa: F401

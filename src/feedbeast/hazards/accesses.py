@@ -248,8 +248,12 @@ class _Accesses:
                                        "barrier.cluster arrive.release / wait.acquire after it in both CTAs)", a.ev,
                                        None))
 
-    def map_bytes(self, ev):
-        """Box bytes of the tensor map an event names (its id: a hash of the map's 128 bytes)."""
+    def map_bytes(self, ev, t=None):
+        """Box bytes of the tensor map a TMA op uses: from the hash of its bytes its thread recorded just before it,
+        else from the map's id (its address) through the launch's arguments."""
+        h = self.map_seen.pop(t, None) if t is not None else None
+        if h is not None and h in self.boxes:
+            return self.boxes[h]
         size = self.maps.get(ev.b)
         if size is None:
             self.unknown_maps.add(ev.b)

@@ -11,7 +11,8 @@ from .report import Report
 from .trace import decode
 
 
-def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geometry=None, instrumented=False):
+def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geometry=None, instrumented=False,
+            boxes=None):
     """Replay one cluster's events [(position, event, rank)]. Returns ([(order key, violation)], untraced): the key
     puts the violations of all clusters back in the order one interleaved replay would have found them."""
     found, seen, now = [], set(), [None]
@@ -22,7 +23,7 @@ def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geom
             return
         seen.add(key)
         found.append((now[0] + (len(found),), v))
-    cl = _Cluster(threads_per_block, blocks, maps, violate, geometry, instrumented)
+    cl = _Cluster(threads_per_block, blocks, maps, violate, geometry, instrumented, boxes)
     for pos, ev, rank in items:
         now[0] = (0, pos)
         cl.step(ev, rank)
@@ -62,12 +63,14 @@ def _replay_parallel(jobs):
 def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
           kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
           dropped: int = 0, parallel: bool | None = None, truncated: bool = False, geometry: dict | None = None,
-          instrumented: bool = False) -> Report:
+          instrumented: bool = False, boxes: dict | None = None) -> Report:
     """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes.
 
     Clusters (or blocks) share no barrier and no shared memory, so each is replayed on its own; parallel: in
     separate processes (None: when the trace has PARALLEL_EVENTS or more and several clusters). instrumented: the
-    trace holds every shared-memory access (the PTX of the build was instrumented), so no read is assumed."""
+    trace holds every shared-memory access (the PTX of the build was instrumented), so no read is assumed. boxes:
+    {hash of a map's bytes: box bytes}: a TMA op whose thread recorded that hash just before it (tma.map) has that
+    box, whatever its address held at other times."""
     if isinstance(events, np.ndarray):
         events = decode(events)
     cx, cy, cz = (tuple(cluster) + (1, 1, 1))[:3]
@@ -91,7 +94,8 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
             rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
             blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
         jobs.append((items, order, threads_per_block, blocks, maps or {}, truncated,
-                     {int(k): tuple(v) for k, v in (geometry or {}).items()}, instrumented))
+                     {int(k): tuple(v) for k, v in (geometry or {}).items()}, instrumented,
+                     {int(k): v for k, v in (boxes or {}).items()}))
     if parallel is None:
         parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
     results = _replay_parallel(jobs) if parallel else None

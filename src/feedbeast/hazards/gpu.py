@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import FeedbeastError
 from .check import check
-from .maps import _check_readings, _map_geometry, _map_readings
+from .maps import _check_readings, _map_geometry, _map_readings, map_boxes
 from .report import Report, Violation
 from .source import unmodeled
 from .trace import (TENSORMAP_REPLACE, TMA_LOAD, TMA_MAP, TMA_STORE, WGMMA_READ, WORDS, Event, _name4,
@@ -190,6 +190,7 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
         if e.kind == TMA_MAP:
             all_hashes.setdefault(e.a, set()).add(e.b)
     derived = {(e.b, e.c) for e in events if e.kind == TENSORMAP_REPLACE}
+    boxes = map_boxes(args, derived)    # a TMA op's box from the hash recorded before it; readings: the fallback
     readings = _map_readings(args, getattr(k, "params", None), {e.b for e in events if e.kind in (TMA_LOAD, TMA_STORE)},
                              all_hashes, derived)
     meta = dict(threads_per_block=int(np.prod(b3)), grid=g3, cluster=c3, kernel=kernel.name,
@@ -198,7 +199,8 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
                 # not pending at exit (no end-of-kernel rules)
                 truncated=bool(gave_up[0]) or count > capacity,
                 instrumented=bool(getattr(mod, "_instrumented", None)),
-                geometry={str(a): list(g) for a, g in _map_geometry(args, hashes).items()})
+                geometry={str(a): list(g) for a, g in _map_geometry(args, hashes).items()},
+                boxes={str(h): n for h, n in boxes.items()})
     report = _check_readings(events, readings, **meta)
     meta["maps"] = readings[0]
     report.violations += register_violations(kernel.module, kernel.name)

@@ -20,6 +20,30 @@ def map_id(raw: bytes) -> int:
     return h
 
 
+def _sizes_by_hash(args, derived=()) -> dict:
+    """{hash of a map's bytes: its possible box bytes}: the launch's tensor-map arguments, and the maps made from them
+    on the device by tensormap.replace of the global address (`derived`: (hash before, hash after)), which keeps the
+    box, through any chain of rewrites."""
+    from ..tensormap import TensorMap
+    by_id = defaultdict(set)
+    for a in args:
+        if isinstance(a, TensorMap) and a.raw:
+            by_id[map_id(a.raw)].add(a.box_bytes)
+    grew = bool(derived)
+    while grew:         # until nothing new is learnt
+        grew = False
+        for before, after in derived:
+            if by_id.get(before) and not by_id[before] <= by_id[after]:
+                by_id[after] |= by_id[before]
+                grew = True
+    return by_id
+
+
+def map_boxes(args, derived=()) -> dict:
+    """{hash: box bytes} of the maps whose bytes name one box: a TMA op's box from the hash recorded before it."""
+    return {h: next(iter(s)) for h, s in _sizes_by_hash(args, derived).items() if len(s) == 1}
+
+
 def _map_readings(args, params=None, recorded=(), hashes=None, derived=()) -> list:
     """{map id: box bytes} for the launch's tensor-map arguments: one reading, or one per way of resolving ids that
     several maps with different boxes share (then every reading is checked and each one's violations reported:
@@ -31,17 +55,7 @@ def _map_readings(args, params=None, recorded=(), hashes=None, derived=()) -> li
     argument is matched by parameter offsets (`params`: the kernel's [(offset, size)]): every consistent match is a
     reading of its own."""
     from ..tensormap import TensorMap
-    by_id = defaultdict(set)
-    for a in args:
-        if isinstance(a, TensorMap) and a.raw:
-            by_id[map_id(a.raw)].add(a.box_bytes)
-    grew = bool(derived)
-    while grew:         # chains of rewrites (a map rewritten again): until nothing new is learnt
-        grew = False
-        for before, after in derived:
-            if by_id.get(before) and not by_id[before] <= by_id[after]:
-                by_id[after] |= by_id[before]
-                grew = True
+    by_id = _sizes_by_hash(args, derived)
     readings = [{}]
     hashes = hashes or {}
 

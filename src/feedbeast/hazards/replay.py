@@ -25,13 +25,16 @@ def _pad(v, n):
 class _Cluster(_Accesses, _Barriers):
     """The replay of one cluster (or one block when there are no clusters)."""
 
-    def __init__(self, threads_per_block, blocks, maps, report_violation, geometry=None, instrumented=False):
+    def __init__(self, threads_per_block, blocks, maps, report_violation, geometry=None, instrumented=False,
+                 boxes=None):
         self.tpb, self.blocks = threads_per_block, list(blocks)      # global block ids, by rank
         self.geometry = geometry or {}   # map id -> (array pointer, row stride B, element B, box rows, box cols)
         self.coords = {}                 # thread -> the coordinates of its next TMA op
         self.global_writes = []          # TMA stores' writes of global memory: (event, thread, geometry, rect, done)
         self.T = self.tpb * len(self.blocks)
         self.maps = maps
+        self.boxes = boxes or {}    # hash of a map's bytes -> box bytes
+        self.map_seen = {}          # thread -> the hash of the map its next TMA op uses (tma.map, just before it)
         self.violate = report_violation
         self.barriers = {}          # (rank, addr) -> _Barrier
         self.nbar = 0
@@ -156,7 +159,7 @@ class _Cluster(_Accesses, _Barriers):
             self.check_tensormap(t, ev)
         if ev.kind == TMA_LOAD and self.global_writes:
             self.check_global_read(t, ev)
-        size = ev.b if ev.kind == BULK_LOAD else self.map_bytes(ev)
+        size = ev.b if ev.kind == BULK_LOAD else self.map_bytes(ev, t)
         targets = [rank] if ev.kind == BULK_LOAD or not ev.d else [r for r in range(16) if ev.d >> r & 1]
         for r in targets:
             if r < len(self.blocks):
@@ -174,7 +177,7 @@ class _Cluster(_Accesses, _Barriers):
             w = [ev, t, box[0], box[1], None]
             self.global_writes.append(w)
             self.groups[("bulk-global", t)][-1].append(w)
-        size = self.map_bytes(ev)
+        size = self.map_bytes(ev, t)
         self.groups[("bulk", t)][-1].append(self.access(t, ev, rank, ev.a, size, False, False,
                                                         what="TMA store's read"))
 
@@ -235,6 +238,7 @@ class _Cluster(_Accesses, _Barriers):
         if self.tmap_hash.get(ev.a, ev.b) != ev.b:
             self.tmap_untraced.add(ev.a)
         self.tmap_hash[ev.a] = ev.b
+        self.map_seen[t] = ev.b
 
     def _griddep(self, t, rank, ev, _):
         self.griddep.add(ev.name)
