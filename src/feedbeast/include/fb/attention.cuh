@@ -1,7 +1,7 @@
 // Attention forward on Hopper (sm_90a), chapter 09: the pieces every rung of the ladder shares.
 //
 //  - wgmma shapes the two GEMMs of attention need: S = Q K^T with both operands K-major in shared memory
-//    (fb/wgmma.cuh's m64n128k16), and O += P V with P in registers (the softmax output never touches shared
+//    (fb/wgmma.cuh's mma<N>), and O += P V with P in registers (the softmax output never touches shared
 //    memory) and V read "MN-major", transposed by the instruction (imm-trans-b = 1);
 //  - the descriptor of an MN-major tile with the 128-byte swizzle;
 //  - the online-softmax bookkeeping of one thread's two rows of a 64 x N wgmma accumulator;
@@ -44,39 +44,17 @@ __device__ inline unsigned mn_block_start(u64 desc, int j) {
   return static_cast<unsigned>(((desc & 0x3FFF) << 4) + j * (((desc >> 16) & 0x3FFF) << 4));
 }
 
-// S = Q K^T with both operands K-major in shared memory is chapter 05's GEMM step: for BN = 128 key rows,
-// fb::wgmma::mma_m64n128k16_bf16 (D(64x128, fp32) (+)= A(64x16) * B(16x128), 128-byte swizzle).
-__device__ inline void mma_ss_m64n128k16_bf16(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
-  fb::wgmma::mma_m64n128k16_bf16(d, desc_a, desc_b, accumulate FB_HZ_PASS);
-}
-
-// D(64x64, fp32) (+)= A(64x16, bf16, in registers) * B(16x64, bf16, shared memory, MN-major: rows of N
-// contiguous, transposed by the instruction, imm-trans-b = 1). A is, per warp, the m16n8k16 A fragment of
-// its 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
-__device__ inline void mma_rs_m64n64k16_bf16_tb(float (&d)[32], const u32 (&a)[4], u64 desc_b,
-                                                int accumulate FB_HZ_LINE) {
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, mn_block_start(desc_b, 0), 16 * 128, 0, 0);
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
-// D(64x128, fp32) (+)= A(64x16, bf16, in registers) * B(16x128, bf16, shared memory, MN-major: rows of N
-// contiguous, transposed by the instruction, imm-trans-b = 1). A is, per warp, the m16n8k16 A fragment of
-// its 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
-__device__ inline void mma_rs_m64n128k16_bf16_tb(float (&d)[64], const u32 (&a)[4], u64 desc_b,
-                                                int accumulate FB_HZ_LINE) {
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, mn_block_start(desc_b, 0), 16 * 128, 0, 0);
-  FB_HZ_RECORD(fb::hazard::kWgmmaRead, mn_block_start(desc_b, 1), 16 * 128, 0, 0);
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+// S = Q K^T with both operands K-major in shared memory is chapter 05's GEMM step, fb::wgmma::mma<128>.
+// O += P V: D(64xN, fp32) (+)= A(64x16, bf16, in registers) * B(16xN, bf16, shared memory, MN-major: rows of N
+// contiguous, transposed by the instruction, imm-trans-b = 1). A is, per warp, the m16n8k16 A fragment of its
+// 16 rows: a[0] = (row g, cols 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
+// The trace records the 16 rows of each 64-column block of B that the step reads.
+template <int N>
+__device__ inline void mma_rs_tb(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, int accumulate FB_HZ_LINE) {
+  static_assert(N % 64 == 0, "an MN-major SW128 operand is read in blocks of 64 columns");
+#pragma unroll
+  for (int j = 0; j < N / 64; ++j) FB_HZ_RECORD(fb::hazard::kWgmmaRead, mn_block_start(desc_b, j), 16 * 128, 0, 0);
+  fb::wgmma::mma_rs<N, 1>(d, a, desc_b, accumulate);
 }
 
 // ---- named barriers ---------------------------------------------------------------------------------
@@ -325,10 +303,10 @@ __device__ inline void qk_gemm(float (&s)[BN / 2], const unsigned char* q, const
   for (int kk = 0; kk < D / 16; ++kk) {
     const int qoff = (kk / 4) * BM * 128 + (kk % 4) * 32, koff = (kk / 4) * BN * 128 + (kk % 4) * 32;
 #if FB_ATTN_DESC_EACH
-    mma_ss_m64n128k16_bf16(s, fb::wgmma::descriptor_k_major_sw128(q + qoff),
-                           fb::wgmma::descriptor_k_major_sw128(k + koff), kk > 0);
+    fb::wgmma::mma<BN>(s, fb::wgmma::descriptor_k_major_sw128(q + qoff), fb::wgmma::descriptor_k_major_sw128(k + koff),
+                       kk > 0);
 #else
-    mma_ss_m64n128k16_bf16(s, dq + qoff / 16, dk + koff / 16, kk > 0);
+    fb::wgmma::mma<BN>(s, dq + qoff / 16, dk + koff / 16, kk > 0);
 #endif
   }
 }
@@ -345,8 +323,7 @@ __device__ inline void pv_gemm(float (&o)[D / 2], const u32 (&p)[BN / 16][4], co
 #else
     const u64 desc = dv + kk * 16 * 128 / 16;
 #endif
-    if constexpr (D == 128) mma_rs_m64n128k16_bf16_tb(o, p[kk], desc, 1);
-    else mma_rs_m64n64k16_bf16_tb(o, p[kk], desc, 1);
+    mma_rs_tb<D>(o, p[kk], desc, 1);
   }
 }
 

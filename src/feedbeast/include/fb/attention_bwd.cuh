@@ -27,26 +27,8 @@ using u32 = cuda::std::uint32_t;
 using u64 = cuda::std::uint64_t;
 namespace fa = fb::attention;
 
-// ---- wgmma with both operands in shared memory, either one K-major (0) or MN-major (1) ----------------------
-// D(64 x N, fp32) (+)= A(64 x 16) B(16 x N). TA / TB are the instruction's imm-trans-a / imm-trans-b: 1 reads the
-// operand MN-major (rows of M or N contiguous), which only 16-bit types allow.
-template <int TA, int TB>
-__device__ inline void mma_ss_m64n64k16(float (&d)[32], u64 desc_a, u64 desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" FB_WGMMA_REGS_0_31 "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-      : FB_WGMMA_D32(d, 0)
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
-}
-template <int TA, int TB>
-__device__ inline void mma_ss_m64n32k16(float (&d)[16], u64 desc_a, u64 desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-      "%12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
-      : FB_WGMMA_D8(d, 0), FB_WGMMA_D8(d, 8)
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
-}
+// The wgmma here: fb::wgmma::mma_ss<N, TA, TB> with both operands in shared memory, TA / TB the instruction's
+// imm-trans-a / imm-trans-b (1 reads the operand MN-major, which only 16-bit types allow), and fa::mma_rs_tb.
 
 // X^T (64 keys x 64 queries) = A(64 x D) B^T with A = 64 rows of K (or V), B = the query tile's Q (or dO), both
 // K-major tiles of D / 64 panels (`a_panel`, `b_panel` bytes apart): D / 16 steps of 32 B along the row.
@@ -56,8 +38,8 @@ __device__ inline void gemm_t(float (&x)[32], const unsigned char* a, int a_pane
   const u64 da = fb::wgmma::descriptor_k_major_sw128(a), db = fb::wgmma::descriptor_k_major_sw128(b);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    mma_ss_m64n64k16<0, 0>(x, da + ((kk / 4) * a_panel + (kk % 4) * 32) / 16,
-                           db + ((kk / 4) * b_panel + (kk % 4) * 32) / 16, kk > 0);
+    fb::wgmma::mma_ss<64, 0, 0>(x, da + ((kk / 4) * a_panel + (kk % 4) * 32) / 16,
+                                db + ((kk / 4) * b_panel + (kk % 4) * 32) / 16, kk > 0);
 }
 
 // acc(64 keys x D) += X^T(64 x 64, bf16 A fragments in registers) T(64 queries x D): the query tile T read
@@ -67,8 +49,7 @@ __device__ inline void gemm_acc(float (&acc)[D / 2], const u32 (&x)[4][4], const
   const u64 dt = fa::descriptor_mn_major_sw128(t, 64 * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (D == 128) fa::mma_rs_m64n128k16_bf16_tb(acc, x[kk], dt + kk * 16 * 128 / 16, 1);
-    else fa::mma_rs_m64n64k16_bf16_tb(acc, x[kk], dt + kk * 16 * 128 / 16, 1);
+    fa::mma_rs_tb<D>(acc, x[kk], dt + kk * 16 * 128 / 16, 1);
   }
 }
 
@@ -81,8 +62,7 @@ __device__ inline void gemm_dq(float (&dq)[D / 4], const unsigned char* ds, cons
   const u64 db = fa::descriptor_mn_major_sw128(k + (col / 64) * 128 * 128 + (col % 64) * 2, 128 * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
-    if constexpr (D == 128) mma_ss_m64n64k16<1, 1>(dq, da + kk * 128, db + kk * 128, kk > 0);
-    else mma_ss_m64n32k16<1, 1>(dq, da + kk * 128, db + kk * 128, kk > 0);
+    fb::wgmma::mma_ss<D / 2, 1, 1>(dq, da + kk * 128, db + kk * 128, kk > 0);
   }
 }
 

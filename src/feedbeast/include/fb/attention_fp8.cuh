@@ -51,27 +51,11 @@ __host__ __device__ constexpr bool key_order_is_a_permutation() {
 static_assert(key_order_is_a_permutation(), "key_at must be a permutation of the 32 keys of a k32 step");
 
 // ---- fp8 wgmma ----------------------------------------------------------------------------------------------
-// D(64x128, fp32) (+)= A(64x32, e4m3, from desc_a) * B(32x128, e4m3, from desc_b, stored N x K, K-major).
-__device__ inline void mma_ss_m64n128k32_e4m3(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate FB_HZ_LINE) {
-  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_a), 64 * 128, 0, 0);
-  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 128 * 128, 0, 0);
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FB_WGMMA_REGS_0_31 ", " FB_WGMMA_REGS_32_63
-      "}, %64, %65, p, 1, 1;\n}\n"
-      : FB_WGMMA_D32(d, 0), FB_WGMMA_D32(d, 32)
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// D(64x128, fp32) += A(64x32, e4m3, in registers: a[0..3] as key_at describes) * B(32x128, e4m3, shared memory,
-// K-major: V^T).
-__device__ inline void mma_rs_m64n128k32_e4m3(float (&d)[64], const u32 (&a)[4], u64 desc_b FB_HZ_LINE) {
-  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), 128 * 128, 0, 0);
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FB_WGMMA_REGS_0_31 ", " FB_WGMMA_REGS_32_63
-      "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
-      : FB_WGMMA_D32(d, 0), FB_WGMMA_D32(d, 32)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+// S: fb::wgmma::mma_e4m3<BN> (A = Q, B = K, both K-major). O: D(64xN, fp32) += A(64x32, e4m3, in registers:
+// a[0..3] as key_at describes) * B(32xN, e4m3, shared memory, K-major: V^T).
+template <int N> __device__ inline void mma_rs_vt(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b FB_HZ_LINE) {
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(desc_b), N * 128, 0, 0);
+  fb::wgmma::mma_rs_e4m3<N>(d, a, desc_b);
 }
 
 // ---- P: fp32 accumulator -> e4m3 A fragments, in place ------------------------------------------------------
@@ -165,14 +149,14 @@ template <int NSTAGES> struct Plan {
 __device__ inline void qk_gemm(float (&s)[64], const unsigned char* q, const unsigned char* k) {
   const u64 dq = fb::wgmma::descriptor_k_major_sw128(q), dk = fb::wgmma::descriptor_k_major_sw128(k);
 #pragma unroll
-  for (int kk = 0; kk < D / 32; ++kk) mma_ss_m64n128k32_e4m3(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
+  for (int kk = 0; kk < D / 32; ++kk) fb::wgmma::mma_e4m3<BN>(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
 }
 
 // O(64 x D) += P(64 x BN) V, V^T (D x BN) K-major: BN / 32 steps.
 __device__ inline void pv_gemm(float (&o)[64], const u32 (&p)[4][4], const unsigned char* vt) {
   const u64 dv = fb::wgmma::descriptor_k_major_sw128(vt);
 #pragma unroll
-  for (int kk = 0; kk < BN / 32; ++kk) mma_rs_m64n128k32_e4m3(o, p[kk], dv + 2 * kk);
+  for (int kk = 0; kk < BN / 32; ++kk) mma_rs_vt<D>(o, p[kk], dv + 2 * kk);
 }
 
 // ---- softmax -----------------------------------------------------------------------------------------------------
