@@ -10,12 +10,12 @@ import numpy as np
 from .accesses import _Accesses
 from .barriers import _Barriers
 from .report import Violation
-from .trace import (ALL, BAR_SYNC, BULK_COMMIT, BULK_LOAD, BULK_REDUCE, BULK_WAIT, BULK_WAIT_READ, CLUSTER_SYNC,
-                    CP_ASYNC, FENCE_TENSORMAP_ACQUIRE, FENCE_TENSORMAP_RELEASE, GRIDDEP_LAUNCH, GRIDDEP_WAIT,
-                    TENSORMAP_PUBLISH, TENSORMAP_REPLACE, CLUSTER_ARRIVE, CLUSTER_WAIT, TMA_MAP,
-                    CP_COMMIT, CP_MBAR_ARRIVE, CP_WAIT, FENCE_PROXY_ASYNC, GENERIC_READ, GENERIC_WRITE, MBAR_ARRIVE,
-                    MBAR_EXPECT_TX, MBAR_INIT, MBAR_WAIT, SMEM_READ, SMEM_WINDOW, SMEM_WRITE, SYNCWARP, TC_COMMIT,
-                    TC_MMA, TMA_COORDS, TMA_LOAD, TMA_STORE, WGMMA_COMMIT, WGMMA_FENCE, WGMMA_READ, WGMMA_WAIT, Event)
+from .trace import (ALL, BAR_SYNC, BULK_COMMIT, BULK_LOAD, BULK_REDUCE, BULK_WAIT, BULK_WAIT_READ, CLUSTER_ARRIVE,
+                    CLUSTER_SYNC, CLUSTER_WAIT, CP_ASYNC, CP_COMMIT, CP_MBAR_ARRIVE, CP_WAIT, FENCE_PROXY_ASYNC,
+                    FENCE_TENSORMAP_ACQUIRE, FENCE_TENSORMAP_RELEASE, GENERIC_READ, GENERIC_WRITE, GRIDDEP_LAUNCH,
+                    GRIDDEP_WAIT, MBAR_ARRIVE, MBAR_EXPECT_TX, MBAR_INIT, MBAR_WAIT, SMEM_READ, SMEM_WINDOW,
+                    SMEM_WRITE, SYNCWARP, TC_COMMIT, TC_MMA, TENSORMAP_PUBLISH, TENSORMAP_REPLACE, TMA_COORDS,
+                    TMA_LOAD, TMA_MAP, TMA_STORE, WGMMA_COMMIT, WGMMA_FENCE, WGMMA_READ, WGMMA_WAIT, Event)
 
 
 def _pad(v, n):
@@ -396,6 +396,6 @@ _HANDLERS = {
     SMEM_READ: _Cluster._smem, SMEM_WRITE: _Cluster._smem, BULK_REDUCE: _Cluster._reduce,
     TENSORMAP_REPLACE: _Cluster._tmap_replace, TENSORMAP_PUBLISH: _Cluster._tmap_publish,
     FENCE_TENSORMAP_RELEASE: _Cluster._tmap_release, FENCE_TENSORMAP_ACQUIRE: _Cluster._tmap_acquire,
-    TMA_MAP: _Cluster._tmap_seen, GRIDDEP_WAIT: _Cluster._griddep, GRIDDEP_LAUNCH: _Cluster._griddep, CLUSTER_ARRIVE: _Cluster._cluster_arrive,
-    CLUSTER_WAIT: _Cluster._cluster_wait,
+    TMA_MAP: _Cluster._tmap_seen, GRIDDEP_WAIT: _Cluster._griddep, GRIDDEP_LAUNCH: _Cluster._griddep,
+    CLUSTER_ARRIVE: _Cluster._cluster_arrive, CLUSTER_WAIT: _Cluster._cluster_wait,
 }
