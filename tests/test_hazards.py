@@ -1547,3 +1547,14 @@ def test_each_tma_op_takes_the_box_of_the_bytes_recorded_before_it():
     assert laps((1024, 2048)).ok, str(laps((1024, 2048)))
     r = laps((1024, 1024))          # the second map's box is 2048 bytes
     assert rules(r) == ["expect-tx-mismatch"], str(r)
+
+
+@pytest.mark.parametrize("src, named", [('asm volatile("griddepcontrol.wait;" ::: "memory");', True),
+                                        ("cudaTriggerProgrammaticLaunchCompletion();", True),
+                                        ("fb::decode::wait_dependencies();   // traced by the wrapper", False),
+                                        ("// griddepcontrol.wait, in a comment\nint x;", False)])
+def test_programmatic_dependent_launch_in_a_kernels_own_source_is_named_as_not_checked(src, named):
+    """The fb:: wrappers record griddepcontrol (the replay names it); a kernel's own asm or CUDA intrinsics are not
+    in the trace, so the source is read for them and the report says the order across launches was not checked."""
+    from feedbeast.hazards.source import across_launches
+    assert bool(across_launches(src)) == named

@@ -13,7 +13,7 @@ from ..errors import FeedbeastError
 from .check import check
 from .maps import _check_readings, _map_geometry, _map_readings, map_boxes
 from .report import Report, Violation
-from .source import unmodeled
+from .source import across_launches, unmodeled
 from .trace import (TENSORMAP_REPLACE, TMA_LOAD, TMA_MAP, TMA_STORE, WGMMA_READ, WORDS, Event, _name4,
                     decode)
 
@@ -204,6 +204,9 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     report = _check_readings(events, readings, **meta)
     meta["maps"] = readings[0]
     report.violations += register_violations(kernel.module, kernel.name)
+    pdl = across_launches(mod.source or "", mod.defines)
+    if pdl and not report.unchecked and pdl not in report.partly:
+        report.partly = "; ".join(x for x in (report.partly, pdl) if x)
     report.seconds = {"build": t1 - t0, "run": t2 - t1, "check": time.perf_counter() - t2}
     _gave_up(report, gave_up)
     if os.environ.get("FEEDBEAST_HAZARDS_DUMP"):       # keep the trace, to replay it elsewhere (replay below)

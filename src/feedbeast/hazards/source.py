@@ -76,3 +76,15 @@ def unmodeled(source: str, defines: dict | None = None) -> str:
     found = [what for pattern, what in _UNMODELED if re.search(pattern, src if pattern.startswith('\\"') else code)]
     return ", ".join(dict.fromkeys(found))
 
+
+def across_launches(source: str, defines: dict | None = None) -> str:
+    """Programmatic dependent launch in a kernel's own source, outside the fb:: wrappers that record it ("" when
+    none): the order it sets is between two launches, which one launch's trace cannot check (PTX ISA:
+    griddepcontrol; CUDA C++ Programming Guide: programmatic dependent launch)."""
+    import re
+    src = _active_source(source, defines)
+    if re.search(r"\bgriddepcontrol\b|\bcudaGridDependencySynchronize\b|\bcudaTriggerProgrammaticLaunchCompletion\b",
+                 src):
+        return ("the order across launches that the kernel's own griddepcontrol sets (programmatic dependent "
+                "launch): one launch's trace cannot see the other grid's accesses")
+    return ""
