@@ -1558,3 +1558,25 @@ def test_programmatic_dependent_launch_in_a_kernels_own_source_is_named_as_not_c
     in the trace, so the source is read for them and the report says the order across launches was not checked."""
     from feedbeast.hazards.source import across_launches
     assert bool(across_launches(src)) == named
+
+
+@pytest.mark.parametrize("notes, verdict", [({"unchecked": "a cuda::barrier", "partly": ""}, "skipped"),
+                                            ({"unchecked": "", "partly": "griddepcontrol"}, "passed"),
+                                            ({"unchecked": "", "partly": ""}, "passed")])
+def test_an_isolated_check_records_a_launch_it_could_not_follow_as_not_checked(monkeypatch, capsys, notes, verdict):
+    """FEEDBEAST_HAZARDS=isolated: the child's report says what it could not check; a launch it could not follow is
+    recorded as skipped (never passed), and what was partly not checked is said with the pass."""
+    _launch_hook_calls(monkeypatch, sanitize=False)
+    import types
+    got = []
+    monkeypatch.setattr(hz, "run_isolated", lambda *a, **k: ("text", [], 10, notes))
+    monkeypatch.setattr(hz.verdicts, "passed", lambda what, detail: got.append(("passed", detail)))
+    monkeypatch.setattr(hz.verdicts, "skipped", lambda what, detail: got.append(("skipped", detail)))
+    monkeypatch.setenv("FEEDBEAST_HAZARDS", "isolated")
+    mod = types.SimpleNamespace(source="#include <fb/tma.cuh>\n// ring", arch="sm_90a", defines={}, options=())
+    hz.check_on_launch(types.SimpleNamespace(module=mod, name="ring"), 8, 128, (), 0, None)
+    ((kind, detail),) = got
+    out = capsys.readouterr().out
+    assert kind == verdict
+    for note in filter(None, notes.values()):
+        assert note in detail and f"not checked: {note}" in out, (detail, out)

@@ -143,14 +143,17 @@ for kind, x, extra in spec:
         args.append(x)
 r = hz.run(mod.kernel(kname), grid, block, *args, shared=shared, cluster=cluster)
 print("__HZ__" + json.dumps({"text": str(r), "rules": [v.rule for v in r.violations] if isinstance(r, hz.Report)
-                             else [], "ok": bool(getattr(r, "ok", True)), "events": getattr(r, "events", 0)}))
+                             else [], "ok": bool(getattr(r, "ok", True)), "events": getattr(r, "events", 0),
+                             "unchecked": getattr(r, "unchecked", "") if isinstance(r, hz.Report) else str(r),
+                             "partly": getattr(r, "partly", "")}))
 """
 
 
 def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
     """The hazard check in a separate process (fb.isolated): the arguments' device buffers go over as host copies,
     tensor maps are encoded again over them, so a hazard build that faults or hangs leaves this process's GPU
-    context usable. Returns (report text, rules found, events)."""
+    context usable. Returns (report text, rules found, events, {"unchecked": why not checkable, "partly": what was
+    not checked})."""
     import json
     from cuda.bindings import driver
     from ..device import _check
@@ -195,12 +198,12 @@ def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
                        shared=shared, cluster=cluster)
     from ..skip import Skipped
     if isinstance(out, Skipped):
-        return str(out), [], 0
+        return str(out), [], 0, {"unchecked": str(out), "partly": ""}
     line = next((ln for ln in str(out).splitlines() if ln.startswith("__HZ__")), None)
     if line is None:
         raise FeedbeastError(f"the isolated hazard check of {kernel.name} printed no result:\n{str(out)[-2000:]}")
     info = json.loads(line[len("__HZ__"):])
-    return info["text"], info["rules"], info["events"]
+    return info["text"], info["rules"], info["events"], {k: info.get(k, "") for k in ("unchecked", "partly")}
 
 
 
@@ -275,12 +278,18 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
         return
     _configs.setdefault(config, str(grid))
     if os.environ.get("FEEDBEAST_HAZARDS") == "isolated":     # in a child process: a fault cannot cost this one
-        text, found, events = run_isolated(kernel, grid, block, *args, shared=shared, cluster=cluster)
+        text, found, events, notes = run_isolated(kernel, grid, block, *args, shared=shared, cluster=cluster)
         print(f"hazard check: {kernel.name} grid {grid} block {block}: {len(found)} violation(s) in {events} events "
-              "(separate process)", flush=True)
+              "(separate process)" + "".join(f"; not checked: {notes[k]}" for k in ("unchecked", "partly")
+                                             if notes[k]), flush=True)
         if found:
             raise HazardFound(f"{found[0]}: {RULES[found[0]]}\n{text}")
-        verdicts.passed(f"hazard check of {kernel.name}", f"grid {grid} block {block}: 0 violations in {events} events")
+        what, where = f"hazard check of {kernel.name}", f"grid {grid} block {block}"
+        if notes["unchecked"]:      # as _verdict: a launch the checker could not follow is not a pass
+            verdicts.skipped(what, f"{where}: not checked: {notes['unchecked']}")
+        else:
+            verdicts.passed(what, f"{where}: 0 violations in {events} events"
+                            + (f"; not checked: {notes['partly']}" if notes["partly"] else ""))
         return
     report = _run_saving_buffers(kernel, grid, block, args, shared, cluster)
     if isinstance(report, Report):
