@@ -57,7 +57,8 @@ HANG_TIMEOUT = 120     # for bugs expected to deadlock: the check cell of a corr
 WRONG, SASS, HANG, FAULT, HAZARD = "wrong", "sass", "hang", "fault", "hazard"
 HAZARD_RULES = ("async-read-in-flight", "missing-proxy-fence", "unordered-access", "expect-tx-mismatch",
                 "arrival-count", "wait-parity", "barrier-uninitialized", "async-read-at-exit", "mbarrier-scope",
-                "missing-wgmma-fence", "bulk-store-in-flight")
+                "missing-wgmma-fence", "bulk-store-in-flight", "wgmma-register-in-flight", "peer-access-at-exit",
+                "missing-tensormap-fence")
 
 # lab -> (solution notebook, the name its correctness checks start with, the arch its launches need)
 LABS = {
