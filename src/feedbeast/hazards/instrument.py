@@ -97,29 +97,27 @@ def _site(guard, acc: Access, addr, line: int, site: int) -> list[str] | None:
         body.append(f"\tadd.s64 %fbz_g, {base}, {off};")
         body += _call(guard, "fb_hz_generic", [(64, "%fbz_g"), (32, acc.info), (32, line), (32, site)])
     else:
-        if kind == "r64":
-            body += [f"\tcvt.u32.u64 %fbz_a, {base};", f"\tadd.s32 %fbz_a, %fbz_a, {off};"]
-        elif kind == "r32":
-            body.append(f"\tadd.s32 %fbz_a, {base}, {off};")
-        elif kind == "sym":
-            body += [f"\tmov.u32 %fbz_a, {base};", f"\tadd.s32 %fbz_a, %fbz_a, {off};"]
-        else:
-            body.append(f"\tmov.u32 %fbz_a, {int(base) + off};")
+        body += _shared_u32(base, kind, off)
         body += _call(guard, "fb_hz_shared", [(32, "%fbz_a"), (32, acc.info), (32, line), (32, site)])
     return body + ["\t}"]
 
 
+def _shared_u32(base, kind, off) -> list[str]:
+    """PTX that puts a shared-memory operand's 32-bit address (register, symbol or immediate, plus offset) in %fbz_a."""
+    if kind == "r64":
+        return [f"\tcvt.u32.u64 %fbz_a, {base};", f"\tadd.s32 %fbz_a, %fbz_a, {off};"]
+    if kind == "r32":
+        return [f"\tadd.s32 %fbz_a, {base}, {off};"]
+    if kind == "sym":
+        return [f"\tmov.u32 %fbz_a, {base};", f"\tadd.s32 %fbz_a, %fbz_a, {off};"]
+    return [f"\tmov.u32 %fbz_a, {int(base) + off};"]
+
+
 def _cp_mbar(guard, op, addr, line) -> list[str] | None:
     base, kind, off = addr
-    body = ["\t{", "\t.reg .b32 %fbz_a;"]
-    if kind == "r64":
-        body += [f"\tcvt.u32.u64 %fbz_a, {base};", f"\tadd.s32 %fbz_a, %fbz_a, {off};"]
-    elif kind == "r32":
-        body.append(f"\tadd.s32 %fbz_a, {base}, {off};")
-    elif kind == "sym":
-        body += [f"\tmov.u32 %fbz_a, {base};", f"\tadd.s32 %fbz_a, %fbz_a, {off};"]
-    else:
+    if kind == "imm":
         return None
+    body = ["\t{", "\t.reg .b32 %fbz_a;"] + _shared_u32(base, kind, off)
     body += _call(guard, "fb_hz_cp_mbar", [(32, "%fbz_a"), (32, int(".noinc" in op)), (32, line)])
     return body + ["\t}"]
 
