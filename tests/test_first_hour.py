@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import signal
+import re
 import socket
 import subprocess
 import sys
@@ -846,19 +847,30 @@ def test_the_guides_cover_chapters_and_labs_00_to_09():
             assert re.search(rf"^{target}:", (ROOT / "Makefile").read_text(), re.M), target
 
 
+RUN_ALL = "window.jupyterapp.commands.execute('notebook:run-all-cells').then(() => true, () => false)"
+
+
+def _started(cells: list[dict]) -> bool:
+    """Whether any code cell is running, queued or done (its prompt shows '*' or a number)."""
+    return any(re.search(r"\[(\*|\d+)\]", c["prompt"]) for c in cells)
+
+
 def _in_browser(lab, tmp_path, path: str, seconds: float = 240) -> list[dict]:
     """Run All of the notebook at `path` (under the server's root) in headless Chromium; each code cell's
     prompt and the text of its outputs, as the page shows them."""
     with _Chromium(tmp_path / "chromium-profile", seconds=int(seconds) + 60) as browser:
         s = browser.open_notebook(lab, path)
         assert s.get("status") == "idle", s
-        browser.js("window.jupyterapp.commands.execute('notebook:run-all-cells'); 0", wait=False)
         cells_js = """JSON.stringify(Array.from(document.querySelectorAll(
             '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell')).map(c => ({
               prompt: (c.querySelector('.jp-InputPrompt') || {}).innerText || '',
               out: Array.from(c.querySelectorAll('.jp-OutputArea-output')).map(o => o.innerText).join('\\n')})))"""
-        deadline, cells = time.monotonic() + seconds, []
+        deadline, cells, asked = time.monotonic() + seconds, [], -1e9
         while time.monotonic() < deadline:
+            if time.monotonic() - asked > 20 and not _started(cells):
+                # a Run All given before JupyterLab makes the notebook its current widget does nothing: ask again
+                browser.js(RUN_ALL)
+                asked = time.monotonic()
             time.sleep(1.0)
             cells = json.loads(browser.js(cells_js))
             busy = any("*" in c["prompt"] for c in cells)
