@@ -542,8 +542,11 @@ def test_lab_00_renders_in_headless_chromium_with_nothing_covering_it(lab, tmp_p
     lab's cells with the course's kernel, no dialog and no notification toast. The screenshot is kept
     under build/test-artifacts/."""
     t0 = time.perf_counter()
+    copy = ARTIFACTS / "render" / "00-copy-kernel.ipynb"      # JupyterLab saves what it opens: never the original
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes((ROOT / "labs/00-copy-kernel.ipynb").read_bytes())
     with _Chromium(tmp_path / "chromium-profile") as browser:
-        browser.open_notebook(lab, "labs/00-copy-kernel.ipynb")
+        browser.open_notebook(lab, str(copy.relative_to(ROOT)))
         time.sleep(2.0)                  # the news prompt, when there is one, comes after the restore
         s = browser.state()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
