@@ -5,6 +5,7 @@ import pytest
 os.environ.setdefault("MPLBACKEND", "Agg")
 # The course's hooks in this process and in the notebooks it runs (feedbeast.hooks): verdicts, the results log.
 os.environ.setdefault("FEEDBEAST_HOOKS", "feedbeast.course")
+os.environ.setdefault("FEEDBEAST_QUICK", "1")    # with a GPU, notebooks check and time a few sizes (fb.pick)
 
 # Tests install and download nothing: pip and npm started by a test (or by make under it) may use what is on
 # this machine only, and this process connects to loopback alone. A test that needs what is not here skips by name.

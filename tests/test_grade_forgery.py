@@ -137,12 +137,13 @@ _cache: dict = {}
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """{forgery: Report} for the bug of this machine, graded two at a time on first use."""
+    """{forgery: Report} for the bug of this machine, graded on first use, two at a time (four on a machine of 16
+    cores or more: each grading is a process that mostly compiles)."""
     tmp = tmp_path_factory.mktemp("forgery")
 
     def get(names, bug):
         todo = [n for n in names if (n, id(bug)) not in _cache]
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max(2, min(4, (os.cpu_count() or 2) // 4))) as pool:
             paths = {n: (forged(tmp, n, bug) if n != "untouched" else SOLUTION) for n in todo}
             for n, rep in zip(todo, pool.map(lambda n: g.grade(paths[n], timeout=300), todo)):
                 _cache[(n, id(bug))] = rep

@@ -224,6 +224,29 @@ def test_pick_takes_the_sanitizer_size_only_on_a_gpu_under_the_sanitizer(monkeyp
     assert fb.pick(4096, 33, sanitize=512) == 33        # no GPU: nothing is sanitized, the CPU size
 
 
+def test_pick_takes_the_quick_size_only_on_a_gpu_under_make_test(monkeypatch):
+    """FEEDBEAST_QUICK=1 (make test's conftest) makes the course set hooks.mode.quick; fb.pick then takes its quick
+    size on a GPU, the sanitizer's size still wins inside make sanitize, and without a GPU the CPU size is kept."""
+    import feedbeast as fb
+    import feedbeast.course
+    from feedbeast import hooks
+    monkeypatch.setenv("FEEDBEAST_QUICK", "0")
+    _sanitizer_mode(monkeypatch, False)
+    monkeypatch.setattr(fb, "gpu", lambda: "a GPU")
+    assert not hooks.mode.quick and fb.pick(4096, 33, quick=1024) == 4096      # make bench, a lab: every size
+    monkeypatch.setenv("FEEDBEAST_QUICK", "1")
+    feedbeast.course.install()
+    assert "make test" in hooks.mode.quick
+    assert fb.pick(4096, 33, quick=1024) == 1024
+    assert fb.pick(4096, 33) == 4096                                          # no quick size given: the GPU size
+    assert fb.pick(4096, 33, sanitize=512, quick=1024) == 1024
+    monkeypatch.setenv("FEEDBEAST_UNDER_SANITIZER", "1")
+    feedbeast.course.install()
+    assert fb.pick(4096, 33, sanitize=512, quick=1024) == 512                 # make sanitize's size first
+    monkeypatch.setattr(fb, "gpu", lambda: None)
+    assert fb.pick(4096, 33, sanitize=512, quick=1024) == 33                  # no GPU: the CPU size
+
+
 def test_the_sanitizer_follows_only_the_notebook_process(tmp_path, monkeypatch):
     import types
     seen = []

@@ -51,16 +51,20 @@ _view.install()
 __version__ = "0.1.0"
 
 
-def pick(gpu_value, cpu_value, *, sanitize=None):
+def pick(gpu_value, cpu_value, *, sanitize=None, quick=None):
     """A size for this machine: the full one with a GPU, a small one without (simulator, compile-only).
 
     `sanitize`, if given, is the size inside `make sanitize`: there each kernel runs once under
     instrumentation (racecheck checks every shared-memory access), and a size that takes a second
-    unchecked can take an hour. Without it the GPU size is kept.
+    unchecked can take an hour. `quick`, if given, is the size under `make test` on a GPU
+    (`hooks.mode.quick`): the test checks each kernel at a few sizes and leaves the sweeps to
+    `make bench`. Without them the GPU size is kept.
     """
     if not gpu():
         return cpu_value
-    return sanitize if sanitize is not None and hooks.under_sanitizer() else gpu_value
+    if sanitize is not None and hooks.under_sanitizer():
+        return sanitize
+    return quick if quick is not None and hooks.mode.quick else gpu_value
 
 
 hooks.load()   # the course's hooks, when FEEDBEAST_HOOKS names it (feedbeast.hooks)
