@@ -178,9 +178,25 @@ def instrument(ptx: str, source_name: str = "") -> Result:
     return res
 
 
+def define_flags(module) -> list[str]:
+    """The -D flags NVRTC was given for the module's cubin, as compile() makes them from what it keeps: the defines,
+    FB_DEBUG=1 for a debug build (compile(..., debug=True) or hazards=True keeps only its own defines, and the
+    waits of a hazard build need fb/debug.cuh's clock and time-out), and inside make sanitize the debug build's
+    wait time-out 100 times longer. The PTX must be of that same build: with the short time-out, a wait of the
+    instrumented kernel gives up where the cubin's waits on, and after that every wait returns at once."""
+    from ..hooks import under_sanitizer
+    defs = dict(module.defines or {})
+    if getattr(module, "debug", False):
+        defs.setdefault("FB_DEBUG", 1)
+        if under_sanitizer():
+            defs["FB_WAIT_TIMEOUT_NS"] = f"({defs.get('FB_WAIT_TIMEOUT_NS', '2000000000ull')})*100"
+    return [f"{k}={v}" if v is not None else str(k) for k, v in sorted(defs.items())]
+
+
 def ptx_of(module) -> str:
-    """The PTX of a hazard build (a Module compiled with FB_HAZARDS), from NVRTC with the same defines and options,
-    for the virtual architecture of its arch (compute_90a for sm_90a). Cached next to the cubins."""
+    """The PTX of a hazard build (a Module compiled with FB_HAZARDS), from NVRTC with the same defines and options
+    as its cubin (define_flags), for the virtual architecture of its arch (compute_90a for sm_90a). Cached next to
+    the cubins."""
     import hashlib
     from cuda.bindings import nvrtc
     from cuda.core import ProgramOptions
@@ -188,7 +204,7 @@ def ptx_of(module) -> str:
     from ..errors import CompileError
     from ..device import nvrtc_version
     arch = module.arch.replace("sm_", "compute_")
-    defs = [f"{k}={v}" if v is not None else str(k) for k, v in sorted((module.defines or {}).items())]
+    defs = define_flags(module)
     flags = ProgramOptions(arch=arch, std="c++17", include_path=include_path(), define_macro=defs or None,
                            name=module.name, lineinfo=True).as_bytes("nvrtc") + [o.encode() for o in module.options]
     key = hashlib.sha256("\0".join([module.source or "", repr(flags), repr(nvrtc_version()), _headers_digest(),
