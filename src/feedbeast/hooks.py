@@ -27,11 +27,18 @@ Installed by the course machinery (feedbeast.course.install), never by a noteboo
                     debug builds wait 100x longer (compile), deliberate failures are not run (isolated, hazards),
                     fb.pick takes its sanitize size; `mode.untimed` (a reason) turns timing off: bench runs its
                     function once, and bench and ceiling return a Skipped that gives it; `mode.unprofiled` does the
-                    same for profile
+                    same for profile; `mode.quick` (a reason: make test) makes fb.pick take its quick size;
+                    `mode.hazards` hazard-checks every launch of a kernel compiled from source
+                    before the launch (feedbeast.hazards.check_on_launch): "" off, "check" raise HazardFound,
+                    "report" print the report and go on (surveys), "isolated" check in a separate process;
+                    `mode.hazard_dump` (a folder) keeps each hazard build's trace there, to replay elsewhere.
+                    The course sets hazards from FEEDBEAST_HAZARDS (1, report, isolated) and hazard_dump from
+                    FEEDBEAST_HAZARDS_DUMP, again before each launch when they changed (`%env` in a notebook);
+                    a child process of the toolkit (fb.isolated, fb.profile) runs in the mode its parent gives it
 
 A process that imports feedbeast gets the course's hooks when FEEDBEAST_HOOKS names a module (the course's runners
 and `make lab` set it to feedbeast.course): load() imports it, and it installs what it needs here. That is the
-only variable the library reads to decide what it calls.
+only variable the library reads to decide what it calls; every mode it runs in is `mode`, set by the caller.
 """
 from __future__ import annotations
 
@@ -57,6 +64,12 @@ class Mode:
     sanitizer: bool = False     # inside make sanitize's notebook runs
     untimed: str = ""           # when set, bench and ceiling return a Skipped with this reason
     unprofiled: str = ""        # when set, profile returns a Skipped with this reason
+    quick: str = ""             # when set (a reason: make test), fb.pick takes its `quick` size
+    hazards: str = ""           # one of HAZARD_MODES: how each launch is hazard-checked first ("" not at all)
+    hazard_dump: str = ""       # a folder: each hazard build's trace is saved there (replay with feedbeast.hazards)
+
+
+HAZARD_MODES = ("", "check", "report", "isolated")
 
 
 mode = Mode()

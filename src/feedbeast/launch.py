@@ -241,7 +241,7 @@ class Kernel:
         ready = self._ready(grid, block, args, shared, cluster)
         if isinstance(ready, Skipped):
             return ready
-        for check in hooks.before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
+        for check in hooks.before_launch:   # under hooks.mode.hazards: the hazard build first, same arguments
             check(self, grid, block, args, shared, cluster)
         _buf, ptrs = self._pack(args)
         if _watching:
@@ -260,7 +260,7 @@ class Kernel:
         ready = self._ready(grid, block, args, shared, cluster)
         if isinstance(ready, Skipped):
             return Launch(self, grid, block, args, shared, cluster, skipped=ready)
-        for check in hooks.before_launch:   # FEEDBEAST_HAZARDS=1: the hazard build first, same arguments
+        for check in hooks.before_launch:   # under hooks.mode.hazards: the hazard build first, same arguments
             check(self, grid, block, args, shared, cluster)
         buf, ptrs = self._pack(args)
         cfg = self._config(*ready[:2], shared, ready[2], stream, pdl)

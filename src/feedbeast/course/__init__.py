@@ -7,12 +7,42 @@ check results go to the results log, a skipped step shows what a GPU run recorde
 notebook runs the library runs in the sanitizer's mode. The course's runners and `make lab` set FEEDBEAST_HOOKS
 to feedbeast.course, so that a notebook process they start installs them too.
 
+The hazard mode is the course's variables': FEEDBEAST_HAZARDS (1 = check every launch, report, isolated; anything
+else off) and FEEDBEAST_HAZARDS_DUMP (a folder for the traces) set feedbeast.hooks.mode.hazards and hazard_dump
+when this installs, and again before a launch whenever they changed since, so `%env FEEDBEAST_HAZARDS=1` in a
+notebook that already imported feedbeast checks its next launch. A mode set directly on feedbeast.hooks.mode stays
+until a variable changes. The grader's check process sets the mode itself (pin_hazards: no variable moves it).
+
     python -m feedbeast grade | roster | sanitize | stress | labs ...   the command line (course/__main__.py)
 """
 from __future__ import annotations
 
+import os
+
 from .. import hooks
 from . import results, runmode, verdicts
+
+HAZARDS, HAZARDS_DUMP = "FEEDBEAST_HAZARDS", "FEEDBEAST_HAZARDS_DUMP"
+HAZARD_MODES = {"1": "check", "report": "report", "isolated": "isolated"}   # FEEDBEAST_HAZARDS -> mode.hazards
+_applied: list = []      # the variables' values the mode was last set from
+
+
+def hazards_from_environment(*launch) -> None:
+    """Set the library's hazard mode from FEEDBEAST_HAZARDS and FEEDBEAST_HAZARDS_DUMP if they changed since it was
+    last set from them: at install, and as the first hooks.before_launch (so `%env` after the import works)."""
+    now = (os.environ.get(HAZARDS, ""), os.environ.get(HAZARDS_DUMP, ""))
+    if _applied == [now]:
+        return
+    _applied[:] = [now]
+    hooks.mode.hazards = HAZARD_MODES.get(now[0].strip(), "")
+    hooks.mode.hazard_dump = now[1]
+
+
+def pin_hazards(on: bool) -> None:
+    """The grader's check process: hazard-check every launch (on) or none, whatever the environment says later."""
+    while hazards_from_environment in hooks.before_launch:
+        hooks.before_launch.remove(hazards_from_environment)
+    hooks.mode.hazards, hooks.mode.hazard_dump = ("check" if on else ""), ""
 
 
 def _recorded(kind: str, name: str) -> str | None:
@@ -33,6 +63,10 @@ def install() -> None:
         if f not in sinks:
             sinks.append(f)
     hooks.recorded = _recorded
+    hooks.mode.quick = runmode.quick()
+    hazards_from_environment()
+    if hazards_from_environment not in hooks.before_launch:
+        hooks.before_launch.insert(0, hazards_from_environment)     # before the hazard check it switches
     if runmode.under_sanitizer():
         hooks.mode.sanitizer = True
         hooks.mode.untimed = runmode.TIMED_OFF

@@ -15,8 +15,9 @@ trusts"):
    not a check, `## Measure`). The learner's own check cells, their outputs and everything from `## Measure`
    on are never run or read.
 3. The grader starts a fresh Python process with its own environment (FEEDBEAST_HAZARDS=1 for the hazard labs
-   on a GPU, whatever the notebook sets). There, in this order: the lab's given cells (the solution's cells
-   of the learner's part without a `BEGIN SOLUTION` region: `fb`, `np`, `check_ring`, the lab's constants);
+   on a GPU) and its hazard mode pinned (feedbeast.course.pin_hazards: nothing the notebook sets changes it).
+   There, in this order: the lab's given cells (the solution's cells of the learner's part without a
+   `BEGIN SOLUTION` region: `fb`, `np`, `check_ring`, the lab's constants);
    the learner's %%cuda cells of the solution's --names, compiled from their text (the kernels the checks
    launch are these, bound after everything else the learner wrote); the learner's definitions the checks
    read (feedbeast.course.notebook.plan: the top-level statements binding those names, and what they read), each
@@ -497,8 +498,9 @@ def _harness(fd: int) -> int:
 
     import feedbeast as fb
     from .. import hazards, hooks
-    from . import verdicts
+    from . import pin_hazards, verdicts
     from .notebook import Notebook
+    pin_hazards(job.pop("hazards"))     # the grader's word: nothing the notebook sets moves it
     g0 = fb.gpu()
     send({"t": "hello", "gpu": g0.name if g0 else None, "hazards": hazards.enabled(), "pid": os.getpid()})
     current = [-1]
@@ -661,9 +663,10 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         hazards = bool(lab and (lab.group(1) in HAZARD_LABS or (lab.group(1) >= "03" and uses_fb)) and _has_gpu())
     env = {k: v for k, v in os.environ.items()
            if k not in ("FEEDBEAST_HAZARDS", "FEEDBEAST_HAZARDS_DUMP", "FEEDBEAST_TRACEBACK")}
-    if hazards:
+    if hazards:     # the check process pins the mode from job["hazards"]; the variable is for the checks to read
         env["FEEDBEAST_HAZARDS"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    job["hazards"] = bool(hazards)
     msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout)
     outcomes, error = _outcomes(msgs, job, error, hazards, exit_status)
     todo = _todo(mine)

@@ -11,9 +11,10 @@ For each notebook and tool this runs
 and prints a table of the reports found; zero everywhere is the bar. Logs go to build/sanitize/.
 
 The fourth tool, `hazards`, is ours (feedbeast.hazards): the same runner without compute-sanitizer and with
-FEEDBEAST_HAZARDS=1, so that every launch first runs the kernel's hazard build at the same arguments and a
-violation of the async-proxy ordering rules raises HazardFound. compute-sanitizer does not model the async
-proxy (TMA, bulk copies, wgmma); this tool checks exactly that. It needs a GPU, not compute-sanitizer.
+FEEDBEAST_HAZARDS=1 (the course's hooks make it the library's mode, feedbeast.hooks.mode.hazards = "check"), so
+that every launch first runs the kernel's hazard build at the same arguments and a violation of the async-proxy
+ordering rules raises HazardFound. compute-sanitizer does not model the async proxy (TMA, bulk copies, wgmma);
+this tool checks exactly that. It needs a GPU, not compute-sanitizer.
 Inside it each build and launch configuration (the same source and defines, block, cluster, shared memory) is
 traced once, at its first launch (a notebook's correctness check comes before its timed sizes); a launch of it at
 another size prints a `hazard check (repeat):` line instead, and the table counts those apart.

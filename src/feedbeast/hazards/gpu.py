@@ -2,7 +2,6 @@
 it wrote (Chapter 04). Also saving a trace to check it elsewhere (replay)."""
 from __future__ import annotations
 
-import os
 import struct
 import time
 from pathlib import Path
@@ -209,8 +208,9 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
         report.partly = "; ".join(x for x in (report.partly, pdl) if x)
     report.seconds = {"build": t1 - t0, "run": t2 - t1, "check": time.perf_counter() - t2}
     _gave_up(report, gave_up)
-    if os.environ.get("FEEDBEAST_HAZARDS_DUMP"):       # keep the trace, to replay it elsewhere (replay below)
-        save(Path(os.environ["FEEDBEAST_HAZARDS_DUMP"]), words, meta, len(report.violations))
+    from ..hooks import mode
+    if mode.hazard_dump:       # keep the trace, to replay it elsewhere (replay below)
+        save(Path(mode.hazard_dump), words, meta, len(report.violations))
     return report
 
 
@@ -237,7 +237,7 @@ def save(folder, words, meta, violations=0):
 
 
 def replay(path) -> Report:
-    """Check a trace saved with FEEDBEAST_HAZARDS_DUMP=folder (no GPU needed)."""
+    """Check a trace saved under feedbeast.hooks.mode.hazard_dump (FEEDBEAST_HAZARDS_DUMP=folder; no GPU needed)."""
     import json
     z = np.load(path)
     meta = json.loads(bytes(z["meta"]).decode())
