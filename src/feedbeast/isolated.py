@@ -16,15 +16,19 @@ raised there (BarrierTimeout, KernelFault, CheckFailed, ...) is raised here with
 Under `make sanitize` nothing runs and a Skipped is returned: compute-sanitizer follows child processes,
 so the deliberate hang or fault would be counted as a report against the notebook.
 
-The one child-process runner of the toolkit is `runner_command(values, code=None)`: a context manager giving the
-command line of a Python process that binds `values` (pickled, through a file), imports `fb` and `np`, runs `code`
-(through a file when given, else stdin) and reports a feedbeast error as `__FB_ERROR__` and exit status 3.
-fb.isolated runs it as it is, racecheck under compute-sanitizer, fb.profile under Nsight Compute; a tool that must
-run code in another process puts its own program in front of that command line (with child_env()).
+The one child-process runner of the toolkit is `runner_command(values, code=None, mode=None)`: a context manager
+giving the command line of a Python process that imports `fb` and `np`, runs in `mode` (a feedbeast.hooks.Mode;
+default this process's), binds `values` (pickled, with the mode, through a file), runs `code` (through a file when
+given, else stdin) and reports a feedbeast error as `__FB_ERROR__` and exit status 3. fb.isolated and the hazard
+check of a launch in a separate process (feedbeast.hazards, mode "isolated") run it as it is (run_child), racecheck
+under compute-sanitizer, fb.profile under Nsight Compute; a tool that must run code in another process puts its own
+program in front of that command line. Its environment is child_env(), this one's: what differs in the child is
+its mode, never a variable.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pickle
@@ -43,7 +47,8 @@ import json, pickle, sys, traceback
 import numpy as np
 import feedbeast as fb
 with open(sys.argv[1], "rb") as _f:      # the values come through a file: a command line holds 128 KiB at most
-    values = pickle.load(_f)
+    values, _mode = pickle.load(_f)
+fb.hooks.mode = fb.hooks.Mode(**_mode)   # the parent's word, over what hooks installed at import set
 globals().update(values)
 _code = open(sys.argv[2]).read() if len(sys.argv) > 2 else sys.stdin.read()
 try:
@@ -55,15 +60,17 @@ except fb.FeedbeastError as e:
 
 
 @contextlib.contextmanager
-def runner_command(values: dict, code: str | None = None):
-    """[python, -c, the runner, a file holding `values`(, a file holding `code`)]: the one way the toolkit runs
-    code in a child process (fb.isolated, fb.racecheck, fb.profile). The values go through a file, never the
+def runner_command(values: dict, code: str | None = None, mode=None):
+    """[python, -c, the runner, a file holding `values` and the mode(, a file holding `code`)]: the one way the
+    toolkit runs code in a child process (fb.isolated, the isolated hazard check, fb.racecheck, fb.profile). The
+    child runs in `mode` (a feedbeast.hooks.Mode; None: this process's). The values go through a file, never the
     command line (Linux limits one argument to 128 KiB: a few numpy arrays pass that); the code through a file
     when given (a tool in between, such as ncu, keeps its own stdin), else through stdin."""
+    from . import hooks
     with tempfile.TemporaryDirectory(prefix="fb-isolated-") as tmp:
         path = os.path.join(tmp, "values.pickle")
         with open(path, "wb") as f:
-            pickle.dump(values, f)
+            pickle.dump((values, dataclasses.asdict(mode if mode is not None else hooks.mode)), f)
         cmd = [sys.executable, "-c", _RUNNER, path]
         if code is not None:
             cmd.append(os.path.join(tmp, "code.py"))
@@ -73,7 +80,8 @@ def runner_command(values: dict, code: str | None = None):
 
 
 def child_env() -> dict:
-    """This environment, with the folder feedbeast is imported from first on PYTHONPATH."""
+    """This environment, with the folder feedbeast is imported from first on PYTHONPATH: every child of the
+    toolkit's runner gets it, unchanged otherwise (how the child runs travels as its mode, runner_command)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(__file__)),
                                                     env.get("PYTHONPATH", "")] if p)
@@ -81,12 +89,17 @@ def child_env() -> dict:
 
 
 def isolated(code: str, *, timeout: float = 300, **values):
+    return run_child(code, values, timeout=timeout)
+
+
+def run_child(code: str, values: dict, *, timeout: float = 300, mode=None, what: str = "fb.isolated"):
+    """fb.isolated: `code` on the runner with `values` bound, in `mode` (runner_command). Returns what it printed;
+    a feedbeast error raised there is raised here. Under `make sanitize`, a Skipped naming `what`."""
     from .hooks import under_sanitizer
     if under_sanitizer():
         from .skip import Skipped
-        return Skipped("not run under compute-sanitizer (it would count the deliberate failure as a report)",
-                       "fb.isolated")
-    with runner_command(values) as cmd:
+        return Skipped("not run under compute-sanitizer (it would count the deliberate failure as a report)", what)
+    with runner_command(values, mode=mode) as cmd:
         r = subprocess.run(cmd, input=textwrap.dedent(code), text=True, capture_output=True, timeout=timeout,
                            env=child_env())
     out, marker = r.stdout, "\n__FB_ERROR__"
@@ -154,13 +167,13 @@ def racecheck(code: str, *, timeout: float = 300, **values):
     san = find_sanitizer()
     if san is None:
         return Skipped("needs compute-sanitizer (a CUDA toolkit's bin/ on PATH, or CUDA_HOME)", what)
-    env = child_env()
-    env.pop("FEEDBEAST_HAZARDS", None)
-    with runner_command(values) as child:
+    from . import hooks
+    # no hazard builds in the child: racecheck checks the kernel as written, not its traced build
+    with runner_command(values, mode=dataclasses.replace(hooks.mode, hazards="")) as child:
         cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--report-api-errors", "no",
                "--target-processes", "application-only", *child]
         r = subprocess.run(cmd, input=textwrap.dedent(code), text=True, capture_output=True, timeout=timeout,
-                           env=env)
+                           env=child_env())
     log = r.stdout + r.stderr
     summary = [ln.strip() for ln in log.splitlines() if "SUMMARY" in ln]
     return count_reports(log, "racecheck"), summary

@@ -255,8 +255,8 @@ def _measure(values, code, kernel, name, metrics, launch_skip, launch_count, tim
     ncu = ncu_path()
     wanted = list(METRICS.values()) + [STALLS] + list(metrics or [])
     env = child_env()
-    env.pop("FEEDBEAST_HAZARDS", None)      # the hazard build of a kernel has its name: it must not be the one read
-    with runner_command(values, code + "\nfb.sync()\n") as child:
+    # no hazard mode in the child: the hazard build of a kernel has its name, it must not be the one read
+    with runner_command(values, code + "\nfb.sync()\n", mode=dataclasses.replace(hooks.mode, hazards="")) as child:
         for _ in range(4):   # a metric this ncu or GPU does not know is dropped by name, and we retry
             cmd = [ncu, "--csv", "--page", "raw", "--kernel-name", f"regex:{kernel}", "--launch-skip",
                    str(launch_skip), "--launch-count", str(launch_count), "--metrics", ",".join(wanted), *child]

@@ -9,8 +9,10 @@ does not cover.
     print(report)                                         # each violation: rule, block, thread, lines
     report.raise_if_any()                                 # fb.HazardFound naming the rule
 
-With FEEDBEAST_HAZARDS=1 every launch of a kernel compiled from source also runs its hazard build at the same
-arguments and raises HazardFound (the grader and `make sanitize` set it).
+With feedbeast.hooks.mode.hazards = "check" every launch of a kernel compiled from source also runs its hazard
+build at the same arguments and raises HazardFound ("report": prints the report and goes on; "isolated": the check
+runs in a separate process). The course sets that mode from FEEDBEAST_HAZARDS=1 (report, isolated): the grader
+and `make sanitize` set it, and so can `%env FEEDBEAST_HAZARDS=1` in a notebook.
 
 The package: trace.py (event kinds, decoding), instrument.py (every ordinary shared-memory access of the hazard
 build recorded from its PTX), replay.py with accesses.py and barriers.py (the replay of one cluster), check.py (the
@@ -82,8 +84,6 @@ cluster: two clusters (or blocks) record at the start of the grid, at the end of
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .. import hooks as verdicts  # check outcomes go out through the hooks
@@ -99,10 +99,20 @@ from .trace import ALL, KINDS, SMEM_WINDOW, WORDS, Event, decode, encode  # noqa
 from ..errors import FeedbeastError
 
 
+def mode() -> str:
+    """How each launch of a source-compiled kernel is hazard-checked first (feedbeast.hooks.mode.hazards): "" not
+    at all, "check" (HazardFound), "report" (the report is printed and nothing is raised, for surveys), "isolated"
+    (the check runs in a separate process). Any other value is refused rather than read as off."""
+    from ..hooks import HAZARD_MODES, mode as run_mode
+    if run_mode.hazards not in HAZARD_MODES:
+        raise ValueError(f"feedbeast.hooks.mode.hazards is {run_mode.hazards!r}: give one of "
+                         + ", ".join(map(repr, HAZARD_MODES)))
+    return run_mode.hazards
+
+
 def enabled() -> bool:
-    """FEEDBEAST_HAZARDS=1: every launch of a source-compiled kernel is also hazard-checked (=report: the
-    report is printed and nothing is raised, for surveys; =isolated: the check runs in a separate process)."""
-    return os.environ.get("FEEDBEAST_HAZARDS") in ("1", "report", "isolated")
+    """Every launch of a source-compiled kernel is also hazard-checked (mode() is not "")."""
+    return mode() != ""
 
 
 _checked = set()
@@ -129,10 +139,8 @@ _CHILD = r"""
 import json
 from feedbeast import hazards as hz
 from feedbeast.compile import compile as _compile
-import pickle
 mod = _compile(source, arch, defines=defines, options=tuple(options), name=name)
-with open(host_file, "rb") as f:          # the buffers go through a file: too large for a command line
-    arrays = [fb.to_device(h) for h in pickle.load(f)]
+arrays = [fb.to_device(h) for h in host]
 args = []
 for kind, x, extra in spec:
     if kind == "array":
@@ -149,19 +157,13 @@ print("__HZ__" + json.dumps({"text": str(r), "rules": [v.rule for v in r.violati
 """
 
 
-def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
-    """The hazard check in a separate process (fb.isolated): the arguments' device buffers go over as host copies,
-    tensor maps are encoded again over them, so a hazard build that faults or hangs leaves this process's GPU
-    context usable. Returns (report text, rules found, events, {"unchecked": why not checkable, "partly": what was
-    not checked})."""
-    import json
+def _host_arguments(args):
+    """The launch's arguments as the child can rebuild them: (host copies of the device buffers, each argument as
+    ("array", index, None), ("map", index of its array, its description) or ("value", value, None))."""
     from cuda.bindings import driver
     from ..device import _check
-    from ..isolated import isolated
     from ..memory import DeviceArray
-    from ..memory import sync
     from ..tensormap import TensorMap
-    sync()                  # the inputs as the launch would see them
     index, host, spec = {}, [], []
 
     def array(a):
@@ -186,17 +188,28 @@ def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
             spec.append(("array", array(a), None))
         else:
             spec.append(("value", a.item() if isinstance(a, np.generic) else a, None))
-    import pickle
-    import tempfile
-    m = kernel.module
-    with tempfile.TemporaryDirectory() as tmp:
-        host_file = os.path.join(tmp, "buffers.pickle")
-        with open(host_file, "wb") as f:
-            pickle.dump(host, f)
-        out = isolated(_CHILD, source=m.source, arch=m.arch, defines=dict(m.defines or {}), options=list(m.options),
-                       name=m.name, host_file=host_file, spec=spec, kname=kernel.name, grid=grid, block=block,
-                       shared=shared, cluster=cluster)
+    return host, spec
+
+
+def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
+    """The hazard check in a separate process (fb.isolated's runner, feedbeast.isolated.run_child): the arguments'
+    device buffers go over as host copies, tensor maps are encoded again over them, so a hazard build that faults
+    or hangs leaves this process's GPU context usable. Returns (report text, rules found, events, {"unchecked":
+    why not checkable, "partly": what was not checked})."""
+    import dataclasses
+    import json
+    from .. import hooks
+    from ..isolated import run_child
+    from ..memory import sync
     from ..skip import Skipped
+    sync()                  # the inputs as the launch would see them
+    host, spec = _host_arguments(args)
+    m = kernel.module
+    out = run_child(_CHILD, dict(source=m.source, arch=m.arch, defines=dict(m.defines or {}), options=list(m.options),
+                                 name=m.name, host=host, spec=spec, kname=kernel.name, grid=grid, block=block,
+                                 shared=shared, cluster=cluster),
+                    mode=dataclasses.replace(hooks.mode, hazards=""),   # the child runs the check itself, once
+                    what=f"hazard check of {kernel.name}")
     if isinstance(out, Skipped):
         return str(out), [], 0, {"unchecked": str(out), "partly": ""}
     line = next((ln for ln in str(out).splitlines() if ln.startswith("__HZ__")), None)
@@ -204,8 +217,6 @@ def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
         raise FeedbeastError(f"the isolated hazard check of {kernel.name} printed no result:\n{str(out)[-2000:]}")
     info = json.loads(line[len("__HZ__"):])
     return info["text"], info["rules"], info["events"], {k: info.get(k, "") for k in ("unchecked", "partly")}
-
-
 
 
 def _run_saving_buffers(kernel, grid, block, args, shared, cluster):
@@ -238,7 +249,7 @@ def _verdict(kernel, grid, block, report):
           f"{report.events} events" + (f"; not checked: {report.unchecked or report.partly}"
                                        if report.unchecked or report.partly else "")
           + (f" ({secs[2:]})" if secs else ""), flush=True)
-    if os.environ.get("FEEDBEAST_HAZARDS") == "report":
+    if mode() == "report":
         if not report.ok:
             print(report, flush=True)
         return
@@ -252,8 +263,8 @@ def _verdict(kernel, grid, block, report):
 
 
 def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
-    """The FEEDBEAST_HAZARDS=1 hook of Kernel.launch, before the launch itself: run the hazard build at the same
-    arguments (once per kernel, shape and configuration) and raise HazardFound if it breaks a rule. The
+    """The hook of Kernel.launch under a hazard mode (mode()), before the launch itself: run the hazard build at the
+    same arguments (once per kernel, shape and configuration) and raise HazardFound if it breaks a rule. The
     arguments' buffers are saved before and restored after, so the real launch sees them as they were."""
     if not enabled():
         return
@@ -277,20 +288,25 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
               f"configuration as the check at grid {_configs[config]}; not traced again", flush=True)
         return
     _configs.setdefault(config, str(grid))
-    if os.environ.get("FEEDBEAST_HAZARDS") == "isolated":     # in a child process: a fault cannot cost this one
-        text, found, events, notes = run_isolated(kernel, grid, block, *args, shared=shared, cluster=cluster)
-        print(f"hazard check: {kernel.name} grid {grid} block {block}: {len(found)} violation(s) in {events} events "
-              "(separate process)" + "".join(f"; not checked: {notes[k]}" for k in ("unchecked", "partly")
-                                             if notes[k]), flush=True)
-        if found:
-            raise HazardFound(f"{found[0]}: {RULES[found[0]]}\n{text}")
-        what, where = f"hazard check of {kernel.name}", f"grid {grid} block {block}"
-        if notes["unchecked"]:      # as _verdict: a launch the checker could not follow is not a pass
-            verdicts.skipped(what, f"{where}: not checked: {notes['unchecked']}")
-        else:
-            verdicts.passed(what, f"{where}: 0 violations in {events} events"
-                            + (f"; not checked: {notes['partly']}" if notes["partly"] else ""))
+    if mode() == "isolated":     # in a child process: a fault cannot cost this one
+        _check_isolated(kernel, grid, block, args, shared, cluster)
         return
     report = _run_saving_buffers(kernel, grid, block, args, shared, cluster)
     if isinstance(report, Report):
         _verdict(kernel, grid, block, report)
+
+
+def _check_isolated(kernel, grid, block, args, shared, cluster):
+    """check_on_launch's check in a separate process (run_isolated): its line, HazardFound, or the verdict."""
+    text, found, events, notes = run_isolated(kernel, grid, block, *args, shared=shared, cluster=cluster)
+    print(f"hazard check: {kernel.name} grid {grid} block {block}: {len(found)} violation(s) in {events} events "
+          "(separate process)" + "".join(f"; not checked: {notes[k]}" for k in ("unchecked", "partly")
+                                         if notes[k]), flush=True)
+    if found:
+        raise HazardFound(f"{found[0]}: {RULES[found[0]]}\n{text}")
+    what, where = f"hazard check of {kernel.name}", f"grid {grid} block {block}"
+    if notes["unchecked"]:      # as _verdict: a launch the checker could not follow is not a pass
+        verdicts.skipped(what, f"{where}: not checked: {notes['unchecked']}")
+    else:
+        verdicts.passed(what, f"{where}: 0 violations in {events} events"
+                        + (f"; not checked: {notes['partly']}" if notes["partly"] else ""))
