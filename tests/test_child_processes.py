@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
+import pytest
 
 import feedbeast as fb
 from feedbeast.isolated import runner_command
@@ -32,3 +34,59 @@ def test_code_through_a_file_when_a_tool_stands_between():
         assert max(len(a) for a in cmd) < 4096 and open(cmd[-1]).read().startswith("print(")
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=child_env(), stdin=subprocess.DEVNULL)
     assert r.stdout.split("\n")[0] == str(sum(range(300_000))) and '"CheckFailed"' in r.stdout and r.returncode == 3
+
+
+def test_a_child_runs_in_the_mode_its_parent_gives_not_the_one_its_environment_says(monkeypatch):
+    """The runner carries the parent's feedbeast.hooks.mode to the child (with the values), over what the child's
+    own hooks set at its import: FEEDBEAST_HAZARDS=1 in the environment (which child_env() passes on unchanged)
+    gives the child's course "check", and the parent's mode wins. runner_command(mode=...) gives another."""
+    import subprocess
+    from feedbeast import hooks
+    from feedbeast.isolated import child_env
+    monkeypatch.setenv("FEEDBEAST_HOOKS", "feedbeast.course")
+    monkeypatch.setenv("FEEDBEAST_HAZARDS", "1")
+    assert child_env()["FEEDBEAST_HAZARDS"] == "1"
+    monkeypatch.setattr(hooks, "mode", hooks.Mode(hazards="report", untimed="timing is off"))
+    assert fb.isolated("print(fb.hooks.mode.hazards, '|', fb.hooks.mode.untimed)").strip() == "report | timing is off"
+    with runner_command({}, "print(repr(fb.hooks.mode.hazards))\n", mode=hooks.Mode()) as cmd:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=child_env(), stdin=subprocess.DEVNULL)
+    assert r.stdout.strip() == "''", r.stdout + r.stderr
+    probe = "import feedbeast.course, feedbeast as fb; print(fb.hooks.mode.hazards)"   # the same child, no runner
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env=child_env()).stdout.strip() == "check"
+
+
+def test_profile_and_racecheck_children_run_with_no_hazard_mode(monkeypatch):
+    """fb.profile's child (under ncu) and fb.racecheck's (under compute-sanitizer) must not run hazard builds: the
+    kernel's hazard build has its name (ncu would read it) and racecheck would check its tracing. Both get the
+    parent's mode with hazards off, and the environment as child_env() gives it."""
+    import contextlib
+    import importlib
+    import types
+    from feedbeast import hooks, profiling
+    iso = importlib.import_module("feedbeast.isolated")
+    seen, real = [], iso.runner_command
+
+    @contextlib.contextmanager
+    def watched(values, code=None, mode=None):
+        seen.append(mode)
+        with real(values, code, mode) as cmd:
+            yield cmd
+
+    def fake_run(cmd, **kw):
+        seen.append(kw["env"].get("FEEDBEAST_HAZARDS"))
+        return types.SimpleNamespace(stdout="", stderr="", returncode=0)
+    monkeypatch.setattr(iso, "runner_command", watched)
+    monkeypatch.setattr(iso.subprocess, "run", fake_run)            # the same module object as profiling's
+    monkeypatch.setattr(hooks, "mode", hooks.Mode(hazards="check", hazard_dump="/tmp/traces"))
+    monkeypatch.setenv("FEEDBEAST_HAZARDS", "1")
+    monkeypatch.setattr(profiling, "ncu_path", lambda: "ncu")
+    with pytest.raises(fb.FeedbeastError, match="ncu profiled no kernel"):
+        profiling._measure({}, "pass", "k", "t/k", None, 0, 1, 60, False)
+    import feedbeast.device
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda: "a GPU")
+    monkeypatch.setattr(iso, "find_sanitizer", lambda: "compute-sanitizer")
+    iso.racecheck("pass")
+    modes, envs = seen[0::2], seen[1::2]
+    assert [(m.hazards, m.hazard_dump) for m in modes] == [("", "/tmp/traces")] * 2, seen
+    assert envs == ["1", "1"], seen

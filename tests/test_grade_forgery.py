@@ -7,7 +7,8 @@ Each forgery is planted into lab 05's solution together with a bug, and the note
 - on an sm_90a GPU it is a race that only the hazard check sees (the staging tile rewritten before the TMA
   store issued from it has read it: rule async-read-in-flight; the numbers usually come out right).
 
-The forgeries: environment variables, monkeypatching fb.check / fb.sass / feedbeast.hazards (at the top level
+The forgeries: environment variables (FEEDBEAST_HAZARDS off, or =report, which would print a race and go on),
+monkeypatching fb.check / fb.sass / feedbeast.hazards (at the top level
 and from inside a function the checks call), redefining a check function, swallowing exceptions, printing pass
 lines, writing verdict lines to files and to every open file descriptor, editing and deleting the check cells,
 a %%cuda cell that differs from the kernel launched, and a kernel that tests the toolkit's build switches.
@@ -91,6 +92,7 @@ VERDICT_LINES = ("import os, json\n"
 # name -> (replacements added to the bug's, an edit of the notebook, what the failure names: "bug" | "refused")
 FORGERIES = {
     "env-hazards-off": ([], _before_check(['import os\nos.environ["FEEDBEAST_HAZARDS"] = "0"']), "bug"),
+    "env-hazards-report": ([], _before_check(['import os\nos.environ["FEEDBEAST_HAZARDS"] = "report"']), "bug"),
     "env-feedbeast-vars-removed-no-gpu": ([], _before_check([
         'import os\nfor k in [k for k in os.environ if k.startswith("FEEDBEAST_")]:\n    del os.environ[k]\n'
         'os.environ["CUDA_VISIBLE_DEVICES"] = ""']), "bug"),
@@ -213,6 +215,58 @@ def test_integrity_names_a_replaced_toolkit_function_and_a_rebound_given_name():
                  "fb (which the lab gives or the grader binds) was rebound"):
         assert what in problems, problems
     assert g._integrity_problems(base, ns) == []
+
+
+def test_integrity_names_a_hazard_mode_switched_off(monkeypatch):
+    """hooks.mode.hazards is part of the run mode the integrity check compares: switched off between two checks, it
+    is named."""
+    from feedbeast import hooks
+    monkeypatch.setattr(hooks, "mode", hooks.Mode(hazards="check"))
+    ns = {"fb": __import__("feedbeast")}
+    base = g._integrity_baseline(ns, {"fb"})
+    hooks.mode.hazards = ""
+    assert "feedbeast.hooks.mode (how this process runs) was changed" in g._integrity_problems(base, ns)
+    hooks.mode.hazards = "check"
+    assert g._integrity_problems(base, ns) == []
+
+
+def test_pinned_hazards_follow_no_variable(monkeypatch):
+    """The check process pins the hazard mode (feedbeast.course.pin_hazards): the course's reading of
+    FEEDBEAST_HAZARDS before each launch is taken out of hooks.before_launch, so no variable set later moves it."""
+    import feedbeast.course as course
+    from feedbeast import hazards, hooks
+    monkeypatch.setattr(hooks, "before_launch", list(hooks.before_launch))
+    monkeypatch.setattr(hooks, "mode", hooks.Mode())
+    monkeypatch.setattr(course, "_applied", [])
+    assert course.hazards_from_environment in hooks.before_launch
+    course.pin_hazards(True)
+    assert course.hazards_from_environment not in hooks.before_launch and hooks.mode.hazards == "check"
+    for value in ("0", "report"):
+        monkeypatch.setenv("FEEDBEAST_HAZARDS", value)
+        for f in list(hooks.before_launch):     # what a launch runs first, but the hazard check (it needs a kernel)
+            if f is not hazards.check_on_launch:
+                f(None, 1, 32, (), 0, None)
+        assert hooks.mode.hazards == "check"
+    course.pin_hazards(False)
+    assert hooks.mode.hazards == ""
+
+
+@pytest.mark.parametrize("hazards", [True, False])
+def test_the_check_process_runs_in_the_pinned_mode(tmp_path, hazards):
+    """Graded for real: the check process's mode is the grader's word, pinned, before any notebook code runs."""
+    from feedbeast.course.notebook import markdown, new
+    check = ("from feedbeast import hooks\nimport feedbeast.course as course\nfrom feedbeast.course import verdicts\n"
+             "pinned = course.hazards_from_environment not in hooks.before_launch\n"
+             "verdicts.passed('hazard mode', f'{hooks.mode.hazards or \"off\"} pinned={pinned}')")
+    sols, labs = tmp_path / "solutions", tmp_path / "labs"
+    sols.mkdir()
+    labs.mkdir()
+    new([markdown("# Lab 05"), "# BEGIN SOLUTION\nx = 1\n# END SOLUTION", markdown("## Check"), check],
+        to=sols / "05-mode.ipynb")
+    new([markdown("# Lab 05"), "x = 1", markdown("## Check")], to=labs / "05-mode.ipynb")
+    rep = g.grade(labs / "05-mode.ipynb", solutions=sols, hazards=hazards, timeout=120)
+    got = [o.message for o in rep.outcomes if o.name == "hazard mode"]
+    assert got == [f"{'check' if hazards else 'off'} pinned=True"], str(rep)
 
 
 def test_the_channel_reads_only_signed_lines_in_order():

@@ -680,8 +680,8 @@ def _launch_hook_calls(monkeypatch, sanitize: bool):
     monkeypatch.setattr(feedbeast.memory, "sync", lambda: None)
     monkeypatch.setattr(hz, "_checked", set())
     monkeypatch.setattr(hz, "_configs", {})
-    monkeypatch.setenv("FEEDBEAST_HAZARDS", "report")
     from feedbeast import hooks
+    monkeypatch.setattr(hooks.mode, "hazards", "report")      # what FEEDBEAST_HAZARDS=report sets, through the course
     monkeypatch.setattr(hooks.mode, "sanitizer", sanitize)    # what the course sets under make sanitize
 
     def module(src="#include <fb/tma.cuh>\n// ring", **defines):   # a fresh object, as a compile would give
@@ -1564,15 +1564,16 @@ def test_programmatic_dependent_launch_in_a_kernels_own_source_is_named_as_not_c
                                             ({"unchecked": "", "partly": "griddepcontrol"}, "passed"),
                                             ({"unchecked": "", "partly": ""}, "passed")])
 def test_an_isolated_check_records_a_launch_it_could_not_follow_as_not_checked(monkeypatch, capsys, notes, verdict):
-    """FEEDBEAST_HAZARDS=isolated: the child's report says what it could not check; a launch it could not follow is
-    recorded as skipped (never passed), and what was partly not checked is said with the pass."""
+    """hooks.mode.hazards = "isolated": the child's report says what it could not check; a launch it could not follow
+    is recorded as skipped (never passed), and what was partly not checked is said with the pass."""
     _launch_hook_calls(monkeypatch, sanitize=False)
     import types
     got = []
     monkeypatch.setattr(hz, "run_isolated", lambda *a, **k: ("text", [], 10, notes))
     monkeypatch.setattr(hz.verdicts, "passed", lambda what, detail: got.append(("passed", detail)))
     monkeypatch.setattr(hz.verdicts, "skipped", lambda what, detail: got.append(("skipped", detail)))
-    monkeypatch.setenv("FEEDBEAST_HAZARDS", "isolated")
+    from feedbeast import hooks
+    monkeypatch.setattr(hooks.mode, "hazards", "isolated")
     mod = types.SimpleNamespace(source="#include <fb/tma.cuh>\n// ring", arch="sm_90a", defines={}, options=())
     hz.check_on_launch(types.SimpleNamespace(module=mod, name="ring"), 8, 128, (), 0, None)
     ((kind, detail),) = got
@@ -1580,3 +1581,77 @@ def test_an_isolated_check_records_a_launch_it_could_not_follow_as_not_checked(m
     assert kind == verdict
     for note in filter(None, notes.values()):
         assert note in detail and f"not checked: {note}" in out, (detail, out)
+
+
+def test_feedbeast_hazards_set_after_the_import_checks_the_next_launch(monkeypatch, capsys, tmp_path):
+    """`%env FEEDBEAST_HAZARDS=1` in a notebook that already imported feedbeast (with the course's hooks, as `make
+    lab` and the course's runners give it): the course reads the variable again before each launch, as the first of
+    hooks.before_launch, so the next launch is hazard-checked and =0 turns it off. A mode set directly stays until
+    the variable changes; FEEDBEAST_HAZARDS_DUMP gives mode.hazard_dump."""
+    import types
+    import feedbeast.course as course
+    from feedbeast import hooks
+    calls, module, _ = _launch_hook_calls(monkeypatch, sanitize=False)
+    for name in ("FEEDBEAST_HAZARDS", "FEEDBEAST_HAZARDS_DUMP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(course, "_applied", [])
+    course.hazards_from_environment()                   # as at the import: nothing set, no hazard mode
+    assert hooks.mode.hazards == "" and not hz.enabled()
+    order = hooks.before_launch
+    assert order.index(course.hazards_from_environment) < order.index(hz.check_on_launch), order
+    kernel = types.SimpleNamespace(module=module(), name="ring")
+
+    def launch(grid):       # what Kernel.launch and Kernel.bind run before the launch itself
+        for f in list(hooks.before_launch):
+            f(kernel, grid, 128, (1000,), 0, None)
+    launch(8)
+    monkeypatch.setenv("FEEDBEAST_HAZARDS", "1")        # %env FEEDBEAST_HAZARDS=1, after the import
+    launch(16)
+    assert hooks.mode.hazards == "check" and [c[1] for c in calls] == [16], calls
+    assert "hazard check: ring grid 16 block 128: 0 violation(s)" in capsys.readouterr().out
+    monkeypatch.setenv("FEEDBEAST_HAZARDS", "0")
+    launch(32)
+    assert hooks.mode.hazards == "" and [c[1] for c in calls] == [16], calls
+    hooks.mode.hazards = "report"                       # set directly: the unchanged variable leaves it
+    monkeypatch.setenv("FEEDBEAST_HAZARDS_DUMP", str(tmp_path))
+    launch(64)
+    assert (hooks.mode.hazards, hooks.mode.hazard_dump) == ("", str(tmp_path)), hooks.mode   # a variable changed
+    hooks.mode.hazards = "report"
+    launch(128)
+    assert hooks.mode.hazards == "report" and [c[1] for c in calls] == [16, 128], calls
+
+
+def test_a_hazard_mode_the_checker_does_not_know_is_refused(monkeypatch):
+    from feedbeast import hooks
+    monkeypatch.setattr(hooks.mode, "hazards", "1")     # the variable's value, not a mode: never read as off
+    with pytest.raises(ValueError, match="'check', 'report', 'isolated'"):
+        hz.enabled()
+    for m in hooks.HAZARD_MODES:
+        monkeypatch.setattr(hooks.mode, "hazards", m)
+        assert hz.enabled() == bool(m)
+
+
+def test_the_isolated_check_runs_on_the_toolkits_one_runner(monkeypatch, tmp_path):
+    """run_isolated's child is feedbeast.isolated's runner (runner_command), in this process's mode with the hazard
+    mode off (the child runs the check itself, once) and the trace folder kept. Really run: without an sm_90a GPU
+    the child's check is a Skipped, with one a kernel with no traced wrapper is not checkable; both come back as
+    what was not checked."""
+    import contextlib
+    import importlib
+    import feedbeast as fb
+    from feedbeast import hooks
+    iso = importlib.import_module("feedbeast.isolated")     # the module: fb.isolated is its function
+    modes, real = [], iso.runner_command
+
+    @contextlib.contextmanager
+    def watched(values, code=None, mode=None):
+        modes.append(mode)
+        with real(values, code, mode) as cmd:
+            yield cmd
+    monkeypatch.setattr(iso, "runner_command", watched)
+    monkeypatch.setattr(hooks, "mode", hooks.Mode(hazards="isolated", hazard_dump=str(tmp_path)))
+    src = '#include <fb/mbarrier.cuh>\nextern "C" __global__ void k(int n) { }\n'
+    text, found, events, notes = hz.run_isolated(fb.compile(src, "sm_90a").kernel("k"), 1, 32, 7)
+    assert [(m.hazards, m.hazard_dump) for m in modes] == [("", str(tmp_path))], modes
+    assert found == [] and events == 0 and notes["unchecked"], (text, notes)
+    assert "sm_90a" in notes["unchecked"] or "no traced fb:: wrapper" in notes["unchecked"], notes

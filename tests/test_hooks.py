@@ -13,15 +13,17 @@ import feedbeast as fb
 from feedbeast import hooks
 
 
-def _in_a_fresh_process(hooks_variable: str) -> dict:
+def _in_a_fresh_process(hooks_variable: str, **variables) -> dict:
     code = ("import json, sys, feedbeast as fb\n"
             "print(json.dumps({'course': sorted(m for m in sys.modules if m.startswith('feedbeast.course')),\n"
             "                  'verdict': [f.__module__ for f in fb.hooks.on_verdict],\n"
             "                  'bench': [f.__module__ for f in fb.hooks.on_bench],\n"
-            "                  'recorded': fb.hooks.recorded is not None}))")
+            "                  'recorded': fb.hooks.recorded is not None,\n"
+            "                  'hazards': [fb.hooks.mode.hazards, fb.hooks.mode.hazard_dump]}))")
     from feedbeast.isolated import child_env
-    env = child_env()
+    env = {k: v for k, v in child_env().items() if not k.startswith("FEEDBEAST_HAZARDS")}
     env["FEEDBEAST_HOOKS"] = hooks_variable
+    env.update(variables)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -29,7 +31,17 @@ def _in_a_fresh_process(hooks_variable: str) -> dict:
 
 def test_a_plain_import_installs_nothing_of_the_course():
     got = _in_a_fresh_process("")
-    assert got == {"course": [], "verdict": [], "bench": [], "recorded": False}
+    assert got == {"course": [], "verdict": [], "bench": [], "recorded": False, "hazards": ["", ""]}
+
+
+def test_the_hazard_mode_comes_from_the_course_never_from_a_variable_the_library_reads():
+    """FEEDBEAST_HAZARDS and FEEDBEAST_HAZARDS_DUMP are the course's: with its hooks they set hooks.mode at the
+    import (1 is "check"), without them a plain import runs in no hazard mode whatever they say."""
+    dump = {"FEEDBEAST_HAZARDS_DUMP": "/tmp/traces"}
+    assert _in_a_fresh_process("", FEEDBEAST_HAZARDS="1", **dump)["hazards"] == ["", ""]
+    for value, mode in (("1", "check"), ("report", "report"), ("isolated", "isolated"), ("0", ""), ("yes", "")):
+        got = _in_a_fresh_process("feedbeast.course", FEEDBEAST_HAZARDS=value, **dump)["hazards"]
+        assert got == [mode, "/tmp/traces"], (value, got)
 
 
 def test_the_course_installs_itself_where_feedbeast_hooks_names_it():
@@ -42,9 +54,11 @@ def test_the_course_installs_itself_where_feedbeast_hooks_names_it():
 def test_installing_twice_installs_once():
     course = importlib.import_module("feedbeast.course")
     before = [list(hooks.on_verdict), list(hooks.on_bench), list(hooks.on_check), list(hooks.on_profile)]
+    launch = list(hooks.before_launch)
     course.install()
     course.install()
     assert [hooks.on_verdict, hooks.on_bench, hooks.on_check, hooks.on_profile] == before
+    assert hooks.before_launch == launch and hooks.before_launch.count(course.hazards_from_environment) == 1
 
 
 def test_checks_report_their_outcome_and_a_bad_status_is_refused(monkeypatch):

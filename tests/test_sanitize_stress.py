@@ -270,6 +270,25 @@ def test_the_inner_runner_names_slow_cells(tmp_path, monkeypatch):
     assert "code cell 1 of slow.ipynb took" in r.stdout and "code cell 2 " not in r.stdout
 
 
+def test_the_hazards_tools_variable_becomes_the_librarys_hazard_mode_in_the_runner(tmp_path):
+    """The hazards tool sets FEEDBEAST_HAZARDS=1 for the inner runner (below); the runner is the course's, so its
+    hooks make that hooks.mode.hazards = "check" even where FEEDBEAST_HOOKS is not set, and a notebook's own
+    `%env FEEDBEAST_HAZARDS=0` turns it off at the next launch, as in Jupyter."""
+    import os
+    from feedbeast.course import notebook
+    cells = ["import feedbeast as fb\nprint('mode:', repr(fb.hooks.mode.hazards))",
+             "%env FEEDBEAST_HAZARDS=0",
+             "[f(None, 1, 32, (), 0, None) for f in fb.hooks.before_launch if f is not fb.hazards.check_on_launch]\n"
+             "print('after %env:', repr(fb.hooks.mode.hazards))"]
+    path = notebook.new(cells, to=tmp_path / "mode.ipynb")
+    env = {k: v for k, v in os.environ.items() if k != "FEEDBEAST_HOOKS"}
+    env["FEEDBEAST_HAZARDS"] = "1"
+    r = subprocess.run([sys.executable, "-m", "feedbeast.course.sanitize", "run", str(path)], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "mode: 'check'" in r.stdout and "after %env: ''" in r.stdout, r.stdout
+
+
 def test_the_hazards_tool_runs_the_notebook_without_the_sanitizer_and_names_the_rule(tmp_path, monkeypatch):
     import types
     seen = {}
