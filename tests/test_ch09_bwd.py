@@ -99,7 +99,9 @@ def _grads(q, k, v, do, causal, keep=None, model=False):
 
 
 def _worst(g, ref):
-    return max(float(np.max(np.abs(g[n] - ref[n]) / (2.0 ** -6 * (np.abs(ref[n]) + ref[r]))))
+    # The chapter's bound (its GRAD_ROUNDING, read from the notebook): a looser one there must fail here.
+    rounding = CHAPTER.definitions("GRAD_ROUNDING")["GRAD_ROUNDING"]
+    return max(float(np.max(np.abs(g[n] - ref[n]) / (rounding * (np.abs(ref[n]) + ref[r]))))
                for n, r in (("dq", "rq"), ("dk", "rk"), ("dv", "rv")))
 
 
@@ -169,5 +171,9 @@ def test_gpu_backward_planted_one_key_errors_rejected(bwd_ns):
             assert old in planted, old
             planted = planted.replace(old, new)
         mod = fb.compile(planted, "sm_90a", defines=module("bwd").defines, name="bwd_planted.cu")
-        (r,) = bwd_ns["backward_cases"]({"planted": mod}, q, k, v, do, causal, f"causal={causal}")
-        assert not r, r
+        # The shipped kernel beside it on the same inputs passes (so the launches ran), and the planted one fails on
+        # its numbers: an output never written (poison, NaN) reads as inf.
+        ok, r = bwd_ns["backward_cases"]({"shipped": module("bwd"), "planted": mod}, q, k, v, do, causal,
+                                         f"causal={causal}")
+        assert ok, ok
+        assert not r and math.isfinite(max(r.ratios)), r

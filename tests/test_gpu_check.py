@@ -61,3 +61,15 @@ def test_make_gpu_check_calls_the_script():
     dry = subprocess.run(["make", "-n", "--no-print-directory", "gpu-check", "GPU_CHECK_FLAGS=--paths current"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert ".ci/gpu_check.py --paths current" in dry
+
+
+def test_a_path_that_ran_with_a_failure_fails_the_run(monkeypatch, tmp_path, capsys):
+    # Exit status 1 when a path that ran had a failure, an error or a non-zero exit; 0 only when all ran clean.
+    monkeypatch.setattr(gc, "ROOT", tmp_path)
+    monkeypatch.setattr(gc, "gpu", lambda: ("GPU X", "gpu-x", "580"))
+    argv = ["--paths", "current", "--notebook-wheels", "nb", "--commit", "abc1234"]
+    for outcome, want in ((dict(failed=1), 1), (dict(errors=1), 1), (dict(exit=2, passed=0), 1), ({}, 0)):
+        row = {"exit": 0, "seconds": 1, "passed": 5, "failed": 0, "skipped": 0, "errors": 0, **outcome}
+        monkeypatch.setattr(gc, "run", lambda path, cmds, logdir, row=row: {"path": path, "commands": cmds, **row})
+        assert gc.main(argv) == want, outcome
+    assert set(gc.read_rows(tmp_path / "results" / "gpu-x" / "ci.md")) == {"current"}

@@ -76,7 +76,8 @@ def test_a_wheel_install_grades_as_the_editable_one(wheel_python, tmp_path):
     editable = _grade(sys.executable, learner / "labs" / LAB, cwd=elsewhere)
     assert "cannot find" not in json.dumps(wheel), wheel
     assert wheel == editable
-    assert wheel[1] in ("ok", "partial") and wheel[2], wheel
+    # at least one check passed (the SASS check needs no GPU): a grading that skipped everything compares nothing
+    assert wheel[1] in ("ok", "partial") and any(status == "passed" for status, _ in wheel[2]), wheel
 
 
 def test_a_wheel_install_names_what_to_do_without_a_course(wheel_python, tmp_path):
