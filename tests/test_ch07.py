@@ -1,8 +1,10 @@
 """Chapter 07 (persistent, clustered GEMM): tile orders (pure Python), every variant's SASS and resources
-(CPU), and on a Hopper GPU every variant on ragged and skinny shapes plus repeated runs compared bit for bit.
+(CPU), each rung changing only the part its cell defines (CPU), and on a Hopper GPU every variant on ragged
+and skinny shapes plus repeated runs compared bit for bit.
 
 The kernel and the host helpers are read from the chapter's cells, so what is tested is what ships.
 """
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +22,10 @@ SOLUTION = load(ROOT / "solutions/07-persistent-gemm.ipynb")
 
 @pytest.fixture(scope="module")
 def ch():
-    """The chapter's definitions: the order helpers, VARIANTS, MODS (every variant compiled), prepare, run_check."""
+    """The chapter's definitions: the order helpers, VARIANTS, MODS (every variant compiled), build, prepare,
+    run_check."""
     return CHAPTER.definitions("grouped_order", "hilbert_order", "panels_in_first_wave", "VARIANTS", "MODS",
-                               "prepare", "run_check")
+                               "PART_CELLS", "TMA_STORE", "build", "prepare", "run_check")
 
 
 def test_orders_are_permutations_and_grouped_walks_down_first(ch):
@@ -58,11 +61,11 @@ def test_variant_sass_and_no_spills(ch, name):
     v, mod = ch["VARIANTS"][name], ch["MODS"][name]
     want = ["UTMALDG", "HGMMA.64x256x16.F32.BF16", "USETMAXREG.DEALLOC", "USETMAXREG.TRY_ALLOC", "SYNCS"]
     forbid = []
-    if v.get("MULTICAST"):
+    if v.get("LOADS") == "Multicast":
         want.append("UTMALDG.2D.MULTICAST")
     else:
         forbid.append("UTMALDG.2D.MULTICAST")
-    if v.get("EPI_TMA", 1):
+    if v.get("EPILOGUE") == "TmaStore":
         want.append("UTMASTG")
     else:
         forbid.append("UTMASTG")
@@ -88,7 +91,48 @@ def test_inflight_keeps_one_wgmma_batch_running(ch):
 
 def test_cuda_barrier_ring_refuses_clusters(ch):
     with pytest.raises(fb.CompileError, match="CLUSTER 1 only"):
-        CHAPTER.compile("capstone", CUDA_BARRIER=1, CLUSTER=2)
+        ch["build"](dict(ch["TMA_STORE"], LOADS="Cluster2", CUDA_BARRIER=1))
+
+
+# rung: its cell (--name), the part that cell defines, the variant measured as it, the previous rung's variant
+LADDER = [("tma_store", "TmaStore", "grouped16+tma-store", "grouped16+direct"),
+          ("hilbert", "Table", "hilbert+tma-store", "grouped16+tma-store"),
+          ("cluster2", "Cluster2", "cluster2+tma-store", "grouped16+tma-store"),
+          ("multicast", "Multicast", "cluster2+mc/relaxed", "cluster2+tma-store")]
+PART_KEYS = ("EPILOGUE", "ORDER", "LOADS")      # the -D of rung 1's cell that name a part
+
+
+def test_rung_1_is_the_whole_kernel_and_names_the_parts_it_is_built_from():
+    rung1 = CHAPTER.cuda("capstone")
+    assert rung1.compile().kernel_names == ["gemm_persistent"]
+    for key in PART_KEYS:
+        assert re.search(rf"#define {key} \w+", rung1.source), key
+
+
+@pytest.mark.parametrize("cell, part, variant, previous", LADDER)
+def test_each_rung_changes_only_the_part_its_cell_defines(ch, cell, part, variant, previous):
+    v, prev = ch["VARIANTS"][variant], ch["VARIANTS"][previous]
+    # its -D differ from the previous rung's only by naming the new part (rung 2 also drops a ring stage)
+    changed = {k for k in v.keys() | prev.keys() if v.get(k) != prev.get(k)}
+    key = next(k for k in PART_KEYS if v.get(k) == part)
+    assert changed == {key} | ({"STAGES"} if part == "TmaStore" else set())
+    # its cell compiles on its own, defines that part and no kernel, and is the only cell defining it
+    rung = CHAPTER.cuda(cell)
+    assert rung.compile().kernel_names == []
+    assert [n for n, c in CHAPTER.cuda_cells.items() if re.search(rf"\bstruct {part}\b", c.source)] == [cell]
+    assert ch["PART_CELLS"][part].source == rung.source
+
+    # the module is the cells of its parts, then rung 1's, and nothing else; against the previous rung's
+    # module, only this cell came in (and the cell of the part it replaces went)
+    def cells(x):
+        return [ch["PART_CELLS"][x[k]].source for k in PART_KEYS if k in x]
+    assert ch["MODS"][variant].source == "\n".join(cells(v) + [CHAPTER.cuda("capstone").source])
+    replaced = [ch["PART_CELLS"][prev[key]].source] if key in prev else []
+    assert [c for c in cells(v) if c != rung.source] == [c for c in cells(prev) if c not in replaced]
+    # without this cell, rung 1's does not compile: the part comes from it alone
+    with pytest.raises(fb.CompileError, match=part):
+        fb.compile("\n".join([c for c in cells(v) if c != rung.source] + [CHAPTER.cuda("capstone").source]),
+                   "sm_90a", defines={k: str(x) for k, x in v.items()}, name="capstone.cu")
 
 
 def test_lab_solution_sass():
