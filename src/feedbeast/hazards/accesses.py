@@ -211,8 +211,9 @@ class _Accesses:
         return (ptr, stride, esize), (xy[1], xy[1] + rows, xy[0], xy[0] + cols)
 
     def check_global_read(self, t, ev):
-        """A TMA load of global memory that a TMA store wrote: the store's writes must be complete (its issuer's
-        cp.async.bulk.wait_group, without .read) and that completion ordered before this load."""
+        """A TMA load of global memory that a TMA store or reduce wrote: the writes must be complete (its issuer's
+        cp.async.bulk.wait_group, without .read) and that completion ordered before this load (PTX ISA:
+        cp.async.bulk.wait_group: .read waits only for the reads of the source; cp.reduce.async.bulk)."""
         box = self.box_rect(t, ev)
         if box is None:
             return
@@ -232,11 +233,14 @@ class _Accesses:
                 self.violate(Violation("bulk-store-in-flight", "this TMA load reads global memory that a TMA "
                                        f"{'reduce' if w[0].kind == BULK_REDUCE else 'store'} wrote, and no "
                                        "cp.async.bulk.wait_group (without .read) of its thread, ordered before this "
-                                       "load, completed it", ev, w[0]))
+                                       "load, completed it (PTX ISA: cp.async.bulk.wait_group)", ev, w[0]))
 
     def peer_at_exit(self):
         """A CTA's shared memory is released when it exits: every access of it by a peer CTA must be ordered
-        before the exit of at least one of its threads (then before the CTA's), e.g. by a barrier.cluster at the end."""
+        before the exit of at least one of its threads (then before the CTA's), e.g. by a barrier.cluster at the end
+        (PTX ISA: State Spaces, Shared State Space: .shared::cluster; barrier.cluster: the wait orders the accesses
+        before every thread's arrive. CUDA C++ Programming Guide, Distributed Shared Memory: all distributed
+        shared memory operations must happen before the exit of the block whose memory they access)."""
         by_rank = {}
         for u in self.vc:
             by_rank.setdefault(u // self.tpb, []).append(u)
@@ -244,9 +248,10 @@ class _Accesses:
             owners = by_rank.get(target, ())
             if owners and not any(self.vc[u][a.t] >= a.time for u in owners):
                 self.violate(Violation("peer-access-at-exit", f"the {a.what} of CTA rank {target}'s "
-                                       f"[{a.start:#x}, +{a.size}) is not ordered before that CTA exits (no "
-                                       "barrier.cluster arrive.release / wait.acquire after it in both CTAs)", a.ev,
-                                       None))
+                                       f"[{a.start:#x}, +{a.size}) is not ordered before that CTA exits: no "
+                                       "barrier.cluster arrive.release / wait.acquire after it in both CTAs (CUDA C++ "
+                                       "Programming Guide: Distributed Shared Memory; PTX ISA: barrier.cluster)",
+                                       a.ev, None))
 
     def map_bytes(self, ev, t=None):
         """Box bytes of the tensor map a TMA op uses: from the hash of its bytes its thread recorded just before it,

@@ -60,19 +60,9 @@ def _replay_parallel(jobs):
         _JOBS = None
 
 
-def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
-          kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
-          dropped: int = 0, parallel: bool | None = None, truncated: bool = False, geometry: dict | None = None,
-          instrumented: bool = False, boxes: dict | None = None) -> Report:
-    """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes.
-
-    Clusters (or blocks) share no barrier and no shared memory, so each is replayed on its own; parallel: in
-    separate processes (None: when the trace has PARALLEL_EVENTS or more and several clusters). instrumented: the
-    trace holds every shared-memory access (the PTX of the build was instrumented), so no read is assumed. boxes:
-    {hash of a map's bytes: box bytes}: a TMA op whose thread recorded that hash just before it (tma.map) has that
-    box, whatever its address held at other times."""
-    if isinstance(events, np.ndarray):
-        events = decode(events)
+def _jobs(events, threads_per_block, grid, cluster, maps, truncated, geometry, instrumented, boxes) -> list:
+    """One replay job per cluster (or block): its events [(position, event, rank)] and the global ids of its
+    blocks by rank, in the order its first event appears."""
     cx, cy, cz = (tuple(cluster) + (1, 1, 1))[:3]
     gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
     csize = cx * cy * cz
@@ -87,21 +77,21 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
         if part is None:
             part = parts[cid] = []
         part.append((pos, ev, rank))
+    geometry = {int(k): tuple(v) for k, v in (geometry or {}).items()}
+    boxes = {int(k): v for k, v in (boxes or {}).items()}
     jobs = []
     for order, (cid, items) in enumerate(parts.items()):
         blocks = []
         for r in range(csize):
             rx, ry, rz = r % cx, (r // cx) % cy, r // (cx * cy)
             blocks.append((cid[0] * cx + rx) + gx * ((cid[1] * cy + ry) + gy * (cid[2] * cz + rz)))
-        jobs.append((items, order, threads_per_block, blocks, maps or {}, truncated,
-                     {int(k): tuple(v) for k, v in (geometry or {}).items()}, instrumented,
-                     {int(k): v for k, v in (boxes or {}).items()}))
-    if parallel is None:
-        parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
-    results = _replay_parallel(jobs) if parallel else None
-    if results is None:
-        results = [_replay(*job) for job in jobs]
-    # the violations in the order of one interleaved replay, through its filter: past 200, one per (rule, lines)
+        jobs.append((items, order, threads_per_block, blocks, maps or {}, truncated, geometry, instrumented, boxes))
+    return jobs
+
+
+def _in_replay_order(results) -> list:
+    """The clusters' violations in the order of one interleaved replay, through its filter: past 200, one per
+    (rule, lines)."""
     violations, per_kind_seen = [], set()
     for _, v in sorted((kv for found, _ in results for kv in found), key=lambda kv: kv[0]):
         key = (v.rule, v.second.line, v.first.line if v.first else None)
@@ -109,22 +99,22 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
             continue
         per_kind_seen.add(key)
         violations.append(v)
-    untraced = set().union(*(u[0] for _, u in results)) if results else set()
-    unknown = set().union(*(u[1] for _, u in results)) if results else set()
-    unchecked = ""
+    return violations
+
+
+def _not_checked(results) -> tuple[str, str]:
+    """(why the trace cannot be checked at all, what in a checked trace lies outside the check): '' when nothing."""
+    untraced, unknown, griddep, rewritten = (set().union(*(u[i] for _, u in results)) if results else set()
+                                             for i in range(4))
     if unknown:
         # a box size the checker does not know would be a guess at every expect_tx and store it touches
-        unchecked = (f"{len(unknown)} tensor map(s) used that are not arguments of this launch (ids "
-                     f"{', '.join(hex(m) for m in sorted(unknown))}): their box sizes are unknown")
-        violations = []
-    elif untraced:
+        return (f"{len(unknown)} tensor map(s) used that are not arguments of this launch (ids "
+                f"{', '.join(hex(m) for m in sorted(unknown))}): their box sizes are unknown"), ""
+    if untraced:
         # the ordering those barriers give is invisible: any verdict on the accesses they order would be a guess
-        unchecked = (f"{len(untraced)} mbarrier(s) used but not initialised through fb::mbar::init "
-                     f"(shared addresses {', '.join(hex(a) for a in sorted(untraced))}): a cuda::barrier or raw PTX "
-                     "the trace does not see, or a missing init")
-        violations = []
-    griddep = set().union(*(u[2] for _, u in results)) if results else set()
-    rewritten = set().union(*(u[3] for _, u in results)) if results else set()
+        return (f"{len(untraced)} mbarrier(s) used but not initialised through fb::mbar::init "
+                f"(shared addresses {', '.join(hex(a) for a in sorted(untraced))}): a cuda::barrier or raw PTX "
+                "the trace does not see, or a missing init"), ""
     parts = []
     if griddep:
         # PTX ISA: griddepcontrol: the order it sets is between this grid and the one before or after it in the
@@ -133,11 +123,35 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
         parts.append(f"the order across launches that {' and '.join(sorted(griddep))} set (programmatic dependent "
                      "launch): one launch's trace cannot see the other grid's accesses")
     if rewritten:
+        # PTX ISA: membar/fence (fence.proxy.tensormap::generic): the release must follow the write, which the
+        # trace does not hold (ordinary stores of the map's bytes, or a write by another cluster)
         parts.append(f"{len(rewritten)} tensor map(s) (at {', '.join(hex(a) for a in sorted(rewritten))}) changed "
                      "during the launch by writes the trace does not record (ordinary stores, or another cluster): "
                      "their tensormap-proxy fences")
-    partly = "; ".join(parts) if not unchecked else ""
-    blocks = {ev.block for ev in events}
+    return "", "; ".join(parts)
+
+
+def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), maps: dict | None = None,
+          kernel: str = "kernel", source: str | None = None, module_name: str = "kernel.cu",
+          dropped: int = 0, parallel: bool | None = None, truncated: bool = False, geometry: dict | None = None,
+          instrumented: bool = False, boxes: dict | None = None) -> Report:
+    """Replay decoded events (in slot order) and return the Report. maps: tensor-map id -> box bytes.
+
+    Clusters (or blocks) share no barrier and no shared memory, so each is replayed on its own; parallel: in
+    separate processes (None: when the trace has PARALLEL_EVENTS or more and several clusters). instrumented: the
+    trace holds every shared-memory access (the PTX of the build was instrumented), so no read is assumed. boxes:
+    {hash of a map's bytes: box bytes}: a TMA op whose thread recorded that hash just before it (tma.map) has that
+    box, whatever its address held at other times."""
+    if isinstance(events, np.ndarray):
+        events = decode(events)
+    jobs = _jobs(events, threads_per_block, grid, cluster, maps, truncated, geometry, instrumented, boxes)
+    if parallel is None:
+        parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
+    results = _replay_parallel(jobs) if parallel else None
+    if results is None:
+        results = [_replay(*job) for job in jobs]
+    unchecked, partly = _not_checked(results)
+    violations = [] if unchecked else _in_replay_order(results)
     # one report per distinct (rule, lines): the same bug repeats in every lap and every thread
     uniq, seen = [], set()
     for v in violations:
@@ -145,6 +159,5 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
         if key not in seen:
             seen.add(key)
             uniq.append(v)
+    blocks = {ev.block for ev in events}
     return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks), unchecked, partly=partly)
-
-

@@ -3,6 +3,7 @@ advanced event by event in the trace's slot order (Chapter 04; PTX ISA, Memory C
 are checked in accesses.py, the barriers followed in barriers.py; this module dispatches each event."""
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 import numpy as np
@@ -63,7 +64,7 @@ class _Cluster(_Accesses, _Barriers):
         self.peer_accesses = []     # (access, target rank): ld/st/atom/red.shared::cluster of another CTA's memory
         self.tmap_writes = {}       # map address (low 32 bits) -> (event, thread, time) of its last write in memory
         self.tmap_released = defaultdict(list)   # thread -> its times at fence.proxy.tensormap::generic.release
-        self.tmap_acquired = {}     # (thread, map address) -> its clock at fence.proxy.tensormap::generic.acquire
+        self.tmap_acquired = {}     # map address -> [(thread, time, clock)] of its acquires since its last write
         self.griddep = set()        # griddepcontrol instructions seen: their order is between launches
         self.tmap_hash = {}         # map address -> the hash of its bytes as last written or seen (tma.map)
         self.tmap_untraced = set()  # map addresses whose bytes changed with no traced write: ordinary stores
@@ -194,43 +195,57 @@ class _Cluster(_Accesses, _Barriers):
 
     # the tensormap proxy: a map written in memory and used by a TMA copy (PTX ISA: tensormap.replace,
     # tensormap.cp_fenceproxy, membar/fence: fence.proxy.tensormap::generic)
+    def _tmap_write(self, t, ev, addr, digest):
+        self.tmap_writes[addr] = (ev, t, int(self.vc[t][t]))
+        self.tmap_hash[addr] = digest
+        self.tmap_acquired.pop(addr, None)      # earlier acquires cannot know this write: they never count again
+
     def _tmap_replace(self, t, rank, ev, _):
         if ev.d & 1:        # a map in global memory rewritten in place; one in shared memory is published later
-            self.tmap_writes[ev.a] = (ev, t, int(self.vc[t][t]))
-            self.tmap_hash[ev.a] = ev.c
+            self._tmap_write(t, ev, ev.a, ev.c)
 
     def _tmap_publish(self, t, rank, ev, _):
-        now = int(self.vc[t][t])
-        self.tmap_writes[ev.a] = (ev, t, now)
-        self.tmap_hash[ev.a] = ev.b
-        self.tmap_released[t].append(now)       # the copy ends with a release fence of the tensormap proxy
+        self._tmap_write(t, ev, ev.a, ev.b)
+        self.tmap_released[t].append(int(self.vc[t][t]))   # the copy ends with a release fence of the tensormap proxy
 
     def _tmap_release(self, t, rank, ev, _):
         self.tmap_released[t].append(int(self.vc[t][t]))
 
     def _tmap_acquire(self, t, rank, ev, _):
-        self.tmap_acquired[(t, ev.a)] = self.vc[t].copy()
+        self.tmap_acquired.setdefault(ev.a, []).append((t, int(self.vc[t][t]), self.vc[t].copy()))
 
     def check_tensormap(self, t, ev):
         """A TMA copy through a map written in memory during the launch: the write ordered before it, released by
-        its writer to the tensormap proxy after the write, and acquired by this thread after it learned of it."""
+        its writer to the tensormap proxy after the write (PTX ISA: membar/fence, a .release proxy fence, or
+        tensormap.cp_fenceproxy), and acquired with fence.proxy.tensormap::generic.acquire of that map by a thread
+        of this thread's block after it learned of the write, the acquire ordered before this copy (CUDA C++
+        Programming Guide, Encoding a Tensor Map on Device: Usage of a Modified Tensor Map: once one thread acquired
+        it, others of its block may use it after __syncthreads; a thread of another block must acquire it itself)."""
         w = self.tmap_writes.get(ev.b)
         if w is None:
             return      # a kernel parameter, or a map written before the launch
         wev, u, tau = w
         if self.vc[t][u] < tau:
             self.violate(Violation("unordered-access", "this TMA copy uses a tensor map whose write in memory is not "
-                                   "ordered before it (no release/acquire from the writing thread)", ev, wev))
+                                   "ordered before it: no release/acquire from the writing thread (PTX ISA: Memory "
+                                   "Consistency Model, data races)", ev, wev))
             return
-        acq = self.tmap_acquired.get((t, ev.b))
-        if acq is None or acq[u] < tau:
-            self.violate(Violation("missing-tensormap-fence", "this TMA copy uses a tensor map written in memory with "
-                                   "no fence.proxy.tensormap::generic.acquire of that map by this thread after the "
-                                   "write was ordered before it", ev, wev))
-        elif not any(tau <= f <= acq[u] for f in self.tmap_released[u]):
+        block = t // self.tpb
+        knew = [acq for v, when, acq in self.tmap_acquired.get(ev.b, ())
+                if v // self.tpb == block and self.vc[t][v] >= when and acq[u] >= tau]
+        if not knew:
+            self.violate(Violation("missing-tensormap-fence", "this TMA copy uses a tensor map written in memory "
+                                   "with no fence.proxy.tensormap::generic.acquire of that map, by this thread or one "
+                                   "of its block ordered before it, after the write was ordered before the acquire "
+                                   "(PTX ISA: membar/fence)", ev, wev))
+            return
+        released = self.tmap_released[u]
+        i = bisect.bisect_left(released, tau)       # the writer's first release fence at or after the write
+        if i == len(released) or not any(released[i] <= acq[u] for acq in knew):
             self.violate(Violation("missing-tensormap-fence", "the thread that wrote this tensor map executed no "
-                                   "fence.proxy.tensormap::generic.release between the write and the release this "
-                                   "thread acquired it through", ev, wev))
+                                   "fence.proxy.tensormap::generic.release between the write and the release the "
+                                   "acquire learned of it through (PTX ISA: membar/fence; tensormap.cp_fenceproxy)",
+                                   ev, wev))
 
     def _tmap_seen(self, t, rank, ev, _):
         # the bytes a TMA op's map has (tma.map, before the op): changed since the last traced write or use, they
@@ -318,7 +333,9 @@ class _Cluster(_Accesses, _Barriers):
         self.sync_arrive(t, ("warp", rank, ev.thread // 32, ev.b), bin(ev.b).count("1"))
 
     # barrier.cluster (PTX ISA): an arrive (.release, or .relaxed which orders nothing) and a wait (.acquire) that
-    # returns once every non-exited thread of the cluster arrived; an arrive is recorded before it, a wait after it
+    # returns once every non-exited thread of the cluster arrived; an arrive is recorded before it, a wait after it.
+    # Each thread arrives once per completion, so its k-th arrive and its k-th wait belong to the same one; the wait
+    # orders what every thread did before its arrive, not what it did between its arrive and wait (ibid.)
     def _cluster_sync(self, t, rank, ev, _):
         self._cl_arrive(t, True)
         self.cl_pending.add(t)

@@ -36,9 +36,10 @@ RULES = {
                             "cp.async.bulk.wait_group)",
     "missing-tensormap-fence": "a TMA copy used a tensor map written in memory during the launch (tensormap.replace, "
                                "tensormap.cp_fenceproxy) without fence.proxy.tensormap::generic.release by the writer "
-                               "after the write and .acquire of that map by the user before the copy, on the path "
-                               "that orders them (PTX ISA: membar/fence, fence.proxy.tensormap; tensormap.replace; "
-                               "tensormap.cp_fenceproxy)",
+                               "after the write and .acquire of that map, after the write, by the user or a thread "
+                               "of its block synchronised with it, on the path that orders them (PTX ISA: "
+                               "membar/fence, fence.proxy.tensormap; tensormap.replace; tensormap.cp_fenceproxy; CUDA "
+                               "C++ Programming Guide: Usage of a Modified Tensor Map)",
     "peer-access-at-exit": "an access of a peer CTA's shared memory (.shared::cluster) was not ordered before that "
                            "CTA exited: its shared memory is released at exit (PTX ISA: State Spaces, Shared Memory "
                            "(.shared::cluster); barrier.cluster; CUDA C++ Programming Guide: Distributed Shared "
