@@ -32,10 +32,10 @@ RELEASE_05 = ("    fb::wgmma::wait_group<1>();                  // the wgmma of 
               "    if (k > 0) {\n      __syncwarp();\n"
               "      if (lane == 0) fb::mbar::arrive(&empty[(k - 1) % STAGES]);\n"
               "    }\n")
-WAIT_READ_07 = "  if (leader) fb::tma::wait_group_read<0>();"
+WAIT_READ_07 = "if (leader) fb::tma::wait_group_read<0>();"           # rung 2's TmaStore part
 RELEASE_07 = ("    fb::wgmma::wait_group<0>();\n    if (threadIdx.x % 128 == 0) release_stage(empty, s);\n#endif\n")
-EXIT_WAIT_07 = "    if (EPI_TMA && threadIdx.x % 128 == 0) fb::tma::wait_group<0>();"
-EPI_FENCE_07 = "  fb::epilogue::stage_tile_bf16(d, my_c);\n  fb::fence_proxy_async();\n"
+EXIT_WAIT_07 = "    if (threadIdx.x % 128 == 0) fb::tma::wait_group<0>();"   # TmaStore::drain
+EPI_FENCE_07 = "    fb::epilogue::stage_tile_bf16(d, my_c);\n    fb::fence_proxy_async();\n"
 EMPTY_04 = "fb::mbar::init(&ring.empty[s], ARRIVE_PER_WARP ? CONSUMERS : 32 * CONSUMERS);"
 RELEASE_07_BUG = ("    if (threadIdx.x % 128 == 0) release_stage(empty, s);\n    fb::wgmma::wait_group<0>();\n#endif\n")
 
@@ -73,9 +73,11 @@ def _ch05_gemm(mod, defines):
                 shared=4 * 2 * 128 * 64 * 2 + 1024, keep=(a_d, bt_d)), (c, ref)
 
 
+CH07 = "chapters/07-capstone-gemm.ipynb"
+
+
 def _ch07(mod, defines):
-    cluster = int(defines.get("CLUSTER", 1))
-    share = cluster if int(defines.get("MULTICAST", 0)) else 1
+    cluster, share = {"Cluster2": (2, 1), "Multicast": (2, 2)}.get(defines.get("LOADS"), (1, 1))   # chapter's cluster_of
     m, n, k = 300, 520, 200                                # 3 x 3 tiles of 128 x 256, K ragged
     rng = np.random.default_rng(7)
     a = rng.standard_normal((m, k)).astype(fb.bfloat16)
@@ -127,7 +129,7 @@ LAUNCH = {("chapters/03-cp-async.ipynb", "ring"): (_ch03_ring, {}),
           ("solutions/03-cp-async-rowsum.ipynb", "lab"): (_lab03, {}),
           ("chapters/04-mbarrier.ipynb", "rowsum_mod"): (_ch04, {"STAGES": 2}),
           ("chapters/05-tma.ipynb", "gemm"): (_ch05_gemm, {"STAGES": 4}),
-          ("chapters/07-capstone-gemm.ipynb", "capstone"): (_ch07, {})}
+          (CH07, "capstone"): (_ch07, {"EPILOGUE": "TmaStore", "STAGES": 3})}   # rung 2's epilogue, as the chapter times
 
 WAIT_03 = "    fb::cp_async_wait<STAGES - 1>();                               // my copies of tile t landed\n"
 GEMM_SYNC_03 = "        __syncthreads();                                // everyone's; and slice kt - 1 is no longer read\n"
@@ -175,10 +177,10 @@ CASES = {
         "async-read-in-flight", "the release waits for all but two groups: step k-1's may still read"),
     "ch07 GEMM as shipped": Case("chapters/07-capstone-gemm.ipynb", "capstone", (), None, "clean"),
     "ch07 GEMM, 2-CTA clusters, multicast, relaxed arrives": Case(
-        "chapters/07-capstone-gemm.ipynb", "capstone", (), None, "clean", dict(CLUSTER=2, MULTICAST=1)),
+        "chapters/07-capstone-gemm.ipynb", "capstone", (), None, "clean", dict(LOADS="Multicast")),
     "ch07 GEMM, 2-CTA clusters, multicast, release arrives, one batch in flight": Case(
         "chapters/07-capstone-gemm.ipynb", "capstone", (), None, "clean",
-        dict(CLUSTER=2, MULTICAST=1, RELAXED_ARRIVE=0, MMA_INFLIGHT=1)),
+        dict(LOADS="Multicast", RELAXED_ARRIVE=0, MMA_INFLIGHT=1)),
     "ch07: release before wgmma.wait_group": Case(
         "chapters/07-capstone-gemm.ipynb", "capstone", ((RELEASE_07, RELEASE_07_BUG),), "async-read-in-flight",
         "a consumer warpgroup arrives on empty[s] before wait_group<0> retires the wgmma reading stage s"),
@@ -187,17 +189,21 @@ CASES = {
         "the final wait_group<0> removed: the block's shared memory may be released under its stores"),
     "ch07: only the store's issuer fences the staging tile": Case(
         "chapters/07-capstone-gemm.ipynb", "capstone",
-        ((EPI_FENCE_07, "  fb::epilogue::stage_tile_bf16(d, my_c);\n  if (threadIdx.x % 128 == 0) fb::fence_proxy_async();\n"),),
+        ((EPI_FENCE_07, "    fb::epilogue::stage_tile_bf16(d, my_c);\n"
+                        "    if (threadIdx.x % 128 == 0) fb::fence_proxy_async();\n"),),
         "missing-proxy-fence", "the other threads' st.shared reach the TMA store unfenced"),
     "ch07: staging rewritten before the TMA store read it": Case(
-        "chapters/07-capstone-gemm.ipynb", "capstone", ((WAIT_READ_07, "  if (false) fb::tma::wait_group_read<0>();"),),
+        "chapters/07-capstone-gemm.ipynb", "capstone", ((WAIT_READ_07, "if (false) fb::tma::wait_group_read<0>();"),),
         "async-read-in-flight", "the epilogue's wait_group_read<0> removed"),
 }
 
 
 def source(case: Case):
-    c = load(ROOT / case.notebook).cuda(case.cell)
+    nb = load(ROOT / case.notebook)
+    c = nb.cuda(case.cell)
     src = c.source
+    if case.notebook == CH07:       # the chapter's build(): the rung cells of the parts a variant names, then rung 1
+        src = nb.definitions("source_of")["source_of"]({**LAUNCH[CH07, case.cell][1], **case.defines})
     for old, new in case.edits:
         assert src.count(old) == 1, f"{case.notebook}:{case.cell}: the text to edit is not there once: {old!r}"
         src = src.replace(old, new)
@@ -230,6 +236,16 @@ def run_normal(name):
                             cluster=launch.get("cluster"))
     fb.sync()
     print(fb.check(out, ref, name=name, raise_on_fail=False))
+
+
+# ---- pytest (CPU): chapter 07's cases are built the way the chapter builds its rungs ----------------------
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.notebook == CH07])
+def test_the_chapter_07_cases_edit_their_rung_and_compile(name):
+    """Each edit lands once in the translation unit the chapter's build() makes (rung cells, then rung 1), and the
+    result compiles with the SASS a persistent TMA + wgmma kernel has (no GPU needed)."""
+    mod, _ = build(CASES[name])
+    mod.expect_sass("UTMALDG", "HGMMA.64x256x16.F32.BF16", "UTMASTG", kernel="gemm_persistent")
 
 
 # ---- pytest (GPU only) ------------------------------------------------------------------------------------

@@ -42,7 +42,9 @@ DECODE_NK = [(4096, 4096), (8192, 8192), (14336, 4096)]
 CANDIDATES = ("grouped16+tma-store", "hilbert+tma-store", "inflight+tma-store")
 DECODE_CAPSTONE = "grouped16+tma-store"
 # Variants of the chapter's kernels with other settings, measured alongside (named as such in the results).
-EXTRA_VARIANTS = {"hilbert+inflight": dict(ORDER=1, MMA_INFLIGHT=1), "inflight/g8": dict(MMA_INFLIGHT=1, GROUP_M=8)}
+# Each is the -D of chapter 07's build(): the TMA-store epilogue of rung 2 (EPILOGUE, STAGES) with other settings.
+EXTRA_VARIANTS = {"hilbert+inflight": dict(EPILOGUE="TmaStore", STAGES=3, ORDER="Table", MMA_INFLIGHT=1),
+                  "inflight/g8": dict(EPILOGUE="TmaStore", STAGES=3, MMA_INFLIGHT=1, GROUP_M=8)}
 DECODE_CONFIGS = {"decode": {}, "decode/stages4x2": dict(stages=4, per_sm=2), "decode/stages6x2": dict(stages=6, per_sm=2),
                   "decode/cw4s4": dict(cw=4, stages=4)}
 TAG = "LLM_SUITE "
@@ -53,36 +55,55 @@ class _Source:
         self.source = source
 
 
+def chapter_cells(chapter) -> tuple[list, dict]:
+    """The code cells of chapter 07 (their sources), and each %%cuda cell's body by its --name."""
+    import nbformat
+    code = [c.source for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code"]
+    cuda = {}
+    for src in code:
+        first, _, body = src.partition("\n")
+        if first.startswith("%%cuda") and (m := re.search(r"--name (\w+)", first)):
+            cuda[m.group(1)] = _Source(body)
+    for name in ("capstone", "decode"):
+        if name not in cuda:
+            raise LookupError(f"no %%cuda cell named {name} in {chapter}")
+    return code, cuda
+
+
+def _host_cell(code) -> str:
+    return next(src for src in code if src.startswith("BM, BN, BK = 128, 256, 64"))
+
+
 def chapter_namespace(variants=CANDIDATES, chapter=None, extra=None):
     """Chapter 07's host helpers (prepare, prepare_decode, ...) with `variants` of the capstone compiled,
-    and `extra` variants ({name: defines}) added to VARIANTS and compiled from the same source."""
-    import nbformat
+    and `extra` variants ({name: defines}) added to VARIANTS and compiled by the chapter's own build()."""
     import feedbeast as fb
     from feedbeast import stress
     from feedbeast.examples import matmul_inputs, matmul_reference
-    chapter = chapter or chapter_path()
-    code = [c.source for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code"]
-
-    def cuda(name):
-        for src in code:
-            first, _, body = src.partition("\n")
-            if first.startswith("%%cuda") and re.search(rf"--name {name}\b", first):
-                return _Source(body)
-        raise LookupError(f"no %%cuda cell named {name} in {chapter}")
+    code, cuda = chapter_cells(chapter or chapter_path())
+    # every %%cuda cell by its name: the host cell's build() puts the rung cells' parts before rung 1's source
     ns = {"fb": fb, "np": np, "math": math, "matmul_inputs": matmul_inputs, "matmul_reference": matmul_reference,
-          "stress": stress, "g": fb.gpu(), "capstone": cuda("capstone"), "decode": cuda("decode")}
+          "stress": stress, "g": fb.gpu(), **cuda}
     for src in code:
         if src.startswith("def grouped_order"):
             exec(src.split("\ntiles_m, tiles_n")[0], ns)
-        elif src.startswith("BM, BN, BK = 128, 256, 64"):
+        elif src is _host_cell(code):
             exec(src.replace("for name, d in VARIANTS.items()}",
                              f"for name, d in VARIANTS.items() if name in {list(variants)!r}}}"), ns)
         elif src.startswith("DEC_MPS"):
             exec(src, ns)
     for name, defines in (extra or {}).items():
         ns["VARIANTS"][name] = defines
-        ns["MODS"][name] = fb.compile(ns["capstone"].source, "sm_90a", name="capstone.cu",
-                                      defines={k: str(v) for k, v in defines.items()})
+        ns["MODS"][name] = ns["build"](defines)
+    return ns
+
+
+def _builder(chapter) -> dict:
+    """Chapter 07's VARIANTS and build() (and the cells build reads), nothing compiled."""
+    import feedbeast as fb
+    code, cuda = chapter_cells(chapter)
+    ns = {"fb": fb, "np": np, **cuda}
+    exec(_host_cell(code).split("\nMODS = ")[0], ns)
     return ns
 
 
@@ -136,7 +157,11 @@ def time_clean(fn, reps=30, warmup=3):
 
 
 def _compile_one(job):
+    """("capstone", chapter, defines): chapter 07's build(defines); else (source, defines, name)."""
     import feedbeast as fb
+    if job[0] == "capstone":
+        _builder(job[1])["build"](job[2])
+        return "capstone.cu"
     source, defines, name = job
     fb.compile(source, "sm_90a", defines=defines, name=name)
     return name
@@ -145,24 +170,17 @@ def _compile_one(job):
 def warm_cache(candidates=CANDIDATES, extra=EXTRA_VARIANTS, decode_configs=DECODE_CONFIGS, chapter=None):
     """Compile every module the suite needs in parallel processes (NVRTC is single-threaded), so that
     run() finds them in the disk cache. Touches no GPU."""
-    import nbformat
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
-    chapter = chapter or chapter_path()
-    code = [c.source for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code"]
-    cuda = {re.search(r"--name (\w+)", src.partition("\n")[0]).group(1): src.partition("\n")[2]
-            for src in code if src.startswith("%%cuda")}
-    ns = {}
-    for src in code:
-        if src.startswith("BM, BN, BK = 128, 256, 64"):
-            exec(src.split("\nMODS = ")[0], ns)                          # VARIANTS only, nothing compiled
-        elif src.startswith("DEC_MPS"):
-            exec(src.split("\n_decode_modules")[0], ns)                  # the settings' defaults only
+    chapter = str(chapter or chapter_path())
+    code, cuda = chapter_cells(chapter)
+    ns = _builder(chapter)                                               # VARIANTS only, nothing compiled
+    exec(next(src for src in code if src.startswith("DEC_MPS")).split("\n_decode_modules")[0], ns)   # defaults
     variants = {**{n: ns["VARIANTS"][n] for n in candidates}, **(extra or {})}
-    jobs = [(cuda["capstone"], {k: str(v) for k, v in d.items()}, "capstone.cu") for d in variants.values()]
+    jobs = [("capstone", chapter, d) for d in variants.values()]
     for cfg in decode_configs.values():
         for mp in ns["DEC_MPS"]:
-            jobs.append((cuda["decode"], {"MP": mp, "CW": cfg.get("cw", ns["DEC_CW"]),
+            jobs.append((cuda["decode"].source, {"MP": mp, "CW": cfg.get("cw", ns["DEC_CW"]),
                                           "STAGES": cfg.get("stages", ns["DEC_STAGES"])}, "decode.cu"))
     jobs.append((READ_FLUSH, {}, "read_flush.cu"))
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1),
