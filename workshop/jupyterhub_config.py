@@ -75,6 +75,8 @@ _spec = KERNELS / "kernels" / "feedbeast"
 _spec.mkdir(parents=True, exist_ok=True)
 (_spec / "kernel.json").write_text(json.dumps({
     "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    # the course's hooks in every learner kernel (feedbeast.hooks): %env FEEDBEAST_HAZARDS=1, results, verdicts
+    "env": {"FEEDBEAST_HOOKS": "feedbeast.course"},
     "display_name": "Feeding the Beast", "language": "python", "metadata": {"debugger": True}}, indent=1))
 os.chmod(KERNELS, 0o755)
 
@@ -148,6 +150,7 @@ def pre_spawn_hook(spawner):
     copy_course(home_of(spawner), owner)
     # The course's Python first on PATH: `make reset-labs ENV=current` in ~/feedbeast uses it (no venv there).
     env = {"JUPYTER_PATH": str(KERNELS), "FEEDBEAST_COURSE": str(COURSE), "PYTHON3": sys.executable,
+           "FEEDBEAST_HOOKS": "feedbeast.course",
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")}
     device = assign_gpu(user)
     # With no device a learner still compiles and checks SASS (the course's CPU mode); "" hides every GPU.
