@@ -59,7 +59,8 @@ lab: $(STAMP)
 	  else echo "make lab: JupyterLab is not installed in $(PYTHON). Install it from the package index with" \
 	    "$(PYTHON) -m pip install -r requirements/lab.txt, or offline with make lab WHEELS=dir" \
 	    "(a bundle from make wheelhouse; see README, Offline install)" >&2; exit 1; fi; }
-	$(PYTHON) -m ipykernel install --sys-prefix --name feedbeast --display-name "Feeding the Beast" >/dev/null
+	$(PYTHON) -m ipykernel install --sys-prefix --name feedbeast --display-name "Feeding the Beast" \
+	  --env FEEDBEAST_HOOKS feedbeast.course >/dev/null
 	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 	  $(PYTHON) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" \
 	  --LabApp.app_settings_dir="$(CURDIR)/jupyter/lab/settings" \

@@ -348,6 +348,7 @@ def test_make_lab_serves_the_repository_root(lab):
     spec = specs["feedbeast"]["spec"]
     assert spec["display_name"] == "Feeding the Beast"
     assert Path(spec["argv"][0]).resolve() == Path(sys.executable).resolve()
+    assert spec["env"] == {"FEEDBEAST_HOOKS": "feedbeast.course"}, spec   # any frontend gets the course's hooks
     # the no-news settings reached the page
     page = lab.get("/lab/tree/labs/00-copy-kernel.ipynb")[1].decode()
     assert "@jupyterlab/apputils-extension:announcements" in page
@@ -614,7 +615,7 @@ def test_make_lab_allows_root_only_for_root(tmp_path, uid):
     assert ("--allow-root" in r.stdout) == (uid == "0"), r.stdout
     assert f'--ServerApp.root_dir="{ROOT}"' in r.stdout and "chapters/00-feeding-the-beast.ipynb" in r.stdout
     assert f'JUPYTER_CONFIG_PATH="{ROOT}/jupyter' in r.stdout
-    assert "ipykernel install --sys-prefix --name feedbeast" in r.stdout
+    assert "ipykernel install --sys-prefix --name feedbeast" in r.stdout and "--env FEEDBEAST_HOOKS feedbeast.course" in r.stdout
 
 
 def _pyproject() -> str:
