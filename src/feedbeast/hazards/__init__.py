@@ -63,7 +63,8 @@ cp.async.wait_group or in the phase a cp.async.mbarrier.arrive tracks it on ("cp
                         CTA exits (barrier.cluster after it in both); unordered peer accesses are unordered-access
   missing-tensormap-fence  a TMA copy through a tensor map written in memory during the launch (tensormap.replace
                         on global memory, tensormap.cp_fenceproxy) without fence.proxy.tensormap::generic .release
-                        by the writer after the write and .acquire of that map by the user, on the ordering path
+                        by the writer after the write and .acquire of that map by the user or a thread of its
+                        block synchronised with it, on the ordering path (CUDA guide: a modified tensor map)
 
 griddepcontrol (programmatic dependent launch) orders two launches; a trace holds one, so the report of a launch that
 uses it says "not checked" for that order (Report.partly) while the rest is checked. So does a tensor map whose bytes
