@@ -420,3 +420,33 @@ def test_a_warpgroups_first_wgmma_needs_a_wgmma_fence_and_its_registers_rule_cit
     assert rules(r) == ["missing-wgmma-fence"], str(r)
     for rule in ("wgmma-register-in-flight", "missing-wgmma-fence"):
         assert "PTX ISA: wgmma." in hz.RULES[rule]
+
+
+def remote_arrive(owner_waits=False, owner_arrives_last=False, exit_barrier=False):
+    """CTA 1's thread arrives on CTA 0's barrier (mbarrier.arrive.release.cluster.shared::cluster, count 2 with CTA
+    0's own thread): a DSMEM access, which must happen before CTA 0 exits (CUDA C++ Programming Guide: Distributed
+    Shared Memory)."""
+    tr = Cluster(ctas=2, threads=32)
+    tr.e(hz.MBAR_INIT, 0, BAR, 2, rank=0).cluster_sync(0)
+    if not owner_arrives_last:
+        tr.e(hz.MBAR_ARRIVE, 0, BAR, rank=0)
+    tr.e(hz.MBAR_ARRIVE, 0, BAR, 0, 1 + 0, 0, rank=1)      # remote: c = 1 + rank 0
+    if owner_arrives_last:                  # its own arrival completes the phase: the remote one was counted
+        tr.e(hz.MBAR_ARRIVE, 0, BAR, rank=0)
+    if owner_waits:
+        tr.e(hz.MBAR_WAIT, 0, BAR, 0 | 2 | 1 << 8, rank=0)
+    if exit_barrier:
+        tr.cluster_sync(0)
+    return tr.check()
+
+
+def test_a_remote_arrive_the_owner_knows_of_before_it_exits_is_clean():
+    clean(remote_arrive(owner_waits=True))
+    clean(remote_arrive(owner_arrives_last=True))
+    clean(remote_arrive(exit_barrier=True))
+
+
+def test_a_remote_arrive_that_may_land_after_the_owner_exited_is_peer_access_at_exit():
+    """The last lap of a cluster ring: a consumer releases a peer's empty barrier that no one waits on again."""
+    r = remote_arrive()
+    assert rules(r) == ["peer-access-at-exit"] and "remote mbarrier.arrive" in str(r), str(r)

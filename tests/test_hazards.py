@@ -650,6 +650,9 @@ def _cluster_ring(relaxed: bool, release_early: bool = False, laps=3, window=Fal
                 e(hz.MBAR_ARRIVE, r, WG, EMPTY, 0, 1 + peer, int(relaxed))
             if release_early:
                 e(hz.WGMMA_WAIT, r, WG, 0, 0)
+    for r in (0, 1):        # no CTA exits while its peer may still arrive on its barriers
+        for t in (0, WG):
+            e(hz.CLUSTER_SYNC, r, t)
     return hz.check(hz.decode(hz.encode(ev)), threads_per_block=384, grid=(2, 1, 1), cluster=(2, 1, 1),
                     maps={1: 16384, 2: 8192})
 

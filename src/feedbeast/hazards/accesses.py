@@ -244,14 +244,25 @@ class _Accesses:
         by_rank = {}
         for u in self.vc:
             by_rank.setdefault(u // self.tpb, []).append(u)
-        for a, target in self.peer_accesses:
+        for a, target, counted in self.peer_accesses:
             owners = by_rank.get(target, ())
-            if owners and not any(self.vc[u][a.t] >= a.time for u in owners):
+            # a remote arrive is also done once an owner thread knows its phase completed (its wait, or its own
+            # arrival completing it): the arrive was counted before that
+            if owners and not any(self._known(a.done, self.vc[u]) or counted and self._known(counted, np.maximum(
+                    self.vc[u], self.cc[u])) for u in owners):
                 self.violate(Violation("peer-access-at-exit", f"the {a.what} of CTA rank {target}'s "
                                        f"[{a.start:#x}, +{a.size}) is not ordered before that CTA exits: no "
                                        "barrier.cluster arrive.release / wait.acquire after it in both CTAs (CUDA C++ "
                                        "Programming Guide: Distributed Shared Memory; PTX ISA: barrier.cluster)",
                                        a.ev, None))
+
+    def remote_arrive(self, t, ev, b):
+        """mbarrier.arrive on a peer CTA's barrier (.shared::cluster): an access of that CTA's shared memory, which
+        must happen before it exits (CUDA C++ Programming Guide: Distributed Shared Memory; PTX ISA:
+        mbarrier.arrive). Done for the owner once it knows the arrive (a release) or the phase it counted in."""
+        now = int(self.vc[t][t])
+        a = _Access(ev, t, now, ev.a, 8, True, True, ("at", t, now), "remote mbarrier.arrive (.shared::cluster)")
+        self.peer_accesses.append((a, b.rank, ("phase", b.index, b.phase)))
 
     def map_bytes(self, ev, t=None):
         """Box bytes of the tensor map a TMA op uses: from the hash of its bytes its thread recorded just before it,

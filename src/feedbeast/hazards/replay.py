@@ -61,7 +61,8 @@ class _Cluster(_Accesses, _Barriers):
         self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
         self.async_pages = set()    # (rank, 256 B page) that bulk/TMA copies write
         self.wg_fenced = set()      # warpgroups (rank, index) that executed a wgmma.fence
-        self.peer_accesses = []     # (access, target rank): ld/st/atom/red.shared::cluster of another CTA's memory
+        self.peer_accesses = []     # (access, target rank, phase it counts in): ld/st/atom/red.shared::cluster
+                                    # and mbarrier.arrive of another CTA's memory
         self.tmap_writes = {}       # map address (low 32 bits) -> (event, thread, time) of its last write in memory
         self.tmap_released = defaultdict(list)   # thread -> its times at fence.proxy.tensormap::generic.release
         self.tmap_acquired = {}     # map address -> [(thread, time, clock)] of its acquires since its last write
@@ -277,7 +278,10 @@ class _Cluster(_Accesses, _Barriers):
         self.init_barrier(rank, ev.a, max(1, ev.b), ev)
 
     def _mbar_arrive(self, t, rank, ev, _):
-        self.arrive(t, self.barrier(rank if ev.c == 0 else ev.c - 1, ev.a, ev), ev.b, ev, release=not ev.d, rank=rank)
+        b = self.barrier(rank if ev.c == 0 else ev.c - 1, ev.a, ev)
+        if b.rank != rank:
+            self.remote_arrive(t, ev, b)
+        self.arrive(t, b, ev.b, ev, release=not ev.d, rank=rank)
 
     def _mbar_expect_tx(self, t, rank, ev, _):
         self.expect_tx(self.barrier(rank, ev.a, ev), ev.b, ev)
@@ -374,7 +378,7 @@ class _Cluster(_Accesses, _Barriers):
                         ("ld/st " if ev.c & 1 == 0 else "ld/st.shared::cluster ") + ("write" if write else "read"),
                         plain=True, lanes=self.lanes(t, ev), peer=peer)
         if peer:
-            self.peer_accesses.append((a, target))
+            self.peer_accesses.append((a, target, None))
 
     def finish(self, truncated=False):
         for t in list(self.implicit):
