@@ -59,8 +59,9 @@ cp.async.wait_group or in the phase a cp.async.mbarrier.arrive tracks it on ("cp
                         that retires it (from ptxas's log of the normal build, registers.py)
   bulk-store-in-flight  a TMA load of a box a TMA store or TMA reduce (cp.reduce.async.bulk) wrote, before
                         cp.async.bulk.wait_group (not .read); the reduce's source reads are a store's (above)
-  peer-access-at-exit   an ld/st/atom/red.shared::cluster of a peer CTA's shared memory not ordered before that
-                        CTA exits (barrier.cluster after it in both); unordered peer accesses are unordered-access
+  peer-access-at-exit   an ld/st/atom/red.shared::cluster or mbarrier.arrive of a peer CTA's shared memory not
+                        ordered before that CTA exits (barrier.cluster after it in both, or, for an arrive, the
+                        owner's wait on its phase); unordered peer accesses are unordered-access
   missing-tensormap-fence  a TMA copy through a tensor map written in memory during the launch (tensormap.replace
                         on global memory, tensormap.cp_fenceproxy) without fence.proxy.tensormap::generic .release
                         by the writer after the write and .acquire of that map by the user or a thread of its
