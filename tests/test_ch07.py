@@ -94,6 +94,32 @@ def test_cuda_barrier_ring_refuses_clusters(ch):
         ch["build"](dict(ch["TMA_STORE"], LOADS="Cluster2", CUDA_BARRIER=1))
 
 
+def test_rung_1_chooses_its_ablations_in_cpp_not_with_preprocessor_branches():
+    """Its only #ifndef blocks give a -D its default; MMA_INFLIGHT is an if constexpr, CUDA_BARRIER picks the Ring."""
+    src = CHAPTER.cuda("capstone").source
+    defaults = re.findall(r"^#ifndef (\w+)\n#define (\w+) [^\n]+\n#endif$", src, re.M)
+    assert len(defaults) == src.count("#ifndef") == 7 and all(a == b for a, b in defaults)
+    assert not re.search(r"^\s*#\s*(if|ifdef|elif|else)\b", src, re.M)
+    assert src.count("if constexpr (MMA_INFLIGHT)") == 2
+    assert "using Ring = cuda::std::conditional_t<CUDA_BARRIER, BarrierRing<Tile, Loads>, ParityRing>;" in src
+
+
+def test_only_the_cuda_barrier_variant_is_one_the_hazard_checker_cannot_model(ch):
+    """The cuda::barrier ring is a cell of its own that build() adds for CUDA_BARRIER=1 only: the checker refuses a
+    launch whose source names cuda::barrier (hazards.unmodeled, as hazards.run calls it), the other variants not."""
+    from feedbeast import hazards as hz
+    ring = CHAPTER.cuda("barrier_ring")
+    assert ring.compile().kernel_names == [] and ch["PART_CELLS"]["BarrierRing"].source == ring.source
+    for name, v in ch["VARIANTS"].items():
+        mod = ch["MODS"][name]
+        assert mod.source.count(ring.source) == int(v.get("CUDA_BARRIER", 0)), name
+        assert ("cuda::barrier" in hz.unmodeled(mod.source, mod.defines)) == bool(v.get("CUDA_BARRIER")), name
+    # without that cell, CUDA_BARRIER=1 does not compile: the ring comes from it alone
+    mod = ch["MODS"]["cuda-barrier+tma-store"]
+    with pytest.raises(fb.CompileError, match="BarrierRing"):
+        fb.compile(mod.source.replace(ring.source, ""), "sm_90a", defines=mod.defines, name="capstone.cu")
+
+
 # rung: its cell (--name), the part that cell defines, the variant measured as it, the previous rung's variant
 LADDER = [("tma_store", "TmaStore", "grouped16+tma-store", "grouped16+direct"),
           ("hilbert", "Table", "hilbert+tma-store", "grouped16+tma-store"),

@@ -33,11 +33,11 @@ RELEASE_05 = ("    fb::wgmma::wait_group<1>();                  // the wgmma of 
               "      if (lane == 0) fb::mbar::arrive(&empty[(k - 1) % STAGES]);\n"
               "    }\n")
 WAIT_READ_07 = "if (leader) fb::tma::wait_group_read<0>();"           # rung 2's TmaStore part
-RELEASE_07 = ("    fb::wgmma::wait_group<0>();\n    if (threadIdx.x % 128 == 0) release_stage(empty, s);\n#endif\n")
+RELEASE_07 = "      fb::wgmma::wait_group<0>();\n      if (threadIdx.x % 128 == 0) Ring::release(empty, s);\n"
 EXIT_WAIT_07 = "    if (threadIdx.x % 128 == 0) fb::tma::wait_group<0>();"   # TmaStore::drain
 EPI_FENCE_07 = "    fb::epilogue::stage_tile_bf16(d, my_c);\n    fb::fence_proxy_async();\n"
 EMPTY_04 = "fb::mbar::init(&ring.empty[s], ARRIVE_PER_WARP ? CONSUMERS : 32 * CONSUMERS);"
-RELEASE_07_BUG = ("    if (threadIdx.x % 128 == 0) release_stage(empty, s);\n    fb::wgmma::wait_group<0>();\n#endif\n")
+RELEASE_07_BUG = "      if (threadIdx.x % 128 == 0) Ring::release(empty, s);\n      fb::wgmma::wait_group<0>();\n"
 
 
 @dataclasses.dataclass
