@@ -67,3 +67,21 @@ def gpu100():
 @pytest.fixture
 def anygpu():
     return _gpu_or_skip()
+
+
+@pytest.fixture
+def runner_modes(monkeypatch):
+    """The mode each child of feedbeast.isolated's one runner (runner_command) is given, in order; the runner still
+    runs as it would."""
+    import contextlib
+    import importlib
+    iso = importlib.import_module("feedbeast.isolated")     # the module: fb.isolated is its function
+    modes, real = [], iso.runner_command
+
+    @contextlib.contextmanager
+    def watched(values, code=None, mode=None):
+        modes.append(mode)
+        with real(values, code, mode) as cmd:
+            yield cmd
+    monkeypatch.setattr(iso, "runner_command", watched)
+    return modes

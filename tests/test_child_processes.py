@@ -56,27 +56,19 @@ def test_a_child_runs_in_the_mode_its_parent_gives_not_the_one_its_environment_s
                           env=child_env()).stdout.strip() == "check"
 
 
-def test_profile_and_racecheck_children_run_with_no_hazard_mode(monkeypatch):
+def test_profile_and_racecheck_children_run_with_no_hazard_mode(monkeypatch, runner_modes):
     """fb.profile's child (under ncu) and fb.racecheck's (under compute-sanitizer) must not run hazard builds: the
     kernel's hazard build has its name (ncu would read it) and racecheck would check its tracing. Both get the
     parent's mode with hazards off, and the environment as child_env() gives it."""
-    import contextlib
     import importlib
     import types
     from feedbeast import hooks, profiling
     iso = importlib.import_module("feedbeast.isolated")
-    seen, real = [], iso.runner_command
-
-    @contextlib.contextmanager
-    def watched(values, code=None, mode=None):
-        seen.append(mode)
-        with real(values, code, mode) as cmd:
-            yield cmd
+    envs = []
 
     def fake_run(cmd, **kw):
-        seen.append(kw["env"].get("FEEDBEAST_HAZARDS"))
+        envs.append(kw["env"].get("FEEDBEAST_HAZARDS"))
         return types.SimpleNamespace(stdout="", stderr="", returncode=0)
-    monkeypatch.setattr(iso, "runner_command", watched)
     monkeypatch.setattr(iso.subprocess, "run", fake_run)            # the same module object as profiling's
     monkeypatch.setattr(hooks, "mode", hooks.Mode(hazards="check", hazard_dump="/tmp/traces"))
     monkeypatch.setenv("FEEDBEAST_HAZARDS", "1")
@@ -87,6 +79,5 @@ def test_profile_and_racecheck_children_run_with_no_hazard_mode(monkeypatch):
     monkeypatch.setattr(feedbeast.device, "gpu", lambda: "a GPU")
     monkeypatch.setattr(iso, "find_sanitizer", lambda: "compute-sanitizer")
     iso.racecheck("pass")
-    modes, envs = seen[0::2], seen[1::2]
-    assert [(m.hazards, m.hazard_dump) for m in modes] == [("", "/tmp/traces")] * 2, seen
-    assert envs == ["1", "1"], seen
+    assert [(m.hazards, m.hazard_dump) for m in runner_modes] == [("", "/tmp/traces")] * 2, runner_modes
+    assert envs == ["1", "1"], envs

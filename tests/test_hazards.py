@@ -1634,24 +1634,14 @@ def test_a_hazard_mode_the_checker_does_not_know_is_refused(monkeypatch):
         assert hz.enabled() == bool(m)
 
 
-def test_the_isolated_check_runs_on_the_toolkits_one_runner(monkeypatch, tmp_path):
+def test_the_isolated_check_runs_on_the_toolkits_one_runner(monkeypatch, tmp_path, runner_modes):
     """run_isolated's child is feedbeast.isolated's runner (runner_command), in this process's mode with the hazard
     mode off (the child runs the check itself, once) and the trace folder kept. Really run: without an sm_90a GPU
     the child's check is a Skipped, with one a kernel with no traced wrapper is not checkable; both come back as
     what was not checked."""
-    import contextlib
-    import importlib
     import feedbeast as fb
     from feedbeast import hooks
-    iso = importlib.import_module("feedbeast.isolated")     # the module: fb.isolated is its function
-    modes, real = [], iso.runner_command
-
-    @contextlib.contextmanager
-    def watched(values, code=None, mode=None):
-        modes.append(mode)
-        with real(values, code, mode) as cmd:
-            yield cmd
-    monkeypatch.setattr(iso, "runner_command", watched)
+    modes = runner_modes
     monkeypatch.setattr(hooks, "mode", hooks.Mode(hazards="isolated", hazard_dump=str(tmp_path)))
     src = '#include <fb/mbarrier.cuh>\nextern "C" __global__ void k(int n) { }\n'
     text, found, events, notes = hz.run_isolated(fb.compile(src, "sm_90a").kernel("k"), 1, 32, 7)
