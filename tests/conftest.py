@@ -12,6 +12,17 @@ os.environ.setdefault("FEEDBEAST_QUICK", "1")    # with a GPU, notebooks check a
 os.environ["PIP_NO_INDEX"] = "1"
 os.environ["npm_config_offline"] = "true"
 
+# The variables a make started by a test must not inherit from the `make test` it runs under: make exports its
+# command line (make test WHEELS=dir CUDA=12 ...) to what it starts, and MAKEFLAGS would pass it on again.
+OUTER_MAKE = ("WHEELS", "ENV", "CUDA", "VENV", "PYTHON3")
+
+
+def make_env(**extra) -> dict:
+    """The environment for a `make` a test starts: this one without the outer make's settings, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS")) and k not in OUTER_MAKE}
+    return env | extra
+
+
 
 def _loopback_only():
     import ipaddress

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_env
 from feedbeast.course import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,8 +199,7 @@ def test_gpu_image_whose_python_is_a_venv_gets_the_bundle(tmp_path):
     bundle.mkdir()
     _wheel(bundle, "fb_bundle_probe", "1.0", {"fb_bundle_probe/__init__.py": "OK = True\n"}, extras=())
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "MAKE", "MFLAGS"))}
-    env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}
+    env = make_env(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
     r = subprocess.run(["make", "-s", "--no-print-directory", "install", "ENV=current",
                         f"PYTHON3={image_py}", f"WHEELS={bundle}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -291,7 +291,7 @@ def lab(tmp_path_factory):
         pytest.skip(f"no loopback network here to serve JupyterLab on ({e})")
     tmp = tmp_path_factory.mktemp("lab")
     token = secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    env = make_env()
     env |= {"JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
             "JUPYTERLAB_SETTINGS_DIR": str(tmp / "user-settings"),
             "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "BROWSER": "true"}
@@ -608,7 +608,7 @@ def test_make_lab_allows_root_only_for_root(tmp_path, uid):
     fake.mkdir()
     (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
     (fake / "id").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    env = make_env()
     env["PATH"] = f"{fake}:{env['PATH']}"
     r = subprocess.run(["make", "-n", "--no-print-directory", "lab", "ENV=current", f"PYTHON3={sys.executable}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, check=True)
@@ -651,7 +651,7 @@ def test_compute_sanitizer_comes_from_the_pinned_wheel(tmp_path, monkeypatch):
     san = re.search(r"^cuda-toolkit\[sanitizer\]==(\S+)", (ROOT / "requirements/sanitize.txt").read_text(), re.M)
     assert cu13 and san and cu13.group(1) == san.group(1)
     # The venv recipe, whatever `make test` was started with (make exports its command line's ENV=current).
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS")) and k not in ("ENV", "CUDA")}
+    env = make_env()
     dry = subprocess.run(["make", "-n", "--no-print-directory", "sanitize", "ENV=venv", "CUDA=13"], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=True).stdout
     assert "-r requirements/sanitize.txt" in dry
@@ -785,7 +785,7 @@ def test_reset_labs_restores_only_the_lab_named(tmp_path):
     """`make reset-labs LAB=04` restores lab 04 alone (a copy of the labs, edited, stands in for the learner's);
     a name or a lab's path selects as well, and a lab that does not exist is named with the ones that do."""
     import shutil
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    env = make_env()
     dry = subprocess.run(["make", "-n", "--no-print-directory", "reset-labs", "ENV=current", f"PYTHON3={sys.executable}",
                           "LAB=04"], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     assert "feedbeast.course.labs reset solutions labs 04" in dry, dry

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_env
 from feedbeast.course import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,10 +89,7 @@ def test_cuda_help_alone_in_a_cell_prints_the_flags():
 
 
 def _env():
-    # Not the settings make test was started with (make exports its command line: WHEELS=, ENV=, CUDA=).
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS", "PIP_"))
-           and k not in ("WHEELS", "ENV", "CUDA", "VENV", "PYTHON3")}
-    return env | {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return make_env(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
 
 
 def test_make_lab_without_jupyterlab_installs_nothing(tmp_path):
