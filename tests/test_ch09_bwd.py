@@ -51,12 +51,12 @@ def test_backward_sass_and_resources(build, d):
     assert counts[SHAPES[d][0]] == 2 * d // 16 + 8 and counts[SHAPES[d][1]] == 8, counts
     assert counts["MUFU.EX2"] == 32, counts          # one exponential per element of a 64 x 64 tile per thread
     res = mod.resources[kernel]
-    if build == "atomics" and d == 128:
-        # The atomics build at d = 128 sits at 255 registers and spills 4 B (8 B stack) with NVRTC 13.0; more is
-        # a regression.
-        assert res.spills <= 8 and res.stack <= 8, mod.report()
-    else:
-        assert res.spills == 0 and res.stack == 0, mod.report()
+    from feedbeast.device import nvrtc_version
+    # d = 128 sits at 255 registers: the atomics build spills 4 B stored / 4 B loaded (8 B stack) with NVRTC 13.0
+    # and 12.9; with NVRTC 12.9 (the CUDA 12 pins) the TMA-reduce build spills 4 / 12 B. More is a regression.
+    allowed = {("atomics", 128): 8, **({("tma-reduce", 128): 16} if nvrtc_version() < (13, 0) else {})}
+    limit = allowed.get((build, d), 0)
+    assert res.spills <= limit and res.stack <= (8 if limit else 0), mod.report()
     assert not any(c in ln for ln in mod.log.splitlines() for c in ("C7515", "C7510", "C7508")), mod.log
 
 
