@@ -1637,13 +1637,14 @@ def test_a_hazard_mode_the_checker_does_not_know_is_refused(monkeypatch):
 def test_the_isolated_check_runs_on_the_toolkits_one_runner(monkeypatch, tmp_path, runner_modes):
     """run_isolated's child is feedbeast.isolated's runner (runner_command), in this process's mode with the hazard
     mode off (the child runs the check itself, once) and the trace folder kept. Really run: without an sm_90a GPU
-    the child's check is a Skipped, with one a kernel with no traced wrapper is not checkable; both come back as
-    what was not checked."""
+    the child's check is a Skipped, with one a kernel whose hazard build records nothing (no fb:: header, so no
+    trace buffer) is not checkable; both come back as what was not checked. (A kernel that includes a traced header
+    and touches no shared memory is checked, with 0 events: the instrumented build would have recorded any access.)"""
     import feedbeast as fb
     from feedbeast import hooks
     modes = runner_modes
     monkeypatch.setattr(hooks, "mode", hooks.Mode(hazards="isolated", hazard_dump=str(tmp_path)))
-    src = '#include <fb/mbarrier.cuh>\nextern "C" __global__ void k(int n) { }\n'
+    src = 'extern "C" __global__ void k(int n) { }\n'
     text, found, events, notes = hz.run_isolated(fb.compile(src, "sm_90a").kernel("k"), 1, 32, 7)
     assert [(m.hazards, m.hazard_dump) for m in modes] == [("", str(tmp_path))], modes
     assert found == [] and events == 0 and notes["unchecked"], (text, notes)
