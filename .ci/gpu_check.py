@@ -85,8 +85,15 @@ def run(path: str, cmds: list[str], logdir: Path) -> dict:
 
 
 def _commit() -> str:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else "?"
+    """The commit under test: the checkout's HEAD, or, in a tree made by git archive (no .git of its own; a
+    repository above it is another tree's), the commit git archive wrote into .ci/commit."""
+    r = subprocess.run(["git", "rev-parse", "--show-toplevel", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                       text=True)
+    lines = r.stdout.split()
+    if r.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == ROOT:
+        return lines[1]
+    stamped = (ROOT / ".ci" / "commit").read_text().strip() if (ROOT / ".ci" / "commit").exists() else ""
+    return stamped if stamped and not stamped.startswith("$Format") else "?"
 
 
 def table(rows: dict) -> str:

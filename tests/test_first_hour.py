@@ -425,13 +425,14 @@ def test_lab_00_runs_through_the_servers_kernel(lab):
         assert "LDG.E.128" in results[check][1] or "never written" in results[check][1], results[check][1]
 
         kernel_cell = next(c for c in sol_cells if c.source.startswith("%%cuda"))
+        solved = ""         # what the cells print from the solution's kernel on (the failure above is not in it)
         for code in [kernel_cell.source] + [c.source for c in lab_cells[check:]]:
             status, text, err = _execute(ws, session, code)
             assert status == "ok", f"{err}: {text}"
-            texts += text
-        assert "SASS: {" in texts and "LDG.E.128" in texts and "STG.E.128" in texts, texts
-        assert "FAILED" not in texts, texts
-        assert ": passed" in texts or "skipped:" in texts, texts
+            solved += text
+        assert "SASS: {" in solved and "LDG.E.128" in solved and "STG.E.128" in solved, solved
+        assert "FAILED" not in solved, solved
+        assert ": passed" in solved or "skipped:" in solved, solved
     finally:
         ws.close()
         lab.get(f"/api/sessions/{sess['id']}", "DELETE")
