@@ -215,6 +215,11 @@ __device__ void (*fb_hz_keep_cp_mbar)(unsigned, unsigned, unsigned) = fb_hz_cp_m
   ::fb::hazard::record((kind), fb_hz_line, (unsigned)(a), (unsigned)(b), (unsigned)(c), (unsigned)(d))
 #define FB_HZ_RECORD_WARPGROUP(kind, a, b, c, d) \
   do { if (::fb::hazard::warpgroup_leader()) FB_HZ_RECORD(kind, a, b, c, d); } while (0)
+// After a wait gave up, the asynchronous operations that move bytes or announce them are not issued: the ring is
+// out of step by then, and an arrive.expect_tx or a copy on a barrier whose phase nobody waits for any more can take
+// its pending counts out of range (undefined, PTX ISA: mbarrier; on an H100 the launch then fails and the trace up to
+// the hang is lost). Waits return at once (fb::mbar::spin_wait), so the kernel ends.
+#define FB_HZ_STOPPED() (*static_cast<volatile unsigned*>(fb_hz_gave_up) != 0u)
 
 namespace fb {
 namespace hazard {
@@ -251,6 +256,7 @@ __device__ __forceinline__ unsigned full_mask(unsigned m = 0xffffffffu) { return
 #define FB_HZ_PASS
 #define FB_HZ_RECORD(kind, a, b, c, d) ((void)0)
 #define FB_HZ_RECORD_WARPGROUP(kind, a, b, c, d) ((void)0)
+#define FB_HZ_STOPPED() false
 namespace fb {
 namespace hazard {
 __device__ __forceinline__ void generic_read(const void*, unsigned) {}

@@ -47,6 +47,7 @@ __device__ inline void arrive(u64* bar FB_HZ_LINE) {
 
 // mbarrier.expect_tx: tx-count += bytes, without an arrival.
 __device__ inline void expect_tx(u64* bar, u32 bytes FB_HZ_LINE) {
+  if (FB_HZ_STOPPED()) return;            // a hazard build after a wait gave up (fb/hazard.cuh)
   FB_HZ_RECORD(fb::hazard::kMbarExpectTx, smem_addr(bar), bytes, 0, 0);
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
@@ -54,6 +55,7 @@ __device__ inline void expect_tx(u64* bar, u32 bytes FB_HZ_LINE) {
 
 // mbarrier.arrive.expect_tx: tx-count += bytes, then one arrival, as one operation.
 __device__ inline void arrive_expect_tx(u64* bar, u32 bytes FB_HZ_LINE) {
+  if (FB_HZ_STOPPED()) return;            // a hazard build after a wait gave up (fb/hazard.cuh)
   FB_HZ_RECORD(fb::hazard::kMbarArrive, smem_addr(bar), bytes, 0, 0);
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                :: "r"(smem_addr(bar)), "r"(bytes) : "memory");

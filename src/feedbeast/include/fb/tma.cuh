@@ -33,6 +33,7 @@ __device__ inline void prefetch_tensormap(const TensorMap& map) {
 // its bytes complete_tx on `bar`. Elements of the box outside the tensor are filled (zero or NaN, as the
 // map says) and still counted.
 __device__ inline void load_2d(void* dst, const TensorMap& map, int c0, int c1, u64* bar FB_HZ_LINE) {
+  if (FB_HZ_STOPPED()) return;            // a hazard build after a wait gave up (fb/hazard.cuh)
   FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);
   FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), 0);
   const cuda::std::int32_t coords[2] = {c0, c1};
@@ -43,6 +44,7 @@ __device__ inline void load_2d(void* dst, const TensorMap& map, int c0, int c1, 
 // each destination CTA's barrier at the offset of `bar` gets the bytes.
 __device__ inline void load_2d_multicast(void* dst, const TensorMap& map, int c0, int c1, u64* bar,
                                          cuda::std::uint16_t mask FB_HZ_LINE) {
+  if (FB_HZ_STOPPED()) return;            // a hazard build after a wait gave up (fb/hazard.cuh)
   FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);
   FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), mask);
   asm volatile(
@@ -55,6 +57,7 @@ __device__ inline void load_2d_multicast(void* dst, const TensorMap& map, int c0
 // cp.async.bulk.tensor.2d.global.shared::cta: the box at `src` is written to (c0, c1); elements outside the
 // tensor are dropped. Before it, fb::fence_proxy_async() so the TMA unit sees the threads' stores.
 __device__ inline void store_2d(const TensorMap& map, int c0, int c1, const void* src FB_HZ_LINE) {
+  if (FB_HZ_STOPPED()) return;            // a hazard build after a wait gave up (fb/hazard.cuh)
   FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);
   FB_HZ_RECORD(fb::hazard::kTmaStore, smem_addr(src), fb::hazard::map_id(&map), 0, 0);
   const cuda::std::int32_t coords[2] = {c0, c1};
