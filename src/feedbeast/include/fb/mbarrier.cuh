@@ -42,7 +42,19 @@ __device__ inline void fence_init() {
 // mbarrier.arrive (release semantics at CTA scope): pending -= 1.
 __device__ inline void arrive(u64* bar FB_HZ_LINE) {
   FB_HZ_RECORD(fb::hazard::kMbarArrive, smem_addr(bar), 0, 0, 0);
+#if defined(FB_HAZARDS)
+  // A hazard build arrives one lane at a time. The lanes of a warp that arrive together count as one operation
+  // of several arrivals; when there are more of them than the phase has pending (an arrival count set too low,
+  // exactly what the checker's arrival-count rule is there to name) that is undefined (PTX ISA: mbarrier), and
+  // on an H100 the launch failed with the trace lost. The recorder calls around it split warps unpredictably.
+  u32 lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  for (u32 rest = __activemask(); rest != 0u; rest &= rest - 1u)
+    if (lane == static_cast<u32>(__ffs(rest) - 1))
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
+#else
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
+#endif
 }
 
 // mbarrier.expect_tx: tx-count += bytes, without an arrival.
