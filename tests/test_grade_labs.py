@@ -285,6 +285,14 @@ BUGS = {
         # No wgmma.fence before the warpgroup's wgmma (PTX ISA requires one before the first): ptxas patches it in
         # (info C7519) and the results are right; the hazard checker names the broken contract.
         "missing-wgmma-fence": Bug([("        fb::wgmma::fence();\n", "")], gpu={HAZARD}, rule="missing-wgmma-fence"),
+        # An accumulator read between the wgmma and the wait_group that retires it (undefined, PTX ISA:
+        # wgmma.wait_group), the registers pinned there by fence_operand. The test never passes and the results stay
+        # right: ptxas waits for the wgmma itself and says so (C7517), and the hazard check names the rule from its log.
+        "reads-accumulator-in-flight": Bug([("        fb::wgmma::commit_group();\n",
+                                             "        fb::wgmma::commit_group();\n"
+                                             "        if (acc[0] > 3e38f) acc[1] = 0.f;\n"
+                                             "        fb::wgmma::fence_operand(acc);\n")],
+                                           gpu={HAZARD}, rule="wgmma-register-in-flight"),
     },
     "08": {},   # needs a Blackwell GPU: only the untouched solution is graded (partial elsewhere)
 }
