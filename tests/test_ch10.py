@@ -1,10 +1,11 @@
 """Chapter 10 (decode GEMV) and lab 10 (fp8 weights with per-channel scales).
 
-CPU: every variant of the chapter's GEMV compiles for sm_90a with the instructions it is about (TMA loads with
-and without an L2 policy, the cluster barrier of the DSMEM reduction, UBLKRED for the TMA reduce, PREEXIT and
-ACQBULK for programmatic dependent launch), with no spills; the planner and the host checks refuse what the
-hardware cannot do, with a message; the launch configuration carries the PDL attribute; the lab's quantization
-matches its definition and its kernel shows the fp8 conversion.
+CPU: every variant of the chapter's GEMV, with 128 and with 64 weight rows per block, compiles for sm_90a with the
+instructions it is about (TMA loads with and without an L2 policy, the cluster barrier of the DSMEM reduction,
+UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launch), with no spills; 64 rows issue
+half the mma of 128 per stage; the planner and the host checks refuse what the hardware cannot do, with a
+message; the launch configuration carries the PDL attribute; the lab's quantization matches its definition and
+its kernel shows the fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs, the
 cluster reduction giving the same bits twice, a PDL chain giving the same result as the plain one; the lab's fp8
 kernel against float64 of the dequantized weights.
@@ -27,8 +28,8 @@ SOLUTION = load(ROOT / "solutions/10-fp8-gemv.ipynb")
 
 @pytest.fixture(scope="module")
 def ch():
-    ns = CHAPTER.definitions("gemv_module", "smem_bytes", "plan", "prepare_gemv", "run_gemv_check", np=np, fb=fb,
-                             g=fb.gpu(), gemv=CHAPTER.cuda("gemv"))
+    ns = CHAPTER.definitions("gemv_module", "smem_bytes", "plan", "prepare_gemv", "run_gemv_check", "STAGES_BY_ROWS",
+                             np=np, fb=fb, g=fb.gpu(), gemv=CHAPTER.cuda("gemv"))
     return ns
 
 
@@ -47,17 +48,28 @@ VARIANTS = [  # (defines, must show, must not show)
 ]
 
 
+@pytest.mark.parametrize("rows", [128, 64])
 @pytest.mark.parametrize("mp", [8, 16, 32, 64])
 @pytest.mark.parametrize("defines, want, forbid", VARIANTS)
-def test_variant_sass_and_resources(ch, mp, defines, want, forbid):
-    stages = ch["plan"](mp, 4096, 4096)[1]
-    mod = ch["gemv_module"](mp, stages, **defines)
+def test_variant_sass_and_resources(ch, mp, defines, want, forbid, rows):
+    stages = ch["plan"](mp, 4096, 4096, rows=rows)[1]
+    mod = ch["gemv_module"](mp, stages, rows=rows, **defines)
     mod.expect_sass(*want, forbid=forbid + ("LDL", "STL"), kernel="gemv_bf16")
     res = mod.resources["gemv_bf16"]
     assert res.spills == 0 and res.stack == 0, mod.report()
     assert res.registers <= 204, f"two blocks of 160 threads per SM need <= 204 registers: {res}"
     # two blocks per SM fit in the H100's 228 KB of shared memory (1 KB reserved per block)
-    assert 2 * (ch["smem_bytes"](mp, stages) + 1024) <= 228 * 1024
+    assert 2 * (ch["smem_bytes"](mp, stages, rows=rows) + 1024) <= 228 * 1024
+
+
+@pytest.mark.parametrize("mp", [8, 64])
+def test_64_rows_issue_half_the_mma(ch, mp):
+    # Each consumer warp multiplies one m16 tile of weights instead of two: half the HMMA of the stage (unrolled
+    # once in the consumer loop), the same ldmatrix of the tokens, half the ldmatrix of the weights.
+    count = lambda rows, op: sum(v for o, v in ch["gemv_module"](mp, ch["plan"](mp, 64, 64, rows=rows)[1], rows=rows)
+                                 .histogram("gemv_bf16").items() if o.startswith(op))
+    assert count(128, "HMMA.16816.F32.BF16") == 2 * count(64, "HMMA.16816.F32.BF16") == mp
+    assert count(128, "LDSM.16.M88.4") - count(64, "LDSM.16.M88.4") == 4      # 4 k16 steps x 1 weight tile
 
 
 def test_cache_hint_rides_on_the_tma_load(ch):
@@ -80,11 +92,13 @@ def test_weights_are_requested_before_the_dependency_wait(ch):
     assert any("UTMALDG" in ln for ln in sass[wait:]), "no load after the wait"
 
 
-@pytest.mark.parametrize("m, n, k, split", [(1, 4096, 4096, 4), (64, 8192, 8192, 2), (8, 14336, 4096, 1),
-                                            (1, 4096, 14336, 4), (5, 8, 8, 1)])
-def test_plan(ch, m, n, k, split):
-    mp, stages, s = ch["plan"](m, n, k)
+@pytest.mark.parametrize("m, n, k, split, rows", [(1, 4096, 4096, 4, 128), (64, 8192, 8192, 2, 128),
+                                                  (8, 14336, 4096, 1, 128), (1, 4096, 14336, 4, 128), (5, 8, 8, 1, 128),
+                                                  (1, 4096, 4096, 2, 64), (64, 8192, 8192, 1, 64), (5, 8, 8, 1, 64)])
+def test_plan(ch, m, n, k, split, rows):
+    mp, stages, s = ch["plan"](m, n, k, rows=rows)
     assert mp == next(p for p in (8, 16, 32, 64) if m <= p)
+    assert stages == ch["STAGES_BY_ROWS"][rows][mp]
     if fb.gpu() is None or fb.gpu().sm_count == 132:
         assert s == split
     assert 1 <= s <= 8
@@ -95,6 +109,8 @@ def test_bad_input_is_refused_with_a_reason(ch):
     bf = fb.bfloat16
     with pytest.raises(ValueError, match="M = 65"):
         plan(65, 4096, 4096)
+    with pytest.raises(ValueError, match="128 or 64 weight rows"):
+        plan(1, 4096, 4096, rows=96)
     with pytest.raises(ValueError, match="multiple of 8"):
         prepare(fb.empty((3, 4100), bf), fb.empty((100, 4100), bf), fb.empty((3, 100), bf))
     with pytest.raises(ValueError, match="TMA reduce"):
@@ -151,7 +167,9 @@ def test_lab_as_given_compiles_and_has_no_fp8_conversion():
 # ---- GPU (Hopper) -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", [dict(red=0, hint=1), dict(red=1, hint=1), dict(red=0, hint=0),
-                                     dict(red=0, hint=1, pdl=True), dict(red=1, hint=0, pdl=True)])
+                                     dict(red=0, hint=1, pdl=True), dict(red=1, hint=0, pdl=True),
+                                     dict(red=0, hint=1, rows=64), dict(red=1, hint=1, rows=64),
+                                     dict(red=0, hint=1, pdl=True, rows=64)])
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (3, 1000, 136), (7, 264, 4104), (33, 136, 64),
                                      (64, 4104, 1032), (64, 8, 8), (17, 14336, 4096), (2, 4096, 14336)])
 def test_gpu_gemv_ragged_against_float64(gpu90, ch, variant, m, n, k):

@@ -2,8 +2,8 @@
 //
 //   C (M x N, bf16) = X (M x K, bf16: a few tokens) * W^T, W (N x K: nn.Linear's layout), M <= 64.
 //
-// Block (n-tile, split): 128 weight rows x one K/S slice. One producer thread streams W and X tiles through a
-// ring of STAGES (TMA, mbarrier full/empty), four consumer warps multiply with mma.sync (weights as the
+// Block (n-tile, split): Rows weight rows (128 or 64) x one K/S slice. One producer thread streams W and X tiles
+// through a ring of STAGES (TMA, mbarrier full/empty), four consumer warps multiply with mma.sync (weights as the
 // 16-row side, tokens as the 8-column side), and the S partial tiles of an n-tile are added either through
 // distributed shared memory inside a cluster of S blocks (RED 0) or by the TMA unit into C (RED 1).
 // The stage arithmetic is a policy (`Math::KT`, `Math::stage`): chapter 10 gives the bf16 one, lab 10 an fp8 one.
@@ -135,19 +135,23 @@ __device__ inline u32 bf16x2_to_f16x2(u32 v) {
 __device__ __forceinline__ u32 swz128(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
 
 // ---- the split-K GEMV ------------------------------------------------------------------------------------------
-constexpr int BN = 128;           // weight rows per block: 4 consumer warps x 2 m16 tiles
+constexpr int BN = 128;           // weight rows per block by default (Rows): 4 consumer warps x 2 m16 tiles
 constexpr int THREADS = 160;      // warps 0-3 consume, warp 4 produces
-constexpr int PB = BN + 4;        // fp32 partial-tile row (one token): +4 floats against bank conflicts
 
-template <int Tok, int Stages, class Math>
+// Rows weight rows per block: 128 (each consumer warp 2 m16 tiles) or 64 (1 tile: twice the blocks for the same N).
+template <int Tok, int Stages, class Math, int Rows = BN>
 struct Shape {
+  static constexpr int MT = Rows / 64;                  // m16 tiles per consumer warp
+  static constexpr int WR = 16 * MT;                    // weight rows per consumer warp
+  static constexpr int PB = Rows + 4;                   // a token's fp32 partial row: +4 floats against bank conflicts
   static constexpr int KT = Math::KT;                   // k per stage
-  static constexpr int W_BYTES = BN * 128;              // box of 128 rows x 128 bytes
+  static constexpr int W_BYTES = Rows * 128;            // box of Rows rows x 128 bytes
   static constexpr int X_BOXES = KT / 64;               // bf16 activations: 64 per 128-byte box row
   static constexpr int X_BYTES = X_BOXES * Tok * 128;
   static constexpr int STAGE = W_BYTES + X_BYTES;       // a multiple of 1024: every box stays swizzle-aligned
   static constexpr int RING = Stages * STAGE;
   static constexpr int SMEM = RING + 2 * Stages * 8 + 1024;   // + barriers, + alignment slack
+  static_assert(Rows == 128 || Rows == 64, "Rows is 128 or 64: 4 consumer warps x 2 or 1 m16 tiles");
   static_assert(Tok % 8 == 0 && Tok <= 64, "Tok is 8, 16, 32 or 64");
   static_assert(STAGE % 1024 == 0, "stages must stay on 1024 B boundaries");
   static_assert(RING >= Tok * PB * 4, "the partial tile reuses the ring");
@@ -158,16 +162,19 @@ struct Shape {
 // Hint: weights evict-first, activations evict-last. Pdl: weights of the first Stages tiles are requested before
 // griddepcontrol.wait (they do not depend on the previous kernel; the activations do).
 // stamps (or null): [0] gets the earliest block start, [1] the latest block end (%globaltimer, ns).
-template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math>
+// Rows: weight rows per block, 128 or 64 (the weight tensor map's box is Rows x 128 bytes); Math::stage gets the
+// accumulators of Rows / 64 m16 tiles.
+template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Rows = BN>
 __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C, const float* scale,
                      u64* stamps, int M, int N, int K, int ldc) {
-  using Sh = Shape<Tok, Stages, Math>;
+  using Sh = Shape<Tok, Stages, Math, Rows>;
+  constexpr int MT = Sh::MT, WR = Sh::WR, PB = Sh::PB;
   extern __shared__ unsigned char raw[];
   unsigned char* smem = align_up<1024>(raw);
   u64* full = reinterpret_cast<u64*>(smem + Sh::RING);
   u64* empty = full + Stages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
-  const int n0 = blockIdx.x * BN, S = gridDim.y, split = blockIdx.y;
+  const int n0 = blockIdx.x * Rows, S = gridDim.y, split = blockIdx.y;
   const int ktiles = (K + Sh::KT - 1) / Sh::KT;
   const int kt0 = int((long long)split * ktiles / S), kt1 = int((long long)(split + 1) * ktiles / S);
   const int iters = kt1 - kt0;
@@ -182,7 +189,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
   if (Pdl) launch_dependents();
   __syncthreads();
 
-  float acc[2][Tok / 8][4];           // consumers: fragment (mt, j) of weight rows 32w + 16mt.., tokens 8j..
+  float acc[MT][Tok / 8][4];          // consumers: fragment (mt, j) of weight rows WR w + 16mt.., tokens 8j..
   if (warp == 4) {                   // ---- producer: one thread streams the tiles
     if (lane == 0) {
       tma::prefetch_tensormap(tw);
@@ -212,9 +219,9 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
         }
       }
     }
-  } else {                           // ---- consumers: warp w owns weight rows 32w .. 32w+31
+  } else {                           // ---- consumers: warp w owns weight rows WR w .. WR w + WR - 1
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
       for (int j = 0; j < Tok / 8; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
     for (int it = 0; it < iters; ++it) {
@@ -229,33 +236,33 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
   }
   __syncthreads();                   // (A) every consumer is past its last stage: the ring is free
   if (warp < 4) {
-    // Fragment (mt, j): rows 32w + 16mt + g (+8), tokens 8j + 2t (+1), g = lane / 4, t = lane % 4.
+    // Fragment (mt, j): rows WR w + 16mt + g (+8), tokens 8j + 2t (+1), g = lane / 4, t = lane % 4.
     const int g = lane / 4, t = lane % 4;
     if (Red == 0) {
       float* P = reinterpret_cast<float*>(smem);          // [Tok][PB]
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < Tok / 8; ++j) {
-          const int r = 32 * warp + 16 * mt + g, m = 8 * j + 2 * t;
+          const int r = WR * warp + 16 * mt + g, m = 8 * j + 2 * t;
           P[m * PB + r] = acc[mt][j][0];
           P[(m + 1) * PB + r] = acc[mt][j][1];
           P[m * PB + r + 8] = acc[mt][j][2];
           P[(m + 1) * PB + r + 8] = acc[mt][j][3];
         }
     } else {
-      __nv_bfloat16* P = reinterpret_cast<__nv_bfloat16*>(smem);   // [Tok][BN], rows of 256 B for the TMA unit
+      __nv_bfloat16* P = reinterpret_cast<__nv_bfloat16*>(smem);   // [Tok][Rows], rows of 2 Rows bytes for the TMA unit
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < Tok / 8; ++j) {
-          const int r = 32 * warp + 16 * mt + g, m = 8 * j + 2 * t;
+          const int r = WR * warp + 16 * mt + g, m = 8 * j + 2 * t;
           const float s0 = scale && n0 + r < N ? scale[n0 + r] : 1.f;
           const float s1 = scale && n0 + r + 8 < N ? scale[n0 + r + 8] : 1.f;
-          P[m * BN + r] = __float2bfloat16(acc[mt][j][0] * s0);
-          P[(m + 1) * BN + r] = __float2bfloat16(acc[mt][j][1] * s0);
-          P[m * BN + r + 8] = __float2bfloat16(acc[mt][j][2] * s1);
-          P[(m + 1) * BN + r + 8] = __float2bfloat16(acc[mt][j][3] * s1);
+          P[m * Rows + r] = __float2bfloat16(acc[mt][j][0] * s0);
+          P[(m + 1) * Rows + r] = __float2bfloat16(acc[mt][j][1] * s0);
+          P[m * Rows + r + 8] = __float2bfloat16(acc[mt][j][2] * s1);
+          P[(m + 1) * Rows + r + 8] = __float2bfloat16(acc[mt][j][3] * s1);
         }
       fence_proxy_async();           // the TMA unit (async proxy) reads what these threads wrote
     }
@@ -265,10 +272,10 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
   if (Red == 0) {
     cluster_sync();                  // every partial of the cluster is written (release/acquire at cluster scope)
     // This block adds the chunks [lo, hi) of 4 weight rows x 1 token, over the S blocks in rank order.
-    const int chunks = M * (BN / 4), lo = split * chunks / S, hi = (split + 1) * chunks / S;
+    const int chunks = M * (Rows / 4), lo = split * chunks / S, hi = (split + 1) * chunks / S;
     const u32 P = smem_addr(smem);
     for (int c = lo + tid; c < hi; c += THREADS) {
-      const int m = c / (BN / 4), r = 4 * (c % (BN / 4));
+      const int m = c / (Rows / 4), r = 4 * (c % (Rows / 4));
       const u32 off = P + (m * PB + r) * 4;
       float4 sum = ld_cluster_f4(mapa_shared_cluster(off, 0));
       for (int q = 1; q < S; ++q) {
@@ -285,8 +292,8 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
     cluster_sync();                  // no block leaves while a peer still reads its shared memory
   } else {
     if (tid < M) {
-      const int cols = N - n0 < BN ? N - n0 : BN;
-      reduce_add_bf16(C + (size_t)tid * ldc + n0, smem + tid * BN * 2, cols * 2);
+      const int cols = N - n0 < Rows ? N - n0 : Rows;
+      reduce_add_bf16(C + (size_t)tid * ldc + n0, smem + tid * Rows * 2, cols * 2);
       tma::commit_group();
       tma::wait_group_read<0>();     // the shared memory read before the block exits
     }

@@ -15,3 +15,6 @@
 #ifndef PDL
 #define PDL 0         // programmatic dependent launch: weights requested before griddepcontrol.wait
 #endif
+#ifndef ROWS
+#define ROWS 128      // weight rows per block: 128 (4 consumer warps x 2 m16 tiles) or 64 (x 1: twice the blocks)
+#endif
