@@ -67,6 +67,21 @@ def test_sass_comes_from_nvdisasm_json_as_instructions():
         fb.sass.instructions(mod, "nope")
 
 
+def test_a_disassembly_is_read_from_disk_by_the_next_process(tmp_path, monkeypatch):
+    """nvdisasm runs once per cubin and nvdisasm binary: a later process (here: the in-process cache cleared)
+    reads the JSON kept under FEEDBEAST_CACHE/sass and gets the same instructions."""
+    monkeypatch.setenv("FEEDBEAST_CACHE", str(tmp_path))
+    mod = fb.compile(CP_ASYNC, "sm_90a")
+    fb.sass._disassemble.cache_clear()
+    first = fb.sass.instructions(mod)
+    kept = list((tmp_path / "sass").glob("*.json"))
+    assert len(kept) == 1 and kept[0].read_text().lstrip().startswith("["), kept
+    fb.sass._disassemble.cache_clear()
+    monkeypatch.setattr(fb.sass, "_run", lambda *a: pytest.fail("nvdisasm ran again for a kept disassembly"))
+    assert fb.sass.instructions(mod) == first
+    fb.sass._disassemble.cache_clear()
+
+
 @pytest.mark.parametrize("json_operands, operands", [
     ("R1,c[0x0][0x28]", ("R1", "c[0x0][0x28]")),                # a constant bank is one operand
     ("URZ[UR10],UR4", ("URZ", "[UR10]", "UR4")),                # the JSON drops the comma before an address

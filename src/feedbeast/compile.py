@@ -26,8 +26,9 @@ INCLUDE_DIR = Path(__file__).parent / "include"
 DEFAULT_ARCH = "sm_90a"   # the course's main target when no GPU says otherwise
 
 
-def cache_dir() -> Path:
-    d = Path(os.environ.get("FEEDBEAST_CACHE", Path.home() / ".cache" / "feedbeast")) / "cubin"
+def cache_dir(kind: str = "cubin") -> Path:
+    """The folder of one kind of cached build product (cubins, disassemblies) under FEEDBEAST_CACHE."""
+    d = Path(os.environ.get("FEEDBEAST_CACHE", Path.home() / ".cache" / "feedbeast")) / kind
     d.mkdir(parents=True, exist_ok=True)
     return d
 

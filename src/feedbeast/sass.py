@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -148,7 +149,34 @@ def _split_operands(text: str) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _disassemble(cubin: bytes) -> dict:
-    return from_nvdisasm_json(json.loads(_run([tool("nvdisasm"), "-json"], cubin)))
+    return from_nvdisasm_json(json.loads(_nvdisasm_json(cubin)))
+
+
+def _nvdisasm_json(cubin: bytes) -> str:
+    """`nvdisasm -json` of a cubin, kept on disk beside the compiled cubins: a large kernel takes nvdisasm about
+    0.3 s of CPU, and every process that checks the same kernel's SASS would pay it again. The key names the
+    cubin's bytes and the nvdisasm binary (path, size, mtime), so another nvdisasm version reads afresh. A cache
+    that cannot be written (a read-only home) only costs the time."""
+    import hashlib
+    from .compile import cache_dir
+    nvdisasm = tool("nvdisasm")
+    st = os.stat(nvdisasm)
+    key = hashlib.sha256(cubin + f"\0{nvdisasm}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    try:
+        path = cache_dir("sass") / f"{key}.json"
+    except OSError:
+        path = None
+    if path is not None and path.exists():
+        return path.read_text()
+    text = _run([nvdisasm, "-json"], cubin)
+    if path is not None:
+        try:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")   # written whole, then renamed: a parallel reader
+            tmp.write_text(text)                            # never sees half a file
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return text
 
 
 def from_nvdisasm_json(raw) -> dict:
