@@ -4,7 +4,8 @@ CPU: every variant of the chapter's GEMV, with 128 and with 64 weight rows per b
 instructions it is about (TMA loads with and without an L2 policy, the cluster barrier of the DSMEM reduction,
 UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launch), with no spills; 64 rows issue
 half the mma of 128 per stage; the planner and the host checks refuse what the hardware cannot do, with a
-message; the launch configuration carries the PDL attribute; the lab's quantization matches its definition and
+message; the tuner's candidates are both block heights with every portable K split, each a launch the host side
+binds; the launch configuration carries the PDL attribute; the lab's quantization matches its definition and
 its kernel shows the fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs, the
 cluster reduction giving the same bits twice, a PDL chain giving the same result as the plain one; the lab's fp8
@@ -29,7 +30,7 @@ SOLUTION = load(ROOT / "solutions/10-fp8-gemv.ipynb")
 @pytest.fixture(scope="module")
 def ch():
     ns = CHAPTER.definitions("gemv_module", "smem_bytes", "plan", "prepare_gemv", "run_gemv_check", "STAGES_BY_ROWS",
-                             np=np, fb=fb, g=fb.gpu(), gemv=CHAPTER.cuda("gemv"))
+                             "TUNE", np=np, fb=fb, g=fb.gpu(), gemv=CHAPTER.cuda("gemv"))
     return ns
 
 
@@ -102,6 +103,22 @@ def test_plan(ch, m, n, k, split, rows):
     if fb.gpu() is None or fb.gpu().sm_count == 132:
         assert s == split
     assert 1 <= s <= 8
+
+
+def test_tuner_tries_both_heights_with_every_portable_split(ch):
+    # The measurement cell's tuner times TUNE: 128 and 64 weight rows per block, each with S = 1, 2, 4 and 8 (the
+    # portable cluster size). Every candidate is a launch that prepare_gemv binds (cluster (1, S, 1), its ring in
+    # shared memory) and that keeps the S it was given.
+    tune = ch["TUNE"]
+    assert len(set(tune)) == len(tune) == 8
+    for rows in (128, 64):
+        assert sorted(S for r, S in tune if r == rows) == [1, 2, 4, 8]
+    bf = fb.bfloat16
+    for m, n, k in [(1, 1000, 136), (64, 264, 4104)]:
+        x, w, c = fb.empty((m, k), bf), fb.empty((n, k), bf), fb.empty((m, n), bf)
+        for rows, S in tune:
+            assert ch["plan"](m, n, k, split=S, rows=rows)[2] == S
+            assert callable(ch["prepare_gemv"](x, w, c, split=S, rows=rows))
 
 
 def test_bad_input_is_refused_with_a_reason(ch):
