@@ -18,19 +18,13 @@ import os
 import re
 from pathlib import Path
 
+from .cache import cache_dir  # noqa: F401  (feedbeast.compile.cache_dir: the cubins' folder)
 from .cubin import kernel_max_threads, kernel_names, kernel_params  # noqa: F401  (fb.compile.kernel_names...)
 from .device import current_arch, nvrtc_version, parse_arch
 from .errors import CompileError, FeedbeastError, unwritten
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 DEFAULT_ARCH = "sm_90a"   # the course's main target when no GPU says otherwise
-
-
-def cache_dir(kind: str = "cubin") -> Path:
-    """The folder of one kind of cached build product (cubins, disassemblies) under FEEDBEAST_CACHE."""
-    d = Path(os.environ.get("FEEDBEAST_CACHE", Path.home() / ".cache" / "feedbeast")) / kind
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def include_path() -> list[str]:

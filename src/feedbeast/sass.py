@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 
 from . import hooks
+from .cache import cache_dir
 from .errors import FeedbeastError, SassMismatch
 
 
@@ -158,7 +159,6 @@ def _nvdisasm_json(cubin: bytes) -> str:
     cubin's bytes and the nvdisasm binary (path, size, mtime), so another nvdisasm version reads afresh. A cache
     that cannot be written (a read-only home) only costs the time."""
     import hashlib
-    from .compile import cache_dir
     nvdisasm = tool("nvdisasm")
     st = os.stat(nvdisasm)
     key = hashlib.sha256(cubin + f"\0{nvdisasm}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
