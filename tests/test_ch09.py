@@ -51,6 +51,10 @@ RUNGS = [
     ("fa3", "attn_fa3_d64", ("HGMMA.64x128x16.F32.BF16", "HGMMA.64x64x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC",
                              "BAR.ARV") + SETMAXNREG),
     ("fa3", "attn_fa3_d128", ("HGMMA.64x128x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC", "BAR.ARV") + SETMAXNREG),
+    ("persist", "attn_persist_d64", ("HGMMA.64x128x16.F32.BF16", "HGMMA.64x64x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC",
+                                     "BAR.ARV", "ATOMG.E.ADD") + SETMAXNREG),
+    ("persist", "attn_persist_d128", ("HGMMA.64x128x16.F32.BF16", "UTMALDG.2D", "BAR.SYNC", "BAR.ARV",
+                                      "ATOMG.E.ADD") + SETMAXNREG),
 ]
 
 
@@ -107,6 +111,44 @@ def test_rung5_register_budget_and_overlap():
     assert 128 * (24 + 3 * 160) <= 65536
     assert _exps_between_the_waits(mod, "attn_fa3_d128") >= 64
     assert _exps_between_the_waits(mod, "attn_fa3_d64") >= 48
+
+
+@pytest.mark.parametrize("schedule", [1, 0])
+def test_rung6_schedule_registers_and_overlap(schedule):
+    # Rung 6 takes its next tile with one atomic per tile (SCHEDULE=1) or none (SCHEDULE=0, static); either way it
+    # keeps rung 5's register budget with nothing spilled, and the softmax between the loop's two waits.
+    mod = module("persist", SCHEDULE=schedule)
+    for kernel, regs, exps in (("attn_persist_d64", 128, 48), ("attn_persist_d128", 168, 64)):
+        r = mod.resources[kernel]
+        assert (r.registers, r.spills, r.stack) == (regs, 0, 0), mod.report()
+        atomics = sum(n for op, n in mod.histogram(kernel).items() if op.startswith(("ATOM", "RED")))
+        assert (atomics > 0) == bool(schedule), (kernel, sorted(mod.histogram(kernel)))
+        assert _exps_between_the_waits(mod, kernel) >= exps, kernel
+    assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
+
+
+def test_rung6_tile_order_covers_every_tile_longest_first():
+    # The host's group and the kernel's work_tile (its arithmetic, in Python): every (query tile, head) once, and
+    # with the causal mask no tile longer than one before it inside a group.
+    ns = CHAPTER.definitions("persist_group", np=np, fb=fb, g=None)
+    src = module("persist").source
+    assert "grp = w / per, r = w % per" in src and "(m_tiles - 1 - r / g) * BM, head = grp * group + r % g" in src
+    for heads, s, d, bm in ((6, 1000, 128, 128), (64, 4096, 128, 128), (5, 2048, 64, 192), (128, 1024, 64, 192)):
+        for causal in (False, True):
+            group = ns["persist_group"](heads, s, d, causal)
+            m_tiles = -(-s // bm)
+            tiles = []
+            for w in range(m_tiles * heads):
+                per = m_tiles * group
+                grp, r = divmod(w, per)
+                gs = min(group, heads - grp * group)
+                tiles.append((m_tiles - 1 - r // gs, grp * group + r % gs))
+            assert sorted(tiles) == [(m, h) for m in range(m_tiles) for h in range(heads)]
+            if causal:
+                assert 4 * d * s * group <= ns["GROUP_BYTES"] or group == 1
+                for grp in range(-(-heads // group)):
+                    mts = [m for m, h in tiles if h // group == grp]
+                    assert mts == sorted(mts, reverse=True)
 
 
 def test_lean_softmax_exponential_is_one_instruction():
@@ -272,7 +314,7 @@ def validate():
     return CHAPTER.definitions("validate", np=np, fb=fb)["validate"]
 
 
-@pytest.mark.parametrize("name", ["sync", "tma", "ws", "pp", "fa3"])
+@pytest.mark.parametrize("name", ["sync", "tma", "ws", "pp", "fa3", "persist"])
 def test_gpu_rung_ragged_shapes_o_and_lse(gpu90, validate, name):
     results = validate(module(name).debug_build(), f"attn_{name}")
     assert results and all(results), results
@@ -285,7 +327,7 @@ def test_gpu_pp_with_three_stages(gpu90, validate):
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_gpu_timed_builds_within_the_elementwise_bound(gpu90, d):
-    # The timed (not debug) builds of rungs 4 and 5 at s = 4096, normal and outlier inputs, causal and not, within
+    # The timed (not debug) builds of rungs 4-6 at s = 4096, normal and outlier inputs, causal and not, within
     # the element-wise bound; rung 4 with its mask off by one key (both ways) outside it.
     torch = pytest.importorskip("torch")
     ns = CHAPTER.definitions("reference_bound", "check_bound", "outlier_inputs", "attention_inputs", "Inputs",
@@ -302,6 +344,8 @@ def test_gpu_timed_builds_within_the_elementwise_bound(gpu90, d):
         for causal in (False, True):
             ref = ns["reference_bound"](q, k, v, causal)
             for mod, prefix, want in ((module("pp"), "attn_pp", True), (module("fa3"), "attn_fa3", True),
+                                      (module("persist"), "attn_persist", True),
+                                      (module("persist", SCHEDULE=0), "attn_persist", True),
                                       (plants[causal], "attn_pp", False)):
                 if not want and make is ns["outlier_inputs"]:
                     continue
