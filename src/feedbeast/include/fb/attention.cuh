@@ -283,6 +283,19 @@ __device__ inline void init_ring(const fb::TensorMap& qmap, const fb::TensorMap&
   __syncthreads();
 }
 
+// The stage barriers of a ring whose K and V slots are released apart (rungs 5 and 6; thread 0, before
+// fb::mbar::fence_init): full_k[s] and full_v[s] wait for the producer's arrive.expect_tx and a tile's bytes,
+// empty_k[s] and empty_v[s] for one arrival per consumer warpgroup.
+template <int NSTAGES>
+__device__ inline void init_split_ring(u64* full_k, u64* full_v, u64* empty_k, u64* empty_v, int consumers) {
+  for (int s = 0; s < NSTAGES; ++s) {
+    fb::mbar::init(&full_k[s], 1);
+    fb::mbar::init(&full_v[s], 1);
+    fb::mbar::init(&empty_k[s], consumers);
+    fb::mbar::init(&empty_v[s], consumers);
+  }
+}
+
 // ROWS rows from global row `row` of a 2-D map (all D columns: D / 64 boxes) onto barrier `bar`.
 template <int D, int ROWS>
 __device__ inline void load_tile(unsigned char* dst, const fb::TensorMap& map, int row, u64* bar) {
@@ -325,6 +338,18 @@ __device__ inline void pv_gemm(float (&o)[D / 2], const u32 (&p)[BN / 16][4], co
 #endif
     mma_rs_tb<D>(o, p[kk], desc, 1);
   }
+}
+
+// One consumer's tensor-core turn in rungs 5 and 6: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued back to back
+// as two wgmma groups, so that wait_group<1> returns with S_j while P V still runs under the softmax of S_j.
+template <int D, int BM, int BN>
+__device__ inline void issue_qk_then_pv(float (&s)[BN / 2], float (&o)[D / 2], const u32 (&p)[BN / 16][4],
+                                        const unsigned char* q, const unsigned char* k, const unsigned char* v) {
+  fb::wgmma::fence();
+  qk_gemm<D, BM, BN>(s, q, k);
+  fb::wgmma::commit_group();
+  pv_gemm<D, BN>(o, p, v);
+  fb::wgmma::commit_group();
 }
 
 // The producer (one thread): Q, then key tiles 0 .. tiles - 1 of K and V, each into stage j % NSTAGES once
