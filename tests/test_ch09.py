@@ -127,13 +127,30 @@ def test_rung6_schedule_registers_and_overlap(schedule):
     assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
 
 
+def test_rung6_two_consumers_at_d64():
+    # -D D64_CONSUMERS=2: rung 6 at d = 64 with 128-row tiles (three warpgroups, 65536 / 384 = 168 registers at
+    # launch, 24 + 2 * 240 after setmaxnreg); the host's launch follows the define. Nothing spilled, the softmax
+    # between the waits, and d = 128 untouched.
+    mod, base = module("persist", D64_CONSUMERS=2), module("persist")
+    r = mod.resources["attn_persist_d64"]
+    assert (r.registers, r.spills, r.stack) == (168, 0, 0), mod.report()
+    assert _exps_between_the_waits(mod, "attn_persist_d64") >= 64
+    assert mod.histogram("attn_persist_d128") == base.histogram("attn_persist_d128")
+    assert "__launch_bounds__(128 * (D64_CONSUMERS + 1), 1) attn_persist_d64" in mod.source
+    attend = CHAPTER.definitions("attend", np=np, fb=fb, math=__import__("math"), g=None)["attend"]
+    import inspect
+    helpers = inspect.getsource(attend) if hasattr(attend, "__code__") else ""
+    assert 'defines.get("D64_CONSUMERS", 3)' in helpers and "bm, threads = 64 * nc, 128 * (nc + 1)" in helpers
+
+
 def test_rung6_tile_order_covers_every_tile_longest_first():
     # The host's group and the kernel's work_tile (its arithmetic, in Python): every (query tile, head) once, and
     # with the causal mask no tile longer than one before it inside a group.
     ns = CHAPTER.definitions("persist_group", np=np, fb=fb, g=None)
     src = module("persist").source
     assert "grp = w / per, r = w % per" in src and "(m_tiles - 1 - r / g) * BM, head = grp * group + r % g" in src
-    for heads, s, d, bm in ((6, 1000, 128, 128), (64, 4096, 128, 128), (5, 2048, 64, 192), (128, 1024, 64, 192)):
+    for heads, s, d, bm in ((6, 1000, 128, 128), (64, 4096, 128, 128), (5, 2048, 64, 192), (128, 1024, 64, 192),
+                            (512, 1024, 64, 128)):
         for causal in (False, True):
             group = ns["persist_group"](heads, s, d, causal)
             m_tiles = -(-s // bm)
@@ -346,6 +363,7 @@ def test_gpu_timed_builds_within_the_elementwise_bound(gpu90, d):
             for mod, prefix, want in ((module("pp"), "attn_pp", True), (module("fa3"), "attn_fa3", True),
                                       (module("persist"), "attn_persist", True),
                                       (module("persist", SCHEDULE=0), "attn_persist", True),
+                                      *([(module("persist", D64_CONSUMERS=2), "attn_persist", True)] if d == 64 else []),
                                       (plants[causal], "attn_pp", False)):
                 if not want and make is ns["outlier_inputs"]:
                     continue
