@@ -146,6 +146,24 @@ __device__ inline void dq_stage(float* tile, const float (&x)[NC / 2], int col0,
     *reinterpret_cast<float2*>(tile + r * D + c) = make_float2(x[i], x[i + 1]);
   }
 }
+// (3) the tile in shared memory as D / 32 panels of 64 rows x 128 B, each with the 128-byte swizzle, then one tensor
+// TMA reduce per panel (fb::tma::reduce_add_2d). A row-major tile puts the 8 rows a warp stores at once 4 D bytes
+// apart, all in the same banks (8 wavefronts per st.shared.v2); swizzled, they fill all 32 banks (2, the least).
+template <int NC>
+__device__ inline void dq_stage_swizzled(unsigned char* tile, const float (&x)[NC / 2], int col0) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, t = lane % 4;
+  // Rows 16 warp + lane / 4 (+ 8): the swizzle's key r % 8 is lane / 4. Column col0 + 8 j + 2 t (col0 a multiple
+  // of 32) lies in panel j / 4, 16-byte chunk 2 (j % 4) + t / 2, at byte 8 (t % 2); the chunk lands at
+  // (2 (j % 4) + t / 2) ^ (lane / 4) = 2 (j % 4) ^ key, so one XOR per thread serves every store.
+  unsigned char* row = tile + (col0 / 32) * 64 * 128 + (16 * warp + lane / 4) * 128 + (t % 2) * 8;
+  const int key = (t / 2) ^ (lane / 4);
+#pragma unroll
+  for (int i = 0; i < NC / 2; i += 2) {
+    const int j = i / 4;
+    *reinterpret_cast<float2*>(row + (j / 4) * 64 * 128 + ((i % 4) / 2) * 8 * 128 + ((2 * (j % 4) ^ key) << 4)) =
+        make_float2(x[i], x[i + 1]);
+  }
+}
 __device__ inline void reduce_add_f32(float* dst, const float* src, u32 bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                ::"l"(dst), "r"(fb::smem_addr(src)), "r"(bytes) : "memory");

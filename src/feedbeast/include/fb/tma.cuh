@@ -64,6 +64,18 @@ __device__ inline void store_2d(const TensorMap& map, int c0, int c1, const void
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &map, coords, src);
 }
 
+// cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile: the box at `src` is added element by element to
+// (c0, c1), each element's read-modify-write atomic; elements outside the tensor are dropped. It reads shared
+// memory and completes as store_2d does (PTX ISA: "cp.reduce.async.bulk.tensor").
+__device__ inline void reduce_add_2d(const TensorMap& map, int c0, int c1, const void* src FB_HZ_LINE) {
+  if (FB_HZ_STOPPED()) return;            // a hazard build after a wait gave up (fb/hazard.cuh)
+  FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);
+  FB_HZ_RECORD(fb::hazard::kTmaStore, smem_addr(src), fb::hazard::map_id(&map), 0, 0);
+  const cuda::std::int32_t coords[2] = {c0, c1};
+  cuda::ptx::cp_reduce_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add, &map,
+                                         coords, src);
+}
+
 // cp.async.bulk.commit_group: close a group of bulk stores.
 __device__ inline void commit_group(FB_HZ_LINE_PARAM) {
   FB_HZ_RECORD(fb::hazard::kBulkCommit, 0, 0, 0, 0);
