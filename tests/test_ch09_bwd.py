@@ -56,10 +56,10 @@ def test_backward_sass_and_resources(build, d):
     res = mod.resources[kernel]
     from feedbeast.device import nvrtc_version
     # d = 128 sits at 255 registers: the atomics and tensor-reduce builds spill 4 B stored / 4 B loaded (8 B stack)
-    # with NVRTC 13.0; with NVRTC 12.9 (the CUDA 12 pins) the bulk TMA-reduce build spills 4 / 12 B. More is a
-    # regression.
+    # with NVRTC 13.0 and 12.9; with NVRTC 12.9 (the CUDA 12 pins) the bulk TMA-reduce build spills 4 / 12 B. More
+    # is a regression.
     allowed = {("atomics", 128): 8, ("tensor-reduce", 128): 8,
-               **({("tma-reduce", 128): 16, ("tensor-reduce", 128): 16} if nvrtc_version() < (13, 0) else {})}
+               **({("tma-reduce", 128): 16} if nvrtc_version() < (13, 0) else {})}
     limit = allowed.get((build, d), 0)
     assert res.spills <= limit and res.stack <= (8 if limit else 0), mod.report()
     assert not any(c in ln for ln in mod.log.splitlines() for c in ("C7515", "C7510", "C7508")), mod.log
