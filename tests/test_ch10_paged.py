@@ -2,7 +2,8 @@
 
 CPU: each way of reaching the pages (cp.async gathers with cp.async.mbarrier.arrive, TMA from the pool's tensor map,
 TMA from a tensor map per page rewritten on the device) compiles for sm_90a at every row configuration with the
-instructions it is about and none of the others' loads; the planner keeps its promises (rows and tokens split evenly,
+instructions it is about and none of the others' loads, with either consumer (mma.sync warps: HMMA; wgmma warpgroups:
+HGMMA and no HMMA), in registers that fit one block per SM and with no spills; the planner keeps its promises (rows and tokens split evenly,
 one block per SM at most, the partials bounded); bad input (a page table past the pool, a page size a path cannot
 express, a head count GQA cannot group, too many queries, a short table) is refused with a message; the float64
 reference is itself checked against a direct computation and ignores the NaN rows past L.
@@ -24,7 +25,8 @@ from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = load(ROOT / "chapters/10-decode.ipynb")
-NAMES = ("PAGE_MODES", "HEAD_DIM", "TOKENS_PER_STAGE", "PAGED_STAGES", "_paged", "paged_module", "paged_plan",
+NAMES = ("PAGE_MODES", "HEAD_DIM", "TOKENS_PER_STAGE", "PAGED_STAGES", "CONSUMERS", "WGMMA_ROWS", "_paged",
+         "paged_module", "paged_plan",
          "paged_smem", "prepare_paged", "paged_cache", "paged_reference", "run_paged_check")
 
 
@@ -40,11 +42,21 @@ SASS = {  # mode: (must show, must not show)
 }
 
 
-@pytest.mark.parametrize("rg, cw", [(1, 4), (2, 4), (4, 4)])
+# The wgmma consumers: S = Q K^T as m64nTNk16 from shared memory (TN = 32 tokens per warpgroup with 64 rows, 64 with
+# 128), O += P V as m64n128k16 with P from registers and V transposed (tnspB); no mma.sync, no ldmatrix.
+WGMMA_SASS = {4: ("HGMMA.64x32x16.F32.BF16", "HGMMA.64x128x16.F32.BF16", "WARPGROUP.ARRIVE", "FENCE.VIEW.ASYNC.S"),
+              8: ("HGMMA.64x64x16.F32.BF16", "HGMMA.64x128x16.F32.BF16", "WARPGROUP.ARRIVE", "FENCE.VIEW.ASYNC.S")}
+
+
+@pytest.mark.parametrize("rg, cw, kind", [(1, 4, 0), (2, 4, 0), (4, 4, 0), (4, 8, 1), (8, 8, 1)])
 @pytest.mark.parametrize("mode, producers", [(0, 1), (0, 2), (1, 1), (2, 1)])
-def test_sass_and_resources(ch, mode, producers, rg, cw):
-    mod = ch["paged_module"](rg, cw, mode, producers)
+def test_sass_and_resources(ch, mode, producers, rg, cw, kind):
+    mod = ch["paged_module"](rg, cw, mode, producers, kind=kind)
     want, forbid = SASS[mode]
+    if kind == 1:
+        want = tuple(w for w in want if not w.startswith(("HMMA", "LDSM"))) + WGMMA_SASS[rg]
+        forbid = forbid + ("HMMA", "LDSM")
+        assert ".tnspB" in mod.sass("decode_paged")          # V read MN-major, transposed by the instruction
     mod.expect_sass(*want, forbid=forbid, kernel="decode_paged")
     res = mod.resources["decode_paged"]
     threads = 32 * (cw + producers)
@@ -57,11 +69,15 @@ def test_sass_and_resources(ch, mode, producers, rg, cw):
 @pytest.mark.parametrize("nq", [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 64])
 @pytest.mark.parametrize("L", [1, 63, 1000, 4097, 131072])
 def test_plan(ch, nq, L):
-    rg, cw, rb, S = ch["paged_plan"](nq, 32, 8, L)
+    rg, cw, rb, S, kind = ch["paged_plan"](nq, 32, 8, L)
     rp = 16 * rg
-    assert rg in (1, 2, 4) and rp * rb >= 4 * nq and rp * (rb - 1) < 4 * nq     # every row, no empty block
-    wr = min(rg, cw)
-    assert cw % wr == 0 and (64 // (cw // wr)) % 16 == 0                                 # warps split evenly
+    assert rp * rb >= 4 * nq and rp * (rb - 1) < 4 * nq                                  # every row, no empty block
+    assert kind == (4 * nq > ch["WGMMA_ROWS"])                 # nq = 1 and 4 keep the mma.sync warps
+    if kind == 0:
+        wr = min(rg, cw)
+        assert rg in (1, 2, 4) and cw == 4 and cw % wr == 0 and (64 // (cw // wr)) % 16 == 0  # warps split evenly
+    else:                               # two warpgroups: one m64 tile each, or one tile over half the tokens each
+        assert (rg, cw) in ((4, 8), (8, 8))
     tiles = -(-L // 64)
     assert 1 <= S <= tiles and S * rb * 8 <= 132                                        # one wave of blocks
     # the partials (fp32 O and its log-sum-exp per row) stay under a quarter of K and V's bytes when split
@@ -129,4 +145,14 @@ def test_gpu_paged_ragged_against_float64(gpu90, ch, mode, nq, L, P):
                                                           (64, 5000, 16, 0, None, 2), (1, 1, 16, 0, None, 2)])
 def test_gpu_paged_pages_of_four_fixed_splits_two_gather_warps(gpu90, ch, nq, L, P, mode, split, warps):
     r = ch["run_paged_check"](nq, L, P, mode, seed=nq + L, split=split, producers=warps)
+    assert r, r
+
+
+@pytest.mark.parametrize("kind", [0, 1])
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("nq, L, P", [(1, 100, 16), (9, 1000, 16), (16, 4097, 64), (17, 777, 32), (32, 2049, 256),
+                                      (33, 65, 8), (64, 1, 16), (64, 12345, 128)])
+def test_gpu_paged_both_consumers_against_float64(gpu90, ch, kind, mode, nq, L, P):
+    """Either consumer kind at any row count (wgmma pads to m64 tiles; mma.sync to 16, 32 or 64 rows a block)."""
+    r = ch["run_paged_check"](nq, L, P, mode, seed=3 * nq + L + P + kind, kind=kind)
     assert r, r

@@ -6,8 +6,10 @@
 //
 // Block (split s, KV head h, row block b): RP query rows (of the G*nq of head h, padded) against the s-th slice of
 // the sequence, 64 tokens per stage. Pw producer warps fill a ring of Stages stages (K and V,
-// 16 KB each, 128-byte swizzle); Cw consumer warps compute S = Q K^T and O += P V with mma.sync and keep the
-// online softmax in registers. The S partial results (O normalised, log-sum-exp) of a head are combined by the
+// 16 KB each, 128-byte swizzle); Cw consumer warps compute S = Q K^T and O += P V and keep the online softmax in
+// registers. The consumers are one of two kinds (Kind): 0, mma.sync m16n8k16 per warp (few rows: 16 or 32 per
+// block); 1, wgmma per warpgroup (many rows: m64 tiles, K read by the tensor cores straight from the stage as the
+// K-major B operand of S = Q K^T, V as the MN-major B operand of O += P V, P from registers). The S partial results (O normalised, log-sum-exp) of a head are combined by the
 // block that finishes last (an atomic count per head), so one launch does both steps.
 //
 // The producer is one of three ways to reach a page (Mode):
@@ -19,7 +21,9 @@
 //
 // PTX ISA sections: "cp.async", "cp.async.mbarrier.arrive", "mbarrier", "cp.async.bulk.tensor",
 // "tensormap.replace", "tensormap.cp_fenceproxy", "membar/fence" (fence.proxy.tensormap::generic), "ldmatrix"
-// (.trans), "mma" (m16n8k16), "ex2". The last-block combine follows the CUDA C++ Programming Guide, "Memory Fence
+// (.trans), "mma" (m16n8k16), "ex2", "wgmma.mma_async" (and "Matrix Descriptor Format", "Register Fragments and Shared
+// Memory Matrix Layouts"), "Memory Consistency Model: Proxies" (cp.async writes are generic-proxy writes; wgmma reads
+// its shared-memory operands through the async proxy, so the consumers fence before reading a gathered stage). The last-block combine follows the CUDA C++ Programming Guide, "Memory Fence
 // Functions" (__threadfence before the count, the last block reads every partial).
 #pragma once
 #include <cuda_bf16.h>
@@ -29,8 +33,13 @@
 #include <fb/decode.cuh>
 #include <fb/fence.cuh>
 #include <fb/mbarrier.cuh>
+#include <fb/named_barrier.cuh>
 #include <fb/smem.cuh>
 #include <fb/tma.cuh>
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include <fb/wgmma.cuh>
+#define FB_PAGED_WGMMA 1
+#endif
 
 namespace fb {
 namespace paged {
@@ -97,21 +106,27 @@ __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
   return *reinterpret_cast<u32*>(&v);
 }
 
-// The plan of a configuration: Rg row groups of 16 (RP = 16 Rg query rows), Cw consumer warps. Warps split the
-// rows first (WR groups of MT m16 tiles), then the 64 tokens of a stage (WT slices of TW tokens).
-template <int Rg, int Cw, int Stages, int Pw = 1>
+// The plan of a configuration: Rg row groups of 16 (RP = 16 Rg query rows), Cw consumer warps.
+// Kind 0 (mma.sync): the warps split the rows first (WR groups of MT m16 tiles), then the 64 tokens of a stage (WT
+// slices of TW tokens). Kind 1 (wgmma): the same with warpgroups and m64 tiles (MT = 1: one tile per warpgroup).
+template <int Rg, int Cw, int Stages, int Pw = 1, int Kind = 0>
 struct Plan {
   static constexpr int RP = 16 * Rg;
-  static constexpr int WR = Rg < Cw ? Rg : Cw;
-  static constexpr int WT = Cw / WR;
-  static constexpr int MT = Rg / WR;
+  static constexpr int UNIT = Kind ? 4 : 1;              // warps per consumer
+  static constexpr int NC = Cw / UNIT;                   // consumers: warps, or warpgroups
+  static constexpr int RU = Kind ? Rg / 4 : Rg;          // row tiles: m16, or m64
+  static constexpr int WR = RU < NC ? RU : NC;
+  static constexpr int WT = NC / WR;
+  static constexpr int MT = RU / WR;
   static constexpr int TW = TT / WT;
   static constexpr int THREADS = 32 * (Cw + Pw);        // Pw producer warps after the consumers
   static constexpr int RING = Stages * STAGE;
   static constexpr int QBYTES = RP * 256;
   static constexpr int SCRATCH = WT * RP * (D + 2) * 4;     // per token slice: O rows, m, l (reuses ring and Q)
   static constexpr int SMEM = RING + QBYTES + 2 * Stages * 8 + 1024;
-  static_assert(WR * WT == Cw && MT * WR == Rg && TW % 16 == 0, "rows and tokens must split evenly over warps");
+  static_assert(Cw % UNIT == 0 && RU * (Kind ? 64 : 16) == RP, "wgmma consumers are warpgroups over m64 tiles");
+  static_assert(WR * WT == NC && MT * WR == RU && TW % 16 == 0, "rows and tokens must split evenly over consumers");
+  static_assert(Kind == 0 || MT == 1, "a wgmma consumer keeps one 64 x 128 O tile");
   static_assert(SCRATCH <= RING + QBYTES, "the combine scratch reuses the ring and Q");
 };
 
@@ -224,17 +239,111 @@ __device__ inline void consume_stage(float (&o)[MT][16][4], float (&m)[MT][2], f
   }
 }
 
+#ifdef FB_PAGED_WGMMA
+// ---- the wgmma consumer's work on one stage ------------------------------------------------------------------
+// One warpgroup: its 64 query rows (q: their first row in Q, RP rows per 64-column half) against TN tokens of the
+// stage (kt, vt: the first of them in K and V, 64 rows per half). o is the 64 x 128 fp32 accumulator in the wgmma D
+// layout: thread t has rows 16 (t/32) + (t%32)/4 (+8) and, in register i, column 8 (i/4) + 2 (t%4) + i%2.
+// 2^x is ex2.approx.ftz (one MUFU.EX2): a term below 2^-126 flushed to 0 is far below the rounding of l >= 1.
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// An MN-major operand with the 128-byte swizzle (V: token rows of 64 contiguous columns per half): LBO is the step
+// to the next 64-column half, SBO to the next 8 token rows (PTX ISA, "Matrix Descriptor Format").
+__device__ inline u64 descriptor_mn_major_sw128(const void* tile, u32 lbo, u32 sbo) {
+  return fb::wgmma::descriptor_field(static_cast<u64>(__cvta_generic_to_shared(tile))) |
+         (fb::wgmma::descriptor_field(lbo) << 16) | (fb::wgmma::descriptor_field(sbo) << 32) | (1ull << 62);
+}
+
+template <int TN, int RP>
+__device__ inline void consume_stage_wg(float (&o)[D / 2], float (&m)[2], float (&l)[2], const unsigned char* q,
+                                        const unsigned char* kt, const unsigned char* vt, int tok0, int L,
+                                        float scale_log2, int lane FB_HZ_LINE) {
+  float s[TN / 2];
+  // S (64 x TN) = Q K^T: 8 k16 steps over d, both operands K-major; step kk is 32 B along a row, kk / 4 picks the
+  // half. The descriptor's address field holds address / 16, so a step adds its byte offset / 16.
+  const u64 dq = fb::wgmma::descriptor_k_major_sw128(q), dk = fb::wgmma::descriptor_k_major_sw128(kt);
+  fb::wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int qo = (kk / 4) * RP * 128 + (kk % 4) * 32, ko = (kk / 4) * HALF + (kk % 4) * 32;
+    fb::wgmma::mma<TN>(s, dq + qo / 16, dk + ko / 16, kk > 0 FB_HZ_PASS);
+  }
+  fb::wgmma::commit_group();
+  fb::wgmma::wait_group<0>();
+  fb::wgmma::fence_operand(s);
+  // The online softmax of this thread's two rows (registers with (i % 4) / 2 == hr), masked past L.
+  const int t4 = lane % 4;
+  const bool tail = tok0 + TN > L;
+  float alpha[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = NEG_INF;
+#pragma unroll
+    for (int i = 0; i < TN / 2; ++i)
+      if ((i % 4) / 2 == hr) {
+        if (tail && tok0 + 8 * (i / 4) + 2 * t4 + (i % 2) >= L) s[i] = NEG_INF;    // a NaN past L becomes -inf
+        mx = fmaxf(mx, s[i]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m[hr], mx * scale_log2);             // log2 units, as m
+    const float base = mnew == NEG_INF ? 0.f : mnew;              // a row that has seen only masked tokens
+    alpha[hr] = exp2f(m[hr] - base);
+    m[hr] = mnew;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < TN / 2; ++i)
+      if ((i % 4) / 2 == hr) {
+        s[i] = exp2_fast(fmaf(s[i], scale_log2, -base));
+        sum += s[i];
+      }
+    l[hr] = l[hr] * alpha[hr] + sum;
+  }
+  // Rescale O only where a row's maximum moved in this warp (after the first stages it rarely does).
+  if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i % 4) / 2];
+  }
+  // P as A fragments from registers: k16 step j is accumulator registers 8j .. 8j+7 (FlashAttention-2's reuse).
+  u32 p[TN / 16][4];
+#pragma unroll
+  for (int j = 0; j < TN / 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[j][e] = pack_bf16(s[8 * j + 2 * e], s[8 * j + 2 * e + 1]);
+  // O (64 x 128) += P V: TN / 16 k16 steps of 16 token rows (2 KB apart), V MN-major (imm-trans-b = 1).
+  const u64 dv = descriptor_mn_major_sw128(vt, HALF, 1024);
+  fb::wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < TN / 16; ++kk) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      FB_HZ_RECORD(fb::hazard::kWgmmaRead, static_cast<u32>(__cvta_generic_to_shared(vt)) + j * HALF + kk * 2048,
+                   16 * 128, 0, 0);
+    fb::wgmma::mma_rs<D, 1>(o, p[kk], dv + kk * 2048 / 16, 1);
+  }
+  fb::wgmma::commit_group();
+  fb::wgmma::wait_group<0>();
+  fb::wgmma::fence_operand(o);
+}
+#endif
+
 // ---- the block ----------------------------------------------------------------------------------------------
 // q, out: [nq][HQ][128] bf16 (HQ = hkv * group). part_o: [hkv][RB][S][RP][128] fp32, part_lse: [hkv][RB][S][RP]
 // (base 2, scaled units), count: [hkv][RB] zeros (left at zero). maps: Mode 1 the K and V pool maps (rows of 128 columns, box
 // 64 x min(P, 64), 128-byte swizzle); Mode 2 one page's K and V maps (P rows), and slots: a global area of
 // 2 * Stages * 64/min(P,64) maps of 128 bytes per block.
-template <int Rg, int Cw, int Stages, int Mode, int Pw = 1>
+template <int Rg, int Cw, int Stages, int Mode, int Pw = 1, int Kind = 0>
 __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, TensorMap* slots, const Pages pg,
                              const __nv_bfloat16* q, __nv_bfloat16* out, float* part_o, float* part_lse,
                              unsigned* count, int nq, int group, float scale_log2) {
   static_assert(Pw == 1 || Mode == 0, "the TMA producers are one thread");
-  using Pl = Plan<Rg, Cw, Stages, Pw>;
+#ifndef FB_PAGED_WGMMA
+  static_assert(Kind == 0, "wgmma consumers need the arch-specific Hopper target (sm_90a)");
+#endif
+  using Pl = Plan<Rg, Cw, Stages, Pw, Kind>;
   constexpr int RP = Pl::RP, MT = Pl::MT, TW = Pl::TW;
   extern __shared__ unsigned char raw[];
   unsigned char* smem = align_up<1024>(raw);
@@ -265,10 +374,13 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
     if (r < rows) val = *reinterpret_cast<const uint4*>(q + ((size_t)(rg / group) * hq + h * group + rg % group) * D + c * 8);
     *reinterpret_cast<uint4*>(qs + chunk_off(r, c, RP)) = val;
   }
+  if (Kind == 1) fence_proxy_async();            // Q, written by ordinary stores, is read by wgmma (async proxy)
   __syncthreads();
 
+  // Kind 0: o[MT][16][4], m and l per m16 tile; Kind 1 uses o[0] as the 64 x 128 wgmma accumulator (64 floats).
   float o[MT][16][4], m[MT][2], l[MT][2];
-  const int wr = warp / Pl::WT, wt = warp % Pl::WT;
+  const int cons = warp / Pl::UNIT;              // this consumer (warp, or warpgroup)
+  const int wr = cons / Pl::WT, wt = cons % Pl::WT;
   if (warp >= Cw) {                              // ---- producer warps
     if (Mode == 0) {
       for (int it = 0; it < iters; ++it) {
@@ -332,7 +444,7 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
         }
       }
     }
-  } else {                                       // ---- consumer warps
+  } else if constexpr (Kind == 0) {              // ---- consumer warps (mma.sync)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       m[mt][0] = m[mt][1] = NEG_INF;
@@ -360,6 +472,37 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
       __syncwarp();
       if (lane == 0) mbar::arrive(&empty[s]);
     }
+  } else {                                       // ---- consumer warpgroups (wgmma)
+#ifdef FB_PAGED_WGMMA
+    float (&acc)[D / 2] = reinterpret_cast<float (&)[D / 2]>(o[0]);
+    m[0][0] = m[0][1] = NEG_INF;
+    l[0][0] = l[0][1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
+    fb::wgmma::fence_operand(acc);
+    const unsigned char* qw = qs + wr * 64 * 128;          // this warpgroup's 64 rows of Q
+    for (int it = 0; it < iters; ++it) {
+      const int s = it % Stages, tile = tile0 + it;
+      mbar::wait(&full[s], (it / Stages) & 1, "full", s);
+      unsigned char* st = smem + s * STAGE;
+      if (Mode != 0 && (tile + 1) * TT > pg.L) {
+        // As above (rows past L of a TMA stage may be NaN), for the warpgroup's token slice; the zeros are ordinary
+        // stores that wgmma reads next: fence, then the warpgroup's own barrier.
+        for (int x = tid % 128; x < TW * 16; x += 128) {
+          const int r = TW * wt + x / 16;
+          if (tile * TT + r >= pg.L) *reinterpret_cast<uint4*>(st + TILE + chunk_off(r, x % 16, TT)) = make_uint4(0, 0, 0, 0);
+        }
+        fence_proxy_async();
+        bar_sync(1 + cons, 128);
+      }
+      if (Mode == 0) fence_proxy_async();       // the gathers' cp.async writes (generic proxy) before wgmma reads
+      consume_stage_wg<TW, RP>(acc, m[0], l[0], qw, st + TW * wt * 128, st + TILE + TW * wt * 128, tile * TT + TW * wt,
+                               pg.L, scale_log2, lane);
+      if (Mode != 0) fence_proxy_async();       // the zeros above (generic writes) before the TMA refills the stage
+      __syncwarp();
+      if (lane == 0) mbar::arrive(&empty[s]);   // each warp after its own wait_group 0: the stage's reads are done
+    }
+#endif
   }
   __syncthreads();                               // every stage consumed: the ring and Q are free for the scratch
 
@@ -373,7 +516,8 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const int r = 16 * (MT * wr + mt) + g + 8 * hr;
+        // Kind 1: warp w of the warpgroup holds rows 16 w + g (+8) of its m64 tile, in the same layout as an m16 tile
+        const int r = Kind ? 64 * wr + 16 * (warp % 4) + g + 8 * hr : 16 * (MT * wr + mt) + g + 8 * hr;
         float lsum = l[mt][hr];
         lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
         lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
