@@ -6,13 +6,14 @@
 //   dS_ij = P_ij (dO_i . V_j - D_i)
 //   dK_j  = scale sum_i dS_ij Q_i,   dQ_i = scale sum_j dS_ij K_j
 // One block owns a block of 128 keys (two consumer warpgroups of 64 keys each) and walks the query tiles of 64
-// rows: dK and dV stay in registers, dQ is a sum over key blocks and goes to an fp32 buffer, either with one
-// TMA reduce per tile (cp.reduce.async.bulk .add.f32) or with red.global.add (atomics).
+// rows: dK and dV stay in registers, dQ is a sum over key blocks and goes to an fp32 buffer, by TMA reduces
+// (cp.reduce.async.bulk(.tensor) .add.f32) or with red.global.add (atomics). A producer warpgroup loads Q, dO and
+// each tile's L and D into a ring of stages and issues the dQ reduces, so the consumers never wait on either.
 // The transposed products S^T = K Q^T and dP^T = V dO^T put the keys on the wgmma M dimension, so that P^T and
 // dS^T are already the register A operands of dV += P^T dO and dK += dS^T Q (the forward's P V step).
 //
 // PTX ISA: "wgmma.mma_async" (imm-trans-a / imm-trans-b: operands read MN-major from shared memory),
-// "cp.reduce.async.bulk", "red" (.v2.f32 needs sm_90), "fence.proxy.async".
+// "cp.reduce.async.bulk", "red" (.v2.f32 needs sm_90), "fence.proxy.async", "mbarrier".
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda/std/cstdint>
@@ -67,12 +68,15 @@ __device__ inline void gemm_dq(float (&dq)[D / 4], const unsigned char* ds, cons
 }
 
 // ---- shared memory and the query tiles -----------------------------------------------------------------------
-// K and V of the key block (128 rows), NST stages of the query tile's Q and dO (64 rows), dS^T (128 x 64 bf16),
-// and for the TMA reduce the fp32 dQ tile (64 x D) it reads from. All 1024-byte aligned (128-byte swizzle).
+// K and V of the key block (128 rows); NST stages of the query tile's Q and dO (64 rows) and of its L log2 e and
+// D (64 floats each); dS^T (128 x 64 bf16) twice, so that one warpgroup may write the next tile's while the other
+// still reads this one's; for the TMA reduces the fp32 dQ tile (64 x D) they read from. The tiles are 1024-byte
+// aligned (128-byte swizzle).
 template <int D, int NST> struct Plan {
-  static constexpr int KV = 128 * D * 2, QT = 64 * D * 2;
+  static constexpr int KV = 128 * D * 2, QT = 64 * D * 2, DS = 128 * 64 * 2, ROW = 64 * 4;
   static constexpr int K_OFF = 0, V_OFF = KV, Q_OFF = 2 * KV, DO_OFF = Q_OFF + NST * QT, DS_OFF = DO_OFF + NST * QT;
-  static constexpr int DQ_OFF = DS_OFF + 128 * 64 * 2, BYTES = DQ_OFF + 64 * D * 4 + 1024;
+  static constexpr int DQ_OFF = DS_OFF + 2 * DS, LSE_OFF = DQ_OFF + 64 * D * 4, DLT_OFF = LSE_OFF + NST * ROW;
+  static constexpr int BYTES = DLT_OFF + NST * ROW + 1024;
 };
 
 // The byte where the 128-byte swizzle puts byte `b` (< 128) of row `r` of a 1024-aligned tile of 128-byte rows
@@ -81,34 +85,44 @@ __device__ inline int swizzled(int r, int b) { return r * 128 + ((((b >> 4) ^ r)
 
 // This thread's elements of a 64 x 64 transposed score tile (rows: keys, columns: queries): element i is at key
 // row 16 w + lane / 4 + 8 ((i % 4) / 2) of the warpgroup's 64, query column 8 (i / 4) + 2 t + (i % 2).
-// P^T = 2^(S^T scale log2 e - L log2 e), 0 where masked; dS^T = P^T (dP^T - D). lse2 and dlt hold L log2 e and D
-// of this thread's 16 query columns (pairs: cols 8 j + 2 t, + 1).
-__device__ inline void softmax_grad(float (&s)[32], float (&dp)[32], const float (&lse2)[16], const float (&dlt)[16],
-                                    int key0, int q0, int seq, float scale_log2, bool causal, bool edge) {
+// P^T = 2^(S^T scale log2 e - L log2 e) in place of S^T, 0 where masked. lse2: the tile's 64 values of L log2 e
+// (shared memory).
+__device__ inline void probabilities(float (&s)[32], const float* lse2, int key0, int q0, int seq, float scale_log2,
+                                     bool causal, bool edge) {
   const int lane = threadIdx.x % 32, t = lane % 4;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int key = key0 + lane / 4 + 8 * ((i % 4) / 2), q = q0 + 8 * (i / 4) + 2 * t + (i % 2);
-    const int c = 2 * (i / 4) + (i % 2);
-    float p = fa::exp2_approx(fmaf(s[i], scale_log2, -lse2[c]));
-    if (edge && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
-    s[i] = p;
-    dp[i] = p * (dp[i] - dlt[c]);
+  for (int i = 0; i < 32; i += 2) {
+    const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * (i / 4) + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + lane / 4 + 8 * ((i % 4) / 2), q = q0 + 8 * (i / 4) + 2 * t + e;
+      float p = fa::exp2_approx(fmaf(s[i + e], scale_log2, -(e ? l.y : l.x)));
+      if (edge && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
+      s[i + e] = p;
+    }
   }
 }
 
-// L log2 e and D of the 16 query columns this thread's elements cover (0 past the end: those columns are masked).
-__device__ inline void row_stats(float (&lse2)[16], float (&dlt)[16], const float* lse, const float* delta, int q0,
-                                 int seq) {
+// dS^T = P^T (dP^T - D) in place of dP^T. dlt: the tile's 64 values of D (shared memory).
+__device__ inline void score_grads(const float (&p)[32], float (&dp)[32], const float* dlt) {
   const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int q = q0 + 8 * j + 2 * t + e;
-      lse2[2 * j + e] = q < seq ? lse[q] * 1.4426950408889634f : 0.f;
-      dlt[2 * j + e] = q < seq ? delta[q] : 0.f;
-    }
+  for (int i = 0; i < 32; i += 2) {
+    const float2 d = *reinterpret_cast<const float2*>(dlt + 8 * (i / 4) + 2 * t);
+    dp[i] = p[i] * (dp[i] - d.x);
+    dp[i + 1] = p[i + 1] * (dp[i + 1] - d.y);
+  }
+}
+
+// One warp: L log2 e and D of the 64 query rows from q0 into shared memory, two rows a lane; 0 past the end of the
+// sequence (those columns are masked).
+__device__ inline void load_row_stats(float* lse2, float* dlt, const float* lse, const float* delta, int q0, int seq) {
+  const int q = q0 + 2 * (threadIdx.x % 32);
+  float2 l = make_float2(0.f, 0.f), d = make_float2(0.f, 0.f);
+  if (q < seq) l.x = lse[q] * 1.4426950408889634f, d.x = delta[q];
+  if (q + 1 < seq) l.y = lse[q + 1] * 1.4426950408889634f, d.y = delta[q + 1];
+  *reinterpret_cast<float2*>(lse2 + 2 * (threadIdx.x % 32)) = l;
+  *reinterpret_cast<float2*>(dlt + 2 * (threadIdx.x % 32)) = d;
 }
 
 // dS^T of warpgroup w's 64 keys, as the bf16 pairs fa::p_fragments packed (pair i, i + 1 of the accumulator is
