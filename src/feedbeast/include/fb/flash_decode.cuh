@@ -257,27 +257,26 @@ __device__ inline u64 descriptor_mn_major_sw128(const void* tile, u32 lbo, u32 s
          (fb::wgmma::descriptor_field(lbo) << 16) | (fb::wgmma::descriptor_field(sbo) << 32) | (1ull << 62);
 }
 
+// S (64 x TN) = Q K^T, issued and committed as one group: 8 k16 steps over d, both operands K-major; step kk is
+// 32 B along a row, kk / 4 picks the half. The descriptor's address field holds address / 16, so a step adds its
+// byte offset / 16.
 template <int TN, int RP>
-__device__ inline void consume_stage_wg(float (&o)[D / 2], float (&m)[2], float (&l)[2], const unsigned char* q,
-                                        const unsigned char* kt, const unsigned char* vt, int tok0, int L,
-                                        float scale_log2, int lane FB_HZ_LINE) {
-  float s[TN / 2];
-  // S (64 x TN) = Q K^T: 8 k16 steps over d, both operands K-major; step kk is 32 B along a row, kk / 4 picks the
-  // half. The descriptor's address field holds address / 16, so a step adds its byte offset / 16.
+__device__ inline void qk_wg(float (&s)[TN / 2], const unsigned char* q, const unsigned char* kt FB_HZ_LINE) {
   const u64 dq = fb::wgmma::descriptor_k_major_sw128(q), dk = fb::wgmma::descriptor_k_major_sw128(kt);
-  fb::wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const int qo = (kk / 4) * RP * 128 + (kk % 4) * 32, ko = (kk / 4) * HALF + (kk % 4) * 32;
     fb::wgmma::mma<TN>(s, dq + qo / 16, dk + ko / 16, kk > 0 FB_HZ_PASS);
   }
-  fb::wgmma::commit_group();
-  fb::wgmma::wait_group<0>();
-  fb::wgmma::fence_operand(s);
-  // The online softmax of this thread's two rows (registers with (i % 4) / 2 == hr), masked past L.
+}
+
+// The online softmax of this thread's two rows (registers with (i % 4) / 2 == hr), tokens tok0 .. tok0 + TN - 1,
+// masked past L: s becomes p = 2^(x - m) in fp32, alpha the factor for what O accumulated before.
+template <int TN>
+__device__ inline void softmax_wg(float (&s)[TN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2], int tok0, int L,
+                                  float scale_log2, int lane) {
   const int t4 = lane % 4;
   const bool tail = tok0 + TN > L;
-  float alpha[2];
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     float mx = NEG_INF;
@@ -302,20 +301,13 @@ __device__ inline void consume_stage_wg(float (&o)[D / 2], float (&m)[2], float 
       }
     l[hr] = l[hr] * alpha[hr] + sum;
   }
-  // Rescale O only where a row's maximum moved in this warp (after the first stages it rarely does).
-  if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i % 4) / 2];
-  }
-  // P as A fragments from registers: k16 step j is accumulator registers 8j .. 8j+7 (FlashAttention-2's reuse).
-  u32 p[TN / 16][4];
-#pragma unroll
-  for (int j = 0; j < TN / 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) p[j][e] = pack_bf16(s[8 * j + 2 * e], s[8 * j + 2 * e + 1]);
-  // O (64 x 128) += P V: TN / 16 k16 steps of 16 token rows (2 KB apart), V MN-major (imm-trans-b = 1).
+}
+
+// O (64 x 128) += P V, issued: TN / 16 k16 steps of 16 token rows (2 KB apart), P as A fragments from registers
+// (k16 step j is accumulator registers 8j .. 8j+7 of S: FlashAttention-2's reuse), V MN-major (imm-trans-b = 1).
+template <int TN>
+__device__ inline void pv_wg(float (&o)[D / 2], const u32 (&p)[TN / 16][4], const unsigned char* vt FB_HZ_LINE) {
   const u64 dv = descriptor_mn_major_sw128(vt, HALF, 1024);
-  fb::wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < TN / 16; ++kk) {
 #pragma unroll
@@ -324,6 +316,53 @@ __device__ inline void consume_stage_wg(float (&o)[D / 2], float (&m)[2], float 
                    16 * 128, 0, 0);
     fb::wgmma::mma_rs<D, 1>(o, p[kk], dv + kk * 2048 / 16, 1);
   }
+}
+
+// One stage j for a warpgroup, software-pipelined by one stage (FlashAttention-3's intra-warpgroup overlap):
+// S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued back to back as two groups; wait_group 1 returns with S_j while
+// P V still runs under the softmax of S_j; wait_group 0 then frees stage j-1 (returned: the caller releases it),
+// O is rescaled by alpha_j and P_j packed for the next call. `first`: no P V is pending yet.
+// FIRST: the first stage (no P V pending; a wgmma under a run-time condition makes ptxas serialise every wgmma of
+// the kernel, so the first stage is its own instantiation).
+template <int TN, int RP, bool FIRST>
+__device__ inline void consume_stage_wg(float (&o)[D / 2], u32 (&p)[TN / 16][4], float (&m)[2], float (&l)[2],
+                                        const unsigned char* q, const unsigned char* kt, const unsigned char* vprev,
+                                        int tok0, int L, float scale_log2, int lane) {
+  float s[TN / 2], alpha[2];
+  fb::wgmma::fence();                            // O and P were last written by ordinary instructions
+  qk_wg<TN, RP>(s, q, kt);
+  fb::wgmma::commit_group();
+  if constexpr (!FIRST) {
+    pv_wg<TN>(o, p, vprev);
+    fb::wgmma::commit_group();
+    fb::wgmma::wait_group<1>();
+  } else {
+    fb::wgmma::wait_group<0>();
+  }
+  fb::wgmma::fence_operand(s);
+  softmax_wg<TN>(s, m, l, alpha, tok0, L, scale_log2, lane);
+  // ptxas moved this wait_group 0 above the softmax it is meant to overlap (the SASS showed both waits ahead of every
+  // MUFU.EX2); a memory fence between them is an order it keeps (chapter 09 found the same). The consumer warps have
+  // no memory accesses of their own in flight for it to wait on.
+  if constexpr (!FIRST) asm volatile("fence.acq_rel.cta;" ::: "memory");
+  fb::wgmma::wait_group<0>();
+  fb::wgmma::fence_operand(o);
+  // Rescale O only where a row's maximum moved in this warp (after the first stages it rarely does).
+  if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i % 4) / 2];
+  }
+#pragma unroll
+  for (int j = 0; j < TN / 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[j][e] = pack_bf16(s[8 * j + 2 * e], s[8 * j + 2 * e + 1]);
+}
+
+// The last P V of a warpgroup (stage `vlast`), waited for.
+template <int TN>
+__device__ inline void finish_pv_wg(float (&o)[D / 2], const u32 (&p)[TN / 16][4], const unsigned char* vlast) {
+  fb::wgmma::fence();
+  pv_wg<TN>(o, p, vlast);
   fb::wgmma::commit_group();
   fb::wgmma::wait_group<0>();
   fb::wgmma::fence_operand(o);
@@ -481,7 +520,15 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
     for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
     fb::wgmma::fence_operand(acc);
     const unsigned char* qw = qs + wr * 64 * 128;          // this warpgroup's 64 rows of Q
-    for (int it = 0; it < iters; ++it) {
+    u32 p[TW / 16][4];
+    // Stage it is released one step late, once the P V that reads its V has completed.
+    auto release = [&](int s) {
+      if (Mode != 0) fence_proxy_async();       // the zeros below (generic writes) before the TMA refills the stage
+      __syncwarp();
+      if (lane == 0) mbar::arrive(&empty[s]);   // each warp after its own wait_group 0: the stage's reads are done
+    };
+    // Stage it: wait for it, make its bytes fit for wgmma, then consume it (the first one on its own, see above).
+    auto ready = [&](int it) -> unsigned char* {
       const int s = it % Stages, tile = tile0 + it;
       mbar::wait(&full[s], (it / Stages) & 1, "full", s);
       unsigned char* st = smem + s * STAGE;
@@ -496,12 +543,21 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
         bar_sync(1 + cons, 128);
       }
       if (Mode == 0) fence_proxy_async();       // the gathers' cp.async writes (generic proxy) before wgmma reads
-      consume_stage_wg<TW, RP>(acc, m[0], l[0], qw, st + TW * wt * 128, st + TILE + TW * wt * 128, tile * TT + TW * wt,
-                               pg.L, scale_log2, lane);
-      if (Mode != 0) fence_proxy_async();       // the zeros above (generic writes) before the TMA refills the stage
-      __syncwarp();
-      if (lane == 0) mbar::arrive(&empty[s]);   // each warp after its own wait_group 0: the stage's reads are done
+      return st;
+    };
+    // (every slice has at least one stage: the host's plan keeps S <= the number of stages)
+    consume_stage_wg<TW, RP, true>(acc, p, m[0], l[0], qw, ready(0) + TW * wt * 128, nullptr, tile0 * TT + TW * wt,
+                                     pg.L, scale_log2, lane);
+    for (int it = 1; it < iters; ++it) {
+      const int sp = (it - 1) % Stages;
+      consume_stage_wg<TW, RP, false>(acc, p, m[0], l[0], qw, ready(it) + TW * wt * 128,
+                                      smem + sp * STAGE + TILE + TW * wt * 128, (tile0 + it) * TT + TW * wt, pg.L,
+                                      scale_log2, lane);
+      release(sp);
     }
+    const int sl = (iters - 1) % Stages;
+    finish_pv_wg<TW>(acc, p, smem + sl * STAGE + TILE + TW * wt * 128);
+    release(sl);
 #endif
   }
   __syncthreads();                               // every stage consumed: the ring and Q are free for the scratch
