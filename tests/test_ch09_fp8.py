@@ -1,9 +1,11 @@
 """Chapter 09's fp8 (e4m3) attention forward (cells c09-fp8-*, fb/attention_fp8.cuh).
 
 CPU: the kernel compiles for sm_90a with fp8 wgmma (QGMMA) for both GEMMs and no bf16 HGMMA, P converted to e4m3
-in registers (F2FP ... E4M3, no shuffle beyond the softmax's), the V transpose's PRMT, no spills, no ptxas C7508 /
+in registers (F2FP ... E4M3, no shuffle beyond the softmax's), the V transpose's ldmatrix .trans, PRMT and stmatrix
+(LDSM / STSM, and no 4-byte shared loads or stores left), no spills, no ptxas C7508 /
 C7515, the softmax between the loop's two waits; the key order that P and V^T share is the one the PTX ISA's
-fragments imply (read from the header); the fp8 element-wise bound holds for a numpy model of the kernel's
+fragments imply (read from the header); a model of the transpose's lanes (ldmatrix .trans, prmt, stmatrix, the
+128-byte swizzle) writes every byte of V^T where key_at puts it, with no bank conflict; the fp8 element-wise bound holds for a numpy model of the kernel's
 arithmetic and rejects a causal mask one key too wide.
 GPU (Hopper; skipped by name elsewhere): the debug build on ragged shapes and the timed build at s = 4096, normal
 and outlier inputs, causal and not, within the bound against float64; the planted one-key-too-many mask outside it.
@@ -40,8 +42,11 @@ def module(**defines):
 def test_fp8_sass_and_resources():
     mod = module()
     mod.expect_sass("QGMMA.64x128x32.F32.E4M3.E4M3", "F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C", "PRMT", "UTMALDG.2D",
-                    "USETMAXREG.TRY_ALLOC.CTAPOOL", "USETMAXREG.DEALLOC.CTAPOOL", "BAR.SYNC", "BAR.ARV",
-                    kernel=KERNEL, forbid=("HGMMA",))
+                    "LDSM.16.MT88.4", "STSM.16.M88.4", "USETMAXREG.TRY_ALLOC.CTAPOOL", "USETMAXREG.DEALLOC.CTAPOOL",
+                    "BAR.SYNC", "BAR.ARV", kernel=KERNEL, forbid=("HGMMA",))
+    hist = mod.histogram(KERNEL)
+    # The transpose moves 16 bytes per lane and instruction: no 32-bit shared loads or stores remain.
+    assert not any(op.startswith(("LDS", "STS")) and not op.startswith(("LDSM", "STSM")) for op in hist), hist
     res = mod.resources[KERNEL]
     assert res.spills == 0 and res.stack == 0, mod.report()
     assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
@@ -131,6 +136,64 @@ def test_key_order_check_can_fail():
     reg = packs[r][e]
     col = 8 * (reg // 4) + 2 * t + (reg % 2)
     assert col != 4 * t + e
+
+
+def _transpose_model(v):
+    """transpose_v's lanes in numpy: V (128 keys x 128 bytes, SW128 as TMA writes it) -> V^T (SW128), following
+    the header's row addresses, byte selectors and the PTX ISA's ldmatrix .trans / stmatrix fragments. Also
+    returns the 16-byte chunks (mod 8) that each 8-row phase of every ldmatrix / stmatrix touches."""
+    sw = lambda row, chunk: row * 128 + ((chunk ^ row) % 8) * 16      # byte offset of a 16-byte chunk, SW128
+    smem_v = np.zeros(128 * 128, np.uint8)
+    for key in range(128):
+        for ch in range(8):
+            smem_v[sw(key, ch):sw(key, ch) + 16] = v[key, 16 * ch:16 * ch + 16]
+    vt = np.full(128 * 128, -1, np.int64)
+    phases = []
+    prmt = lambda a, b, sel: [(a + b)[(sel >> (4 * n)) & 7] for n in range(4)]
+    for u in range(32):
+        kc, dc = u % 8, u // 8
+        # row addresses: ldmatrix lane l names row l % 8 of matrix l / 8 (keys 8 (m % 2) + i, d chunk 2 dc + m / 2)
+        ld_addr = [sw(16 * kc + 8 * ((l // 8) % 2) + l % 8, 2 * dc + (l // 8) // 2) for l in range(32)]
+        rowsel = [2 * (l % 8) + (((l // 8) % 2) ^ (1 if l % 8 >= 4 else 0)) for l in range(32)]
+        st_addr = [sw(32 * dc + 16 * ((l // 8) // 2) + rowsel[l], kc) for l in range(32)]
+        phases += [sorted((a % 128) // 16 for a in addrs[8 * j:8 * j + 8]) for addrs in (ld_addr, st_addr) for j in range(4)]
+        for lane in range(32):
+            c, t = lane // 4, lane % 4
+            # ldmatrix .trans, register j: b16 column c of matrix j, rows 2t and 2t + 1 -> 4 bytes
+            r = []
+            for j in range(4):
+                base = ld_addr[8 * j:8 * j + 8]
+                r.append([smem_v[base[2 * t] + 2 * c], smem_v[base[2 * t] + 2 * c + 1],
+                          smem_v[base[2 * t + 1] + 2 * c], smem_v[base[2 * t + 1] + 2 * c + 1]])
+            sel_a = 0x7531 if c >= 4 else 0x6420
+            sel_b = sel_a ^ 0x1111
+            out = [prmt(r[0], r[1], sel_a), prmt(r[0], r[1], sel_b), prmt(r[2], r[3], sel_a), prmt(r[2], r[3], sel_b)]
+            # stmatrix, register j: row c of matrix j at the address lane 8 j + c names, bytes 4t .. 4t + 3
+            for j in range(4):
+                a = st_addr[8 * j + c] + 4 * t
+                vt[a:a + 4] = out[j]
+    # read V^T back through the swizzle: row n (a column of d), byte position p of key chunk kc
+    back = np.zeros((128, 128), np.int64)
+    for n in range(128):
+        for ch in range(8):
+            back[n, 16 * ch:16 * ch + 16] = vt[sw(n, ch):sw(n, ch) + 16]
+    return back, phases
+
+
+def test_transpose_model_writes_key_order_without_bank_conflicts():
+    key_at = _key_at()
+    v = np.random.default_rng(0).integers(0, 256, (128, 128)).astype(np.uint8)
+    vt, phases = _transpose_model(v)
+    want = np.array([[v[32 * (p // 32) + key_at(p % 32), n] for p in range(128)] for n in range(128)])
+    assert (vt == want).all(), np.argwhere(vt != want)[:5]
+    assert all(ph == list(range(8)) for ph in phases), "a phase of 8 rows hits the same 16-byte chunk twice"
+
+
+def test_transpose_model_check_can_fail():
+    # With both stmatrix matrices taking the even rows first (rows 0, 2, .. 14), each store phase would hit only
+    # four chunks: the check above is what keeps the row choice honest.
+    rows = [2 * i for i in range(8)]
+    assert sorted(((0 ^ r) % 8) for r in rows) != list(range(8))
 
 
 # ---- CPU: the fp8 bound on a numpy model ----------------------------------------------------------------------

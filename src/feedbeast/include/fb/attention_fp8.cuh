@@ -3,7 +3,8 @@
 //  - The two GEMMs on fp8 wgmma (m64n128k32, e4m3 x e4m3 -> fp32). For 8-bit types wgmma has no transpose
 //    immediates: both operands must be K-major (PTX ISA, wgmma.mma_async: imm-trans-a/b only for .f16/.bf16).
 //    S = Q K^T is K-major on both sides as loaded; for O += P V the B operand is V^T, which is not in memory.
-//  - So the kernel transposes each V tile in shared memory (keys x d -> d x keys) before the second GEMM.
+//  - So the kernel transposes each V tile in shared memory (keys x d -> d x keys) before the second GEMM, with
+//    ldmatrix .trans, byte permutes and stmatrix: 16 bytes per lane and instruction, no bank conflict.
 //  - P goes to the second GEMM in registers. The fp32 accumulator of S and the 8-bit A fragment hold different
 //    columns in a thread (pairs 2t, 2t+1 in each 8-column block against runs of four 4t .. 4t+3), but the order of
 //    the keys inside a k32 step is ours to choose, as long as P and V^T agree. The transpose writes the keys of V^T
@@ -13,13 +14,15 @@
 //
 // PTX ISA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (wgmma.mma_async with .e4m3,
 // "Register Fragments and Shared Memory Matrix Layouts": the k32 A fragment of 8-bit types), "cvt" (.e4m3x2),
-// "prmt", "shf"; FlashAttention-3 (Shah et al., 2024), section 3.3, for the in-kernel V transpose.
+// "prmt", "Warp-level matrix load instruction: ldmatrix", "Warp-level matrix store instruction: stmatrix";
+// FlashAttention-3 (Shah et al., 2024), section 3.3, for the in-kernel V transpose.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda/std/cstdint>
 #include <fb/attention.cuh>
 #include <fb/fence.cuh>
 #include <fb/mbarrier.cuh>
+#include <fb/smem.cuh>
 #include <fb/wgmma.cuh>
 
 namespace fb {
@@ -91,49 +94,46 @@ __device__ inline u32 prmt(u32 a, u32 b, u32 sel) {
   return r;
 }
 
+// stmatrix .x4 (sm_90): lanes 8j .. 8j + 7 give the row addresses of 8x8 b16 matrix j; register j of lane l is
+// row l / 4, columns 2 (l % 4) .. + 1 of matrix j (bytes 4 (l % 4) .. + 3 of its 16). PTX ISA, "stmatrix".
+__device__ inline void stmatrix_x4(void* row, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(fb::smem_addr(row)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+__device__ inline void ldmatrix_x4_trans(u32 (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fb::smem_addr(row)) : "memory");
+}
+
 // V (BN keys x D, e4m3, as loaded) -> V^T (D rows x BN keys, K-major, keys of each k32 step in key_at order), both
-// SW128. One unit: 4 keys x 4 columns (four 32-bit loads) -> 4 rows x 4 keys (four 32-bit stores, bytes
-// transposed with prmt). A block of 32 units is 16 keys (one k16 half, hc) x 32 columns (nhi); its lanes take
-// 8 column groups (nlo) x the 4 key pairs (t):
-//   loads hit 32 different banks (rows 2t + {0, 1} mod 8 against column chunks 0 / 1 of a 32-byte span);
-//   stores: lane `nlo` writes its 4 rows in an order rotated by nlo / 2, so the 32 lanes of one store instruction
-//   cover rows of 8 different residues mod 8 (8 swizzled chunks) x 4 words: no bank conflict either.
-// The 32 blocks are split between `warps` warps in contiguous runs; everything that depends only on the lane is
-// computed once, outside the loop over blocks (102 SASS instructions per unit, against 59 now, when each unit
-// recomputed its addresses from a flat index).
+// SW128, 16 bytes per lane and instruction. One unit: 16 keys (key chunk kc) x 32 columns of d (dc):
+//  - ldmatrix .x4 .trans reads it as four 8x8 b16 matrices, keys 0-7 / 8-15 of d bytes 0-15 (r0 / r1) and of
+//    16-31 (r2 / r3). Lane (c = lane / 4, t = lane % 4) gets from each the b16 column c, rows 2t and 2t + 1:
+//    bytes V[2t][2c], V[2t][2c + 1], V[2t + 1][2c], V[2t + 1][2c + 1] (keys 8 higher in r1).
+//  - Two byte permutes give row 2c of V^T, keys 2t, 2t + 1, 2t + 8, 2t + 9 (prmt 0x6420 of r0, r1), and row
+//    2c + 1 (0x7531): four keys in key_at order, bytes 4t .. 4t + 3 of the 16-byte chunk kc of those rows.
+//  - stmatrix .x4 writes them back as four 8x8 b16 matrices, each row address given by a lane: matrix 0 takes
+//    rows 0, 2, 4, 6, 9, 11, 13, 15 (the lanes with c < 4 put their even row in it, the others their odd row) and
+//    matrix 1 the other eight, so each matrix's rows differ mod 8: eight different swizzled chunks, no conflict.
+//    ldmatrix reads keys of 8 consecutive rows: 8 chunks too.
+// The 32 units are split between `warps` warps in contiguous runs.
 __device__ inline void transpose_v(const unsigned char* v, unsigned char* vt, unsigned warp, unsigned warps) {
   static_assert(D == 128 && BN == 128, "one SW128 row per key of V and per column of V^T");
-  const unsigned lane = threadIdx.x % 32, t = lane % 4, nlo = lane / 4, rot = nlo / 2;
-  // Loads: key rows 16 hc + 2t + {0, 1, 8, 9}; (row % 8) = 2t + {0, 1} does not depend on the block.
-  const unsigned row_lo = (2 * t) & 7, col_chunk = nlo / 4, col_byte = 4 * (nlo % 4);
-  // Stores: V^T rows 32 nhi + 4 nlo + (i + rot) % 4 at key bytes 16 hc + 4t; (row % 8) does not depend on the block.
-  unsigned st_row[4], st_r8[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    st_row[i] = 4 * nlo + ((i + rot) & 3);
-    st_r8[i] = st_row[i] & 7;
-  }
+  const unsigned lane = threadIdx.x % 32, m = lane / 8, i = lane % 8, c = lane / 4;
+  // This lane's row address for ldmatrix: key 8 (m % 2) + i of the unit, 16-byte chunk 2 dc + m / 2 of d.
+  const unsigned ld_off = (8 * (m % 2) + i) * 128, ld_half = m / 2;
+  // ... and for stmatrix: matrix m holds d rows 16 (m / 2) + rowsel of the unit, at key chunk kc.
+  const unsigned rowsel = 2 * i + ((m % 2) ^ (i >= 4 ? 1u : 0u));
+  const unsigned st_off = (16 * (m / 2) + rowsel) * 128, st_r8 = rowsel % 8;
+  const u32 sel_a = c >= 4 ? 0x7531u : 0x6420u, sel_b = sel_a ^ 0x1111u;   // this lane's row of matrix 0 / 1
   const unsigned first = warp * 32 / warps, last = (warp + 1) * 32 / warps;
-#pragma unroll 2
-  for (unsigned blk = first; blk < last; ++blk) {
-    const unsigned hc = blk / 4, nhi = blk % 4, chunk = 2 * nhi + col_chunk;
-    const unsigned char* src = v + (16 * hc + 2 * t) * 128 + col_byte;
-    const unsigned ld0 = ((chunk ^ row_lo) & 7) << 4, ld1 = ((chunk ^ (row_lo + 1)) & 7) << 4;
-    u32 w[4];
-    w[0] = *reinterpret_cast<const u32*>(src + ld0);                 // key 16 hc + 2t
-    w[1] = *reinterpret_cast<const u32*>(src + 128 + ld1);           // key 16 hc + 2t + 1
-    w[2] = *reinterpret_cast<const u32*>(src + 8 * 128 + ld0);       // key 16 hc + 2t + 8
-    w[3] = *reinterpret_cast<const u32*>(src + 9 * 128 + ld1);       // key 16 hc + 2t + 9
-#pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] = __funnelshift_r(w[e], w[e], 8 * rot);   // byte (i + rot) % 4 -> byte i
-    const u32 lo01 = prmt(w[0], w[1], 0x5140), hi01 = prmt(w[0], w[1], 0x7362);
-    const u32 lo23 = prmt(w[2], w[3], 0x5140), hi23 = prmt(w[2], w[3], 0x7362);
-    const u32 out[4] = {prmt(lo01, lo23, 0x5410), prmt(lo01, lo23, 0x7632), prmt(hi01, hi23, 0x5410),
-                        prmt(hi01, hi23, 0x7632)};                   // out[i]: column n0 + (i + rot) % 4, 4 keys
-    unsigned char* dst = vt + 32 * nhi * 128 + 4 * t;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      *reinterpret_cast<u32*>(dst + st_row[i] * 128 + (((hc ^ st_r8[i]) & 7) << 4)) = out[i];
+#pragma unroll 4
+  for (unsigned u = first; u < last; ++u) {
+    const unsigned kc = u % 8, dc = u / 8;
+    u32 r[4];
+    ldmatrix_x4_trans(r, v + kc * 2048 + ld_off + ((((2 * dc + ld_half) ^ i) & 7) << 4));
+    stmatrix_x4(vt + dc * 4096 + st_off + (((kc ^ st_r8) & 7) << 4), prmt(r[0], r[1], sel_a), prmt(r[0], r[1], sel_b),
+                prmt(r[2], r[3], sel_a), prmt(r[2], r[3], sel_b));
   }
 }
 
@@ -162,6 +162,12 @@ __device__ inline void pv_gemm(float (&o)[64], const u32 (&p)[4][4], const unsig
 // ---- softmax -----------------------------------------------------------------------------------------------------
 // fb::attention::OnlineSoftmax::step_fast with P scaled by 2^8: 2^(s scale - m + 8), one FFMA and one MUFU.EX2 per
 // score as there. The running sums hold 2^8 l; O / l is unchanged, and finish() takes the 8 off the LSE.
+// The maximum and the sum of a row's 32 scores are trees (8 partial maxima of 4, 4 partial sums of 8) where
+// step_fast has one chain of 32 dependent instructions: the first exponential waits for 7 FMNMX instead of 32.
+// FP8_TREE=0 builds the chains (the ablation).
+#ifndef FP8_TREE
+#define FP8_TREE 1
+#endif
 struct Softmax : fa::OnlineSoftmax<BN> {
   __device__ inline void step(float (&s)[64], float (&alpha)[2], int row0, int warp_row0, int n0, int kv_len,
                               float scale_log2, bool causal, int t) {
@@ -173,21 +179,41 @@ struct Softmax : fa::OnlineSoftmax<BN> {
         if (col >= kv_len || (causal && col > row)) s[i] = fa::NEG_INF;
       }
     }
+    // Register i = 4 b + 2 r + e (b: 8-column block 0..15, r: row, e: 0/1) holds row r.
+    float mx[2], base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = fa::NEG_INF;
+      if (FP8_TREE) {
+        float part[8];                                   // part[2 j + e]: blocks j, j + 4, j + 8, j + 12
 #pragma unroll
-      for (int i = 0; i < 64; ++i)
-        if ((i % 4) / 2 == r) mx = fmaxf(mx, s[i]);
-      const float base = new_max(r, fmaxf(m[r], fa::quad_max(mx) * scale_log2), alpha) - P_SCALE_LOG2;
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < 64; ++i)
-        if ((i % 4) / 2 == r) {
-          s[i] = fa::exp2_approx(fmaf(s[i], scale_log2, -base));
-          sum += s[i];
+        for (int k = 0; k < 8; ++k) {
+          const int i = 4 * (k / 2) + 2 * r + k % 2;
+          part[k] = fmaxf(fmaxf(s[i], s[i + 16]), fmaxf(s[i + 32], s[i + 48]));
         }
-      l[r] = l[r] * alpha[r] + sum;
+        mx[r] = fmaxf(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])),
+                      fmaxf(fmaxf(part[4], part[5]), fmaxf(part[6], part[7])));
+      } else {
+        mx[r] = fa::NEG_INF;
+#pragma unroll
+        for (int i = 0; i < 64; ++i)
+          if ((i % 4) / 2 == r) mx[r] = fmaxf(mx[r], s[i]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) base[r] = new_max(r, fmaxf(m[r], fa::quad_max(mx[r]) * scale_log2), alpha) - P_SCALE_LOG2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int b = 0; b < 16; ++b)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 4 * b + 2 * r + e;
+          s[i] = fa::exp2_approx(fmaf(s[i], scale_log2, -base[r]));
+          if (FP8_TREE) sum[2 * (b % 2) + e] += s[i];
+          else sum[0] += s[i];
+        }
+      l[r] = l[r] * alpha[r] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
     }
   }
   // 1 / l times the V scale (O = v_scale P V / l), and the natural-log LSE of each row.
