@@ -56,7 +56,11 @@ def test_sass_and_resources(ch, mode, producers, rg, cw, kind):
     if kind == 1:
         want = tuple(w for w in want if not w.startswith(("HMMA", "LDSM"))) + WGMMA_SASS[rg]
         forbid = forbid + ("HMMA", "LDSM")
-        assert ".tnspB" in mod.sass("decode_paged")          # V read MN-major, transposed by the instruction
+        sass = mod.sass("decode_paged")
+        assert ".tnspB" in sass                               # V read MN-major, transposed by the instruction
+        # S_j and P_{j-1} V_{j-1} in flight together: the first wait leaves one group running, and no wgmma is
+        # serialised (ptxas adds a WARPGROUP.DEPBAR after each HGMMA when it is)
+        assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "HGMMA.64x8x16.F16" not in sass
     mod.expect_sass(*want, forbid=forbid, kernel="decode_paged")
     res = mod.resources["decode_paged"]
     threads = 32 * (cw + producers)
