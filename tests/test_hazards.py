@@ -1586,6 +1586,69 @@ def test_an_isolated_check_records_a_launch_it_could_not_follow_as_not_checked(m
         assert note in detail and f"not checked: {note}" in out, (detail, out)
 
 
+@pytest.mark.parametrize("mode", ["check", "report", "isolated"])
+@pytest.mark.parametrize("violations", [False, True])
+def test_a_hazard_build_that_hangs_stops_the_launch_with_barrier_timeout(monkeypatch, capsys, mode, violations):
+    """The hazard build's waits give up after the debug time-out and the kernel ends; the normal build's do not, so
+    launching it would never return (seen on an H100: a ring whose producer held back its arrivals hung the process
+    after its hazard check had named the wait). In every mode the hook raises BarrierTimeout naming the wait instead,
+    and records no verdict; with violations before the hang, "check" and "isolated" raise HazardFound first."""
+    import types
+    from feedbeast import hooks
+    _launch_hook_calls(monkeypatch, sanitize=False)
+    hang = "empty[0] parity 0"
+    found = [hz.Violation("unordered-access", "x", hz.Event(-1, hz.MBAR_WAIT, 0, 0, 0, 0, 0, 0, 0, 0))] \
+        if violations else []
+    monkeypatch.setattr(hz, "run", lambda kernel, *a, **k: hz.Report(kernel.name, list(found), 10, gave_up=hang))
+    monkeypatch.setattr(hz, "run_isolated", lambda *a, **k: (
+        "text", [v.rule for v in found], 10, {"unchecked": "" if found else "a wait gave up", "partly": "",
+                                              "gave_up": hang}))
+    got = []
+    monkeypatch.setattr(hz.verdicts, "passed", lambda what, detail: got.append(("passed", detail)))
+    monkeypatch.setattr(hz.verdicts, "skipped", lambda what, detail: got.append(("skipped", detail)))
+    monkeypatch.setattr(hooks.mode, "hazards", mode)
+    mod = types.SimpleNamespace(source="#include <fb/tma.cuh>\n// ring", arch="sm_90a", defines={}, options=())
+    expected = hz.HazardFound if violations and mode != "report" else fb.BarrierTimeout
+    with pytest.raises(expected) as e:
+        hz.check_on_launch(types.SimpleNamespace(module=mod, name="ring"), 8, 128, (), 0, None)
+    if expected is fb.BarrierTimeout:
+        msg = str(e.value)
+        assert "ring grid 8 block 128 was not launched" in msg and hang in msg and "can go on using the GPU" in msg
+        assert ("names the violations" in msg) == violations, msg
+    assert got == [], got
+    if mode == "report" and violations:
+        assert "unordered-access" in capsys.readouterr().out
+
+
+def test_a_hazard_build_that_does_not_hang_lets_the_launch_go_on(monkeypatch):
+    import types
+    calls, module, launch = _launch_hook_calls(monkeypatch, sanitize=False)
+    launch(module(STAGES=4), 8, 128, 1000)          # fake_run's report: no violation, gave_up ""
+    assert len(calls) == 1
+
+
+def test_the_isolated_check_carries_where_the_hazard_build_hung(monkeypatch, capsys):
+    """The child's script (run here with its GPU part replaced) prints the wait that gave up, and run_isolated
+    returns it with the notes, for _check_isolated to refuse the launch."""
+    import importlib
+    import types
+    mods = {m: importlib.import_module(f"feedbeast.{m}") for m in ("compile", "isolated", "memory")}
+    monkeypatch.setattr(mods["compile"], "compile",
+                        lambda *a, **k: types.SimpleNamespace(kernel=lambda n: types.SimpleNamespace(name=n)))
+    monkeypatch.setattr(hz, "run", lambda kernel, *a, **k: hz.Report(kernel.name, [], 7, gave_up="full[2] parity 1",
+                                                                     unchecked="a wait gave up"))
+    exec(hz._CHILD, dict(fb=fb, source="", arch="sm_90a", defines={}, options=[], name="k.cu", host=[], spec=[],
+                         kname="k", grid=1, block=32, shared=0, cluster=None))
+    printed = capsys.readouterr().out
+    monkeypatch.setattr(mods["isolated"], "run_child", lambda *a, **k: printed)
+    monkeypatch.setattr(hz, "_host_arguments", lambda args: ([], []))
+    monkeypatch.setattr(mods["memory"], "sync", lambda: None)
+    kernel = types.SimpleNamespace(name="k", module=types.SimpleNamespace(source="", arch="sm_90a", defines={},
+                                                                          options=(), name="k.cu"))
+    text, found, events, notes = hz.run_isolated(kernel, 1, 32)
+    assert (found, events, notes["gave_up"], notes["unchecked"]) == ([], 7, "full[2] parity 1", "a wait gave up")
+
+
 def test_feedbeast_hazards_set_after_the_import_checks_the_next_launch(monkeypatch, capsys, tmp_path):
     """`%env FEEDBEAST_HAZARDS=1` in a notebook that already imported feedbeast (with the course's hooks, as `make
     lab` and the course's runners give it): the course reads the variable again before each launch, as the first of

@@ -129,7 +129,8 @@ class CheckFailed(AssertionError, FeedbeastError):
 
 
 class BarrierTimeout(FeedbeastError):
-    """A kernel gave up waiting on a barrier (a debug build's bounded wait fired)."""
+    """A kernel gave up waiting on a barrier (a debug build's bounded wait fired), or a hazard-checked launch was not
+    run because its hazard build, run first, gave up at a wait (feedbeast.hazards)."""
 
 
 class HazardFound(FeedbeastError):

@@ -11,8 +11,10 @@ does not cover.
 
 With feedbeast.hooks.mode.hazards = "check" every launch of a kernel compiled from source also runs its hazard
 build at the same arguments and raises HazardFound ("report": prints the report and goes on; "isolated": the check
-runs in a separate process). The course sets that mode from FEEDBEAST_HAZARDS=1 (report, isolated): the grader
-and `make sanitize` set it, and so can `%env FEEDBEAST_HAZARDS=1` in a notebook.
+runs in a separate process). In every mode a hazard build that hangs (a wait gave up after the debug time-out)
+raises BarrierTimeout naming the wait, and the launch itself is not run: its waits are not bounded. The course sets
+that mode from FEEDBEAST_HAZARDS=1 (report, isolated): the grader and `make sanitize` set it, and so can
+`%env FEEDBEAST_HAZARDS=1` in a notebook.
 
 The package: trace.py (event kinds, decoding), instrument.py (every ordinary shared-memory access of the hazard
 build recorded from its PTX), replay.py with accesses.py and barriers.py (the replay of one cluster), check.py (the
@@ -98,7 +100,7 @@ from .report import RULES, HazardFound, Report, Violation  # noqa: F401
 from .source import unmodeled  # noqa: F401
 from .trace import *  # noqa: F401,F403  (the event kinds: hz.MBAR_WAIT, ...)
 from .trace import ALL, KINDS, SMEM_WINDOW, WORDS, Event, decode, encode  # noqa: F401
-from ..errors import FeedbeastError
+from ..errors import BarrierTimeout, FeedbeastError
 
 
 def mode() -> str:
@@ -155,7 +157,7 @@ r = hz.run(mod.kernel(kname), grid, block, *args, shared=shared, cluster=cluster
 print("__HZ__" + json.dumps({"text": str(r), "rules": [v.rule for v in r.violations] if isinstance(r, hz.Report)
                              else [], "ok": bool(getattr(r, "ok", True)), "events": getattr(r, "events", 0),
                              "unchecked": getattr(r, "unchecked", "") if isinstance(r, hz.Report) else str(r),
-                             "partly": getattr(r, "partly", "")}))
+                             "partly": getattr(r, "partly", ""), "gave_up": getattr(r, "gave_up", "")}))
 """
 
 
@@ -197,7 +199,7 @@ def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
     """The hazard check in a separate process (fb.isolated's runner, feedbeast.isolated.run_child): the arguments'
     device buffers go over as host copies, tensor maps are encoded again over them, so a hazard build that faults
     or hangs leaves this process's GPU context usable. Returns (report text, rules found, events, {"unchecked":
-    why not checkable, "partly": what was not checked})."""
+    why not checkable, "partly": what was not checked, "gave_up": the wait at which the hazard build hung})."""
     import dataclasses
     import json
     from .. import hooks
@@ -218,7 +220,7 @@ def run_isolated(kernel, grid, block, *args, shared=0, cluster=None):
     if line is None:
         raise FeedbeastError(f"the isolated hazard check of {kernel.name} printed no result:\n{str(out)[-2000:]}")
     info = json.loads(line[len("__HZ__"):])
-    return info["text"], info["rules"], info["events"], {k: info.get(k, "") for k in ("unchecked", "partly")}
+    return info["text"], info["rules"], info["events"], {k: info.get(k, "") for k in ("unchecked", "partly", "gave_up")}
 
 
 def _run_saving_buffers(kernel, grid, block, args, shared, cluster):
@@ -244,6 +246,22 @@ def _run_saving_buffers(kernel, grid, block, args, shared, cluster):
     return report
 
 
+def _refuse_a_hang(kernel, grid, block, gave_up: str, violations: bool):
+    """The hazard build gave up at a wait (its bounded waits, include/fb/hazard.cuh): the launch of the normal build,
+    whose waits are not bounded, would never return and would freeze the notebook. Raise BarrierTimeout instead of
+    launching it; the hazard build did not trap, so this process can go on using the GPU."""
+    if not gave_up:
+        return
+    raise BarrierTimeout(
+        f"{kernel.name} grid {grid} block {block} was not launched: its hazard build, run first with the same "
+        f"arguments, waited on {gave_up} past the debug time-out, so the phase never completes and this launch "
+        "would never return. " + ("The report above names the violations before it. " if violations else
+                                  "The trace up to that wait breaks no ordering rule. ")
+        + "Look for the arrive that phase needs: which threads arrive on that barrier, and what each of them waits "
+        "for first. A debug build "
+        "(%%cuda --debug) names the block and thread that wait. This process can go on using the GPU.")
+
+
 def _verdict(kernel, grid, block, report):
     """Print the check's line; raise HazardFound, or record the pass (or the launch not checkable) for grading."""
     secs = "".join(f", {k} {v:.2f} s" for k, v in report.seconds.items())
@@ -254,8 +272,10 @@ def _verdict(kernel, grid, block, report):
     if mode() == "report":
         if not report.ok:
             print(report, flush=True)
+        _refuse_a_hang(kernel, grid, block, report.gave_up, bool(report.violations))
         return
     report.raise_if_any()
+    _refuse_a_hang(kernel, grid, block, report.gave_up, False)
     what, where = f"hazard check of {kernel.name}", f"grid {grid} block {block}"
     if report.unchecked:     # what grading reads: a part the checker could not follow is not a pass
         verdicts.skipped(what, f"{where}: not checked: {report.unchecked}")
@@ -306,6 +326,7 @@ def _check_isolated(kernel, grid, block, args, shared, cluster):
                                          if notes[k]), flush=True)
     if found:
         raise HazardFound(f"{found[0]}: {RULES[found[0]]}\n{text}")
+    _refuse_a_hang(kernel, grid, block, notes.get("gave_up", ""), False)
     what, where = f"hazard check of {kernel.name}", f"grid {grid} block {block}"
     if notes["unchecked"]:      # as _verdict: a launch the checker could not follow is not a pass
         verdicts.skipped(what, f"{where}: not checked: {notes['unchecked']}")
