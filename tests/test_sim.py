@@ -405,3 +405,78 @@ def test_timing_spans_are_consistent():
     loads = {s.label: s for s in r.spans if s.kind == "load"}
     for c in comp:
         assert c.start >= loads[c.label].end - 1e-9
+
+
+# ---- cp.async copies: landing seen only by the issuing thread's wait_group ----------------------------------------
+def _gather_producer(lag):
+    """Chapter 10's gathering lane with the proxy fence in the lane: each stage's cp.async copies form one group,
+    the lane waits until the group of `lag` iterations ago has landed (cp.async.wait_group), fences, and only then
+    arrives on that stage's full barrier. The kernel commits a group every iteration, empty ones after the last
+    stage, so at the tail the wait leaves only the real groups after the one it waits for in flight."""
+    def producer(ring):
+        S, T = ring.stages, ring.tiles
+        for it in range(T + lag):
+            if it < T:
+                s = ring.stage(it)
+                if it >= S:
+                    yield ring.empty[s].wait(ring.phase(it) ^ 1)
+                yield ring.cp_async(s, tile=it)
+            if it >= lag:
+                yield ring.cp_async_wait(min(it, T - 1) - (it - lag))
+                yield ring.full[ring.stage(it - lag)].arrive()
+    return producer
+
+
+def _consumer_releasing_one_late(ring):
+    """Chapter 10's wgmma consumer: P V of stage j runs under S of stage j + 1, so stage j is released only after
+    the wait for stage j + 1."""
+    for it in range(ring.tiles):
+        s = ring.stage(it)
+        yield ring.full[s].wait(ring.phase(it))
+        yield ring.read(s, tile=it)
+        if it >= 1:
+            yield ring.empty[ring.stage(it - 1)].arrive()
+    yield ring.empty[ring.stage(ring.tiles - 1)].arrive()
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_arrivals_held_back_past_the_consumers_lookahead_deadlock(stages):
+    """A producer that arrives on full[s] `lag` stages after issuing the copies, against consumers that release a
+    stage only once the next one is full: at its first wait for empty[0] it still holds full[1] back, which the
+    consumers need before they release stage 0. lag = stages - 1 deadlocks there (an H100 hung the same way, at the
+    wait for empty[0] parity 0); lag <= stages - 2 completes, and so does any lag with consumers that release at
+    once."""
+    late = [_consumer_releasing_one_late, _consumer_releasing_one_late]
+    r = check_ring(_gather_producer(stages - 1), late, stages=stages, tiles=2 * stages + 1)
+    assert r.kind == "deadlock", r
+    assert any(b.startswith("P is stuck at `wait empty[0] parity 0`") for b in r.blocked), r
+    for lag in range(stages - 1):
+        assert check_ring(_gather_producer(lag), late, stages=stages, tiles=2 * stages + 1).ok, lag
+    assert check_ring(_gather_producer(stages - 1), [consumer, consumer], stages=stages, tiles=2 * stages + 1).ok
+
+
+def test_a_cp_async_stage_published_before_its_wait_group_is_read_early():
+    """Arriving on full[s] before cp.async.wait_group has seen the stage's copies land lets a consumer read it
+    while the copy is in flight; and a read of a stage the thread itself copied needs the wait as well."""
+    def publish_first(ring):
+        for it in range(ring.tiles):
+            s = ring.stage(it)
+            if it >= ring.stages:
+                yield ring.empty[s].wait(ring.phase(it) ^ 1)
+            yield ring.cp_async(s, tile=it)
+            yield ring.full[s].arrive()          # BUG: no cp_async_wait before it
+    r = check_ring(publish_first, [consumer, consumer], stages=2, tiles=4)
+    assert r.kind == "read_before_arrival" and "has not landed" in r.message, r
+
+    def own_copy_without_wait(ring):
+        yield ring.cp_async(0, tile=0)
+        yield ring.read(0, tile=0)
+    one = lambda ring: (ring.full[0].init(1), ring.empty[0].init(1))
+    r = check_ring([own_copy_without_wait], [], stages=1, tiles=1, init=one)
+    assert r.kind == "read_before_arrival", r
+
+    def own_copy_with_wait(ring):
+        yield ring.cp_async(0, tile=0)
+        yield ring.cp_async_wait(0)
+        yield ring.read(0, tile=0)
+    assert check_ring([own_copy_with_wait], [], stages=1, tiles=1, init=one).ok

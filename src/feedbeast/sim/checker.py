@@ -40,6 +40,11 @@ thread program instead (write the loop yourself).  ``ring`` offers:
   ``full[stage]`` (other ``nbytes=``/``bar=`` may be given);
 * ``ring.read(stage, tile)``: the consumer uses the data of ``stage``, which
   it expects to be ``tile``;
+* ``ring.cp_async(stage, tile)``: a copy of ``tile`` into ``stage`` that
+  completes on no barrier, as ``cp.async`` (chapter 03): only its own thread
+  learns that it landed, through ``ring.cp_async_wait(n)``, which blocks until
+  every ``cp_async`` copy of this thread but the ``n`` most recent has landed
+  (each copy its own commit group: ``cp.async.wait_group n``);
 * ``ring.stage(i)`` = ``i % stages``, ``ring.phase(i)`` = ``(i // stages) & 1``;
 * ``ring.stages``, ``ring.tiles``, ``ring.tile_bytes``, ``ring.consumers``,
   ``ring.me`` (this thread's index among its role), ``ring.name``.
@@ -114,7 +119,7 @@ MBARRIER_MISUSE = "mbarrier_misuse"
 BUG_KINDS = (DEADLOCK, STAGE_OVERWRITTEN, READ_BEFORE_ARRIVAL, WRONG_DATA, MBARRIER_MISUSE)
 
 # instruction codes
-_WAIT, _ARRIVE, _EXPECT, _ARRIVE_TX, _COPY, _READ = range(6)
+_WAIT, _ARRIVE, _EXPECT, _ARRIVE_TX, _COPY, _READ, _CP_ASYNC, _CP_WAIT = range(8)
 
 
 class StepFunctionError(Exception):
@@ -232,6 +237,15 @@ class RingView:
         self._check_stage(stage)
         return self._make(_READ, (stage, tile), f"read stage {stage} tile {tile}")
 
+    def cp_async(self, stage, tile):
+        self._check_stage(stage)
+        return self._make(_CP_ASYNC, (stage, tile), f"cp.async tile {tile} -> stage {stage} (one commit group)")
+
+    def cp_async_wait(self, n):
+        if not isinstance(n, int) or n < 0:
+            raise StepFunctionError(f"cp_async_wait({n!r}): the number of groups left in flight is an int >= 0")
+        return self._make(_CP_WAIT, (n,), f"cp.async.wait_group {n}")
+
     def _check_stage(self, stage):
         if not isinstance(stage, int) or not 0 <= stage < self.stages:
             raise StepFunctionError(f"stage {stage!r}: the ring has stages 0..{self.stages - 1}")
@@ -310,7 +324,9 @@ class RingModel:
 
     A state is ``(pcs, bars, stages, inflight)``; an event is ``("t", tid)``
     (thread ``tid`` executes its next operation) or ``("l", copy)`` (an
-    in-flight copy ``(stage, tile, bar, nbytes)`` lands).
+    in-flight copy ``(stage, tile, bar, nbytes, owner, seq)`` lands; a ``cp_async`` copy has bar -1,
+    its issuing thread as owner and its place among that thread's cp_async copies as seq; a
+    barrier-tracked copy has owner and seq -1).
     """
 
     def __init__(self, producers, consumers, stages=4, tiles=8, tile_bytes=16384, init=None):
@@ -345,6 +361,9 @@ class RingModel:
             self.programs.append(tuple((op.code,) + tuple(op.args) for op in ops))
             self.texts.append(tuple(op.text for op in ops))
         self.lengths = tuple(len(p) for p in self.programs)
+        # per thread and pc: how many cp_async copies it issued before (the groups a wait_group counts back from)
+        self.cp_before = tuple(tuple(sum(op[0] == _CP_ASYNC for op in prog[:pc]) for pc in range(len(prog) + 1))
+                               for prog in self.programs)
 
         # which threads must read each tile before its stage may be reused
         needed = {}
@@ -358,7 +377,7 @@ class RingModel:
         copy_at = {}
         for tid, prog in enumerate(self.programs):
             for pc, op in enumerate(prog):
-                if op[0] == _COPY:
+                if op[0] in (_COPY, _CP_ASYNC):
                     copy_at.setdefault((op[1], op[2]), [[] for _ in self.programs])[tid].append(pc)
         self.copy_at = copy_at
 
@@ -381,6 +400,9 @@ class RingModel:
                     st = bars[op[1]]
                     if st is not None and st[1] == op[2]:
                         continue          # blocked: that phase has not completed
+                elif op[0] == _CP_WAIT and any(c[4] == tid and c[5] < self.cp_before[tid][pc] - op[1]
+                                               for c in inflight):
+                    continue              # blocked: a group older than the n most recent is in flight
                 evs.append(("t", tid))
         last = None
         for c in inflight:
@@ -396,11 +418,12 @@ class RingModel:
         """Successor state of ``state`` after event ``ev``; raises ``_Bug``."""
         pcs, bars, stages, inflight = state
         if ev[0] == "l":
-            s, tile, b, n = ev[1]
+            s, tile, b, n = ev[1][:4]
             i = inflight.index(ev[1])
             inflight = inflight[:i] + inflight[i + 1:]
             stages = stages[:s] + ((tile, 0),) + stages[s + 1:]
-            bars = self._bar(bars, b, bar_complete_tx, n, notes)
+            if b >= 0:
+                bars = self._bar(bars, b, bar_complete_tx, n, notes)
             return (pcs, bars, stages, inflight)
 
         tid = ev[1]
@@ -420,8 +443,9 @@ class RingModel:
             bars = self._bar(bars, op[1], bar_expect_tx, op[2], notes)
         elif code == _ARRIVE_TX:
             bars = self._bar(bars, op[1], bar_arrive_expect_tx, op[2], notes, op[3])
-        elif code == _COPY:
-            _, s, tile, b, n = op
+        elif code in (_COPY, _CP_ASYNC):
+            s, tile = op[1], op[2]
+            b, n, owner, seq = (op[3], op[4], -1, -1) if code == _COPY else (-1, 0, tid, self.cp_before[tid][pc])
             for c in inflight:
                 if c[0] == s:
                     raise _Bug(STAGE_OVERWRITTEN,
@@ -434,7 +458,9 @@ class RingModel:
                     raise _Bug(STAGE_OVERWRITTEN,
                                f"copy of tile {tile} issued into stage {s}, which still holds "
                                f"tile {held[0]} that {self._who(missing)} has not read yet")
-            inflight = tuple(sorted(inflight + ((s, tile, b, n),)))
+            inflight = tuple(sorted(inflight + ((s, tile, b, n, owner, seq),)))
+        elif code == _CP_WAIT:
+            pass                          # enabled only once enough of its copies have landed
         elif code == _READ:
             _, s, tile = op
             held = stages[s]
@@ -488,7 +514,9 @@ class RingModel:
     # ---- words ----------------------------------------------------------
     def describe(self, state, ev):
         if ev[0] == "l":
-            s, tile, b, n = ev[1]
+            s, tile, b, n, owner, _ = ev[1]
+            if b < 0:
+                return f"cp.async of tile {tile} -> stage {s} lands (only {self.names[owner]}'s wait_group sees it)"
             return f"copy tile {tile} -> stage {s} lands (complete_tx {n} on {self.bar_names[b]})"
         tid = ev[1]
         return f"{self.names[tid]}: {self.texts[tid][state[0][tid]]}"
@@ -502,6 +530,9 @@ class RingModel:
                 out.append(f"{self.names[tid]} has finished")
                 continue
             op = prog[pc]
+            if op[0] == _CP_WAIT:     # never stuck for good: its copies land; said for completeness
+                out.append(f"{self.names[tid]} is at `{self.texts[tid][pc]}`")
+                continue
             st = bars[op[1]]
             out.append(f"{self.names[tid]} is stuck at `{self.texts[tid][pc]}`: "
                        f"{self.bar_names[op[1]]} is in its phase of parity {st[1]} with "
