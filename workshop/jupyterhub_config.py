@@ -16,7 +16,7 @@
 #   FEEDBEAST_HUB_COURSE    the course checkout copied to learners (default: the one holding this file)
 #   FEEDBEAST_HUB_GPUS      devices to share out: "0,1" or "MIG-<uuid>,MIG-<uuid>" (default: what nvidia-smi -L
 #                           lists, MIG instances first; none: learners run in the course's CPU mode)
-#   FEEDBEAST_HUB_PER_GPU   learners per device (default 6; see docs/instructors.md for the measured memory)
+#   FEEDBEAST_HUB_PER_GPU   learners per device (default 6; docs/instructors.md says how to measure the memory each takes)
 #   FEEDBEAST_HUB_LEARNERS  a file with one allowed username per line (default: every PAM user may log in)
 #   FEEDBEAST_HUB_ADMINS    comma-separated instructor usernames (hub admins: start, stop, reset servers)
 #   FEEDBEAST_HUB_SPAWNER   localprocess (default) or systemd (jupyterhub-systemdspawner: memory and CPU
