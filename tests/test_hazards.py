@@ -1032,6 +1032,38 @@ def test_the_producers_final_wait_all_does_not_hide_the_phase_that_tracked_its_c
     assert rules(untracked.check(instrumented=True)) == ["unordered-access"]
 
 
+def _gather_for_wgmma(lane_fences: bool, laps=2):
+    """Chapter 10's gathers read by wgmma: lane 0 copies a stage with cp.async; the consumer warpgroup (thread WG)
+    waits on FULL and reads the stage with wgmma (async proxy), then releases EMPTY. lane_fences=False: the stage's
+    barrier tracks the copies (cp.async.mbarrier.arrive.noinc) and the consumer fences after its wait, as
+    fb/flash_decode.cuh does today; True: the lane waits for its own copies (cp.async.wait_group), fences, then
+    arrives."""
+    tr = Trace().init(0, FULL, 1).init(0, EMPTY, 1).sync(0).sync(WG)
+    for lap in range(laps):
+        tr.wait(0, EMPTY, (lap & 1) ^ 1, "empty")
+        tr.cp_async(0, STAGE).cp_async(0, STAGE + 16)
+        if lane_fences:
+            tr.cp_commit(0).cp_wait(0, 0).fence(0).arrive(0, FULL)
+        else:
+            tr.cp_mbar_arrive(0, FULL, True)
+        tr.wait(WG, FULL, lap & 1)
+        if not lane_fences:
+            tr.fence(WG)
+        tr.wgmma(WG, STAGE, 32).wgmma_commit(WG).wgmma_wait(WG, 0).arrive(WG, EMPTY)
+    return tr
+
+
+def test_a_gathered_stage_read_by_wgmma_needs_the_fence_in_the_lane_that_copied():
+    """PTX ISA, membar/fence: a fence orders the memory accesses of the thread that executes it. The cp.async
+    writes are the lane's; a fence the consumer executes after acquiring the stage orders only the consumer's own
+    accesses, so the checker names missing-proxy-fence. The lane's own fence after its cp.async.wait_group, before
+    the arrive that hands the stage over, is on the path."""
+    r = _gather_for_wgmma(lane_fences=False).check(instrumented=True)
+    assert rules(r) == ["missing-proxy-fence"], str(r)
+    r = _gather_for_wgmma(lane_fences=True).check(instrumented=True)
+    assert r.ok, str(r)
+
+
 def test_a_phase_that_does_not_track_the_cp_async_is_found():
     r = cp_mbar_ring(False, arrive=False).check(instrumented=True)
     assert rules(r) == ["unordered-access"], str(r)
