@@ -156,7 +156,7 @@ sanitize: $(STAMP)
 ifeq ($(ENV)-$(CUDA),venv-13)
 	$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/sanitize.txt
 endif
-	$(PYTHON) -m feedbeast sanitize $(SANITIZE_FLAGS) chapters solutions
+	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast sanitize $(SANITIZE_FLAGS) chapters solutions
 
 ## make gpu-check  make test on each GPU path of the README (fresh venv, GPU image, CUDA 12); results/<gpu>/ci.md
 # GPU_CHECK_FLAGS: --paths venv,current,cuda12 --wheels DIR (full bundle) --notebook-wheels DIR --cu12-wheels DIR
