@@ -621,7 +621,8 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
           course=None) -> Report:
     """Grade the learner notebook at `path` (not changed) with the check cells of its solution.
 
-    `hazards`: run with FEEDBEAST_HAZARDS=1 (default: labs 03-09 on a machine with a GPU).
+    `hazards`: run with FEEDBEAST_HAZARDS=1 (default on a machine with a GPU: labs 03-09, and later labs whose
+    kernels include an fb/ header).
     `kernel` is accepted for compatibility and ignored: the checks run in this interpreter's Python.
     """
     path = Path(path)
@@ -828,7 +829,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     ap.add_argument("--learner", default=None, help="name to put in the JSON (the roster sets it)")
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
-                    help="FEEDBEAST_HAZARDS=1 for labs 03-09: auto = when a GPU is here")
+                    help="FEEDBEAST_HAZARDS=1 for labs 03-09 and later labs using fb/ headers: auto = when a GPU is here")
     args = ap.parse_args(argv)
     hazards = {"auto": None, "on": True, "off": False}[args.hazards]
     reports = []

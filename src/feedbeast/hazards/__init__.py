@@ -11,8 +11,9 @@ does not cover.
 
 With feedbeast.hooks.mode.hazards = "check" every launch of a kernel compiled from source also runs its hazard
 build at the same arguments and raises HazardFound ("report": prints the report and goes on; "isolated": the check
-runs in a separate process). In every mode a hazard build that hangs (a wait gave up after the debug time-out)
-raises BarrierTimeout naming the wait, and the launch itself is not run: its waits are not bounded. The course sets
+runs in a separate process). In every mode the launch of a kernel whose hazard build hangs (a wait gave up after
+the debug time-out) is not run: BarrierTimeout names the wait, unless "check" or "isolated" raised HazardFound
+first for a rule broken before the hang. The course sets
 that mode from FEEDBEAST_HAZARDS=1 (report, isolated): the grader and `make sanitize` set it, and so can
 `%env FEEDBEAST_HAZARDS=1` in a notebook.
 
