@@ -1036,7 +1036,7 @@ def _gather_for_wgmma(lane_fences: bool, laps=2):
     """Chapter 10's gathers read by wgmma: lane 0 copies a stage with cp.async; the consumer warpgroup (thread WG)
     waits on FULL and reads the stage with wgmma (async proxy), then releases EMPTY. lane_fences=False: the stage's
     barrier tracks the copies (cp.async.mbarrier.arrive.noinc) and the consumer fences after its wait, as
-    fb/flash_decode.cuh does today; True: the lane waits for its own copies (cp.async.wait_group), fences, then
+    fb/flash_decode.cuh does; True: the lane waits for its own copies (cp.async.wait_group), fences, then
     arrives."""
     tr = Trace().init(0, FULL, 1).init(0, EMPTY, 1).sync(0).sync(WG)
     for lap in range(laps):
