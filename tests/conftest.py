@@ -1,4 +1,5 @@
 import os
+import sys
 
 import pytest
 
@@ -52,6 +53,35 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if GPU_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.gpu)
+
+
+def gpu_test_limit(environ=os.environ) -> float:
+    """Seconds a GPU test may run (gpu_test_watchdog): FEEDBEAST_GPU_TEST_LIMIT_S, else 0 (off) under make stress
+    (FEEDBEAST_STRESS set), else 900."""
+    return float(environ.get("FEEDBEAST_GPU_TEST_LIMIT_S") or ("0" if environ.get("FEEDBEAST_STRESS") else "900"))
+
+
+def gpu_test_watchdog(request):
+    """A GPU test still running after FEEDBEAST_GPU_TEST_LIMIT_S seconds (default 900, the notebooks' cell time-out;
+    0 turns it off; off by default under make stress, whose tests run many sizes) waits on a kernel that will not
+    return, and a running kernel cannot be interrupted. faulthandler's watchdog, a thread that needs no GIL, then
+    writes every thread's stack to stderr and ends this process: under pytest-xdist the worker is reported as
+    crashed while running that test and replaced, and the run goes on; in one process the run ends (exit 1)."""
+    limit = gpu_test_limit()
+    if limit <= 0 or request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    import faulthandler
+    from _pytest.faulthandler import fault_handler_stderr_fd_key      # pytest's copy of the real stderr
+    out = request.config.stash.get(fault_handler_stderr_fd_key, None)
+    faulthandler.dump_traceback_later(limit, exit=True, file=out if out is not None else sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+_gpu_test_watchdog = pytest.fixture(autouse=True)(gpu_test_watchdog)
 
 
 def _gpu_or_skip(arch=None):
