@@ -72,8 +72,11 @@ def gpu_test_watchdog(request):
         yield
         return
     import faulthandler
-    from _pytest.faulthandler import fault_handler_stderr_fd_key      # pytest's copy of the real stderr
-    out = request.config.stash.get(fault_handler_stderr_fd_key, None)
+    try:        # pytest's copy of the real stderr (fd 2 is captured while a test runs)
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+        out = request.config.stash.get(fault_handler_stderr_fd_key, None)
+    except ImportError:
+        out = None
     faulthandler.dump_traceback_later(limit, exit=True, file=out if out is not None else sys.__stderr__)
     try:
         yield

@@ -13,9 +13,8 @@ With feedbeast.hooks.mode.hazards = "check" every launch of a kernel compiled fr
 build at the same arguments and raises HazardFound ("report": prints the report and goes on; "isolated": the check
 runs in a separate process). In every mode the launch of a kernel whose hazard build hangs (a wait gave up after
 the debug time-out) is not run: BarrierTimeout names the wait, unless "check" or "isolated" raised HazardFound
-first for a rule broken before the hang. The course sets
-that mode from FEEDBEAST_HAZARDS=1 (report, isolated): the grader and `make sanitize` set it, and so can
-`%env FEEDBEAST_HAZARDS=1` in a notebook.
+first for a rule broken before the hang. The course sets that mode from FEEDBEAST_HAZARDS=1 (report, isolated):
+the grader and `make sanitize` set it, and so can `%env FEEDBEAST_HAZARDS=1` in a notebook.
 
 The package: trace.py (event kinds, decoding), instrument.py (every ordinary shared-memory access of the hazard
 build recorded from its PTX), replay.py with accesses.py and barriers.py (the replay of one cluster), check.py (the
@@ -259,8 +258,8 @@ def _refuse_a_hang(kernel, grid, block, gave_up: str, violations: bool):
         "would never return. " + ("The report above names the violations before it. " if violations else
                                   "The trace up to that wait breaks no ordering rule. ")
         + "Look for the arrive that phase needs: which threads arrive on that barrier, and what each of them waits "
-        "for first. A debug build "
-        "(%%cuda --debug) names the block and thread that wait. This process can go on using the GPU.")
+        "for first. A debug build (%%cuda --debug) names the block and thread that wait. This process can go on "
+        "using the GPU.")
 
 
 def _verdict(kernel, grid, block, report):
