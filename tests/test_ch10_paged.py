@@ -55,6 +55,10 @@ def test_sass_and_resources(ch, mode, producers, rg, cw, kind):
     want, forbid = SASS[mode]
     if kind == 1:
         want = tuple(w for w in want if not w.startswith(("HMMA", "LDSM"))) + WGMMA_SASS[rg]
+        if mode == 0:   # for wgmma each gathering lane waits for its own copies, fences, then arrives (no ARRIVES)
+            want = tuple(w for w in want if w != "ARRIVES.LDGSTSBAR.64.ARVCNT") + ("LDGDEPBAR",)
+            forbid = forbid + ("ARRIVES.LDGSTSBAR",)
+            assert "DEPBAR.LE SB0, " in mod.sass("decode_paged")            # cp.async.wait_group
         forbid = forbid + ("HMMA", "LDSM")
         sass = mod.sass("decode_paged")
         assert ".tnspB" in sass                               # V read MN-major, transposed by the instruction

@@ -14,7 +14,8 @@
 //
 // The producer is one of three ways to reach a page (Mode):
 //   0  cp.async gathers: each lane copies 16-byte chunks of the stage's rows (page from the table, zero fill past
-//      L) and cp.async.mbarrier.arrive.noinc makes the stage's barrier wait for its copies;
+//      L); for the mma.sync consumers cp.async.mbarrier.arrive.noinc makes the stage's barrier wait for its copies,
+//      for the wgmma consumers each lane waits for its own copies (cp.async.wait_group), fences the proxies, arrives;
 //   1  TMA from one tensor map over the whole pool: a page of head h is the box at row (page*HKV + h)*P;
 //   2  TMA from a tensor map per page: the map's global address is rewritten on the device (tensormap.replace),
 //      copied to global memory with a release (tensormap.cp_fenceproxy) and acquired before the copy uses it.
@@ -23,7 +24,7 @@
 // "tensormap.replace", "tensormap.cp_fenceproxy", "membar/fence" (fence.proxy.tensormap::generic), "ldmatrix"
 // (.trans), "mma" (m16n8k16), "ex2", "wgmma.mma_async" (and "Matrix Descriptor Format", "Register Fragments and Shared
 // Memory Matrix Layouts"), "Memory Consistency Model: Proxies" (cp.async writes are generic-proxy writes; wgmma reads
-// its shared-memory operands through the async proxy, so the consumers fence before reading a gathered stage). The last-block combine follows the CUDA C++ Programming Guide, "Memory Fence
+// its shared-memory operands through the async proxy, so the lane that copied fences before it arrives). The last-block combine follows the CUDA C++ Programming Guide, "Memory Fence
 // Functions" (__threadfence before the count, the last block reads every partial).
 #pragma once
 #include <cuda_bf16.h>
@@ -421,12 +422,33 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
   const int cons = warp / Pl::UNIT;              // this consumer (warp, or warpgroup)
   const int wr = cons / Pl::WT, wt = cons % Pl::WT;
   if (warp >= Cw) {                              // ---- producer warps
-    if (Mode == 0) {
+    if (Mode == 0 && Kind == 0) {
       for (int it = 0; it < iters; ++it) {
         const int s = it % Stages;
         if (it >= Stages) mbar::wait(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);
         gather_stage<Pw>(smem + s * STAGE, pg, h, tile0 + it, tid - 32 * Cw);
         cp_async_arrive_noinc(&full[s]);
+      }
+    } else if (Mode == 0) {
+      // wgmma reads the stage through the async proxy, and a proxy fence orders the accesses of the thread that
+      // executes it: each lane waits for its own copies of a stage (cp.async.wait_group), fences, then arrives.
+      // The arrival for stage j waits until stage j + LAG is issued. LAG = Stages - 1 would deadlock: the consumers
+      // release stage j only after acquiring j + 1, so the refill of stage j (issued Stages stages after it) needs
+      // full[j + 1] to have been arrived on. Stages - 2 keeps that arrival ahead of the wait.
+      static_assert(Stages >= 2, "the gathers of the wgmma path need two stages");
+      constexpr int LAG = Stages - 2;
+      for (int it = 0; it < iters + LAG; ++it) {
+        if (it < iters) {
+          const int s = it % Stages;
+          if (it >= Stages) mbar::wait(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);
+          gather_stage<Pw>(smem + s * STAGE, pg, h, tile0 + it, tid - 32 * Cw);
+        }
+        cp_async_commit();                                  // one group per iteration (empty after the last stage)
+        if (it >= LAG) {
+          cp_async_wait<LAG>();
+          fence_proxy_async();
+          mbar::arrive(&full[(it - LAG) % Stages]);
+        }
       }
     } else {
       const int br = pg.log2p < 6 ? 1 << pg.log2p : TT;     // rows per box
@@ -542,7 +564,6 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
         fence_proxy_async();
         bar_sync(1 + cons, 128);
       }
-      if (Mode == 0) fence_proxy_async();       // the gathers' cp.async writes (generic proxy) before wgmma reads
       return st;
     };
     // (every slice has at least one stage: the host's plan keeps S <= the number of stages)
