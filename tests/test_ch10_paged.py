@@ -164,3 +164,22 @@ def test_gpu_paged_both_consumers_against_float64(gpu90, ch, kind, mode, nq, L, 
     """Either consumer kind at any row count (wgmma pads to m64 tiles; mma.sync to 16, 32 or 64 rows a block)."""
     r = ch["run_paged_check"](nq, L, P, mode, seed=3 * nq + L + P + kind, kind=kind)
     assert r, r
+
+
+@pytest.mark.parametrize("nq, L, P, mode, kind, warps", [(64, 1000, 16, 1, 1, 1), (33, 2049, 8, 1, 1, 1),
+                                                          (8, 1000, 16, 1, 0, 1), (5, 777, 16, 2, 0, 1),
+                                                          (64, 5000, 256, 2, 1, 1), (16, 300, 16, 0, 1, 1),
+                                                          (64, 1000, 64, 0, 1, 2)])
+def test_gpu_paged_hazard_checked(gpu90, ch, nq, L, P, mode, kind, warps):
+    """The hazard checker (chapter 04) over each producer with each consumer kind, the last tile partial, where the
+    consumers share a token slice (two wgmma warpgroups at 128 rows, two mma.sync warps at 32): no rule broken, and
+    the result right. The first two found `unordered-access` while every consumer zeroed all of its slice's rows
+    past L; the last two are the gathers that fence in the lanes that copied."""
+    from feedbeast import hooks
+    before = hooks.mode.hazards
+    hooks.mode.hazards = "check"
+    try:
+        r = ch["run_paged_check"](nq, L, P, mode, seed=nq + L, kind=kind, producers=warps)
+    finally:
+        hooks.mode.hazards = before
+    assert r, r

@@ -464,14 +464,23 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
         tma::prefetch_tensormap(vmap);
       }
       TensorMap* my = slots + (size_t)(blockIdx.y * gridDim.x + blockIdx.x) * 2 * Stages * pieces;   // this block's
+      // The pages of a stage's boxes: lane p reads the table entry of box p, one load for all of them, and the next
+      // stage's are read before the wait for its slot, so the table's latency is not paid box after box.
+      auto pages_of = [&](int tile) {
+        const int t = tile * TT + lane * br;
+        return lane < pieces && t < pg.L ? __ldg(pg.table + (t >> pg.log2p)) : 0;
+      };
+      int next = pages_of(tile0);
       for (int it = 0; it < iters; ++it) {
         const int s = it % Stages, tile = tile0 + it;
+        const int mine = next;
+        if (it + 1 < iters) next = pages_of(tile + 1);
         if (it >= Stages) mbar::wait(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);
         const int n = piece_count(pg, tile);
         if (lane == 0) mbar::arrive_expect_tx(&full[s], n * br * 128 * 4);   // 2 halves x (K, V)
         for (int p = 0; p < n; ++p) {
           const int t = tile * TT + p * br;
-          const int page = __ldg(pg.table + (t >> pg.log2p));
+          const int page = __shfl_sync(0xffffffffu, mine, p);
           const int in_page = t & ((1 << pg.log2p) - 1);
           unsigned char* kd = smem + s * STAGE + p * br * 128;
           if (Mode == 1) {
@@ -520,12 +529,14 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
       unsigned char* st = smem + s * STAGE;
       if (Mode != 0 && (tile + 1) * TT > pg.L) {
         // The last tile by TMA: rows past L hold whatever the page (or an earlier stage) held, maybe NaN, and
-        // 0 x NaN is NaN in P V. Each warp zeroes the V rows of its own token slice before reading them.
-        for (int x = lane; x < TW * 16; x += 32) {
+        // 0 x NaN is NaN in P V. The WR warps that read this token slice zero its V rows past L, each a share (two
+        // warps writing the same bytes unordered would be a race, if a harmless-looking one), then meet.
+        for (int x = 32 * wr + lane; x < TW * 16; x += 32 * Pl::WR) {
           const int r = TW * wt + x / 16;
           if (tile * TT + r >= pg.L) *reinterpret_cast<uint4*>(st + TILE + chunk_off(r, x % 16, TT)) = make_uint4(0, 0, 0, 0);
         }
-        __syncwarp();
+        if (Pl::WR == 1) __syncwarp();
+        else bar_sync(1 + wt, 32 * Pl::WR);
       }
       consume_stage<MT, TW, RP>(o, m, l, qa, smem_addr(st), smem_addr(st + TILE), wr, wt, lane, tile * TT, pg.L,
                                 scale_log2);
@@ -555,14 +566,14 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
       mbar::wait(&full[s], (it / Stages) & 1, "full", s);
       unsigned char* st = smem + s * STAGE;
       if (Mode != 0 && (tile + 1) * TT > pg.L) {
-        // As above (rows past L of a TMA stage may be NaN), for the warpgroup's token slice; the zeros are ordinary
-        // stores that wgmma reads next: fence, then the warpgroup's own barrier.
-        for (int x = tid % 128; x < TW * 16; x += 128) {
+        // As above (rows past L of a TMA stage may be NaN): the WR warpgroups of the token slice share the zeroing;
+        // the zeros are ordinary stores that wgmma reads next: fence, then the slice's barrier.
+        for (int x = 128 * wr + tid % 128; x < TW * 16; x += 128 * Pl::WR) {
           const int r = TW * wt + x / 16;
           if (tile * TT + r >= pg.L) *reinterpret_cast<uint4*>(st + TILE + chunk_off(r, x % 16, TT)) = make_uint4(0, 0, 0, 0);
         }
         fence_proxy_async();
-        bar_sync(1 + cons, 128);
+        bar_sync(1 + wt, 128 * Pl::WR);
       }
       return st;
     };
