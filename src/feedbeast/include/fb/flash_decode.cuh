@@ -24,8 +24,9 @@
 // "tensormap.replace", "tensormap.cp_fenceproxy", "membar/fence" (fence.proxy.tensormap::generic), "ldmatrix"
 // (.trans), "mma" (m16n8k16), "ex2", "wgmma.mma_async" (and "Matrix Descriptor Format", "Register Fragments and Shared
 // Memory Matrix Layouts"), "Memory Consistency Model: Proxies" (cp.async writes are generic-proxy writes; wgmma reads
-// its shared-memory operands through the async proxy, so the lane that copied fences before it arrives). The last-block combine follows the CUDA C++ Programming Guide, "Memory Fence
-// Functions" (__threadfence before the count, the last block reads every partial).
+// its shared-memory operands through the async proxy, so the lane that copied fences before it arrives). The
+// last-block combine follows the CUDA C++ Programming Guide, "Memory Fence Functions" (__threadfence before the
+// count, the last block reads every partial).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda/std/cstdint>
@@ -685,8 +686,9 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
         float4 v[CB];
 #pragma unroll
         for (int j = 0; j < CB; ++j)
-          v[j] = s0 + j < S ? __ldcg(reinterpret_cast<const float4*>(part_o + (((size_t)hb * S + s0 + j) * RP + r) * D + d))
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
+          v[j] = s0 + j < S
+                     ? __ldcg(reinterpret_cast<const float4*>(part_o + (((size_t)hb * S + s0 + j) * RP + r) * D + d))
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int j = 0; j < CB; ++j) {
           const float w = s0 + j < S ? wts[(s0 + j) * RP + r] : 0.f;
