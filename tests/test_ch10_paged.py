@@ -9,7 +9,8 @@ express, a head count GQA cannot group, too many queries, a short table) is refu
 reference is itself checked against a direct computation and ignores the NaN rows past L.
 GPU (Hopper; skipped by name elsewhere): every path at ragged sizes (L not a multiple of the page, the last page
 partial and NaN past L, 1 and 64 queries, one slice and many) against float64 with poisoned outputs, twice with the
-same bits. Kernels and helpers are read from the chapter, so what is tested is what ships.
+same bits; the hazard checker over each producer and consumer kind where consumers share a token slice. Kernels and
+helpers are read from the chapter, so what is tested is what ships.
 """
 from __future__ import annotations
 
