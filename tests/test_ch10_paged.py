@@ -9,8 +9,8 @@ express, a head count GQA cannot group, too many queries, a short table) is refu
 reference is itself checked against a direct computation and ignores the NaN rows past L.
 GPU (Hopper; skipped by name elsewhere): every path at ragged sizes (L not a multiple of the page, the last page
 partial and NaN past L, 1 and 64 queries, one slice and many) against float64 with poisoned outputs, twice with the
-same bits; the hazard checker over each producer and consumer kind where consumers share a token slice. Kernels and
-helpers are read from the chapter, so what is tested is what ships.
+same bits; the hazard checker on the TMA producers with both consumer kinds and on the gathers read by wgmma.
+Kernels and helpers are read from the chapter, so what is tested is what ships.
 """
 from __future__ import annotations
 
@@ -169,13 +169,14 @@ def test_gpu_paged_both_consumers_against_float64(gpu90, ch, kind, mode, nq, L, 
 
 @pytest.mark.parametrize("nq, L, P, mode, kind, warps", [(64, 1000, 16, 1, 1, 1), (33, 2049, 8, 1, 1, 1),
                                                           (8, 1000, 16, 1, 0, 1), (5, 777, 16, 2, 0, 1),
-                                                          (64, 5000, 256, 2, 1, 1), (16, 300, 16, 0, 1, 1),
-                                                          (64, 1000, 64, 0, 1, 2)])
+                                                          (64, 5000, 256, 2, 1, 1), (16, 300, 16, 2, 1, 1),
+                                                          (16, 300, 16, 0, 1, 1), (64, 1000, 64, 0, 1, 2)])
 def test_gpu_paged_hazard_checked(gpu90, ch, nq, L, P, mode, kind, warps):
-    """The hazard checker (chapter 04) over each producer with each consumer kind, the last tile partial, where the
-    consumers share a token slice (two wgmma warpgroups at 128 rows, two mma.sync warps at 32): no rule broken, and
-    the result right. The first two found `unordered-access` while every consumer zeroed all of its slice's rows
-    past L; the last two are the gathers that fence in the lanes that copied."""
+    """The hazard checker (chapter 04), the last tile partial: the TMA producers with both consumer kinds, among them
+    consumers that share a token slice and zero its rows past L together (two wgmma warpgroups at 128 rows, two
+    mma.sync warps at 32 rows), and the gathers read by wgmma, which fence in the lanes that copied. No rule broken,
+    and the result right. The first two found `unordered-access` while every consumer zeroed all of its slice's
+    rows past L."""
     from feedbeast import hooks
     before = hooks.mode.hazards
     hooks.mode.hazards = "check"

@@ -7,7 +7,7 @@
 // Block (split s, KV head h, row block b): RP query rows (of the G*nq of head h, padded) against the s-th slice of
 // the sequence, 64 tokens per stage. Pw producer warps fill a ring of Stages stages (K and V,
 // 16 KB each, 128-byte swizzle); Cw consumer warps compute S = Q K^T and O += P V and keep the online softmax in
-// registers. The consumers are one of two kinds (Kind): 0, mma.sync m16n8k16 per warp (few rows: 16 or 32 per
+// registers. The consumers are one of two kinds (Kind): 0, mma.sync m16n8k16 per warp (few rows: 16, 32 or 64 per
 // block); 1, wgmma per warpgroup (many rows: m64 tiles, K read by the tensor cores straight from the stage as the
 // K-major B operand of S = Q K^T, V as the MN-major B operand of O += P V, P from registers). The S partial results (O normalised, log-sum-exp) of a head are combined by the
 // block that finishes last (an atomic count per head), so one launch does both steps.
@@ -466,7 +466,8 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
       }
       TensorMap* my = slots + (size_t)(blockIdx.y * gridDim.x + blockIdx.x) * 2 * Stages * pieces;   // this block's
       // The pages of a stage's boxes: lane p reads the table entry of box p, one load for all of them, and the next
-      // stage's are read before the wait for its slot, so the table's latency is not paid box after box.
+      // stage's entries are loaded one stage ahead, before this stage's wait for its slot, so the table's latency is
+      // not paid box after box.
       auto pages_of = [&](int tile) {
         const int t = tile * TT + lane * br;
         return lane < pieces && t < pg.L ? __ldg(pg.table + (t >> pg.log2p)) : 0;
@@ -668,8 +669,8 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
   __syncthreads();
   // ... then 16 bytes of O per thread and slice, the loads of up to CB slices issued before any is used: this block
   // alone finishes the head, so its time is the launch's tail, and L2 round trips are what it is made of. The
-  // 128-row wgmma build keeps 4: with 16, ptxas scheduled its main loop differently and it ran 4-9 % slower (H200,
-  // nq = 64).
+  // 128-row wgmma build keeps 4: with 16, ptxas scheduled its main loop differently and it ran 4-9 % slower at 32k
+  // and 128k tokens with the pool map (H200, nq = 64).
   constexpr int CB = Kind == 1 && RP == 128 ? 4 : 16;
   for (int x = tid; x < rows * (D / 4); x += Pl::THREADS) {
     const int r = x / (D / 4), d = 4 * (x % (D / 4));
