@@ -151,7 +151,10 @@ def test_gpu_paged_ragged_against_float64(gpu90, ch, mode, nq, L, P):
 @pytest.mark.parametrize("nq, L, P, mode, split, warps", [(5, 777, 4, 0, None, 1), (64, 3000, 64, 0, 1, 1),
                                                           (64, 3000, 64, 1, 1, 1), (1, 9000, 16, 2, 3, 1),
                                                           (4, 70000, 128, 1, None, 1), (3, 4097, 32, 0, None, 2),
-                                                          (64, 5000, 16, 0, None, 2), (1, 1, 16, 0, None, 2)])
+                                                          (64, 5000, 16, 0, None, 2), (1, 1, 16, 0, None, 2),
+                                                          # more slices than the combine's batch of 16 loads
+                                                          (4, 20000, 64, 1, 40, 1), (16, 20000, 64, 1, 33, 1),
+                                                          (64, 20000, 64, 1, 33, 1)])
 def test_gpu_paged_pages_of_four_fixed_splits_two_gather_warps(gpu90, ch, nq, L, P, mode, split, warps):
     r = ch["run_paged_check"](nq, L, P, mode, seed=nq + L, split=split, producers=warps)
     assert r, r
