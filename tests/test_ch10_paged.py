@@ -6,10 +6,12 @@ instructions it is about and none of the others' loads, with either consumer (mm
 HGMMA and no HMMA), in registers that fit one block per SM and with no spills; the planner keeps its promises (rows and tokens split evenly,
 one block per SM at most, the partials bounded); bad input (a page table past the pool, a page size a path cannot
 express, a head count GQA cannot group, too many queries, a short table) is refused with a message; the float64
-reference is itself checked against a direct computation and ignores the NaN rows past L.
+reference is itself checked against a direct computation and ignores the NaN rows past L; the traced build
+(-D FB_TRACE=1) reads %globaltimer and the timed build never does.
 GPU (Hopper; skipped by name elsewhere): every path at ragged sizes (L not a multiple of the page, the last page
 partial and NaN past L, 1 and 64 queries, one slice and many) against float64 with poisoned outputs, twice with the
-same bits; the hazard checker on the TMA producers with both consumer kinds and on the gathers read by wgmma.
+same bits; the hazard checker on the TMA producers with both consumer kinds and on the gathers read by wgmma; the traced
+build gives the same result and every block's phases back to back.
 Kernels and helpers are read from the chapter, so what is tested is what ships.
 """
 from __future__ import annotations
@@ -92,6 +94,20 @@ def test_plan(ch, nq, L):
     assert 1 <= S <= tiles and S * rb * 8 <= 132                                        # one wave of blocks
     # the partials (fp32 O and its log-sum-exp per row) stay under a quarter of K and V's bytes when split
     assert S == 1 or S * rb * rp * 516 <= 0.25 * L * 512
+
+
+def test_traced_build_reads_the_timer_and_the_timed_build_does_not(ch):
+    """-D FB_TRACE=1 (a TraceBuffer's defines) records each block's phases with %globaltimer (CS2R SR_GLOBALTIMERLO);
+    without it the kernel never reads the timer, so the timed builds are the untraced ones."""
+    from feedbeast.trace import TraceBuffer
+    tb = TraceBuffer(["block"], per_lane=8)
+    for rg, cw, mode, kind in ((1, 4, 1, 0), (4, 8, 0, 1)):
+        timed = ch["paged_module"](rg, cw, mode, kind=kind).sass("decode_paged")
+        traced = ch["paged_module"](rg, cw, mode, kind=kind, trace=tb).sass("decode_paged")
+        assert "SR_GLOBALTIMER" not in timed
+        assert "SR_GLOBALTIMER" in traced
+    res = ch["paged_module"](4, 8, 1, kind=1, trace=tb).resources["decode_paged"]
+    assert res.spills == 0 and res.registers <= 255, res
 
 
 def test_bad_input_is_refused_with_a_reason(ch):
@@ -184,3 +200,34 @@ def test_gpu_paged_hazard_checked(gpu90, ch, monkeypatch, nq, L, P, mode, kind, 
     monkeypatch.setattr(fb.hooks.mode, "hazards", "check")
     r = ch["run_paged_check"](nq, L, P, mode, seed=nq + L, kind=kind, producers=warps)
     assert r, r
+
+
+@pytest.mark.parametrize("nq, L, P, mode", [(1, 8192, 64, 1), (16, 8192, 64, 1), (16, 4097, 16, 0), (64, 3000, 64, 2),
+                                            (4, 100, 16, 1)])
+def test_gpu_paged_traced_phases(gpu90, ch, nq, L, P, mode):
+    """The traced build computes the same result, and every block records its phases back to back (first stage,
+    stream, merge and partials; with a split, fence and count), the combine once per row block of each head."""
+    from feedbeast.trace import TraceBuffer
+    rg, cw, rb, S, kind = ch["paged_plan"](nq, 32, 8, L)
+    tb = TraceBuffer([f"block {i}" for i in range(S * rb * 8)], per_lane=8)
+    k, v, table = ch["paged_cache"](L, P, 8, seed=L + nq)
+    q = np.random.default_rng(nq).standard_normal((nq, 32, 128)).astype(fb.bfloat16)
+    out = fb.empty((nq, 32, 128), fb.bfloat16)
+    launch = ch["prepare_paged"](fb.to_device(q), fb.to_device(k), fb.to_device(v), table, L, out, mode, trace=tb)
+    tb.reset()
+    assert launch() is None
+    r = fb.check(out.to_host(), ch["paged_reference"](q, k, v, table, L), name=f"traced nq={nq} L={L} P={P}")
+    assert r, r
+    lanes = {}
+    for x in tb.spans():
+        lanes.setdefault(x.lane, {})[x.kind] = x
+    assert len(lanes) == S * rb * 8
+    chain = ["load", "consume", "compute"] + (["wait"] if S > 1 else [])
+    combines = 0
+    for lane, got in lanes.items():
+        kinds = chain + (["bubble"] if "bubble" in got else [])
+        assert sorted(got) == sorted(kinds), (lane, sorted(got))
+        for a, b in zip(kinds, kinds[1:]):
+            assert got[a].end == got[b].start and got[a].duration >= 0, (lane, a, b)
+        combines += "bubble" in got
+    assert combines == (8 * rb if S > 1 else 0)

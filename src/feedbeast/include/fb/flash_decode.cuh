@@ -27,6 +27,11 @@
 // its shared-memory operands through the async proxy, so the lane that copied fences before it arrives). The
 // last-block combine follows the CUDA C++ Programming Guide, "Memory Fence Functions" (__threadfence before the
 // count, the last block reads every partial).
+//
+// With -D FB_TRACE=1 (feedbeast.trace.TraceBuffer), thread 0 of every block records the phases of its block into lane
+// blockIdx.y * gridDim.x + blockIdx.x: `load` from its start to its first full stage (Q, the barriers, the ring's
+// first round trip), `consume` until every consumer is done with the last stage, `compute` the merge of its token
+// slices and the partials' stores, `wait` the fence and the count, `bubble` the combine (the last block of a head).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda/std/cstdint>
@@ -38,6 +43,7 @@
 #include <fb/named_barrier.cuh>
 #include <fb/smem.cuh>
 #include <fb/tma.cuh>
+#include <fb/trace.cuh>
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include <fb/wgmma.cuh>
 #define FB_PAGED_WGMMA 1
@@ -375,11 +381,12 @@ __device__ inline void finish_pv_wg(float (&o)[D / 2], const u32 (&p)[TN / 16][4
 // q, out: [nq][HQ][128] bf16 (HQ = hkv * group). part_o: [hkv][RB][S][RP][128] fp32, part_lse: [hkv][RB][S][RP]
 // (base 2, scaled units), count: [hkv][RB] zeros (left at zero). maps: Mode 1 the K and V pool maps (rows of 128 columns, box
 // 64 x min(P, 64), 128-byte swizzle); Mode 2 one page's K and V maps (P rows), and slots: a global area of
-// 2 * Stages * 64/min(P,64) maps of 128 bytes per block.
+// 2 * Stages * 64/min(P,64) maps of 128 bytes per block. trace: a TraceBuffer's array with one lane per block, or
+// nullptr (with FB_TRACE=1; without it nothing is recorded and the timer is never read).
 template <int Rg, int Cw, int Stages, int Mode, int Pw = 1, int Kind = 0>
 __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, TensorMap* slots, const Pages pg,
                              const __nv_bfloat16* q, __nv_bfloat16* out, float* part_o, float* part_lse,
-                             unsigned* count, int nq, int group, float scale_log2) {
+                             unsigned* count, int nq, int group, float scale_log2, long long* trace = nullptr) {
   static_assert(Pw == 1 || Mode == 0, "the TMA producers are one thread");
 #ifndef FB_PAGED_WGMMA
   static_assert(Kind == 0, "wgmma consumers need the arch-specific Hopper target (sm_90a)");
@@ -399,6 +406,9 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
   const int hb = h * RB + rb;                    // this row block's partials and count
   const int ntiles = (pg.L + TT - 1) / TT;
   const int tile0 = int((long long)split * ntiles / S), iters = int((long long)(split + 1) * ntiles / S) - tile0;
+  Tracer tr(trace, blockIdx.y * gridDim.x + blockIdx.x, tid == 0);
+  const long long t_start = tr.now();
+  long long t_first = 0;                         // thread 0 (a consumer): its first stage is full
 
   if (tid == 0) {
     for (int s = 0; s < Stages; ++s) {
@@ -528,6 +538,7 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
     for (int it = 0; it < iters; ++it) {
       const int s = it % Stages, tile = tile0 + it;
       mbar::wait(&full[s], (it / Stages) & 1, "full", s);
+      if (it == 0) t_first = tr.now();
       unsigned char* st = smem + s * STAGE;
       if (Mode != 0 && (tile + 1) * TT > pg.L) {
         // The last tile by TMA: rows past L hold whatever the page (or an earlier stage) held, maybe NaN, and
@@ -566,6 +577,7 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
     auto ready = [&](int it) -> unsigned char* {
       const int s = it % Stages, tile = tile0 + it;
       mbar::wait(&full[s], (it / Stages) & 1, "full", s);
+      if (it == 0) t_first = tr.now();
       unsigned char* st = smem + s * STAGE;
       if (Mode != 0 && (tile + 1) * TT > pg.L) {
         // As above (rows past L of a TMA stage may be NaN): the WR warpgroups of the token slice share the zeroing;
@@ -595,6 +607,9 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
 #endif
   }
   __syncthreads();                               // every stage consumed: the ring and Q are free for the scratch
+  const long long t_consumed = tr.now();
+  tr.span(TraceKind::load, t_start, t_first);
+  tr.span(TraceKind::consume, t_first, t_consumed);
 
   // Scratch: [WT][RP][D] O (unnormalised), then [WT][RP] m and l.
   float* so = reinterpret_cast<float*>(smem);
@@ -644,6 +659,8 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
       if (d == 0) part_lse[((size_t)hb * S + split) * RP + r] = den > 0.f ? base + __log2f(den) : NEG_INF;
     }
   }
+  const long long t_merged = tr.now();
+  tr.span(TraceKind::compute, t_consumed, t_merged);
   if (S == 1) return;
 
   // The last block of head h to finish combines the S partials (CUDA Programming Guide, "Memory Fence Functions").
@@ -652,6 +669,8 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
   __syncthreads();
   if (tid == 0) last = atomicAdd(&count[hb], 1u) == unsigned(S - 1);
   __syncthreads();
+  const long long t_counted = tr.now();
+  tr.span(TraceKind::wait, t_merged, t_counted);
   if (!last) return;
   __threadfence();
   // The weight of each slice for each row, once, in shared memory (the scratch is free again) ...
@@ -703,6 +722,7 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
     *reinterpret_cast<__nv_bfloat162*>(o4 + 2) = __floats2bfloat162_rn(acc.z, acc.w);
   }
   if (tid == 0) count[hb] = 0;                    // ready for the next launch
+  tr.span(TraceKind::bubble, t_counted, tr.now());
 }
 
 }  // namespace paged
