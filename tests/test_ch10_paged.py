@@ -202,18 +202,21 @@ def test_gpu_paged_hazard_checked(gpu90, ch, monkeypatch, nq, L, P, mode, kind, 
     assert r, r
 
 
+@pytest.mark.parametrize("combine", [0, 1])
 @pytest.mark.parametrize("nq, L, P, mode", [(1, 8192, 64, 1), (16, 8192, 64, 1), (16, 4097, 16, 0), (64, 3000, 64, 2),
                                             (4, 100, 16, 1)])
-def test_gpu_paged_traced_phases(gpu90, ch, nq, L, P, mode):
+def test_gpu_paged_traced_phases(gpu90, ch, nq, L, P, mode, combine):
     """The traced build computes the same result, and every block records its phases back to back (first stage,
-    stream, merge and partials; with a split, fence and count), the combine once per row block of each head."""
+    stream, merge and partials; with a split and the last-block combine, fence and count), the last-block combine
+    once per row block of each head (none with combine_paged, a kernel of its own)."""
     from feedbeast.trace import TraceBuffer
     rg, cw, rb, S, kind = ch["paged_plan"](nq, 32, 8, L)
     tb = TraceBuffer([f"block {i}" for i in range(S * rb * 8)], per_lane=8)
     k, v, table = ch["paged_cache"](L, P, 8, seed=L + nq)
     q = np.random.default_rng(nq).standard_normal((nq, 32, 128)).astype(fb.bfloat16)
     out = fb.empty((nq, 32, 128), fb.bfloat16)
-    launch = ch["prepare_paged"](fb.to_device(q), fb.to_device(k), fb.to_device(v), table, L, out, mode, trace=tb)
+    launch = ch["prepare_paged"](fb.to_device(q), fb.to_device(k), fb.to_device(v), table, L, out, mode, trace=tb,
+                                 combine=combine)
     tb.reset()
     assert launch() is None
     r = fb.check(out.to_host(), ch["paged_reference"](q, k, v, table, L), name=f"traced nq={nq} L={L} P={P}")
@@ -222,7 +225,8 @@ def test_gpu_paged_traced_phases(gpu90, ch, nq, L, P, mode):
     for x in tb.spans():
         lanes.setdefault(x.lane, {})[x.kind] = x
     assert len(lanes) == S * rb * 8
-    chain = ["load", "consume", "compute"] + (["wait"] if S > 1 else [])
+    last_block = S > 1 and combine == 0
+    chain = ["load", "consume", "compute"] + (["wait"] if last_block else [])
     combines = 0
     for lane, got in lanes.items():
         kinds = chain + (["bubble"] if "bubble" in got else [])
@@ -230,4 +234,14 @@ def test_gpu_paged_traced_phases(gpu90, ch, nq, L, P, mode):
         for a, b in zip(kinds, kinds[1:]):
             assert got[a].end == got[b].start and got[a].duration >= 0, (lane, a, b)
         combines += "bubble" in got
-    assert combines == (8 * rb if S > 1 else 0)
+    assert combines == (8 * rb if last_block else 0)
+
+
+@pytest.mark.parametrize("combine", [0, 1])
+@pytest.mark.parametrize("nq, L, P, mode, split", [(1, 8192, 64, 1, None), (16, 20000, 64, 1, 33), (64, 5000, 16, 0, None),
+                                                   (4, 20000, 64, 1, 40), (3, 4097, 32, 2, None), (64, 20000, 64, 1, 33)])
+def test_gpu_paged_both_combines_against_float64(gpu90, ch, nq, L, P, mode, split, combine):
+    """The slices' partials added up by the last block of each head (one launch) and by combine_paged (a second
+    kernel, launched with PDL): both right, both bit-identical run to run, past the batch of 16 slices too."""
+    r = ch["run_paged_check"](nq, L, P, mode, seed=nq + L + combine, split=split, combine=combine)
+    assert r, r

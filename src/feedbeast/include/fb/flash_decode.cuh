@@ -9,8 +9,10 @@
 // 16 KB each, 128-byte swizzle); Cw consumer warps compute S = Q K^T and O += P V and keep the online softmax in
 // registers. The consumers are one of two kinds (Kind): 0, mma.sync m16n8k16 per warp (few rows: 16, 32 or 64 per
 // block); 1, wgmma per warpgroup (many rows: m64 tiles, K read by the tensor cores straight from the stage as the
-// K-major B operand of S = Q K^T, V as the MN-major B operand of O += P V, P from registers). The S partial results (O normalised, log-sum-exp) of a head are combined by the
-// block that finishes last (an atomic count per head), so one launch does both steps.
+// K-major B operand of S = Q K^T, V as the MN-major B operand of O += P V, P from registers). The S partial results
+// (O normalised, log-sum-exp) of a head are combined (Combine) 0: by the block that finishes last (an atomic count
+// per head), so one launch does both steps; 1: by combine_paged, a second kernel launched with programmatic
+// dependent launch, its blocks spread over the SMs.
 //
 // The producer is one of three ways to reach a page (Mode):
 //   0  cp.async gathers: each lane copies 16-byte chunks of the stage's rows (page from the table, zero fill past
@@ -63,6 +65,7 @@ constexpr int HALF = TT * 128;      // 64 tokens x 64 columns (bf16): one 128-by
 constexpr int TILE = 2 * HALF;      // K (or V) of one stage: 16 KB
 constexpr int STAGE = 2 * TILE;     // K then V
 constexpr float NEG_INF = -cuda::std::numeric_limits<float>::infinity();
+constexpr int Q_BARRIER = 15;       // the consumers' named barrier once Q is in shared memory (1 + slice: zeroing)
 
 // Byte offset of 16-byte chunk c (0..15) of row r in a tile of `rows` rows stored as two 64-column halves
 // (the layout a TMA load with the 128-byte swizzle writes, box 64 columns wide).
@@ -130,7 +133,8 @@ struct Plan {
   static constexpr int THREADS = 32 * (Cw + Pw);        // Pw producer warps after the consumers
   static constexpr int RING = Stages * STAGE;
   static constexpr int QBYTES = RP * 256;
-  static constexpr int SCRATCH = WT * RP * (D + 2) * 4;     // per token slice: O rows, m, l (reuses ring and Q)
+  static constexpr int SD = D + 8;                       // a scratch row (floats): see the merge
+  static constexpr int SCRATCH = (WT * RP * (SD + 2) + 2 * RP) * 4;   // per token slice O rows, m, l; per row 1/l, lse
   static constexpr int SMEM = RING + QBYTES + 2 * Stages * 8 + 1024;
   static_assert(Cw % UNIT == 0 && RU * (Kind ? 64 : 16) == RP, "wgmma consumers are warpgroups over m64 tiles");
   static_assert(WR * WT == NC && MT * WR == RU && TW % 16 == 0, "rows and tokens must split evenly over consumers");
@@ -383,7 +387,7 @@ __device__ inline void finish_pv_wg(float (&o)[D / 2], const u32 (&p)[TN / 16][4
 // 64 x min(P, 64), 128-byte swizzle); Mode 2 one page's K and V maps (P rows), and slots: a global area of
 // 2 * Stages * 64/min(P,64) maps of 128 bytes per block. trace: a TraceBuffer's array with one lane per block, or
 // nullptr (with FB_TRACE=1; without it nothing is recorded and the timer is never read).
-template <int Rg, int Cw, int Stages, int Mode, int Pw = 1, int Kind = 0>
+template <int Rg, int Cw, int Stages, int Mode, int Pw = 1, int Kind = 0, int Combine = 0>
 __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, TensorMap* slots, const Pages pg,
                              const __nv_bfloat16* q, __nv_bfloat16* out, float* part_o, float* part_lse,
                              unsigned* count, int nq, int group, float scale_log2, long long* trace = nullptr) {
@@ -417,16 +421,21 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
     }
     mbar::fence_init();
   }
-  // Q rows r = query * group + j of head h*group + j; rows past nq*group are zeros.
-  for (int x = tid; x < RP * 16; x += Pl::THREADS) {
-    const int r = x / 16, c = x % 16;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    const int rg = row0 + r;
-    if (r < rows) val = *reinterpret_cast<const uint4*>(q + ((size_t)(rg / group) * hq + h * group + rg % group) * D + c * 8);
-    *reinterpret_cast<uint4*>(qs + chunk_off(r, c, RP)) = val;
+  __syncthreads();                               // the barriers are ready: the producers start at once
+  if (Combine == 1) fb::decode::launch_dependents();   // combine_paged may launch (it waits for this grid's end)
+  if (warp < Cw) {
+    // Q rows r = query * group + j of head h*group + j, rows past nq*group zeros: loaded by the consumers while the
+    // producers issue the first stages, then a barrier of the consumers alone.
+    for (int x = tid; x < RP * 16; x += 32 * Cw) {
+      const int r = x / 16, c = x % 16;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      const int rg = row0 + r;
+      if (r < rows) val = *reinterpret_cast<const uint4*>(q + ((size_t)(rg / group) * hq + h * group + rg % group) * D + c * 8);
+      *reinterpret_cast<uint4*>(qs + chunk_off(r, c, RP)) = val;
+    }
+    if (Kind == 1) fence_proxy_async();          // Q, written by ordinary stores, is read by wgmma (async proxy)
+    bar_sync(Q_BARRIER, 32 * Cw);
   }
-  if (Kind == 1) fence_proxy_async();            // Q, written by ordinary stores, is read by wgmma (async proxy)
-  __syncthreads();
 
   // Kind 0: o[MT][16][4], m and l per m16 tile; Kind 1 uses o[0] as the 64 x 128 wgmma accumulator (64 floats).
   float o[MT][16][4], m[MT][2], l[MT][2];
@@ -611,10 +620,15 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
   tr.span(TraceKind::load, t_start, t_first);
   tr.span(TraceKind::consume, t_first, t_consumed);
 
-  // Scratch: [WT][RP][D] O (unnormalised), then [WT][RP] m and l.
+  // Scratch: [WT][RP][SD] O (unnormalised), [WT][RP] m and l, then [RP] 1 / l and [RP] log-sum-exp.
   float* so = reinterpret_cast<float*>(smem);
-  float* sm = so + Pl::WT * RP * D;
+  // A row of O is SD = D + 8 floats apart: the 8 rows (g) of a warp's 8-byte stores then start 8 banks apart, two
+  // wavefronts per store, the least for 256 bytes (with D apart the 8 rows share their banks: 8 wavefronts per 4 B).
+  constexpr int SD = Pl::SD;
+  float* sm = so + Pl::WT * RP * SD;
   float* sl = sm + Pl::WT * RP;
+  float* inv = sl + Pl::WT * RP;                 // per row: 1 / l of the merged slices (0 for a row with no token)
+  float* lse = inv + RP;                         // per row: its log-sum-exp (base 2, scaled units)
   if (warp < Cw) {
     const int g = lane / 4, t4 = lane % 4;
 #pragma unroll
@@ -631,37 +645,51 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
           sl[wt * RP + r] = lsum;
         }
 #pragma unroll
-        for (int dn = 0; dn < 16; ++dn) {
-          so[(wt * RP + r) * D + 8 * dn + 2 * t4] = o[mt][dn][2 * hr];
-          so[(wt * RP + r) * D + 8 * dn + 2 * t4 + 1] = o[mt][dn][2 * hr + 1];
-        }
+        for (int dn = 0; dn < 16; ++dn)
+          *reinterpret_cast<float2*>(so + (wt * RP + r) * SD + 8 * dn + 2 * t4) =
+              make_float2(o[mt][dn][2 * hr], o[mt][dn][2 * hr + 1]);
       }
   }
   __syncthreads();
-  // Merge the token slices: this block's result for rows < nq*group, normalised, with its log-sum-exp.
-  for (int x = tid; x < rows * D; x += Pl::THREADS) {
-    const int r = x / D, d = x % D;
+  // Merge the token slices: this block's result for rows < nq*group, normalised, with its log-sum-exp. First the
+  // weight of each slice in each row (once per row, in place of its maximum), then 4 columns per thread.
+  for (int r = tid; r < rows; r += Pl::THREADS) {
     float mx = NEG_INF;
     for (int w = 0; w < Pl::WT; ++w) mx = fmaxf(mx, sm[w * RP + r]);
     const float base = mx == NEG_INF ? 0.f : mx;
-    float num = 0.f, den = 0.f;
+    float den = 0.f;
     for (int w = 0; w < Pl::WT; ++w) {
       const float f = exp2f(sm[w * RP + r] - base);
-      num += f * so[(w * RP + r) * D + d];
+      sm[w * RP + r] = f;
       den += f * sl[w * RP + r];
     }
-    const float val = den > 0.f ? num / den : 0.f;
+    inv[r] = den > 0.f ? 1.f / den : 0.f;
+    lse[r] = den > 0.f ? base + __log2f(den) : NEG_INF;
+  }
+  __syncthreads();
+  for (int x = tid; x < rows * (D / 4); x += Pl::THREADS) {
+    const int r = x / (D / 4), d = 4 * (x % (D / 4));
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int w = 0; w < Pl::WT; ++w) {
+      const float f = sm[w * RP + r];
+      const float4 v = *reinterpret_cast<const float4*>(so + (w * RP + r) * SD + d);
+      val.x += f * v.x; val.y += f * v.y; val.z += f * v.z; val.w += f * v.w;
+    }
+    const float iv = inv[r];
+    val.x *= iv; val.y *= iv; val.z *= iv; val.w *= iv;
     if (S == 1) {
       const int rg = row0 + r;
-      out[((size_t)(rg / group) * hq + h * group + rg % group) * D + d] = __float2bfloat16(val);
+      __nv_bfloat16* o4 = out + ((size_t)(rg / group) * hq + h * group + rg % group) * D + d;
+      *reinterpret_cast<__nv_bfloat162*>(o4) = __floats2bfloat162_rn(val.x, val.y);
+      *reinterpret_cast<__nv_bfloat162*>(o4 + 2) = __floats2bfloat162_rn(val.z, val.w);
     } else {
-      part_o[(((size_t)hb * S + split) * RP + r) * D + d] = val;
-      if (d == 0) part_lse[((size_t)hb * S + split) * RP + r] = den > 0.f ? base + __log2f(den) : NEG_INF;
+      *reinterpret_cast<float4*>(part_o + (((size_t)hb * S + split) * RP + r) * D + d) = val;
+      if (d == 0) part_lse[((size_t)hb * S + split) * RP + r] = lse[r];
     }
   }
   const long long t_merged = tr.now();
   tr.span(TraceKind::compute, t_consumed, t_merged);
-  if (S == 1) return;
+  if (S == 1 || Combine == 1) return;            // Combine 1: combine_paged, the next kernel, combines the partials
 
   // The last block of head h to finish combines the S partials (CUDA Programming Guide, "Memory Fence Functions").
   __shared__ unsigned last;
@@ -723,6 +751,53 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
   }
   if (tid == 0) count[hb] = 0;                    // ready for the next launch
   tr.span(TraceKind::bubble, t_counted, tr.now());
+}
+
+// ---- the combine as a kernel of its own (Combine = 1) -----------------------------------------------------------
+// The last-block combine above is one block per row block of a head reading all S partials: at 64 rows and S = 16,
+// 512 KB through one SM, the launch's tail. Here every 4 rows of a row block are a block of 128 threads (a warp per
+// row, 4 columns per lane), launched with programmatic dependent launch (PTX ISA "griddepcontrol"): decode_paged
+// lets it launch early (launch_dependents) and its blocks wait (griddepcontrol.wait) until decode_paged has completed
+// and its partials are visible. Each thread reads the slices' log-sum-exp and O, 16 slices' loads at once, and keeps
+// a running maximum so that one pass suffices. Grid: (RP / 4, HKV x RB); rows past the row block's last return.
+__device__ void combine_paged(const float* part_o, const float* part_lse, __nv_bfloat16* out, int S, int rp, int nq,
+                              int group, int hkv) {
+  fb::decode::wait_dependencies();
+  constexpr int CB = 16;
+  const int RB = (nq * group + rp - 1) / rp, hb = blockIdx.y, h = hb / RB, row0 = (hb % RB) * rp;
+  const int r = 4 * blockIdx.x + threadIdx.x / 32, d = 4 * (threadIdx.x % 32), rg = row0 + r;
+  if (r >= rp || rg >= nq * group) return;
+  const float* lr = part_lse + (size_t)hb * S * rp + r;              // slice s: lr[s * rp]
+  const float* orow = part_o + ((size_t)hb * S * rp + r) * D + d;    // slice s: orow[s * rp * D]
+  float m = NEG_INF, den = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = 0; s0 < S; s0 += CB) {
+    float l[CB];
+    float4 v[CB];
+#pragma unroll
+    for (int j = 0; j < CB; ++j) {
+      const bool in = s0 + j < S;
+      l[j] = in ? __ldcg(lr + (size_t)(s0 + j) * rp) : NEG_INF;
+      v[j] = in ? __ldcg(reinterpret_cast<const float4*>(orow + (size_t)(s0 + j) * rp * D)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float mb = m;
+#pragma unroll
+    for (int j = 0; j < CB; ++j) mb = fmaxf(mb, l[j]);
+    if (mb == NEG_INF) continue;                 // no slice so far has a token for this row
+    const float c = exp2f(m - mb);               // 0 while m is -inf
+    den *= c; acc.x *= c; acc.y *= c; acc.z *= c; acc.w *= c;
+#pragma unroll
+    for (int j = 0; j < CB; ++j) {
+      const float f = exp2f(l[j] - mb);
+      den += f;
+      acc.x += f * v[j].x; acc.y += f * v[j].y; acc.z += f * v[j].z; acc.w += f * v[j].w;
+    }
+    m = mb;
+  }
+  const float iv = den > 0.f ? 1.f / den : 0.f;
+  __nv_bfloat16* o4 = out + ((size_t)(rg / group) * hkv * group + h * group + rg % group) * D + d;
+  *reinterpret_cast<__nv_bfloat162*>(o4) = __floats2bfloat162_rn(acc.x * iv, acc.y * iv);
+  *reinterpret_cast<__nv_bfloat162*>(o4 + 2) = __floats2bfloat162_rn(acc.z * iv, acc.w * iv);
 }
 
 }  // namespace paged
