@@ -65,7 +65,6 @@ constexpr int HALF = TT * 128;      // 64 tokens x 64 columns (bf16): one 128-by
 constexpr int TILE = 2 * HALF;      // K (or V) of one stage: 16 KB
 constexpr int STAGE = 2 * TILE;     // K then V
 constexpr float NEG_INF = -cuda::std::numeric_limits<float>::infinity();
-constexpr int Q_BARRIER = 15;       // the consumers' named barrier once Q is in shared memory (1 + slice: zeroing)
 
 // Byte offset of 16-byte chunk c (0..15) of row r in a tile of `rows` rows stored as two 64-column halves
 // (the layout a TMA load with the 128-byte swizzle writes, box 64 columns wide).
@@ -421,21 +420,19 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
     }
     mbar::fence_init();
   }
-  __syncthreads();                               // the barriers are ready: the producers start at once
   if (Combine == 1) fb::decode::launch_dependents();   // combine_paged may launch (it waits for this grid's end)
-  if (warp < Cw) {
-    // Q rows r = query * group + j of head h*group + j, rows past nq*group zeros: loaded by the consumers while the
-    // producers issue the first stages, then a barrier of the consumers alone.
-    for (int x = tid; x < RP * 16; x += 32 * Cw) {
-      const int r = x / 16, c = x % 16;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      const int rg = row0 + r;
-      if (r < rows) val = *reinterpret_cast<const uint4*>(q + ((size_t)(rg / group) * hq + h * group + rg % group) * D + c * 8);
-      *reinterpret_cast<uint4*>(qs + chunk_off(r, c, RP)) = val;
-    }
-    if (Kind == 1) fence_proxy_async();          // Q, written by ordinary stores, is read by wgmma (async proxy)
-    bar_sync(Q_BARRIER, 32 * Cw);
+  // Q rows r = query * group + j of head h*group + j; rows past nq*group are zeros. Loaded by the consumers alone while
+  // the producer issued the first stages, Q cost the TMA pool map with 16-token pages 7-10 % more time at 128k tokens
+  // (H200), so every thread loads it first.
+  for (int x = tid; x < RP * 16; x += Pl::THREADS) {
+    const int r = x / 16, c = x % 16;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    const int rg = row0 + r;
+    if (r < rows) val = *reinterpret_cast<const uint4*>(q + ((size_t)(rg / group) * hq + h * group + rg % group) * D + c * 8);
+    *reinterpret_cast<uint4*>(qs + chunk_off(r, c, RP)) = val;
   }
+  if (Kind == 1) fence_proxy_async();            // Q, written by ordinary stores, is read by wgmma (async proxy)
+  __syncthreads();
 
   // Kind 0: o[MT][16][4], m and l per m16 tile; Kind 1 uses o[0] as the 64 x 128 wgmma accumulator (64 floats).
   float o[MT][16][4], m[MT][2], l[MT][2];
