@@ -127,3 +127,13 @@ def test_spans_from_records_invalid_rows():
     with pytest.raises(ValueError, match="shape"):
         spans_from_records(np.zeros((3, 3)))
     assert spans_from_records(np.zeros((0, 4))) == []
+
+
+def test_compare_timelines_shared_axis_covers_every_timeline():
+    short = [Span("a", 0, 10, "x")]
+    long = [Span("a", 0, 10, "x"), Span("a", 10, 40, "y")]
+    for order in ((long, short), (short, long)):
+        axes = compare_timelines([("one", order[0]), ("two", order[1])], layout="rows", sharex=True)
+        for ax in axes:
+            assert ax.get_xlim()[1] >= 40, ax.get_xlim()
+        plt.close("all")

@@ -168,6 +168,12 @@ def compare_timelines(items, unit: str = "ns", layout: str = "columns", sharex: 
     axes = list(axes.ravel())
     for ax, (title, spans) in zip(axes, items):
         draw_timeline(spans, ax=ax, title=title, unit=unit, lanes=lanes)
+    every = [s for _, spans in items for s in spans]
+    if sharex and every:
+        # each drawing set the shared axis to its own range, the last one winning: widen it to cover them all
+        scale = _UNITS.get(unit, 1.0)
+        lo, hi = min(s.start for s in every) * scale, max(s.end for s in every) * scale
+        axes[0].set_xlim(lo, lo + ((hi - lo) or 1.0) * 1.01)
     fig.tight_layout()
     return axes
 
