@@ -7,11 +7,13 @@ HGMMA and no HMMA), in registers that fit one block per SM and with no spills; t
 one block per SM at most, the partials bounded); bad input (a page table past the pool, a page size a path cannot
 express, a head count GQA cannot group, too many queries, a short table) is refused with a message; the float64
 reference is itself checked against a direct computation and ignores the NaN rows past L; the traced build
-(-D FB_TRACE=1) reads %globaltimer and the timed build never does.
+(-D FB_TRACE=1) reads %globaltimer and the timed build never does; with combine_paged decode_paged lets it launch
+(PREEXIT) and counts nothing, and combine_paged loads nothing before its griddepcontrol.wait (ACQBULK).
 GPU (Hopper; skipped by name elsewhere): every path at ragged sizes (L not a multiple of the page, the last page
 partial and NaN past L, 1 and 64 queries, one slice and many) against float64 with poisoned outputs, twice with the
 same bits; the hazard checker on the TMA producers with both consumer kinds and on the gathers read by wgmma; the traced
-build gives the same result and every block's phases back to back.
+build gives the same result and every block's phases back to back; both combines (the last block, combine_paged)
+right and bit-identical run to run.
 Kernels and helpers are read from the chapter, so what is tested is what ships.
 """
 from __future__ import annotations
@@ -94,6 +96,21 @@ def test_plan(ch, nq, L):
     assert 1 <= S <= tiles and S * rb * 8 <= 132                                        # one wave of blocks
     # the partials (fp32 O and its log-sum-exp per row) stay under a quarter of K and V's bytes when split
     assert S == 1 or S * rb * rp * 516 <= 0.25 * L * 512
+
+
+@pytest.mark.parametrize("rg, cw, kind", [(1, 4, 0), (4, 8, 1), (8, 8, 1)])
+def test_combines_in_the_sass(ch, rg, cw, kind):
+    """COMBINE=1: decode_paged lets the next kernel launch (griddepcontrol.launch_dependents: PREEXIT) and counts
+    nothing (no atomic); combine_paged waits for it (griddepcontrol.wait: ACQBULK) before its loads. COMBINE=0: the
+    last block's count (an atomic add) and no PREEXIT."""
+    pdl = ch["paged_module"](rg, cw, 1, kind=kind, combine=1)
+    pdl.expect_sass("PREEXIT", kernel="decode_paged", forbid=("ATOMG", "RED.E.ADD"))
+    wait = pdl.sass("combine_paged").splitlines()
+    acq = next(i for i, line in enumerate(wait) if "ACQBULK" in line)
+    assert not any("LDG" in line for line in wait[:acq]), "combine_paged loads before griddepcontrol.wait"
+    assert any("LDG" in line for line in wait[acq:])
+    last = ch["paged_module"](rg, cw, 1, kind=kind, combine=0).sass("decode_paged")
+    assert "PREEXIT" not in last and ("ATOMG" in last or "RED" in last)
 
 
 def test_traced_build_reads_the_timer_and_the_timed_build_does_not(ch):
