@@ -620,7 +620,8 @@ __device__ void decode_paged(const TensorMap& kmap, const TensorMap& vmap, Tenso
   // Scratch: [WT][RP][SD] O (unnormalised), [WT][RP] m and l, then [RP] 1 / l and [RP] log-sum-exp.
   float* so = reinterpret_cast<float*>(smem);
   // A row of O is SD = D + 8 floats apart: the 8 rows (g) of a warp's 8-byte stores then start 8 banks apart, two
-  // wavefronts per store, the least for 256 bytes (with D apart the 8 rows share their banks: 8 wavefronts per 4 B).
+  // wavefronts per store, the least for 256 bytes (with D apart the 8 rows share their banks: 8 wavefronts per 4-byte
+  // store).
   constexpr int SD = Pl::SD;
   float* sm = so + Pl::WT * RP * SD;
   float* sl = sm + Pl::WT * RP;
