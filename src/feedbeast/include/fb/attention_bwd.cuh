@@ -85,32 +85,37 @@ __device__ inline int swizzled(int r, int b) { return r * 128 + ((((b >> 4) ^ r)
 
 // This thread's elements of a 64 x 64 transposed score tile (rows: keys, columns: queries): element i is at key
 // row 16 w + lane / 4 + 8 ((i % 4) / 2) of the warpgroup's 64, query column 8 (i / 4) + 2 t + (i % 2).
-// P^T = 2^(S^T scale log2 e - L log2 e) in place of S^T, 0 where masked. lse2: the tile's 64 values of L log2 e
-// (shared memory).
-__device__ inline void probabilities(float (&s)[32], const float* lse2, int key0, int q0, int seq, float scale_log2,
-                                     bool causal, bool edge) {
+// The 16 values of a tile's per-query statistic (L log2 e, or D) that this thread's columns need, x[j] for columns
+// 8 j + 2 t and + 1: read from shared memory before the GEMMs are waited on, they are in registers when the
+// scores are.
+__device__ inline void column_stats(float2 (&x)[8], const float* stat) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] = *reinterpret_cast<const float2*>(stat + 8 * j + 2 * t);
+}
+
+// P^T = 2^(S^T scale log2 e - L log2 e) in place of S^T, 0 where masked. l: column_stats of L log2 e.
+__device__ inline void probabilities(float (&s)[32], const float2 (&l)[8], int key0, int q0, int seq,
+                                     float scale_log2, bool causal, bool edge) {
   const int lane = threadIdx.x % 32, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
-    const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * (i / 4) + 2 * t);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int key = key0 + lane / 4 + 8 * ((i % 4) / 2), q = q0 + 8 * (i / 4) + 2 * t + e;
-      float p = fa::exp2_approx(fmaf(s[i + e], scale_log2, -(e ? l.y : l.x)));
+      float p = fa::exp2_approx(fmaf(s[i + e], scale_log2, -(e ? l[i / 4].y : l[i / 4].x)));
       if (edge && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
       s[i + e] = p;
     }
   }
 }
 
-// dS^T = P^T (dP^T - D) in place of dP^T. dlt: the tile's 64 values of D (shared memory).
-__device__ inline void score_grads(const float (&p)[32], float (&dp)[32], const float* dlt) {
-  const int t = threadIdx.x % 4;
+// dS^T = P^T (dP^T - D) in place of dP^T. d: column_stats of D.
+__device__ inline void score_grads(const float (&p)[32], float (&dp)[32], const float2 (&d)[8]) {
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
-    const float2 d = *reinterpret_cast<const float2*>(dlt + 8 * (i / 4) + 2 * t);
-    dp[i] = p[i] * (dp[i] - d.x);
-    dp[i + 1] = p[i + 1] * (dp[i + 1] - d.y);
+    dp[i] = p[i] * (dp[i] - d[i / 4].x);
+    dp[i + 1] = p[i + 1] * (dp[i + 1] - d[i / 4].y);
   }
 }
 
