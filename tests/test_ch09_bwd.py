@@ -11,6 +11,7 @@ Kernels and helpers are read from the notebook, so what is tested is what ships.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,18 @@ def test_backward_sass_and_resources(build, d):
     sass = mod.sass(kernel)
     assert "USETMAXREG.TRY_ALLOC.CTAPOOL" in sass and "USETMAXREG.DEALLOC.CTAPOOL" in sass, kernel
     assert not any(c in ln for ln in mod.log.splitlines() for c in ("C7512", "C7514", "C7515", "C7510", "C7508")), mod.log
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+@pytest.mark.parametrize("d", [64, 128])
+def test_backward_reads_L_and_D_before_the_waits_that_need_them(build, d):
+    # In the loop's order of shared loads (L), HGMMA runs (H) and wgmma waits (W): the 8 LDS.64 of L come before the
+    # S^T and dP^T GEMMs are issued, the 8 of D before dV's GEMM (after S^T's wait, before dP^T's), not after a wait.
+    mod = module("bwd", **BUILDS[build][0])
+    order = "".join("L" if t.startswith("LDS") else "W" if "WARPGROUP.DEPBAR" in t else "H" if t.startswith("HGMMA")
+                    else "" for t in (ln.split("*/", 1)[1].strip() for ln in mod.sass(f"attn_bwd_d{d}").splitlines()
+                                      if re.match(r"\s*/\*[0-9a-f]{4}\*/", ln)))
+    assert re.sub("H+", "H", order).startswith("L" * 8 + "HW" + "L" * 8 + "HW"), order
 
 
 def test_backward_preprocess_and_conversion_use_no_shared_memory_or_barriers():

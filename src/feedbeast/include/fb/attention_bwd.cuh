@@ -86,8 +86,8 @@ __device__ inline int swizzled(int r, int b) { return r * 128 + ((((b >> 4) ^ r)
 // This thread's elements of a 64 x 64 transposed score tile (rows: keys, columns: queries): element i is at key
 // row 16 w + lane / 4 + 8 ((i % 4) / 2) of the warpgroup's 64, query column 8 (i / 4) + 2 t + (i % 2).
 // The 16 values of a tile's per-query statistic (L log2 e, or D) that this thread's columns need, x[j] for columns
-// 8 j + 2 t and + 1: read from shared memory before the GEMMs are waited on, they are in registers when the
-// scores are.
+// 8 j + 2 t and + 1: read from shared memory before the wait for the GEMM whose result uses them, they are in
+// registers when that result is.
 __device__ inline void column_stats(float2 (&x)[8], const float* stat) {
   const int t = threadIdx.x % 4;
 #pragma unroll
