@@ -70,9 +70,8 @@ def test_backward_reads_L_and_D_before_the_waits_that_need_them(build, d):
     # In the loop's order of shared loads (L), HGMMA runs (H) and wgmma waits (W): the 8 LDS.64 of L come before the
     # S^T and dP^T GEMMs are issued, the 8 of D before dV's GEMM (after S^T's wait, before dP^T's), not after a wait.
     mod = module("bwd", **BUILDS[build][0])
-    order = "".join("L" if t.startswith("LDS") else "W" if "WARPGROUP.DEPBAR" in t else "H" if t.startswith("HGMMA")
-                    else "" for t in (ln.split("*/", 1)[1].strip() for ln in mod.sass(f"attn_bwd_d{d}").splitlines()
-                                      if re.match(r"\s*/\*[0-9a-f]{4}\*/", ln)))
+    order = "".join("L" if op.startswith("LDS") else "W" if op.startswith("WARPGROUP.DEPBAR") else
+                    "H" if op.startswith("HGMMA") else "" for op in fb.sass.opcodes(mod.sass(f"attn_bwd_d{d}")))
     assert re.sub("H+", "H", order).startswith("L" * 8 + "HW" + "L" * 8 + "HW"), order
 
 
