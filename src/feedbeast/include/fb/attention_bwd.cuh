@@ -94,9 +94,12 @@ __device__ inline void column_stats(float2 (&x)[8], const float* stat) {
   for (int j = 0; j < 8; ++j) x[j] = *reinterpret_cast<const float2*>(stat + 8 * j + 2 * t);
 }
 
-// P^T = 2^(S^T scale log2 e - L log2 e) in place of S^T, 0 where masked. l: column_stats of L log2 e.
+// P^T = 2^(S^T scale log2 e - L log2 e) in place of S^T, 0 where masked. l: column_stats of L log2 e. MASK: the
+// tile reaches past the sequence or the diagonal (the caller branches on it, uniform in a warp, so that the other
+// tiles carry no compares).
+template <bool MASK>
 __device__ inline void probabilities(float (&s)[32], const float2 (&l)[8], int key0, int q0, int seq,
-                                     float scale_log2, bool causal, bool edge) {
+                                     float scale_log2, bool causal) {
   const int lane = threadIdx.x % 32, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
@@ -104,7 +107,7 @@ __device__ inline void probabilities(float (&s)[32], const float2 (&l)[8], int k
     for (int e = 0; e < 2; ++e) {
       const int key = key0 + lane / 4 + 8 * ((i % 4) / 2), q = q0 + 8 * (i / 4) + 2 * t + e;
       float p = fa::exp2_approx(fmaf(s[i + e], scale_log2, -(e ? l[i / 4].y : l[i / 4].x)));
-      if (edge && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
+      if (MASK && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
       s[i + e] = p;
     }
   }
