@@ -76,6 +76,20 @@ def test_backward_reads_L_and_D_before_the_waits_that_need_them(build, d):
     assert re.sub("H+", "H", order).startswith("L" * 8 + "HW" + "L" * 8 + "HW"), order
 
 
+@pytest.mark.parametrize("build", list(BUILDS))
+@pytest.mark.parametrize("d", [64, 128])
+def test_backward_stores_dS_by_stmatrix_and_keeps_descriptors_uniform(build, d):
+    # dS^T goes to shared memory by one stmatrix .x4 per 16 queries (4 a tile), not 16 four-byte stores; and the
+    # warpgroup index is broadcast from lane 0, so the wgmma descriptors stay in uniform registers: fewer R2UR
+    # (vector to uniform register moves) in the kernel than HGMMA, where a descriptor built per thread takes two.
+    mod = module("bwd", **BUILDS[build][0])
+    kernel = f"attn_bwd_d{d}"
+    assert mod.expect_sass("STSM.16.M88.4", kernel=kernel)["STSM.16.M88.4"] == 4
+    ops = fb.sass.opcodes(mod.sass(kernel))
+    r2ur, hgmma = sum(op.startswith("R2UR") for op in ops), sum(op.startswith("HGMMA") for op in ops)
+    assert r2ur < hgmma, (r2ur, hgmma)
+
+
 def test_backward_preprocess_and_conversion_use_no_shared_memory_or_barriers():
     mod = module("bwd")
     for kernel in ("attn_bwd_prep", "attn_bwd_dq"):

@@ -18,6 +18,7 @@
 #include <cuda/std/cstdint>
 #include <cuda/std/limits>
 #include <fb/hazard.cuh>
+#include <fb/smem.cuh>
 #include <fb/tma.cuh>
 #include <fb/trace.cuh>
 #include <fb/wgmma.cuh>
@@ -74,6 +75,13 @@ __device__ inline float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// stmatrix .x4 (sm_90): lanes 8j .. 8j + 7 give the row addresses of 8x8 b16 matrix j; register j of lane l is
+// row l / 4, columns 2 (l % 4) .. + 1 of matrix j (bytes 4 (l % 4) .. + 3 of its 16). PTX ISA, "stmatrix".
+__device__ inline void stmatrix_x4(void* row, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(fb::smem_addr(row)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
 // Two bf16 in one register, the first in the low half (the lower column index of a fragment pair).

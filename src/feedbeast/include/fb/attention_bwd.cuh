@@ -13,7 +13,7 @@
 // dS^T are already the register A operands of dV += P^T dO and dK += dS^T Q (the forward's P V step).
 //
 // PTX ISA: "wgmma.mma_async" (imm-trans-a / imm-trans-b: operands read MN-major from shared memory),
-// "cp.reduce.async.bulk", "red" (.v2.f32 needs sm_90), "fence.proxy.async", "mbarrier".
+// "cp.reduce.async.bulk", "red" (.v2.f32 needs sm_90), "fence.proxy.async", "mbarrier", "stmatrix".
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda/std/cstdint>
@@ -133,15 +133,17 @@ __device__ inline void load_row_stats(float* lse2, float* dlt, const float* lse,
   *reinterpret_cast<float2*>(dlt + 2 * (threadIdx.x % 32)) = d;
 }
 
-// dS^T of warpgroup w's 64 keys, as the bf16 pairs fa::p_fragments packed (pair i, i + 1 of the accumulator is
-// x[i / 8][(i % 8) / 2]), into shared memory: rows = keys, 128 B a row, swizzled.
+// dS^T of warpgroup w's 64 keys, as the bf16 pairs fa::p_fragments packed, into shared memory: rows = keys, 128 B
+// a row, swizzled. x[kk] holds the four 8x8 matrices of queries 16 kk .. 16 kk + 15 in the order of a wgmma A
+// fragment (keys 0-7 / 8-15 of the warp's 16, then the same for the upper 8 queries), which is the order stmatrix
+// .x4 takes them in: one instruction per 16 queries instead of four 4-byte stores. Lane l gives the address of its
+// row of matrix l / 8, a 16-byte chunk that the swizzle keeps whole.
 __device__ inline void store_ds(unsigned char* ds, const u32 (&x)[4][4], int w) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, t = lane % 4;
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, m = lane / 8;
+  const int r = 64 * w + 16 * warp + lane % 8 + 8 * (m % 2);
 #pragma unroll
-  for (int i = 0; i < 32; i += 2) {
-    const int r = 64 * w + 16 * warp + lane / 4 + 8 * ((i % 4) / 2), b = 2 * (8 * (i / 4) + 2 * t);
-    *reinterpret_cast<u32*>(ds + swizzled(r, b)) = x[i / 8][(i % 8) / 2];
-  }
+  for (int kk = 0; kk < 4; ++kk)
+    fa::stmatrix_x4(ds + swizzled(r, 32 * kk + 16 * (m / 2)), x[kk][0], x[kk][1], x[kk][2], x[kk][3]);
 }
 
 // ---- dQ: two ways to add a tile into the fp32 buffer -----------------------------------------------------------

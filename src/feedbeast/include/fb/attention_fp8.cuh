@@ -94,12 +94,6 @@ __device__ inline u32 prmt(u32 a, u32 b, u32 sel) {
   return r;
 }
 
-// stmatrix .x4 (sm_90): lanes 8j .. 8j + 7 give the row addresses of 8x8 b16 matrix j; register j of lane l is
-// row l / 4, columns 2 (l % 4) .. + 1 of matrix j (bytes 4 (l % 4) .. + 3 of its 16). PTX ISA, "stmatrix".
-__device__ inline void stmatrix_x4(void* row, u32 r0, u32 r1, u32 r2, u32 r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
-               :: "r"(fb::smem_addr(row)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
 __device__ inline void ldmatrix_x4_trans(u32 (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fb::smem_addr(row)) : "memory");
@@ -132,7 +126,7 @@ __device__ inline void transpose_v(const unsigned char* v, unsigned char* vt, un
     const unsigned kc = u % 8, dc = u / 8;
     u32 r[4];
     ldmatrix_x4_trans(r, v + kc * 2048 + ld_off + ((((2 * dc + ld_half) ^ i) & 7) << 4));
-    stmatrix_x4(vt + dc * 4096 + st_off + (((kc ^ st_r8) & 7) << 4), prmt(r[0], r[1], sel_a), prmt(r[0], r[1], sel_b),
+    fa::stmatrix_x4(vt + dc * 4096 + st_off + (((kc ^ st_r8) & 7) << 4), prmt(r[0], r[1], sel_a), prmt(r[0], r[1], sel_b),
                 prmt(r[2], r[3], sel_a), prmt(r[2], r[3], sel_b));
   }
 }
