@@ -107,10 +107,9 @@ def test_the_instrumented_attention_backward_keeps_every_site_and_its_register_s
     # Chapter 09's backward at d = 128 (a producer warpgroup and two consumers at up to 240 registers by setmaxnreg):
     # its instrumented build adds 38 recorder calls (dS^T stored to shared memory by 4 stmatrix, the dQ tile by 16
     # stores; L and D read by the consumers, 16, and written by the producer, 2), 22 without the staged tile, and
-    # skips none. ptxas
-    # must still take it at the launch bound's 168 registers (65536 / 384). Around calls made while the consumers
-    # hold most of their 240 registers it spills (3 KB here, 11 KB in rung 6's instrumented build): that changes
-    # the trace's timing, not the order of the events the checker replays.
+    # skips none. ptxas must still take it at the launch bound's 168 registers (65536 / 384). Around calls made while
+    # the consumers hold most of their 240 registers it spills (3 KB here, 11 KB in rung 6's instrumented build):
+    # that changes the trace's timing, not the order of the events the checker replays.
     ptxas = _ptxas()
     if ptxas is None:
         pytest.skip("needs a ptxas at least as new as NVRTC (a CUDA toolkit's bin/ on PATH)")

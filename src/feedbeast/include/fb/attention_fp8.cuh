@@ -126,8 +126,8 @@ __device__ inline void transpose_v(const unsigned char* v, unsigned char* vt, un
     const unsigned kc = u % 8, dc = u / 8;
     u32 r[4];
     ldmatrix_x4_trans(r, v + kc * 2048 + ld_off + ((((2 * dc + ld_half) ^ i) & 7) << 4));
-    fa::stmatrix_x4(vt + dc * 4096 + st_off + (((kc ^ st_r8) & 7) << 4), prmt(r[0], r[1], sel_a), prmt(r[0], r[1], sel_b),
-                prmt(r[2], r[3], sel_a), prmt(r[2], r[3], sel_b));
+    fa::stmatrix_x4(vt + dc * 4096 + st_off + (((kc ^ st_r8) & 7) << 4), prmt(r[0], r[1], sel_a),
+                    prmt(r[0], r[1], sel_b), prmt(r[2], r[3], sel_a), prmt(r[2], r[3], sel_b));
   }
 }
 
