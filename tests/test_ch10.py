@@ -3,9 +3,9 @@
 CPU: every variant of the chapter's GEMV, with 128 and with 64 weight rows per block, compiles for sm_90a with the
 instructions it is about (TMA loads with and without an L2 policy, the cluster barrier of the DSMEM reduction,
 UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launch), with no spills; 64 rows issue
-half the mma of 128 per stage; the planner and the host checks refuse what the hardware cannot do, with a
-message; the tuner's candidates are both block heights with every portable K split, each a launch the host side
-binds; the launch configuration carries the PDL attribute; the lab's quantization matches its definition and
+half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix; the
+planner and the host checks refuse what the hardware cannot do, with a message; the tuner's candidates are both
+consumers and both block heights with every portable K split, each a launch the host side binds; the launch configuration carries the PDL attribute; the lab's quantization matches its definition and
 its kernel shows the fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs, the
 cluster reduction giving the same bits twice, a PDL chain giving the same result as the plain one; the lab's fp8
@@ -105,20 +105,43 @@ def test_plan(ch, m, n, k, split, rows):
     assert 1 <= s <= 8
 
 
-def test_tuner_tries_both_heights_with_every_portable_split(ch):
-    # The measurement cell's tuner times TUNE: 128 and 64 weight rows per block, each with S = 1, 2, 4 and 8 (the
-    # portable cluster size). Every candidate is a launch that prepare_gemv binds (cluster (1, S, 1), its ring in
-    # shared memory) and that keeps the S it was given.
+def test_tuner_tries_both_heights_and_consumers_with_every_portable_split(ch):
+    # The measurement cell's tuner times TUNE: mma.sync and wgmma consumers, 128 and 64 weight rows per block, each
+    # with S = 1, 2, 4 and 8 (the portable cluster size). Every candidate is a launch that prepare_gemv binds
+    # (cluster (1, S, 1), its ring in shared memory) and that keeps the S it was given.
     tune = ch["TUNE"]
-    assert len(set(tune)) == len(tune) == 8
+    assert len(set(tune)) == len(tune) == 16
     for rows in (128, 64):
-        assert sorted(S for r, S in tune if r == rows) == [1, 2, 4, 8]
+        for mma in (0, 1):
+            assert sorted(S for r, S, q in tune if (r, q) == (rows, mma)) == [1, 2, 4, 8]
     bf = fb.bfloat16
     for m, n, k in [(1, 1000, 136), (64, 264, 4104)]:
         x, w, c = fb.empty((m, k), bf), fb.empty((n, k), bf), fb.empty((m, n), bf)
-        for rows, S in tune:
+        for rows, S, mma in tune:
             assert ch["plan"](m, n, k, split=S, rows=rows)[2] == S
-            assert callable(ch["prepare_gemv"](x, w, c, split=S, rows=rows))
+            assert callable(ch["prepare_gemv"](x, w, c, split=S, rows=rows, mma=mma))
+
+
+@pytest.mark.parametrize("rows", [128, 64])
+@pytest.mark.parametrize("mp", [8, 16, 32, 64])
+def test_wgmma_consumers_read_the_tokens_once(ch, mp, rows):
+    # mma=1: one wgmma m64nMPk16 per k16 step and m64 tile (4 k16 steps x rows / 64 tiles), both operands through
+    # descriptors: no ldmatrix and no HMMA, where the mma.sync build loads the tokens with ldmatrix in every warp.
+    stages = ch["plan"](mp, 4096, 4096, rows=rows)[1]
+    wg, sync = (ch["gemv_module"](mp, stages, rows=rows, mma=q) for q in (1, 0))
+    hist = wg.histogram("gemv_bf16")
+    assert sum(v for o, v in hist.items() if o.startswith(f"HGMMA.64x{mp}x16.F32.BF16")) == 4 * rows // 64, hist
+    assert not any(o.startswith(("LDSM", "HMMA")) for o in hist), hist
+    assert any(o.startswith("LDSM") for o in sync.histogram("gemv_bf16"))
+    wg.expect_sass("UTMALDG.2D", "UCGABAR_ARV", "WARPGROUP.ARRIVE", forbid=("LDL", "STL"), kernel="gemv_bf16")
+    res = wg.resources["gemv_bf16"]
+    assert res.spills == 0 and res.registers <= 204, wg.report()
+
+
+def test_wgmma_is_refused_with_a_reason_for_other_values(ch):
+    bf = fb.bfloat16
+    with pytest.raises(ValueError, match="mma = 2"):
+        ch["prepare_gemv"](fb.empty((3, 64), bf), fb.empty((100, 64), bf), fb.empty((3, 100), bf), mma=2)
 
 
 def test_bad_input_is_refused_with_a_reason(ch):
@@ -186,7 +209,9 @@ def test_lab_as_given_compiles_and_has_no_fp8_conversion():
 @pytest.mark.parametrize("variant", [dict(red=0, hint=1), dict(red=1, hint=1), dict(red=0, hint=0),
                                      dict(red=0, hint=1, pdl=True), dict(red=1, hint=0, pdl=True),
                                      dict(red=0, hint=1, rows=64), dict(red=1, hint=1, rows=64),
-                                     dict(red=0, hint=1, pdl=True, rows=64)])
+                                     dict(red=0, hint=1, pdl=True, rows=64), dict(red=0, hint=1, mma=1),
+                                     dict(red=1, hint=1, mma=1), dict(red=0, hint=1, rows=64, mma=1),
+                                     dict(red=0, hint=1, pdl=True, rows=64, mma=1)])
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (3, 1000, 136), (7, 264, 4104), (33, 136, 64),
                                      (64, 4104, 1032), (64, 8, 8), (17, 14336, 4096), (2, 4096, 14336)])
 def test_gpu_gemv_ragged_against_float64(gpu90, ch, variant, m, n, k):

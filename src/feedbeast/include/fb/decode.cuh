@@ -3,10 +3,11 @@
 //   C (M x N, bf16) = X (M x K, bf16: a few tokens) * W^T, W (N x K: nn.Linear's layout), M <= 64.
 //
 // Block (n-tile, split): Rows weight rows (128 or 64) x one K/S slice. One producer thread streams W and X tiles
-// through a ring of STAGES (TMA, mbarrier full/empty), four consumer warps multiply with mma.sync (weights as the
-// 16-row side, tokens as the 8-column side), and the S partial tiles of an n-tile are added either through
-// distributed shared memory inside a cluster of S blocks (RED 0) or by the TMA unit into C (RED 1).
-// The stage arithmetic is a policy (`Math::KT`, `Math::stage`): chapter 10 gives the bf16 one, lab 10 an fp8 one.
+// through a ring of STAGES (TMA, mbarrier full/empty), four consumer warps multiply (weights as the rows of the
+// product, tokens as its columns), and the S partial tiles of an n-tile are added either through distributed
+// shared memory inside a cluster of S blocks (RED 0) or by the TMA unit into C (RED 1).
+// The stage arithmetic is a policy (`Math::KT`, `Math::stage`): chapter 10 gives two bf16 ones (mma.sync per warp,
+// wgmma per warpgroup), lab 10 an fp8 one. A policy that sets `kWarpgroupRows` keeps the wgmma fragment order.
 //
 // PTX ISA sections: "createpolicy", "cp.async.bulk.tensor" (.L2::cache_hint), "cp.async.bulk.prefetch.tensor",
 // "cp.reduce.async.bulk", "griddepcontrol", "ld" (.shared::cluster), "mapa", "ldmatrix", "mma" (m16n8k16),
@@ -138,11 +139,21 @@ __device__ __forceinline__ u32 swz128(int row, int chunk) { return row * 128 + (
 constexpr int BN = 128;           // weight rows per block by default (Rows): 4 consumer warps x 2 m16 tiles
 constexpr int THREADS = 160;      // warps 0-3 consume, warp 4 produces
 
+// The first weight row of accumulator tile mt of consumer warp `warp` (rows g and g + 8 of it are the thread's).
+// mma.sync policies: warp w owns 16 MT consecutive rows. wgmma policies (Math::kWarpgroupRows): tile mt is the
+// warpgroup's m64 tile mt, of which warp w holds rows 16w .. 16w + 15 (PTX ISA, wgmma .m64nNk16 D fragment).
+template <class Math, class = void> struct WarpgroupRows { static constexpr bool value = false; };
+template <class Math> struct WarpgroupRows<Math, decltype(void(Math::kWarpgroupRows))> {
+  static constexpr bool value = Math::kWarpgroupRows;
+};
+template <class Math, int MT> __device__ __forceinline__ int tile_row(int warp, int mt) {
+  return WarpgroupRows<Math>::value ? 64 * mt + 16 * warp : 16 * MT * warp + 16 * mt;
+}
+
 // Rows weight rows per block: 128 (each consumer warp 2 m16 tiles) or 64 (1 tile: twice the blocks for the same N).
 template <int Tok, int Stages, class Math, int Rows = BN>
 struct Shape {
-  static constexpr int MT = Rows / 64;                  // m16 tiles per consumer warp
-  static constexpr int WR = 16 * MT;                    // weight rows per consumer warp
+  static constexpr int MT = Rows / 64;                  // m16 tiles per warp (mma.sync), m64 tiles (wgmma)
   static constexpr int PB = Rows + 4;                   // a token's fp32 partial row: +4 floats against bank conflicts
   static constexpr int KT = Math::KT;                   // k per stage
   static constexpr int W_BYTES = Rows * 128;            // box of Rows rows x 128 bytes
@@ -168,7 +179,7 @@ template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Row
 __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C, const float* scale,
                      u64* stamps, int M, int N, int K, int ldc) {
   using Sh = Shape<Tok, Stages, Math, Rows>;
-  constexpr int MT = Sh::MT, WR = Sh::WR, PB = Sh::PB;
+  constexpr int MT = Sh::MT, PB = Sh::PB;
   extern __shared__ unsigned char raw[];
   unsigned char* smem = align_up<1024>(raw);
   u64* full = reinterpret_cast<u64*>(smem + Sh::RING);
@@ -189,7 +200,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
   if (Pdl) launch_dependents();
   __syncthreads();
 
-  float acc[MT][Tok / 8][4];          // consumers: fragment (mt, j) of weight rows WR w + 16mt.., tokens 8j..
+  float acc[MT][Tok / 8][4];          // consumers: fragment (mt, j) of weight rows tile_row(w, mt).., tokens 8j..
   if (warp == 4) {                   // ---- producer: one thread streams the tiles
     if (lane == 0) {
       tma::prefetch_tensormap(tw);
@@ -219,7 +230,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
         }
       }
     }
-  } else {                           // ---- consumers: warp w owns weight rows WR w .. WR w + WR - 1
+  } else {                           // ---- consumers: warp w owns the rows tile_row(w, mt) + 0 .. 15 of each tile mt
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -228,15 +239,15 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
       const int s = it % Stages;
       mbar::wait(&full[s], (it / Stages) & 1, "full", s);
       const u32 w = smem_addr(smem + s * Sh::STAGE);
-      Math::template stage<Tok>(acc, w, w + Sh::W_BYTES, warp, lane);
-      fence_proxy_async();           // this lane's ldmatrix reads (generic proxy) before the TMA refill (async proxy)
+      Math::template stage<Tok>(acc, w, w + Sh::W_BYTES, warp, lane);   // returns when the stage has been read
+      fence_proxy_async();           // this lane's reads (ldmatrix: generic proxy) before the TMA refill (async proxy)
       __syncwarp();
       if (lane == 0) mbar::arrive(&empty[s]);
     }
   }
   __syncthreads();                   // (A) every consumer is past its last stage: the ring is free
   if (warp < 4) {
-    // Fragment (mt, j): rows WR w + 16mt + g (+8), tokens 8j + 2t (+1), g = lane / 4, t = lane % 4.
+    // Fragment (mt, j): rows tile_row(w, mt) + g (+8), tokens 8j + 2t (+1), g = lane / 4, t = lane % 4.
     const int g = lane / 4, t = lane % 4;
     if (Red == 0) {
       float* P = reinterpret_cast<float*>(smem);          // [Tok][PB]
@@ -244,7 +255,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < Tok / 8; ++j) {
-          const int r = WR * warp + 16 * mt + g, m = 8 * j + 2 * t;
+          const int r = tile_row<Math, MT>(warp, mt) + g, m = 8 * j + 2 * t;
           P[m * PB + r] = acc[mt][j][0];
           P[(m + 1) * PB + r] = acc[mt][j][1];
           P[m * PB + r + 8] = acc[mt][j][2];
@@ -256,7 +267,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < Tok / 8; ++j) {
-          const int r = WR * warp + 16 * mt + g, m = 8 * j + 2 * t;
+          const int r = tile_row<Math, MT>(warp, mt) + g, m = 8 * j + 2 * t;
           const float s0 = scale && n0 + r < N ? scale[n0 + r] : 1.f;
           const float s1 = scale && n0 + r + 8 < N ? scale[n0 + r + 8] : 1.f;
           P[m * Rows + r] = __float2bfloat16(acc[mt][j][0] * s0);

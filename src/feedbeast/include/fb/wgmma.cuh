@@ -29,9 +29,11 @@ __device__ inline u64 descriptor_field(u64 bytes) { return (bytes & 0x3FFFF) >> 
 // A K-major tile with the 128-byte swizzle: 8-row core-matrix groups are 1024 B apart (SBO); the
 // leading offset is not used for swizzled K-major layouts and is set to 16 B (encoded 1) by convention.
 // `tile` may point 32*j bytes into a 1024-aligned tile to select the j-th 16-wide K slice.
+__device__ inline u64 descriptor_k_major_sw128_at(unsigned smem_addr) {   // from a shared-memory byte address
+  return descriptor_field(smem_addr) | (descriptor_field(16) << 16) | (descriptor_field(1024) << 32) | (1ull << 62);
+}
 __device__ inline u64 descriptor_k_major_sw128(const void* tile) {
-  const u64 addr = static_cast<u64>(__cvta_generic_to_shared(tile));
-  return descriptor_field(addr) | (descriptor_field(16) << 16) | (descriptor_field(1024) << 32) | (1ull << 62);
+  return descriptor_k_major_sw128_at(static_cast<unsigned>(__cvta_generic_to_shared(tile)));
 }
 // The first byte of the 128-byte rows a K-major SW128 descriptor reads (its start, less the K slice).
 __device__ inline unsigned descriptor_tile_start(u64 desc) {
