@@ -3,8 +3,8 @@
 CPU: every variant of the chapter's GEMV, with 128 and with 64 weight rows per block, compiles for sm_90a with the
 instructions it is about (TMA loads with and without an L2 policy, the cluster barrier of the DSMEM reduction,
 UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launch), with no spills; 64 rows issue
-half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix; the
-planner and the host checks refuse what the hardware cannot do, with a message; the tuner's candidates are both
+half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix; prefetch builds issue
+UTMAPF (before the dependency wait with PDL); the planner and the host checks refuse what the hardware cannot do, with a message; the tuner's candidates are both
 consumers and both block heights with every portable K split, each a launch the host side binds; the launch configuration carries the PDL attribute; the lab's quantization matches its definition and
 its kernel shows the fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs, the
@@ -138,10 +138,26 @@ def test_wgmma_consumers_read_the_tokens_once(ch, mp, rows):
     assert res.spills == 0 and res.registers <= 204, wg.report()
 
 
-def test_wgmma_is_refused_with_a_reason_for_other_values(ch):
+def test_wgmma_and_prefetch_are_refused_with_a_reason_for_other_values(ch):
     bf = fb.bfloat16
+    args = lambda: (fb.empty((3, 64), bf), fb.empty((100, 64), bf), fb.empty((3, 100), bf))
     with pytest.raises(ValueError, match="mma = 2"):
-        ch["prepare_gemv"](fb.empty((3, 64), bf), fb.empty((100, 64), bf), fb.empty((3, 100), bf), mma=2)
+        ch["prepare_gemv"](*args(), mma=2)
+    with pytest.raises(ValueError, match="prefetch = 65"):
+        ch["prepare_gemv"](*args(), prefetch=65)
+
+
+@pytest.mark.parametrize("pdl", [0, 1])
+def test_prefetch_requests_weight_tiles_into_the_l2(ch, pdl):
+    # prefetch=N: UTMAPF.L2.2D (cp.async.bulk.prefetch.tensor), none without it; with PDL the first prefetches are
+    # issued before griddepcontrol.wait (ACQBULK), as the first weight loads are.
+    sass = lambda pf: ch["gemv_module"](8, 6, pdl=pdl, prefetch=pf).sass("gemv_bf16").splitlines()
+    assert not any("UTMAPF" in ln for ln in sass(0))
+    lines = sass(8)
+    pf = [i for i, ln in enumerate(lines) if "UTMAPF.L2.2D" in ln]
+    assert pf, "no prefetch in the build"
+    if pdl:
+        assert pf[0] < next(i for i, ln in enumerate(lines) if "ACQBULK" in ln)
 
 
 def test_bad_input_is_refused_with_a_reason(ch):
@@ -211,7 +227,8 @@ def test_lab_as_given_compiles_and_has_no_fp8_conversion():
                                      dict(red=0, hint=1, rows=64), dict(red=1, hint=1, rows=64),
                                      dict(red=0, hint=1, pdl=True, rows=64), dict(red=0, hint=1, mma=1),
                                      dict(red=1, hint=1, mma=1), dict(red=0, hint=1, rows=64, mma=1),
-                                     dict(red=0, hint=1, pdl=True, rows=64, mma=1)])
+                                     dict(red=0, hint=1, pdl=True, rows=64, mma=1), dict(red=0, hint=1, mma=1, prefetch=8),
+                                     dict(red=0, hint=1, pdl=True, prefetch=8)])
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (3, 1000, 136), (7, 264, 4104), (33, 136, 64),
                                      (64, 4104, 1032), (64, 8, 8), (17, 14336, 4096), (2, 4096, 14336)])
 def test_gpu_gemv_ragged_against_float64(gpu90, ch, variant, m, n, k):

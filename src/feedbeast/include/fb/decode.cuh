@@ -175,7 +175,10 @@ struct Shape {
 // stamps (or null): [0] gets the earliest block start, [1] the latest block end (%globaltimer, ns).
 // Rows: weight rows per block, 128 or 64 (the weight tensor map's box is Rows x 128 bytes); Math::stage gets the
 // accumulators of Rows / 64 m16 tiles.
-template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Rows = BN>
+// Prefetch: weight tiles requested into the L2 (cp.async.bulk.prefetch) ahead of the ring: once the ring's first
+// Stages loads are issued, the next Prefetch tiles; then tile it + Prefetch with each load of tile it. With Pdl
+// the first of them go before griddepcontrol.wait too.
+template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Rows = BN, int Prefetch = 0>
 __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C, const float* scale,
                      u64* stamps, int M, int N, int K, int ldc) {
   using Sh = Shape<Tok, Stages, Math, Rows>;
@@ -212,6 +215,11 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
         const int k = (kt0 + it) * Sh::KT;              // in weight elements: a box row is 128 bytes
         if (Hint) load_2d_hint(smem + s * Sh::STAGE, tw, k, n0, &full[s], pw);
         else tma::load_2d(smem + s * Sh::STAGE, tw, k, n0, &full[s]);
+        if (Prefetch > 0) {            // keep the Prefetch tiles after the ring's requested into the L2
+          const int first = it == Stages - 1 ? Stages : it + Prefetch, last = it + Prefetch;
+          for (int p = it >= Stages - 1 ? first : last + 1; p <= last && p < iters; ++p)
+            prefetch_2d(tw, (kt0 + p) * Sh::KT, n0);
+        }
       };
       const int early = Pdl ? (iters < Stages ? iters : Stages) : 0;
       for (int it = 0; it < early; ++it) load_w(it);

@@ -21,3 +21,6 @@
 #ifndef MMA
 #define MMA 0         // 0: mma.sync per warp (each warp loads every token), 1: wgmma per warpgroup (tokens read once)
 #endif
+#ifndef PF
+#define PF 0          // weight tiles requested into the L2 ahead of the ring (cp.async.bulk.prefetch); 0: none
+#endif
