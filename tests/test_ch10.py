@@ -4,10 +4,12 @@ CPU: every variant of the chapter's GEMV, with 128 and with 64 weight rows per b
 instructions it is about (TMA loads with and without an L2 policy, the cluster barrier of the DSMEM reduction,
 UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launch), with no spills; 64 rows issue
 half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix; prefetch builds issue
-UTMAPF (before the dependency wait with PDL); the planner and the host checks refuse what the hardware cannot do, with a message; the tuner's candidates are both
+UTMAPF (before the dependency wait with PDL); two token blocks per tile multicast the weight tile and arrive on
+each other's barriers; the planner and the host checks refuse what the hardware cannot do, with a message; the tuner's candidates are both
 consumers and both block heights with every portable K split, each a launch the host side binds; the launch configuration carries the PDL attribute; the lab's quantization matches its definition and
 its kernel shows the fp8 conversion.
-GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs, the
+GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs (two
+token blocks per tile too), the
 cluster reduction giving the same bits twice, a PDL chain giving the same result as the plain one; the lab's fp8
 kernel against float64 of the dequantized weights.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.
@@ -107,19 +109,23 @@ def test_plan(ch, m, n, k, split, rows):
 
 def test_tuner_tries_both_heights_and_consumers_with_every_portable_split(ch):
     # The measurement cell's tuner times TUNE: mma.sync and wgmma consumers, 128 and 64 weight rows per block, each
-    # with S = 1, 2, 4 and 8 (the portable cluster size). Every candidate is a launch that prepare_gemv binds
-    # (cluster (1, S, 1), its ring in shared memory) and that keeps the S it was given.
+    # with S = 1, 2, 4 and 8 (the portable cluster size), and wgmma with two token blocks per weight tile at S = 1, 2
+    # and 4 (a cluster of S x 2). Every candidate is a launch that prepare_gemv binds (its cluster, its ring in
+    # shared memory) and that keeps the S it was given.
     tune = ch["TUNE"]
-    assert len(set(tune)) == len(tune) == 16
+    assert len(set(tune)) == len(tune) == 22
     for rows in (128, 64):
         for mma in (0, 1):
-            assert sorted(S for r, S, q in tune if (r, q) == (rows, mma)) == [1, 2, 4, 8]
+            assert sorted(S for r, S, q, T in tune if (r, q, T) == (rows, mma, 1)) == [1, 2, 4, 8]
+        assert sorted(S for r, S, q, T in tune if (r, q, T) == (rows, 1, 2)) == [1, 2, 4]
     bf = fb.bfloat16
     for m, n, k in [(1, 1000, 136), (64, 264, 4104)]:
         x, w, c = fb.empty((m, k), bf), fb.empty((n, k), bf), fb.empty((m, n), bf)
-        for rows, S, mma in tune:
-            assert ch["plan"](m, n, k, split=S, rows=rows)[2] == S
-            assert callable(ch["prepare_gemv"](x, w, c, split=S, rows=rows, mma=mma))
+        for rows, S, mma, T in tune:
+            if T == 2 and m <= 8:
+                continue          # the cell leaves these out: the second block would have no token
+            assert ch["plan"](m, n, k, split=S, rows=rows, token_blocks=T)[2] == S
+            assert callable(ch["prepare_gemv"](x, w, c, split=S, rows=rows, mma=mma, token_blocks=T))
 
 
 @pytest.mark.parametrize("rows", [128, 64])
@@ -145,6 +151,35 @@ def test_wgmma_and_prefetch_are_refused_with_a_reason_for_other_values(ch):
         ch["prepare_gemv"](*args(), mma=2)
     with pytest.raises(ValueError, match="prefetch = 65"):
         ch["prepare_gemv"](*args(), prefetch=65)
+
+
+@pytest.mark.parametrize("red", [0, 1])
+@pytest.mark.parametrize("mma", [0, 1])
+def test_token_blocks_share_each_weight_tile_by_multicast(ch, mma, red):
+    # token_blocks=2: the producer loads half of the tile's rows with UTMALDG.2D.MULTICAST (to both blocks), each
+    # consumer warp arrives on its own and on the peer's empty barrier (SYNCS.ARRIVE...RED: the remote arrive), and
+    # the pair meets at a cluster barrier before the first load; with one block per tile none of that is there.
+    stages = ch["plan"](64, 4096, 4096, token_blocks=2)[1]
+    two = ch["gemv_module"](32, stages, red=red, mma=mma, token_blocks=2).sass("gemv_bf16").splitlines()
+    one = ch["gemv_module"](32, stages, red=red, mma=mma).sass("gemv_bf16").splitlines()
+    assert sum("UTMALDG.2D.MULTICAST" in ln for ln in two) == 1
+    assert any("SYNCS.ARRIVE.TRANS64.RED" in ln for ln in two)
+    first_load = next(i for i, ln in enumerate(two) if "UTMALDG" in ln)
+    assert any("UCGABAR_WAIT" in ln for ln in two[:first_load])
+    assert not any("MULTICAST" in ln or "SYNCS.ARRIVE.TRANS64.RED" in ln for ln in one)
+
+
+def test_token_blocks_plan_and_refusals(ch):
+    plan, prepare = ch["plan"], ch["prepare_gemv"]
+    assert plan(64, 4096, 4096, token_blocks=2)[0] == 32 and plan(9, 4096, 4096, token_blocks=2)[0] == 8
+    assert plan(64, 4096, 4096, token_blocks=2)[2] <= 4          # S x 2 blocks in a portable cluster of 8
+    with pytest.raises(ValueError, match="token_blocks = 3"):
+        plan(64, 4096, 4096, token_blocks=3)
+    with pytest.raises(ValueError, match="from M = 9 on"):
+        plan(8, 4096, 4096, token_blocks=2)
+    bf = fb.bfloat16
+    with pytest.raises(fb.LaunchError, match="at most 8"):
+        prepare(fb.empty((33, 64), bf), fb.empty((100, 64), bf), fb.empty((33, 100), bf), split=8, token_blocks=2)
 
 
 @pytest.mark.parametrize("pdl", [0, 1])
@@ -233,6 +268,17 @@ def test_lab_as_given_compiles_and_has_no_fp8_conversion():
                                      (64, 4104, 1032), (64, 8, 8), (17, 14336, 4096), (2, 4096, 14336)])
 def test_gpu_gemv_ragged_against_float64(gpu90, ch, variant, m, n, k):
     r = ch["run_gemv_check"](m, n, k, seed=m * n + k, **variant)
+    assert r, r
+
+
+@pytest.mark.parametrize("variant", [dict(red=0, hint=1, mma=1), dict(red=0, hint=1, mma=0, rows=64),
+                                     dict(red=1, hint=1, mma=1), dict(red=0, hint=0, pdl=True, mma=1, rows=64),
+                                     dict(red=0, hint=1, mma=1, split=1), dict(red=0, hint=1, mma=0, prefetch=4)])
+@pytest.mark.parametrize("m, n, k", [(9, 1000, 136), (17, 264, 4104), (33, 4104, 1032), (64, 136, 64),
+                                     (64, 8200, 520), (40, 4096, 4096)])
+def test_gpu_gemv_token_blocks_against_float64(gpu90, ch, variant, m, n, k):
+    # Two blocks per weight tile, each half of the tokens, the tile multicast to both: every output row once.
+    r = ch["run_gemv_check"](m, n, k, seed=m * n + k, token_blocks=2, **variant)
     assert r, r
 
 

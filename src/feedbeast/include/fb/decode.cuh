@@ -50,6 +50,18 @@ __device__ inline void load_2d_hint(void* dst, const TensorMap& map, int c0, int
       ::"r"(smem_addr(dst)), "l"(&map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
 
+// The same with .multicast::cluster: the box lands at the same offset of every CTA in `mask`, and each one's
+// barrier at the offset of `bar` gets its bytes (fb::tma::load_2d_multicast with a cache policy).
+__device__ inline void load_2d_multicast_hint(void* dst, const TensorMap& map, int c0, int c1, u64* bar,
+                                              unsigned short mask, u64 policy FB_HZ_LINE) {
+  FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);
+  FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), mask);
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5, %6;"
+      ::"r"(smem_addr(dst)), "l"(&map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(mask), "l"(policy) : "memory");
+}
+
 // cp.async.bulk.prefetch.tensor.2d.L2: the box is brought into L2 only; nothing is written to shared memory,
 // nothing completes on a barrier.
 __device__ inline void prefetch_2d(const TensorMap& map, int c0, int c1) {
@@ -178,7 +190,12 @@ struct Shape {
 // Prefetch: weight tiles requested into the L2 (cp.async.bulk.prefetch) ahead of the ring: once the ring's first
 // Stages loads are issued, the next Prefetch tiles; then tile it + Prefetch with each load of tile it. With Pdl
 // the first of them go before griddepcontrol.wait too.
-template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Rows = BN, int Prefetch = 0>
+// TokenBlocks 2: the tokens are split over two blocks (grid z) that share each weight tile. They are in one cluster,
+// (1, S, 2) with Red 0 (rank split + S z) and (1, 1, 2) with Red 1 (rank z); each block's producer loads half of the
+// tile's rows and multicasts it to both, so the pair reads the weights from memory once; a stage is free when the
+// consumers of both blocks are done with it (8 arrivals on each block's empty barrier, 4 of them remote, so the
+// producer waits at cluster scope). The tensor map's box is Rows / 2 rows.
+template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Rows = BN, int Prefetch = 0, int TokenBlocks = 1>
 __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C, const float* scale,
                      u64* stamps, int M, int N, int K, int ldc) {
   using Sh = Shape<Tok, Stages, Math, Rows>;
@@ -188,7 +205,15 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
   u64* full = reinterpret_cast<u64*>(smem + Sh::RING);
   u64* empty = full + Stages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
-  const int n0 = blockIdx.x * Rows, S = gridDim.y, split = blockIdx.y;
+  static_assert(TokenBlocks == 1 || TokenBlocks == 2, "the tokens go to one block or to two");
+  const int n0 = blockIdx.x * Rows, S = gridDim.y, split = blockIdx.y, half = TokenBlocks > 1 ? blockIdx.z : 0;
+  const int cs = Red == 0 ? split : 0, cS = Red == 0 ? S : 1;   // this block's place in the cluster's y extent
+  const u32 peer = cs + cS * (1 - half);           // the other block of the pair (TokenBlocks 2)
+  const int tok0 = half * Tok, wrow = n0 + half * (Rows / TokenBlocks);   // its first token, its first row to load
+  if (TokenBlocks > 1) {                           // from here on C and M are this block's tokens
+    C += (size_t)tok0 * ldc;
+    M = M - tok0 < Tok ? M - tok0 : Tok;
+  }
   const int ktiles = (K + Sh::KT - 1) / Sh::KT;
   const int kt0 = int((long long)split * ktiles / S), kt1 = int((long long)(split + 1) * ktiles / S);
   const int iters = kt1 - kt0;
@@ -196,12 +221,13 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
   if (tid == 0) {
     for (int s = 0; s < Stages; ++s) {
       mbar::init(&full[s], 1);
-      mbar::init(&empty[s], 4);      // one arrival per consumer warp
+      mbar::init(&empty[s], 4 * TokenBlocks);   // one arrival per consumer warp of each block that reads the tile
     }
     mbar::fence_init();
   }
   if (Pdl) launch_dependents();
-  __syncthreads();
+  if (TokenBlocks > 1) cluster_sync();  // the peer's barriers are initialised before anything lands on them
+  else __syncthreads();
 
   float acc[MT][Tok / 8][4];          // consumers: fragment (mt, j) of weight rows tile_row(w, mt).., tokens 8j..
   if (warp == 4) {                   // ---- producer: one thread streams the tiles
@@ -213,12 +239,20 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
         const int s = it % Stages;
         mbar::arrive_expect_tx(&full[s], Sh::STAGE);
         const int k = (kt0 + it) * Sh::KT;              // in weight elements: a box row is 128 bytes
-        if (Hint) load_2d_hint(smem + s * Sh::STAGE, tw, k, n0, &full[s], pw);
-        else tma::load_2d(smem + s * Sh::STAGE, tw, k, n0, &full[s]);
+        if (TokenBlocks > 1) {              // this block's half of the rows, to the same offset in both blocks
+          unsigned char* dst = smem + s * Sh::STAGE + half * (Rows / 2) * 128;
+          const unsigned short both = (1u << cs) | (1u << (cs + cS));
+          if (Hint) load_2d_multicast_hint(dst, tw, k, wrow, &full[s], both, pw);
+          else tma::load_2d_multicast(dst, tw, k, wrow, &full[s], both);
+        } else if (Hint) {
+          load_2d_hint(smem + s * Sh::STAGE, tw, k, n0, &full[s], pw);
+        } else {
+          tma::load_2d(smem + s * Sh::STAGE, tw, k, n0, &full[s]);
+        }
         if (Prefetch > 0) {            // keep the Prefetch tiles after the ring's requested into the L2
           const int first = it == Stages - 1 ? Stages : it + Prefetch, last = it + Prefetch;
           for (int p = it >= Stages - 1 ? first : last + 1; p <= last && p < iters; ++p)
-            prefetch_2d(tw, (kt0 + p) * Sh::KT, n0);
+            prefetch_2d(tw, (kt0 + p) * Sh::KT, wrow);
         }
       };
       const int early = Pdl ? (iters < Stages ? iters : Stages) : 0;
@@ -227,14 +261,15 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
       for (int it = 0; it < iters; ++it) {
         const int s = it % Stages;
         if (it >= early) {
-          mbar::wait(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);
+          if (TokenBlocks > 1) mbar::wait_cluster(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);   // remote arrivals
+          else mbar::wait(&empty[s], ((it / Stages) & 1) ^ 1, "empty", s);
           load_w(it);
         }
         unsigned char* xs = smem + s * Sh::STAGE + Sh::W_BYTES;
         for (int b = 0; b < Sh::X_BOXES; ++b) {
           const int k = (kt0 + it) * Sh::KT + 64 * b;
-          if (Hint) load_2d_hint(xs + b * Tok * 128, tx, k, 0, &full[s], px);
-          else tma::load_2d(xs + b * Tok * 128, tx, k, 0, &full[s]);
+          if (Hint) load_2d_hint(xs + b * Tok * 128, tx, k, tok0, &full[s], px);
+          else tma::load_2d(xs + b * Tok * 128, tx, k, tok0, &full[s]);
         }
       }
     }
@@ -250,7 +285,15 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
       Math::template stage<Tok>(acc, w, w + Sh::W_BYTES, warp, lane);   // returns when the stage has been read
       fence_proxy_async();           // this lane's reads (ldmatrix: generic proxy) before the TMA refill (async proxy)
       __syncwarp();
-      if (lane == 0) mbar::arrive(&empty[s]);
+      if (lane == 0) {
+        mbar::arrive(&empty[s]);
+        if (TokenBlocks > 1) {         // the peer multicasts into this slot too
+          // wgmma policies have waited for their reads (wgmma.wait_group): a relaxed arrival says enough. ldmatrix
+          // reads are ordered before the peer's write only by a release at cluster scope (a MEMBAR.ALL.GPU).
+          if (WarpgroupRows<Math>::value) mbar::arrive_remote_relaxed(&empty[s], peer);
+          else mbar::arrive_remote_release(&empty[s], peer);
+        }
+      }
     }
   }
   __syncthreads();                   // (A) every consumer is past its last stage: the ring is free
@@ -296,9 +339,9 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
     for (int c = lo + tid; c < hi; c += THREADS) {
       const int m = c / (Rows / 4), r = 4 * (c % (Rows / 4));
       const u32 off = P + (m * PB + r) * 4;
-      float4 sum = ld_cluster_f4(mapa_shared_cluster(off, 0));
+      float4 sum = ld_cluster_f4(mapa_shared_cluster(off, S * half));
       for (int q = 1; q < S; ++q) {
-        const float4 v = ld_cluster_f4(mapa_shared_cluster(off, q));
+        const float4 v = ld_cluster_f4(mapa_shared_cluster(off, q + S * half));
         sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
       }
       const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
@@ -316,6 +359,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
       tma::commit_group();
       tma::wait_group_read<0>();     // the shared memory read before the block exits
     }
+    if (TokenBlocks > 1) cluster_sync();  // no block leaves while its peer may still arrive on its barriers
   }
   if (stamps && tid == 0) atomicMax(&stamps[1], globaltimer());
 }

@@ -24,3 +24,6 @@
 #ifndef PF
 #define PF 0          // weight tiles requested into the L2 ahead of the ring (cp.async.bulk.prefetch); 0: none
 #endif
+#ifndef TOKEN_BLOCKS
+#define TOKEN_BLOCKS 1  // 2: the tokens split over two blocks that share each weight tile by TMA multicast
+#endif
