@@ -9,8 +9,9 @@
 // The stage arithmetic is a policy (`Math::KT`, `Math::stage`): chapter 10 gives two bf16 ones (mma.sync per warp,
 // wgmma per warpgroup), lab 10 an fp8 one. A policy that sets `kWarpgroupRows` keeps the wgmma fragment order.
 //
-// PTX ISA sections: "createpolicy", "cp.async.bulk.tensor" (.L2::cache_hint), "cp.async.bulk.prefetch.tensor",
-// "cp.reduce.async.bulk", "griddepcontrol", "ld" (.shared::cluster), "mapa", "ldmatrix", "mma" (m16n8k16),
+// PTX ISA sections: "createpolicy", "cp.async.bulk.tensor" (.L2::cache_hint, .multicast::cluster),
+// "cp.async.bulk.prefetch.tensor", "cp.reduce.async.bulk", "griddepcontrol", "ld" (.shared::cluster), "mapa",
+// "mbarrier.arrive" (.shared::cluster), "mbarrier.try_wait" (.cluster), "ldmatrix", "mma" (m16n8k16),
 // "cvt" (e4m3x2 -> f16x2), "Special Registers: %globaltimer".
 #pragma once
 #include <cuda_bf16.h>
