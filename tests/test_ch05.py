@@ -92,12 +92,17 @@ def test_descriptor_fields_follow_the_matrix_descriptor_format():
 
 
 def test_header_descriptor_uses_the_modelled_constants():
+    # The fields are built from a shared-memory byte address (descriptor_k_major_sw128_at); the pointer form
+    # converts its pointer (cvta to shared) and builds nothing else.
     text = WGMMA_H.read_text()
-    body = text[text.index("descriptor_k_major_sw128(const void* tile)"):]
+    body = text[text.index("descriptor_k_major_sw128_at(unsigned smem_addr)"):]
     body = body[:body.index("}")]
-    for piece in ("descriptor_field(addr)", "descriptor_field(16) << 16", "descriptor_field(1024) << 32",
+    for piece in ("descriptor_field(smem_addr)", "descriptor_field(16) << 16", "descriptor_field(1024) << 32",
                   "1ull << 62"):
         assert piece in body
+    ptr = text[text.index("descriptor_k_major_sw128(const void* tile)"):]
+    ptr = ptr[:ptr.index("}")]
+    assert "descriptor_k_major_sw128_at(" in ptr and "__cvta_generic_to_shared(tile)" in ptr
     assert "return (bytes & 0x3FFFF) >> 4;" in text
 
 
