@@ -3,15 +3,15 @@
 CPU: every variant of the chapter's GEMV, with 128 and with 64 weight rows per block, compiles for sm_90a with the
 instructions it is about (TMA loads with and without an L2 policy, the cluster barrier of the DSMEM reduction,
 UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launch), with no spills; 64 rows issue
-half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix; prefetch builds issue
-UTMAPF (before the dependency wait with PDL); two token blocks per tile multicast the weight tile and arrive on
-each other's barriers; the planner and the host checks refuse what the hardware cannot do, with a message; the tuner's candidates are both
-consumers and both block heights with every portable K split, each a launch the host side binds; the launch configuration carries the PDL attribute; the lab's quantization matches its definition and
-its kernel shows the fp8 conversion.
+half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix;
+prefetch builds issue UTMAPF (before the dependency wait with PDL); two token blocks per tile multicast the weight
+tile and arrive on each other's barriers; the planner and the host checks refuse what the hardware cannot do, with
+a message; the tuner's candidates are both consumers, both block heights and two token blocks with every portable K
+split, each a launch the host side binds; the launch configuration carries the PDL attribute; the lab's
+quantization matches its definition and its kernel shows the fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs (two
-token blocks per tile too), the
-cluster reduction giving the same bits twice, a PDL chain giving the same result as the plain one; the lab's fp8
-kernel against float64 of the dequantized weights.
+token blocks per tile too), the cluster reduction giving the same bits twice, a PDL chain giving the same result as
+the plain one; the lab's fp8 kernel against float64 of the dequantized weights.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.
 """
 from __future__ import annotations
@@ -262,8 +262,8 @@ def test_lab_as_given_compiles_and_has_no_fp8_conversion():
                                      dict(red=0, hint=1, rows=64), dict(red=1, hint=1, rows=64),
                                      dict(red=0, hint=1, pdl=True, rows=64), dict(red=0, hint=1, mma=1),
                                      dict(red=1, hint=1, mma=1), dict(red=0, hint=1, rows=64, mma=1),
-                                     dict(red=0, hint=1, pdl=True, rows=64, mma=1), dict(red=0, hint=1, mma=1, prefetch=8),
-                                     dict(red=0, hint=1, pdl=True, prefetch=8)])
+                                     dict(red=0, hint=1, pdl=True, rows=64, mma=1),
+                                     dict(red=0, hint=1, mma=1, prefetch=8), dict(red=0, hint=1, pdl=True, prefetch=8)])
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (3, 1000, 136), (7, 264, 4104), (33, 136, 64),
                                      (64, 4104, 1032), (64, 8, 8), (17, 14336, 4096), (2, 4096, 14336)])
 def test_gpu_gemv_ragged_against_float64(gpu90, ch, variant, m, n, k):

@@ -196,7 +196,8 @@ struct Shape {
 // tile's rows and multicasts it to both, so the pair reads the weights from memory once; a stage is free when the
 // consumers of both blocks are done with it (8 arrivals on each block's empty barrier, 4 of them remote, so the
 // producer waits at cluster scope). The tensor map's box is Rows / 2 rows.
-template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Rows = BN, int Prefetch = 0, int TokenBlocks = 1>
+template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Rows = BN, int Prefetch = 0,
+          int TokenBlocks = 1>
 __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C, const float* scale,
                      u64* stamps, int M, int N, int K, int ldc) {
   using Sh = Shape<Tok, Stages, Math, Rows>;
