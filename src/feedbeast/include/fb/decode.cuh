@@ -7,7 +7,8 @@
 // product, tokens as its columns), and the S partial tiles of an n-tile are added either through distributed
 // shared memory inside a cluster of S blocks (RED 0) or by the TMA unit into C (RED 1).
 // The stage arithmetic is a policy (`Math::KT`, `Math::stage`): chapter 10 gives two bf16 ones (mma.sync per warp,
-// wgmma per warpgroup), lab 10 an fp8 one. A policy that sets `kWarpgroupRows` keeps the wgmma fragment order.
+// wgmma per warpgroup), lab 10 an fp8 one. A policy that sets `kWarpgroupRows` keeps the wgmma fragment order
+// and has waited for its reads (wgmma.wait_group) when `stage` returns: its remote arrivals may be relaxed.
 //
 // PTX ISA sections: "createpolicy", "cp.async.bulk.tensor" (.L2::cache_hint, .multicast::cluster),
 // "cp.async.bulk.prefetch.tensor", "cp.reduce.async.bulk", "griddepcontrol", "ld" (.shared::cluster), "mapa",
@@ -55,6 +56,7 @@ __device__ inline void load_2d_hint(void* dst, const TensorMap& map, int c0, int
 // barrier at the offset of `bar` gets its bytes (fb::tma::load_2d_multicast with a cache policy).
 __device__ inline void load_2d_multicast_hint(void* dst, const TensorMap& map, int c0, int c1, u64* bar,
                                               unsigned short mask, u64 policy FB_HZ_LINE) {
+  if (FB_HZ_STOPPED()) return;            // a hazard build after a wait gave up (fb/hazard.cuh)
   FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);
   FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), mask);
   asm volatile(
@@ -163,7 +165,8 @@ template <class Math, int MT> __device__ __forceinline__ int tile_row(int warp, 
   return WarpgroupRows<Math>::value ? 64 * mt + 16 * warp : 16 * MT * warp + 16 * mt;
 }
 
-// Rows weight rows per block: 128 (each consumer warp 2 m16 tiles) or 64 (1 tile: twice the blocks for the same N).
+// Rows weight rows per block: 128 (2 m16 tiles per consumer warp, or 2 m64 tiles of the warpgroup) or 64 (1 tile:
+// twice the blocks for the same N).
 template <int Tok, int Stages, class Math, int Rows = BN>
 struct Shape {
   static constexpr int MT = Rows / 64;                  // m16 tiles per warp (mma.sync), m64 tiles (wgmma)
@@ -175,19 +178,19 @@ struct Shape {
   static constexpr int STAGE = W_BYTES + X_BYTES;       // a multiple of 1024: every box stays swizzle-aligned
   static constexpr int RING = Stages * STAGE;
   static constexpr int SMEM = RING + 2 * Stages * 8 + 1024;   // + barriers, + alignment slack
-  static_assert(Rows == 128 || Rows == 64, "Rows is 128 or 64: 4 consumer warps x 2 or 1 m16 tiles");
+  static_assert(Rows == 128 || Rows == 64, "Rows is 128 or 64: 2 or 1 row tiles of the consumers");
   static_assert(Tok % 8 == 0 && Tok <= 64, "Tok is 8, 16, 32 or 64");
   static_assert(STAGE % 1024 == 0, "stages must stay on 1024 B boundaries");
   static_assert(RING >= Tok * PB * 4, "the partial tile reuses the ring");
 };
 
-// One block of the GEMV. Red 0: the S blocks of an n-tile form a cluster (1, S, 1) and add their partials
+// One block of the GEMV. Red 0: the S blocks of an n-tile form a cluster (1, S, TokenBlocks) and add their partials
 // through DSMEM into C. Red 1: each adds its partial (bf16) into C with the TMA unit; C must be zero before.
 // Hint: weights evict-first, activations evict-last. Pdl: weights of the first Stages tiles are requested before
 // griddepcontrol.wait (they do not depend on the previous kernel; the activations do).
 // stamps (or null): [0] gets the earliest block start, [1] the latest block end (%globaltimer, ns).
-// Rows: weight rows per block, 128 or 64 (the weight tensor map's box is Rows x 128 bytes); Math::stage gets the
-// accumulators of Rows / 64 m16 tiles.
+// Rows: weight rows per block, 128 or 64 (the weight tensor map's box is Rows / TokenBlocks x 128 bytes);
+// Math::stage gets the accumulators of Rows / 64 tiles (m16 per warp with mma.sync, m64 per warpgroup with wgmma).
 // Prefetch: weight tiles requested into the L2 (cp.async.bulk.prefetch) ahead of the ring: once the ring's first
 // Stages loads are issued, the next Prefetch tiles; then tile it + Prefetch with each load of tile it. With Pdl
 // the first of them go before griddepcontrol.wait too.

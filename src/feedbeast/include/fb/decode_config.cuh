@@ -16,7 +16,7 @@
 #define PDL 0         // programmatic dependent launch: weights requested before griddepcontrol.wait
 #endif
 #ifndef ROWS
-#define ROWS 128      // weight rows per block: 128 (4 consumer warps x 2 m16 tiles) or 64 (x 1: twice the blocks)
+#define ROWS 128      // weight rows per block: 128 (2 row tiles of the consumers) or 64 (1: twice the blocks)
 #endif
 #ifndef MMA
 #define MMA 0         // 0: mma.sync per warp (each warp loads every token), 1: wgmma per warpgroup (tokens read once)
