@@ -196,7 +196,7 @@ struct Shape {
 // the first of them go before griddepcontrol.wait too.
 // TokenBlocks 2: the tokens are split over two blocks (grid z) that share each weight tile. They are in one cluster,
 // (1, S, 2) with Red 0 (rank split + S z) and (1, 1, 2) with Red 1 (rank z); each block's producer loads half of the
-// tile's rows and multicasts it to both, so the pair reads the weights from memory once; a stage is free when the
+// tile's rows and multicasts it to both, so the pair requests each tile from memory once; a stage is free when the
 // consumers of both blocks are done with it (8 arrivals on each block's empty barrier, 4 of them remote, so the
 // producer waits at cluster scope). The tensor map's box is Rows / 2 rows.
 template <int Tok, int Stages, int Red, bool Hint, bool Pdl, class Math, int Rows = BN, int Prefetch = 0,
