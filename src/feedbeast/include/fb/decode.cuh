@@ -42,27 +42,25 @@ __device__ inline u64 policy_evict_last() {
   return p;
 }
 
-// cp.async.bulk.tensor.2d ... .L2::cache_hint: fb::tma::load_2d with a cache policy.
-__device__ inline void load_2d_hint(void* dst, const TensorMap& map, int c0, int c1, u64* bar, u64 policy FB_HZ_LINE) {
-  FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);     // hazard builds: the load, as fb::tma::load_2d records it
-  FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), 0);
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3}], [%4], %5;"
-      ::"r"(smem_addr(dst)), "l"(&map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "l"(policy) : "memory");
-}
-
-// The same with .multicast::cluster: the box lands at the same offset of every CTA in `mask`, and each one's
-// barrier at the offset of `bar` gets its bytes (fb::tma::load_2d_multicast with a cache policy).
-__device__ inline void load_2d_multicast_hint(void* dst, const TensorMap& map, int c0, int c1, u64* bar,
-                                              unsigned short mask, u64 policy FB_HZ_LINE) {
+// cp.async.bulk.tensor.2d ... .L2::cache_hint: fb::tma::load_2d with a cache policy. Multicast: with
+// .multicast::cluster, as fb::tma::load_2d_multicast: the box lands at the same offset of every CTA in `mask`, and
+// each one's barrier at the offset of `bar` gets its bytes.
+template <bool Multicast = false>
+__device__ inline void load_2d_hint(void* dst, const TensorMap& map, int c0, int c1, u64* bar, u64 policy,
+                                    unsigned short mask = 0 FB_HZ_LINE) {
   if (FB_HZ_STOPPED()) return;            // a hazard build after a wait gave up (fb/hazard.cuh)
-  FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);
+  FB_HZ_RECORD(fb::hazard::kTmaCoords, c0, c1, 0, 0);     // hazard builds: the load, as fb::tma records it
   FB_HZ_RECORD(fb::hazard::kTmaLoad, smem_addr(dst), fb::hazard::map_id(&map), smem_addr(bar), mask);
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint"
-      " [%0], [%1, {%2, %3}], [%4], %5, %6;"
-      ::"r"(smem_addr(dst)), "l"(&map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(mask), "l"(policy) : "memory");
+  if constexpr (Multicast)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;"
+        ::"r"(smem_addr(dst)), "l"(&map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(mask), "l"(policy) : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3}], [%4], %5;"
+        ::"r"(smem_addr(dst)), "l"(&map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
 
 // cp.async.bulk.prefetch.tensor.2d.L2: the box is brought into L2 only; nothing is written to shared memory,
@@ -247,7 +245,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
         if (TokenBlocks > 1) {              // this block's half of the rows, to the same offset in both blocks
           unsigned char* dst = smem + s * Sh::STAGE + half * (Rows / 2) * 128;
           const unsigned short both = (1u << cs) | (1u << (cs + cS));
-          if (Hint) load_2d_multicast_hint(dst, tw, k, wrow, &full[s], both, pw);
+          if (Hint) load_2d_hint<true>(dst, tw, k, wrow, &full[s], pw, both);
           else tma::load_2d_multicast(dst, tw, k, wrow, &full[s], both);
         } else if (Hint) {
           load_2d_hint(smem + s * Sh::STAGE, tw, k, n0, &full[s], pw);
