@@ -54,6 +54,20 @@ def test_fp8_sass_and_resources():
     assert mod.histogram(KERNEL)["QGMMA.64x128x32.F32.E4M3.E4M3"] == 16
 
 
+def test_fp8_q_in_registers():
+    # Q_REGS=1: each consumer thread reads its Q fragments once (4 ldmatrix .x4, one per k32 step), and the 8
+    # QGMMA of S take A from registers like P V's; the default build reads Q from shared memory in each of them.
+    def forms(mod):
+        mma = [ln for ln in mod.sass(KERNEL).splitlines() if "QGMMA.64x128x32.F32.E4M3.E4M3" in ln]
+        return len(mma), sum(re.search(r"QGMMA\S* R\d+, gdesc\[", ln) is not None for ln in mma)
+    assert forms(module()) == (16, 8)
+    q = module(Q_REGS=1)
+    assert forms(q) == (16, 0)
+    assert q.histogram(KERNEL)["LDSM.16.M88.4"] == 4 and "LDSM.16.M88.4" not in module().histogram(KERNEL)
+    res = q.resources[KERNEL]
+    assert res.spills == 0 and res.stack == 0, q.report()
+
+
 def test_fp8_p_is_converted_in_registers_without_shuffles():
     # 64 scores per thread and key tile -> 32 cvt.rn.satfinite.e4m3x2 (F2FP) per conversion of P, two conversion
     # sites (the first tile and the loop). The only shuffles are the softmax's quad maximum and the final quad sum

@@ -167,6 +167,9 @@ template <int R> __device__ inline void fence_operand(float (&d)[R]) {
 #define FB_WGMMA_RS_E4M3(N, REGS, a, b, c, e, f, ...)                                                           \
   "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, {%" #a ", %" #b ", %" #c ", %" #e "}, %" #f \
   ", 1, 1, 1;\n"
+#define FB_WGMMA_RS_E4M3_P(N, REGS, a, b, c, e, f, g, ...)                                                        \
+  FB_WGMMA_PRED(g) "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, {%" #a ", %" #b ", %" #c \
+                   ", %" #e "}, %" #f ", p, 1, 1;\n}\n"
 #define FB_WGMMA_TEXT(FORM, N, K, NEXT) FB_WGMMA_CALL(FORM, N, FB_WGMMA_REGS(K), FB_WGMMA_B##K, FB_WGMMA_B##NEXT)
 
 // Shape<N>: the four forms the course uses, with no hazard recording (the wrappers below and the attention
@@ -192,6 +195,10 @@ template <int N> struct Shape;
     __device__ static void rs_e4m3(float (&d)[N / 2], const unsigned (&a)[4], u64 db) {                             \
       asm volatile(FB_WGMMA_TEXT(FB_WGMMA_RS_E4M3, N, K, NEXT)                                                      \
                    : FB_WGMMA_OUTS(K) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                       \
+    }                                                                                                                \
+    __device__ static void rs_e4m3(float (&d)[N / 2], const unsigned (&a)[4], u64 db, int accumulate) {             \
+      asm volatile(FB_WGMMA_TEXT(FB_WGMMA_RS_E4M3_P, N, K, NEXT)                                                    \
+                   : FB_WGMMA_OUTS(K) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));      \
     }                                                                                                                \
   };
 FB_WGMMA_SHAPES(FB_WGMMA_SHAPE)
@@ -240,6 +247,12 @@ __device__ inline void mma_rs(float (&d)[N / 2], const unsigned (&a)[4], u64 des
 template <int N> __device__ inline void mma_rs_e4m3(float (&d)[N / 2], const unsigned (&a)[4], u64 desc_b) {
   FB_WGMMA_CHECK_N(N);
   Shape<N>::rs_e4m3(d, a, desc_b);
+}
+// The same with accumulate = 0 overwriting D (the first K step of a product).
+template <int N>
+__device__ inline void mma_rs_e4m3(float (&d)[N / 2], const unsigned (&a)[4], u64 desc_b, int accumulate) {
+  FB_WGMMA_CHECK_N(N);
+  Shape<N>::rs_e4m3(d, a, desc_b, accumulate);
 }
 
 // Which element of the 64xN fp32 result register d[i] of thread t (0..127 in the warpgroup) holds
