@@ -3,7 +3,7 @@
 CPU: the kernel compiles for sm_90a with fp8 wgmma (QGMMA) for both GEMMs and no bf16 HGMMA, P converted to e4m3
 in registers (F2FP ... E4M3, no shuffle beyond the softmax's), the V transpose's ldmatrix .trans, PRMT and stmatrix
 (LDSM / STSM, and no 4-byte shared loads or stores left), no spills, no ptxas C7508 /
-C7515, the softmax between the loop's two waits; the key order that P and V^T share is the one the PTX ISA's
+C7515; with Q_REGS=1 the GEMMs of S take Q's fragments from registers; the softmax between the loop's two waits; the key order that P and V^T share is the one the PTX ISA's
 fragments imply (read from the header); a model of the transpose's lanes (ldmatrix .trans, prmt, stmatrix, the
 128-byte swizzle) writes every byte of V^T where key_at puts it, with no bank conflict; the fp8 element-wise bound holds for a numpy model of the kernel's
 arithmetic and rejects a causal mask one key too wide.

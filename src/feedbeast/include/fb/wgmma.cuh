@@ -172,7 +172,7 @@ template <int R> __device__ inline void fence_operand(float (&d)[R]) {
                    ", %" #e "}, %" #f ", p, 1, 1;\n}\n"
 #define FB_WGMMA_TEXT(FORM, N, K, NEXT) FB_WGMMA_CALL(FORM, N, FB_WGMMA_REGS(K), FB_WGMMA_B##K, FB_WGMMA_B##NEXT)
 
-// Shape<N>: the four forms the course uses, with no hazard recording (the wrappers below and the attention
+// Shape<N>: the forms the course uses, with no hazard recording (the wrappers below and the attention
 // headers record what each layout reads). d[N/2] accumulates; accumulate = 0 overwrites it instead.
 template <int N> struct Shape;
 #define FB_WGMMA_SHAPE(N, K, NEXT)                                                                                   \
