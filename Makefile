@@ -97,7 +97,7 @@ labs: $(STAMP)
 reset-labs: $(STAMP)
 	$(PYTHON) -m feedbeast.course.labs reset solutions labs $(filter-out [0-9][0-9],$(LAB))
 
-## make wheelhouse PY=3.12 [SET=notebook]   wheels for an offline install (see README)
+## make wheelhouse PY=3.12 [SET=notebook] [COMPARE=1]   wheels for an offline install (see README)
 wheelhouse:
 	rm -rf wheelhouse && mkdir -p wheelhouse
 	$(PYTHON3) -m pip wheel -q --no-deps -w wheelhouse .
@@ -116,6 +116,15 @@ else
 	  npm ci --prefix workshop --no-audit --no-fund --loglevel=error && mkdir -p wheelhouse/workshop && \
 	  tar -czf wheelhouse/workshop/node_modules.tar.gz -C workshop node_modules; \
 	else echo "no npm here: the workshop proxy is not in the bundle (make workshop will need npm)"; fi
+endif
+ifeq ($(COMPARE),1)
+	$(PYTHON3) -m pip download -q -d wheelhouse --no-deps --only-binary=:all: --python-version $(PY) \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+	  -r requirements/compare.txt
+	@dups=$$(ls wheelhouse/*.whl | xargs -n1 basename | sed 's/-[0-9].*//' | tr A-Z_ a-z- | sort | uniq -d); \
+	if [ -n "$$dups" ]; then echo "wheelhouse/ holds two versions of: $$dups (requirements/compare.txt pins one," \
+	  "the other set resolved another): make the pins agree, or pip install --no-deps will refuse the bundle" >&2; exit 1; fi
 endif
 	@echo "wheelhouse/: $$(ls wheelhouse/*.whl | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
 

@@ -42,6 +42,19 @@ def test_cuda12_switch_differs_only_in_the_cuda_packages():
     assert b["cuda-bindings"].startswith("12.") and b["cuda-toolkit"].startswith("12.")
 
 
+def test_comparator_set_is_pinned_and_holds_what_the_chapters_look_for():
+    # make wheelhouse COMPARE=1 downloads requirements/compare.txt with --no-deps: every line must pin one version,
+    # and the distributions whose versions chapters 09 and 10 print must be among them.
+    lines = [ln.split("#")[0].strip() for ln in (ROOT / "requirements/compare.txt").read_text().splitlines()]
+    reqs = [ln for ln in lines if ln]
+    assert reqs and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.]+", ln) for ln in reqs), reqs
+    pins = read_pins(ROOT / "requirements/compare.txt")
+    ch09, ch10 = ((ROOT / f"chapters/{n}.ipynb").read_text() for n in ("09-attention", "10-decode"))
+    for dist, text in (("flashinfer-python", ch10), ("flash-attn-4", ch10), ("nvidia-cutlass-dsl", ch10),
+                       ("nvidia-cudnn-frontend", ch09)):
+        assert dist in pins and dist.removeprefix("nvidia-") in text, dist
+
+
 def test_there_are_notebooks():
     assert (ROOT / "chapters/00-feeding-the-beast.ipynb").exists()
     assert len(list(ROOT.glob("solutions/*.ipynb"))) >= 1
