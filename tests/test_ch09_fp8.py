@@ -54,6 +54,15 @@ def test_fp8_sass_and_resources():
     assert mod.histogram(KERNEL)["QGMMA.64x128x32.F32.E4M3.E4M3"] == 16
 
 
+def test_fp8_register_split_fits_the_block():
+    # Transposing producer 56 + 2 consumers x 224 = 504 per lane = 3 x the entry count 168 (fb::launch_registers),
+    # the block's whole pool; 8 more for the producer (the SM's 65536) would leave the consumers' .inc waiting forever,
+    # and the kernel's static_assert refuses it.
+    assert module().resources[KERNEL].registers == 168
+    with pytest.raises(fb.CompileError, match="setmaxnreg: the warpgroups ask for more registers than the block has"):
+        CHAPTER.compile("fp8", "sm_90a", PRODUCER_REGS="64")
+
+
 def test_fp8_q_in_registers():
     # Q_REGS=1: each consumer thread reads its Q fragments once (4 ldmatrix .x4, one per k32 step), and the 8
     # QGMMA of S take A from registers like P V's; the default build reads Q from shared memory in each of them.

@@ -5,6 +5,13 @@
 
 namespace fb {
 
+// The CTA's register pool is what the block was launched with: with __launch_bounds__(threads, 1) ptxas gives a
+// kernel that uses setmaxnreg 65536 / threads registers per thread, rounded down to a multiple of 8 (168 at 384
+// threads). setmaxnreg only moves registers within that pool, and an .inc "blocks the execution until enough
+// registers are available in the CTA's register pool" (PTX ISA, setmaxnreg): with counts that add up to more
+// than the pool, forever. For a static_assert: the per-thread counts of the warpgroups, summed, against this.
+__host__ __device__ constexpr int launch_registers(int threads) { return 65536 / threads / 8 * 8; }
+
 // setmaxnreg.dec.sync.aligned.u32 N: this warpgroup keeps at most N registers per thread.
 template <int N> __device__ inline void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
