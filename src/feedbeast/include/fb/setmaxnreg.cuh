@@ -9,8 +9,12 @@ namespace fb {
 // kernel that uses setmaxnreg 65536 / threads registers per thread, rounded down to a multiple of 8 (168 at 384
 // threads). setmaxnreg only moves registers within that pool, and an .inc "blocks the execution until enough
 // registers are available in the CTA's register pool" (PTX ISA, setmaxnreg): with counts that add up to more
-// than the pool, forever. For a static_assert: the per-thread counts of the warpgroups, summed, against this.
+// than the pool, forever.
 __host__ __device__ constexpr int launch_registers(int threads) { return 65536 / threads / 8 * 8; }
+// The check, for a block of warpgroup 0 at PRODUCER registers per thread and CONSUMERS warpgroups at CONSUMER.
+#define FB_SETMAXNREG_SPLIT(PRODUCER, CONSUMER, CONSUMERS)                                                        \
+  static_assert((PRODUCER) + (CONSUMERS) * (CONSUMER) <= (1 + (CONSUMERS)) * fb::launch_registers(128 * (1 + (CONSUMERS))), \
+                "setmaxnreg: the warpgroups ask for more registers than the block has: .inc would wait forever")
 
 // setmaxnreg.dec.sync.aligned.u32 N: this warpgroup keeps at most N registers per thread.
 template <int N> __device__ inline void setmaxnreg_dec() {
