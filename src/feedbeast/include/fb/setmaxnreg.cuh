@@ -12,8 +12,9 @@ namespace fb {
 // than the pool, forever.
 __host__ __device__ constexpr int launch_registers(int threads) { return 65536 / threads / 8 * 8; }
 // The check, for a block of warpgroup 0 at PRODUCER registers per thread and CONSUMERS warpgroups at CONSUMER.
-#define FB_SETMAXNREG_SPLIT(PRODUCER, CONSUMER, CONSUMERS)                                                        \
-  static_assert((PRODUCER) + (CONSUMERS) * (CONSUMER) <= (1 + (CONSUMERS)) * fb::launch_registers(128 * (1 + (CONSUMERS))), \
+#define FB_SETMAXNREG_SPLIT(PRODUCER, CONSUMER, CONSUMERS)                                                \
+  static_assert((PRODUCER) + (CONSUMERS) * (CONSUMER) <=                                                  \
+                    (1 + (CONSUMERS)) * fb::launch_registers(128 * (1 + (CONSUMERS))),                    \
                 "setmaxnreg: the warpgroups ask for more registers than the block has: .inc would wait forever")
 
 // setmaxnreg.dec.sync.aligned.u32 N: this warpgroup keeps at most N registers per thread.
