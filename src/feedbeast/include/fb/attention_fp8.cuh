@@ -147,19 +147,10 @@ __device__ inline void qk_gemm(float (&s)[64], const unsigned char* q, const uns
 }
 
 // Q in registers: the A fragments of this warp's 16 rows of Q (64 x D, K-major SW128, the warpgroup's half of the
-// Q tile) for the D / 32 steps, read once. Per step, ldmatrix .x4 (b16) reads four 8x16-byte matrices: rows 0-7
-// and 8-15 of bytes 0-15 (a0, a1) and of bytes 16-31 (a2, a3); lane (c, t) gets bytes 4t .. 4t + 3 of row c, the
-// 8-bit k32 A layout in natural column order. Lane l gives the address of row l % 8 of matrix l / 8.
-__device__ inline void q_fragments(const unsigned char* q, u32 (&a)[D / 32][4]) {
-  const unsigned lane = threadIdx.x % 32, m = lane / 8, row = 16 * ((threadIdx.x % 128) / 32) + 8 * (m % 2) + lane % 8;
-#pragma unroll
-  for (int kk = 0; kk < D / 32; ++kk) {
-    const unsigned chunk = ((2 * kk + m / 2) ^ (row % 8)) & 7;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
-                 : "r"(fb::smem_addr(q + row * 128 + chunk * 16)) : "memory");
-  }
-}
+// Q tile) for the D / 32 steps, read once. A row of D e4m3 is 128 bytes, as one of 64 bf16, and each step reads
+// 32 of them: fb::attention::q_fragments of a 64-column bf16 tile reads the same bytes into the same registers;
+// lane (c, t) gets bytes 4t .. 4t + 3 of row c, the 8-bit k32 A layout in natural column order.
+__device__ inline void q_fragments(const unsigned char* q, u32 (&a)[D / 32][4]) { fa::q_fragments<64, 64>(q, a); }
 
 // S(64 x BN) = Q K^T with Q's fragments in registers: K the only operand read from shared memory.
 __device__ inline void qk_gemm_rs(float (&s)[64], const u32 (&qa)[D / 32][4], const unsigned char* k FB_HZ_LINE) {
