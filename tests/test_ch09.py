@@ -142,6 +142,20 @@ def test_rung6_two_consumers_at_d64():
     assert 'defines.get("D64_CONSUMERS", 3)' in helpers and "bm, threads = 64 * nc, 128 * (nc + 1)" in helpers
 
 
+def test_rung6_two_consumers_read_q_into_registers():
+    # Two consumers (240 registers each) read their rows of Q once per tile (ldmatrix, one .x4 per k16 step) and
+    # take S = Q K^T's A operand from registers, so Q's buffer is free for the next tile from the tile's start;
+    # three consumers (160 registers) keep reading Q from shared memory.
+    a_from_smem = lambda mod, k: len(re.findall(r"HGMMA\.\S+ R\d+, gdesc", mod.sass(k)))
+    two, three = module("persist", D64_CONSUMERS=2), module("persist")
+    for mod, kernel, steps in ((three, "attn_persist_d128", 128 // 16), (two, "attn_persist_d64", 64 // 16)):
+        assert mod.histogram(kernel).get("LDSM.16.M88.4") == steps, sorted(mod.histogram(kernel))
+        assert a_from_smem(mod, kernel) == 0, kernel
+    assert not any(op.startswith("LDSM") for op in three.histogram("attn_persist_d64"))
+    assert a_from_smem(three, "attn_persist_d64") == 2 * 64 // 16      # the tile's first S and the loop's
+    assert "kQRegs<NC> ? 4 * NC : NC" in three.source                 # q_empty: one arrival per warp
+
+
 def test_rung6_tile_order_covers_every_tile_longest_first():
     # The host's group and the kernel's work_tile (its arithmetic, in Python): every (query tile, head) once, and
     # with the causal mask no tile longer than one before it inside a group.
