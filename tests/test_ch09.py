@@ -140,6 +140,9 @@ def test_rung6_two_consumers_at_d64():
     attend = CHAPTER.definitions("attend", np=np, fb=fb, math=__import__("math"), g=None)["attend"]
     helpers = __import__("inspect").getsource(attend)
     assert 'defines.get("D64_CONSUMERS", 3)' in helpers and "bm, threads = 64 * nc, 128 * (nc + 1)" in helpers
+    # three consumers: two Q buffers (kQBuffers), and the host gives the kernel the shared memory of both
+    assert "q_buffers = 2 if nc == 3 else 1" in helpers and "shared=q_buffers * bm * d * 2 +" in helpers
+    assert "constexpr int kQBuffers = kQRegs<NC> ? 1 : 2;" in base.source
 
 
 def test_rung6_two_consumers_read_q_into_registers():
