@@ -332,33 +332,6 @@ __device__ inline void qk_gemm(float (&s)[BN / 2], const unsigned char* q, const
   }
 }
 
-// Q in registers (rung 6): the m64nNk16 A fragments of this warpgroup's 64 rows of Q, read once per tile, so that
-// Q's buffer is free for the next tile as soon as they are read. q: the warpgroup's first row in a K-major SW128
-// tile of D / 64 panels, BM rows each. Per k16 step ldmatrix .x4 reads four 8 x 16-byte matrices: this warp's rows
-// 0-7 and 8-15 of bytes 0-15 (a0, a1) and of bytes 16-31 (a2, a3), the A fragment's order (PTX ISA, "Warp-level
-// matrix load instruction: ldmatrix"); lane l gives the address of row l % 8 of matrix l / 8.
-template <int D, int BM>
-__device__ inline void q_fragments(const unsigned char* q, u32 (&a)[D / 16][4]) {
-  const unsigned lane = threadIdx.x % 32, m = lane / 8, row = 16 * ((threadIdx.x % 128) / 32) + 8 * (m % 2) + lane % 8;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const unsigned chunk = ((2 * (kk % 4) + m / 2) ^ (row % 8)) & 7;   // the 128-byte swizzle
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
-                 : "r"(fb::smem_addr(q + (kk / 4) * BM * 128 + row * 128 + chunk * 16)) : "memory");
-  }
-}
-
-// S(64 x BN) = Q K^T with Q's fragments in registers: K, all D / 16 steps of it, the only operand in shared memory.
-template <int D, int BN>
-__device__ inline void qk_gemm_rs(float (&s)[BN / 2], const u32 (&qa)[D / 16][4], const unsigned char* k FB_HZ_LINE) {
-  const u64 dk = fb::wgmma::descriptor_k_major_sw128(k);
-  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(dk), BN * D * 2, 0, 0);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    fb::wgmma::mma_rs<BN, 0>(s, qa[kk], dk + ((kk / 4) * BN * 128 + (kk % 4) * 32) / 16, kk > 0);
-}
-
 // O(64 x D) += P(64 x BN) V: BN / 16 wgmma steps, V rows 16 kk .. 16 kk + 15 at 16 * 128 B per step.
 template <int D, int BN>
 __device__ inline void pv_gemm(float (&o)[D / 2], const u32 (&p)[BN / 16][4], const unsigned char* v) {
@@ -375,7 +348,7 @@ __device__ inline void pv_gemm(float (&o)[D / 2], const u32 (&p)[BN / 16][4], co
   }
 }
 
-// One consumer's tensor-core turn in rungs 5 and 6: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued back to back
+// One consumer's tensor-core turn in rung 5: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued back to back
 // as two wgmma groups, so that wait_group<1> returns with S_j while P V still runs under the softmax of S_j.
 template <int D, int BM, int BN>
 __device__ inline void issue_qk_then_pv(float (&s)[BN / 2], float (&o)[D / 2], const u32 (&p)[BN / 16][4],
@@ -409,6 +382,33 @@ __device__ inline void produce_ring(const fb::TensorMap& qmap, const fb::TensorM
     tr.span(fb::TraceKind::wait, t0, t1);
     tr.span(fb::TraceKind::issue, t1, tr.now());
   }
+}
+
+// Q in registers (rung 6): the m64nNk16 A fragments of this warpgroup's 64 rows of Q, read once per tile, so that
+// Q's buffer is free for the next tile as soon as they are read. q: the warpgroup's first row in a K-major SW128
+// tile of D / 64 panels, BM rows each. Per k16 step ldmatrix .x4 reads four 8 x 16-byte matrices: this warp's rows
+// 0-7 and 8-15 of bytes 0-15 (a0, a1) and of bytes 16-31 (a2, a3), the A fragment's order (PTX ISA, "Warp-level
+// matrix load instruction: ldmatrix"); lane l gives the address of row l % 8 of matrix l / 8.
+template <int D, int BM>
+__device__ inline void q_fragments(const unsigned char* q, u32 (&a)[D / 16][4]) {
+  const unsigned lane = threadIdx.x % 32, m = lane / 8, row = 16 * ((threadIdx.x % 128) / 32) + 8 * (m % 2) + lane % 8;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const unsigned chunk = ((2 * (kk % 4) + m / 2) ^ (row % 8)) & 7;   // the 128-byte swizzle
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
+                 : "r"(fb::smem_addr(q + (kk / 4) * BM * 128 + row * 128 + chunk * 16)) : "memory");
+  }
+}
+
+// S(64 x BN) = Q K^T with Q's fragments in registers: K, all D / 16 steps of it, the only operand in shared memory.
+template <int D, int BN>
+__device__ inline void qk_gemm_rs(float (&s)[BN / 2], const u32 (&qa)[D / 16][4], const unsigned char* k FB_HZ_LINE) {
+  const u64 dk = fb::wgmma::descriptor_k_major_sw128(k);
+  FB_HZ_RECORD_WARPGROUP(fb::hazard::kWgmmaRead, fb::wgmma::descriptor_tile_start(dk), BN * D * 2, 0, 0);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    fb::wgmma::mma_rs<BN, 0>(s, qa[kk], dk + ((kk / 4) * BN * 128 + (kk % 4) * 32) / 16, kk > 0);
 }
 
 // Key tile j for one consumer warpgroup, one step after the other (rungs 2 and 3): wait for K, S = Q K^T, the
