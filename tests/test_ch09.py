@@ -140,9 +140,25 @@ def test_rung6_two_consumers_at_d64():
     attend = CHAPTER.definitions("attend", np=np, fb=fb, math=__import__("math"), g=None)["attend"]
     helpers = __import__("inspect").getsource(attend)
     assert 'defines.get("D64_CONSUMERS", 3)' in helpers and "bm, threads = 64 * nc, 128 * (nc + 1)" in helpers
-    # three consumers: two Q buffers (kQBuffers), and the host gives the kernel the shared memory of both
-    assert "q_buffers = 2 if nc == 3 else 1" in helpers and "shared=q_buffers * bm * d * 2 +" in helpers
     assert "constexpr int kQBuffers = kQRegs<NC> ? 1 : 2;" in base.source
+
+
+@pytest.mark.parametrize("consumers, stages", [(3, 2), (3, 3), (3, 4), (2, 3)])
+def test_rung6_host_gives_the_q_buffers_their_shared_memory(consumers, stages):
+    # fa::Plan: Q (BM x d bf16) at 0, then the ring of K and V (128 rows each); with three consumers Q's second
+    # buffer follows the ring (q_offset(1) = the ring's end), and 1 KB of alignment slack. `attend` must ask for it.
+    import types
+    ns = CHAPTER.definitions("attend", np=np, fb=fb, math=__import__("math"), g=None)
+    seen = {}
+    defines = {"STAGES": str(stages), "D64_CONSUMERS": str(consumers)}
+    kernel = types.SimpleNamespace(name="attn_persist_d64", module=types.SimpleNamespace(defines=defines),
+                                   launch=lambda *a, **kw: seen.update(kw))
+    ins = types.SimpleNamespace(shape=(1, 2, 300, 64), maps_for=lambda bm: [None] * 3)
+    ns["attend"](kernel, ins, None, None, False)
+    bm, d = 64 * consumers, 64
+    ring_end = bm * d * 2 + 2 * stages * 128 * d * 2
+    assert seen["shared"] == ring_end + (bm * d * 2 if consumers == 3 else 0) + 1024
+    assert ring_end % 1024 == 0                                       # the second buffer keeps the 128 B swizzle
 
 
 def test_rung6_two_consumers_read_q_into_registers():
@@ -156,7 +172,13 @@ def test_rung6_two_consumers_read_q_into_registers():
         assert a_from_smem(mod, kernel) == 0, kernel
     assert not any(op.startswith("LDSM") for op in three.histogram("attn_persist_d64"))
     assert a_from_smem(three, "attn_persist_d64") == 2 * 64 // 16      # the tile's first S and the loop's
-    assert "kQRegs<NC> ? 4 * NC : NC" in three.source                 # q_empty: one arrival per warp
+    # Q's buffer released at the tile's start: after the warp's ldmatrix reads, a proxy fence (ordinary reads before
+    # the TMA's refill) and an mbarrier arrive, both before the tile's first wgmma.
+    sass = [ln for ln in three.sass("attn_persist_d128").splitlines() if "/*" in ln]
+    first = next(i for i, ln in enumerate(sass) if "LDSM.16.M88.4" in ln)
+    gemm = next(i for i in range(first, len(sass)) if "HGMMA" in sass[i])
+    between = "\n".join(sass[first:gemm])
+    assert "FENCE.VIEW.ASYNC.S" in between and "SYNCS.ARRIVE" in between, between
 
 
 def test_rung6_tile_order_covers_every_tile_longest_first():
@@ -356,6 +378,30 @@ def test_gpu_rung_ragged_shapes_o_and_lse(gpu90, validate, name):
 def test_gpu_pp_with_three_stages(gpu90, validate):
     results = validate(module("pp", STAGES=3).debug_build(), "attn_pp", shapes=[(1, 2, 1000, 128), (2, 1, 700, 64)])
     assert results and all(results), results
+
+
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_gpu_rung6_one_block_runs_every_tile(gpu90, consumers):
+    # With a grid of one block (SMS = 1) a block runs every work tile, so Q's buffers, the four tile slots and the
+    # ring are all reused (with a GPU's SMs the ragged shapes give most blocks one tile): the debug build on the
+    # ragged shapes, then the hazard check (HazardFound on a violation) at 1 x 2 x 520, causal and not.
+    import types
+    from feedbeast import hooks
+    ns = CHAPTER.definitions("validate", "attend", "Inputs", "attention_inputs", np=np, fb=fb,
+                             g=types.SimpleNamespace(sm_count=1))
+    mod = module("persist", D64_CONSUMERS=consumers)
+    results = ns["validate"](mod.debug_build(), "attn_persist")
+    assert results and all(results), results
+    for d in (64, 128):
+        shape = (1, 2, 520, d)
+        ins = ns["Inputs"](*ns["attention_inputs"](*shape, seed=5))
+        for causal in (False, True):
+            o, lse = fb.empty(shape, fb.bfloat16), fb.empty(shape[:3], np.float32)
+            hooks.mode.hazards = "check"
+            try:
+                ns["attend"](mod[f"attn_persist_d{d}"], ins, o, lse, causal)
+            finally:
+                hooks.mode.hazards = ""
 
 
 @pytest.mark.parametrize("d", [64, 128])

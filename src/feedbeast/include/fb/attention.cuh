@@ -394,7 +394,7 @@ __device__ inline void q_fragments(const unsigned char* q, u32 (&a)[D / 16][4]) 
   const unsigned lane = threadIdx.x % 32, m = lane / 8, row = 16 * ((threadIdx.x % 128) / 32) + 8 * (m % 2) + lane % 8;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const unsigned chunk = ((2 * (kk % 4) + m / 2) ^ (row % 8)) & 7;   // the 128-byte swizzle
+    const unsigned chunk = (2 * (kk % 4) + m / 2) ^ (row % 8);   // the 128-byte swizzle
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
                  : "r"(fb::smem_addr(q + (kk / 4) * BM * 128 + row * 128 + chunk * 16)) : "memory");
