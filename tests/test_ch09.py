@@ -10,6 +10,7 @@ Kernels and helpers are read from the notebooks, so what is tested is what ships
 """
 from __future__ import annotations
 
+import collections
 import re
 from pathlib import Path
 
@@ -143,22 +144,60 @@ def test_rung6_two_consumers_at_d64():
     assert "constexpr int kQBuffers = kQRegs<NC> ? 1 : 2;" in base.source
 
 
-@pytest.mark.parametrize("consumers, stages", [(3, 2), (3, 3), (3, 4), (2, 3)])
-def test_rung6_host_gives_the_q_buffers_their_shared_memory(consumers, stages):
+@pytest.mark.parametrize("consumers, stages, o_stage", [(3, 2, 1), (3, 3, 1), (3, 4, 1), (2, 3, 1), (3, 3, 0),
+                                                      (2, 3, 0)])
+def test_rung6_host_gives_the_q_buffers_and_o_tiles_their_shared_memory(consumers, stages, o_stage):
     # fa::Plan: Q (BM x d bf16) at 0, then the ring of K and V (128 rows each); with three consumers Q's second
-    # buffer follows the ring (q_offset(1) = the ring's end), and 1 KB of alignment slack. `attend` must ask for it.
+    # buffer follows the ring (q_offset(1) = the ring's end), then (O_STAGE, d = 64) one 8 KB tile per consumer for
+    # O's TMA store (o_offset), and 1 KB of alignment slack. `attend` must ask for all of it, and pass O's map.
     import types
     ns = CHAPTER.definitions("attend", np=np, fb=fb, math=__import__("math"), g=None)
     seen = {}
-    defines = {"STAGES": str(stages), "D64_CONSUMERS": str(consumers)}
+    defines = {"STAGES": str(stages), "D64_CONSUMERS": str(consumers), "O_STAGE": str(o_stage)}
     kernel = types.SimpleNamespace(name="attn_persist_d64", module=types.SimpleNamespace(defines=defines),
-                                   launch=lambda *a, **kw: seen.update(kw))
-    ins = types.SimpleNamespace(shape=(1, 2, 300, 64), maps_for=lambda bm: [None] * 3)
-    ns["attend"](kernel, ins, None, None, False)
+                                   launch=lambda *a, **kw: seen.update(kw, args=a))
+    out = object()
+    ins = types.SimpleNamespace(shape=(1, 2, 300, 64), maps_for=lambda bm: [None] * 3,
+                                tensor_map=lambda x, rows: ("O's map", x, rows))
+    ns["attend"](kernel, ins, out, None, False)
     bm, d = 64 * consumers, 64
     ring_end = bm * d * 2 + 2 * stages * 128 * d * 2
-    assert seen["shared"] == ring_end + (bm * d * 2 if consumers == 3 else 0) + 1024
-    assert ring_end % 1024 == 0                                       # the second buffer keeps the 128 B swizzle
+    q_end = ring_end + (bm * d * 2 if consumers == 3 else 0)
+    assert seen["shared"] == q_end + o_stage * consumers * 64 * 128 + 1024
+    assert ring_end % 1024 == 0 and q_end % 1024 == 0                 # both keep the 128 B swizzle's alignment
+    assert seen["args"][-1] == ("O's map", out, 64)                   # boxes of 64 rows, one consumer's
+
+
+def _key_tile_loop(mod, kernel):
+    """Opcodes of rung 6's key-tile loop: the innermost backward branch around its first wait_group<1>."""
+    rows = [re.match(r"\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;", ln) for ln in mod.sass(kernel).splitlines()]
+    rows = [(int(m[1], 16), m[2]) for m in rows if m]
+    wait = next(a for a, text in rows if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in text)
+    spans = [(int(m[1], 16), a) for a, text in rows if (m := re.search(r"\bBRA (0x[0-9a-f]+)", text))]
+    head, back = min(((t, a) for t, a in spans if t <= wait <= a), key=lambda span: span[1] - span[0])
+    return collections.Counter(text.split()[0] if not text.startswith("@") else text.split()[1]
+                               for a, text in rows if head <= a <= back)
+
+
+def test_rung6_o_through_shared_memory_at_d64():
+    # O_STAGE (the default): at d = 64 each consumer writes O with 4 stmatrix a thread and one TMA store leaves the
+    # block per consumer and tile; d = 128 keeps its stores from registers. The store's condition is taken from
+    # lane 0, so the key-tile loop compiles as without O_STAGE. Computed per thread, the loop's addresses were per
+    # thread (the negative control: a longer loop).
+    for consumers in (3, 2):
+        mod, plain = module("persist", D64_CONSUMERS=consumers), module("persist", D64_CONSUMERS=consumers, O_STAGE=0)
+        ops = mod.histogram("attn_persist_d64")
+        assert ops.get("STSM.16.M88.4") == 64 // 16 and ops.get("UTMASTG.2D") == 1, sorted(ops)
+        assert "STSM.16.M88.4" not in plain.histogram("attn_persist_d64")
+        assert _key_tile_loop(mod, "attn_persist_d64") == _key_tile_loop(plain, "attn_persist_d64")
+        assert mod.resources["attn_persist_d64"].spills == 0
+    assert "STSM.16.M88.4" not in module("persist").histogram("attn_persist_d128")
+    src = module("persist").source
+    guard = "__shfl_sync(0xffffffffu, m0 + 64 * c + 64 <= seq, 0)"
+    assert src.count(guard) == 1
+    per_thread = fb.compile(src.replace(guard, "(m0 + 64 * c + 64 <= seq)"), "sm_90a", defines={"STAGES": "3"})
+    assert sum(_key_tile_loop(per_thread, "attn_persist_d64").values()) > \
+        sum(_key_tile_loop(module("persist"), "attn_persist_d64").values())
 
 
 def test_rung6_two_consumers_read_q_into_registers():
