@@ -164,7 +164,6 @@ def test_rung6_host_gives_the_q_buffers_and_o_tiles_their_shared_memory(consumer
     ring_end = bm * d * 2 + 2 * stages * 128 * d * 2
     q_end = ring_end + (bm * d * 2 if consumers == 3 else 0)
     assert seen["shared"] == q_end + o_stage * consumers * 64 * 128 + 1024
-    assert ring_end % 1024 == 0 and q_end % 1024 == 0                 # both keep the 128 B swizzle's alignment
     assert seen["args"][-1] == ("O's map", out, 64)                   # boxes of 64 rows, one consumer's
 
 
