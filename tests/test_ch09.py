@@ -166,8 +166,10 @@ def test_rung6_host_gives_the_q_buffers_and_o_tiles_their_shared_memory(consumer
     assert seen["shared"] == q_end + o_stage * consumers * 64 * 128 + 1024
     assert seen["args"][-1] == ("O's map", out, 64)                   # boxes of 64 rows, one consumer's
     # The kernel's own layout agrees: its last byte (o_offset, and the O tiles when it has them) plus the 1 KB the
-    # 1024-byte alignment may skip is what the host asked for (a static_assert, so the compile fails otherwise).
-    check = ("\nstatic_assert(o_offset<64, 64 * D64_CONSUMERS, D64_CONSUMERS>()"
+    # 1024-byte alignment may skip is what the host asked for, and the O tiles start 1024-aligned (the 128 B
+    # swizzle's atom). A static_assert, so the compile fails otherwise.
+    check = ("\nstatic_assert(o_offset<64, 64 * D64_CONSUMERS, D64_CONSUMERS>() % 1024 == 0);"
+             "\nstatic_assert(o_offset<64, 64 * D64_CONSUMERS, D64_CONSUMERS>()"
              " + (kOStage<64> ? D64_CONSUMERS * 64 * 128 : 0) + 1024 == HOST_SHARED);\n")
     fb.compile(module("persist").source + check, "sm_90a", defines={**defines, "HOST_SHARED": str(seen["shared"])})
     with pytest.raises(fb.CompileError, match="static assertion failed"):
