@@ -144,37 +144,48 @@ def test_rung6_two_consumers_at_d64():
     assert "constexpr int kQBuffers = kQRegs<NC> ? 1 : 2;" in base.source
 
 
-@pytest.mark.parametrize("consumers, stages, o_stage", [(3, 2, 1), (3, 3, 1), (3, 4, 1), (2, 3, 1), (3, 3, 0),
-                                                      (2, 3, 0)])
-def test_rung6_host_gives_the_q_buffers_and_o_tiles_their_shared_memory(consumers, stages, o_stage):
-    # fa::Plan: Q (BM x d bf16) at 0, then the ring of K and V (128 rows each); with three consumers Q's second
-    # buffer follows the ring (q_offset(1) = the ring's end), then (O_STAGE, d = 64) one 8 KB tile per consumer for
-    # O's TMA store (o_offset), and 1 KB of alignment slack. `attend` must ask for all of it, and pass O's map.
+@pytest.mark.parametrize("d, consumers, stages, o_stage", [(64, 3, 2, 1), (64, 3, 3, 1), (64, 3, 4, 1), (64, 2, 3, 1),
+                                                         (64, 3, 3, 0), (64, 2, 3, 0), (128, 2, 2, 1), (128, 2, 2, 0),
+                                                         (128, 2, 3, 0)])
+def test_rung6_host_gives_the_q_buffers_and_o_tiles_their_shared_memory(d, consumers, stages, o_stage):
+    # fa::Plan: Q (BM x d bf16) at 0, then the ring of K and V (128 rows each; -D STAGES at d = 64, STAGES_D128 at
+    # d = 128); with three consumers Q's second buffer follows the ring (q_offset(1) = the ring's end), then
+    # (O_STAGE) one tile of 64 rows x d per consumer for O's TMA store (o_offset), and 1 KB of alignment slack.
+    # `attend` must ask for all of it, and pass O's map.
     import types
     ns = CHAPTER.definitions("attend", np=np, fb=fb, math=__import__("math"), g=None)
     seen = {}
-    defines = {"STAGES": str(stages), "D64_CONSUMERS": str(consumers), "O_STAGE": str(o_stage)}
-    kernel = types.SimpleNamespace(name="attn_persist_d64", module=types.SimpleNamespace(defines=defines),
+    defines = {"STAGES": str(stages if d == 64 else 3), "STAGES_D128": str(stages if d == 128 else 2),
+               "D64_CONSUMERS": str(consumers if d == 64 else 3), "O_STAGE": str(o_stage)}
+    kernel = types.SimpleNamespace(name=f"attn_persist_d{d}", module=types.SimpleNamespace(defines=defines),
                                    launch=lambda *a, **kw: seen.update(kw, args=a))
     out = object()
-    ins = types.SimpleNamespace(shape=(1, 2, 300, 64), maps_for=lambda bm: [None] * 3,
+    ins = types.SimpleNamespace(shape=(1, 2, 300, d), maps_for=lambda bm: [None] * 3,
                                 tensor_map=lambda x, rows: ("O's map", x, rows))
     ns["attend"](kernel, ins, out, None, False)
-    bm, d = 64 * consumers, 64
+    bm = 64 * consumers
     ring_end = bm * d * 2 + 2 * stages * 128 * d * 2
     q_end = ring_end + (bm * d * 2 if consumers == 3 else 0)
-    assert seen["shared"] == q_end + o_stage * consumers * 64 * 128 + 1024
+    assert seen["shared"] == q_end + o_stage * consumers * 64 * d * 2 + 1024
     assert seen["args"][-1] == ("O's map", out, 64)                   # boxes of 64 rows, one consumer's
     # The kernel's own layout agrees: its last byte (o_offset, and the O tiles when it has them) plus the 1 KB the
     # 1024-byte alignment may skip is what the host asked for, and the O tiles start 1024-aligned (the 128 B
     # swizzle's atom). A static_assert, so the compile fails otherwise.
-    check = ("\nstatic_assert(o_offset<64, 64 * D64_CONSUMERS, D64_CONSUMERS>() % 1024 == 0);"
-             "\nstatic_assert(o_offset<64, 64 * D64_CONSUMERS, D64_CONSUMERS>()"
-             " + (kOStage<64> ? D64_CONSUMERS * 64 * 128 : 0) + 1024 == HOST_SHARED);\n")
+    layout = f"o_offset<{d}, {bm}, {consumers}>()"
+    check = (f"\nstatic_assert({layout} % 1024 == 0);"
+             f"\nstatic_assert({layout} + (kOStage<{d}> ? {consumers} * 64 * {d} * 2 : 0) + 1024 == HOST_SHARED);\n")
     fb.compile(module("persist").source + check, "sm_90a", defines={**defines, "HOST_SHARED": str(seen["shared"])})
     with pytest.raises(fb.CompileError, match="static assertion failed"):
         fb.compile(module("persist").source + check, "sm_90a",
                    defines={**defines, "HOST_SHARED": str(seen["shared"] - 1024)})
+
+
+def test_rung6_refuses_a_ring_that_leaves_no_room_for_o():
+    # d = 128 with three stages: Q (32 KB) + 192 KB of K and V + O's two 16 KB tiles + 1 KB is over the 227 KB a
+    # block may have; the kernel's static_assert says so and names the way out.
+    with pytest.raises(fb.CompileError, match="need more than 227 KB: fewer STAGES"):
+        module("persist", STAGES_D128=3).resources["attn_persist_d128"]
+    assert module("persist", STAGES_D128=3, O_STAGE=0).resources["attn_persist_d128"].spills == 0
 
 
 def _key_tile_loop(mod, kernel):
@@ -188,23 +199,24 @@ def _key_tile_loop(mod, kernel):
                                for a, text in rows if head <= a <= back)
 
 
-def test_rung6_o_through_shared_memory_at_d64():
-    # O_STAGE (the default): at d = 64 each consumer writes O with 4 stmatrix a thread and one TMA store leaves the
-    # block per consumer and tile; d = 128 keeps its stores from registers. The store's condition is taken from
-    # lane 0, so the key-tile loop compiles as without O_STAGE. Computed per thread, the loop's addresses were per
-    # thread (the negative control: a longer loop).
-    for consumers in (3, 2):
+def test_rung6_o_through_shared_memory():
+    # O_STAGE (the default): each consumer writes O with d / 16 stmatrix a thread and one TMA store per 64-column
+    # panel leaves the block per consumer and tile (d = 64: 4 and 1, d = 128: 8 and 2). The store's condition is
+    # taken from lane 0, so the key-tile loop compiles as without O_STAGE. Computed per thread, the loop's
+    # addresses were per thread (the negative control: a longer loop).
+    for consumers, d in ((3, 64), (2, 64), (3, 128)):
+        kernel = f"attn_persist_d{d}"
         mod, plain = module("persist", D64_CONSUMERS=consumers), module("persist", D64_CONSUMERS=consumers, O_STAGE=0)
-        ops = mod.histogram("attn_persist_d64")
-        assert ops.get("STSM.16.M88.4") == 64 // 16 and ops.get("UTMASTG.2D") == 1, sorted(ops)
-        assert "STSM.16.M88.4" not in plain.histogram("attn_persist_d64")
-        assert _key_tile_loop(mod, "attn_persist_d64") == _key_tile_loop(plain, "attn_persist_d64")
-        assert mod.resources["attn_persist_d64"].spills == 0
-    assert "STSM.16.M88.4" not in module("persist").histogram("attn_persist_d128")
+        ops = mod.histogram(kernel)
+        assert ops.get("STSM.16.M88.4") == d // 16 and ops.get("UTMASTG.2D") == d // 64, sorted(ops)
+        assert "STSM.16.M88.4" not in plain.histogram(kernel)
+        assert _key_tile_loop(mod, kernel) == _key_tile_loop(plain, kernel)
+        assert mod.resources[kernel].spills == 0
     src = module("persist").source
     guard = "__shfl_sync(0xffffffffu, m0 + 64 * c + 64 <= seq, 0)"
     assert src.count(guard) == 1
-    per_thread = fb.compile(src.replace(guard, "(m0 + 64 * c + 64 <= seq)"), "sm_90a", defines={"STAGES": "3"})
+    per_thread = fb.compile(src.replace(guard, "(m0 + 64 * c + 64 <= seq)"), "sm_90a",
+                            defines=module("persist").defines)
     assert sum(_key_tile_loop(per_thread, "attn_persist_d64").values()) > \
         sum(_key_tile_loop(module("persist"), "attn_persist_d64").values())
 
