@@ -155,7 +155,8 @@ def test_rung6_host_gives_the_q_buffers_and_o_tiles_their_shared_memory(d, consu
     import types
     ns = CHAPTER.definitions("attend", np=np, fb=fb, math=__import__("math"), g=None)
     seen = {}
-    defines = {"STAGES": str(stages if d == 64 else 3), "STAGES_D128": str(stages if d == 128 else 2),
+    # (at d = 128, STAGES is 4, a depth none of its cases has: the host must read STAGES_D128 there)
+    defines = {"STAGES": str(stages if d == 64 else 4), "STAGES_D128": str(stages if d == 128 else 2),
                "D64_CONSUMERS": str(consumers if d == 64 else 3), "O_STAGE": str(o_stage)}
     kernel = types.SimpleNamespace(name=f"attn_persist_d{d}", module=types.SimpleNamespace(defines=defines),
                                    launch=lambda *a, **kw: seen.update(kw, args=a))
@@ -204,9 +205,10 @@ def test_rung6_o_through_shared_memory():
     # panel leaves the block per consumer and tile (d = 64: 4 and 1, d = 128: 8 and 2). The store's condition is
     # taken from lane 0, so the key-tile loop compiles as without O_STAGE. Computed per thread, the loop's
     # addresses were per thread (the negative control: a longer loop).
-    for consumers, d in ((3, 64), (2, 64), (3, 128)):
+    for d64_consumers, d in ((3, 64), (2, 64), (3, 128)):       # (d = 128 always has two consumers)
         kernel = f"attn_persist_d{d}"
-        mod, plain = module("persist", D64_CONSUMERS=consumers), module("persist", D64_CONSUMERS=consumers, O_STAGE=0)
+        mod = module("persist", D64_CONSUMERS=d64_consumers)
+        plain = module("persist", D64_CONSUMERS=d64_consumers, O_STAGE=0)
         ops = mod.histogram(kernel)
         assert ops.get("STSM.16.M88.4") == d // 16 and ops.get("UTMASTG.2D") == d // 64, sorted(ops)
         assert "STSM.16.M88.4" not in plain.histogram(kernel)
