@@ -181,6 +181,44 @@ def test_rung6_host_gives_the_q_buffers_and_o_tiles_their_shared_memory(d, consu
                    defines={**defines, "HOST_SHARED": str(seen["shared"] - 1024)})
 
 
+_O_TILES_CHECK = r"""
+template <int D, int NC> __host__ __device__ constexpr bool o_tiles_are_boxes() {
+  bool used[NC * kOTile<D> / 16] = {};
+  for (int c = 0; c < NC; ++c)
+    for (int r = 0; r < 64; ++r)
+      for (int k = 0; k < D / 8; ++k) {
+        const int byte = c * kOTile<D> + o_tile_byte<D>(r, k);              // stmatrix's row r, chunk k
+        const int box = c * kOTile<D> + o_tile_byte<D>(0, 8 * (k / 8));     // the TMA store's panel
+        if (byte % 16 || byte < 0 || byte >= NC * kOTile<D> || used[byte / 16]) return false;
+        used[byte / 16] = true;
+        if (box % 1024 || byte - box != r * 128 + ((k % 8) ^ (r % 8)) * 16) return false;
+      }
+  return true;
+}
+static_assert(o_tiles_are_boxes<64, 3>() && o_tiles_are_boxes<64, 2>() && o_tiles_are_boxes<128, 2>(), "O tiles");
+"""
+
+
+def test_rung6_o_tiles_are_the_tma_stores_boxes():
+    # Every consumer's rows and 16-byte chunks of O each get their own slot within the consumers' tiles, and panel p
+    # of consumer c (the TMA store's source) is 1024-aligned and holds its rows 0-63 of chunks 8p .. 8p + 7, each at
+    # row * 128 + ((chunk % 8) XOR (row % 8)) * 16: a 64 x 128 B box in the 128-byte swizzle (PTX ISA, "Tensors":
+    # swizzling modes). Checked at compile time on the kernel's own o_tile_byte and kOTile.
+    mod = module("persist")
+    fb.compile(mod.source + _O_TILES_CHECK, "sm_90a", defines=mod.defines)
+    # Negative control: d = 64's consumer stride at d = 128 puts consumer 1's tile on consumer 0's second panel.
+    stride = "template <int D> constexpr int kOTile = 64 * D * 2;"
+    assert mod.source.count(stride) == 1
+    with pytest.raises(fb.CompileError, match="O tiles"):
+        fb.compile(mod.source.replace(stride, "template <int D> constexpr int kOTile = 64 * 128;") + _O_TILES_CHECK,
+                   "sm_90a", defines=mod.defines)
+    # ... and without the swizzle the chunks do not sit where the TMA's 128-byte mode reads them.
+    swizzle = "(((k ^ r) & 7) << 4)"
+    assert mod.source.count(swizzle) == 1
+    with pytest.raises(fb.CompileError, match="O tiles"):
+        fb.compile(mod.source.replace(swizzle, "((k & 7) << 4)") + _O_TILES_CHECK, "sm_90a", defines=mod.defines)
+
+
 def test_rung6_refuses_a_ring_that_leaves_no_room_for_o():
     # d = 128 with three stages: Q (32 KB) + 192 KB of K and V + O's two 16 KB tiles + 1 KB is over the 227 KB a
     # block may have; the kernel's static_assert says so and names the way out.
