@@ -81,9 +81,11 @@ test-fast: $(STAMP)
 	$(PYTHON) -m pytest -q $(XDIST) tests -p no:cacheprovider
 
 ## make bench      run every chapter and solution at full size on this GPU, then the LLM shape suite; results/<gpu>/
+##                  BENCH="chapters/09-attention.ipynb ...": only those notebooks (or folders), no LLM suite
+BENCH ?=
 bench: $(STAMP)
-	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.course.bench_run chapters solutions
-	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.course.llm_suite
+	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.course.bench_run $(or $(BENCH),chapters solutions)
+	$(if $(BENCH),,FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.course.llm_suite)
 
 ## make bench-llm  only the LLM shape suite (chapter 07's kernels vs cuBLAS on prefill and decode shapes)
 bench-llm: $(STAMP)
