@@ -174,7 +174,7 @@ def test_rung6_host_gives_the_q_buffers_and_o_tiles_their_shared_memory(d, consu
     # swizzle's atom). A static_assert, so the compile fails otherwise.
     layout = f"o_offset<{d}, {bm}, {consumers}>()"
     check = (f"\nstatic_assert({layout} % 1024 == 0);"
-             f"\nstatic_assert({layout} + (kOStage<{d}> ? {consumers} * 64 * {d} * 2 : 0) + 1024 == HOST_SHARED);\n")
+             f"\nstatic_assert({layout} + (kOStage ? {consumers} * 64 * {d} * 2 : 0) + 1024 == HOST_SHARED);\n")
     fb.compile(module("persist").source + check, "sm_90a", defines={**defines, "HOST_SHARED": str(seen["shared"])})
     with pytest.raises(fb.CompileError, match="static assertion failed"):
         fb.compile(module("persist").source + check, "sm_90a",
