@@ -31,8 +31,8 @@ SOLUTION = load(ROOT / "solutions/10-fp8-gemv.ipynb")
 
 @pytest.fixture(scope="module")
 def ch():
-    ns = CHAPTER.definitions("gemv_module", "smem_bytes", "plan", "prepare_gemv", "run_gemv_check", "STAGES_BY_ROWS",
-                             "TUNE", np=np, fb=fb, g=fb.gpu(), gemv=CHAPTER.cuda("gemv"))
+    ns = CHAPTER.definitions("gemv_module", "smem_bytes", "plan", "prepare_gemv", "run_gemv_check", "ring_stages",
+                             "BOXES", "TUNE", np=np, fb=fb, g=fb.gpu(), gemv=CHAPTER.cuda("gemv"))
     return ns
 
 
@@ -68,17 +68,19 @@ def test_variant_sass_and_resources(ch, mp, defines, want, forbid, rows):
 @pytest.mark.parametrize("mp", [8, 64])
 def test_64_rows_issue_half_the_mma(ch, mp):
     # Each consumer warp multiplies one m16 tile of weights instead of two: half the HMMA of the stage (unrolled
-    # once in the consumer loop), the same ldmatrix of the tokens, half the ldmatrix of the weights.
+    # once in the consumer loop), the same ldmatrix of the tokens, half the ldmatrix of the weights. A stage is
+    # BOXES boxes of 64 k: 4 k16 steps each.
     count = lambda rows, op: sum(v for o, v in ch["gemv_module"](mp, ch["plan"](mp, 64, 64, rows=rows)[1], rows=rows)
                                  .histogram("gemv_bf16").items() if o.startswith(op))
-    assert count(128, "HMMA.16816.F32.BF16") == 2 * count(64, "HMMA.16816.F32.BF16") == mp
-    assert count(128, "LDSM.16.M88.4") - count(64, "LDSM.16.M88.4") == 4      # 4 k16 steps x 1 weight tile
+    steps = 4 * ch["BOXES"]
+    assert count(128, "HMMA.16816.F32.BF16") == 2 * count(64, "HMMA.16816.F32.BF16") == mp * steps // 4
+    assert count(128, "LDSM.16.M88.4") - count(64, "LDSM.16.M88.4") == steps    # k16 steps x 1 weight tile
 
 
 def test_cache_hint_rides_on_the_tma_load(ch):
     # .L2::cache_hint adds the policy operand (desc[UR..]) to every UTMALDG; without it none has one.
     def loads(hint):
-        sass = ch["gemv_module"](8, 6, hint=hint).sass("gemv_bf16")
+        sass = ch["gemv_module"](8, ch["ring_stages"](8), hint=hint).sass("gemv_bf16")
         return [ln for ln in sass.splitlines() if "UTMALDG" in ln]
     hinted, plain = loads(1), loads(0)
     assert hinted and all("desc[" in ln for ln in hinted), hinted
@@ -89,7 +91,7 @@ def test_weights_are_requested_before_the_dependency_wait(ch):
     # With PDL the producer issues its first weight loads before griddepcontrol.wait (ACQBULK) and the rest after
     # it. That no activation load comes before the wait is the source's order (decode.cuh): the SASS does not say
     # which tensor map a UTMALDG reads, so it is not checked here.
-    sass = ch["gemv_module"](8, 6, pdl=1).sass("gemv_bf16").splitlines()
+    sass = ch["gemv_module"](8, ch["ring_stages"](8), pdl=1).sass("gemv_bf16").splitlines()
     wait = next(i for i, ln in enumerate(sass) if "ACQBULK" in ln)
     assert any("UTMALDG" in ln for ln in sass[:wait]), "no weight load before the wait"
     assert any("UTMALDG" in ln for ln in sass[wait:]), "no load after the wait"
@@ -101,7 +103,9 @@ def test_weights_are_requested_before_the_dependency_wait(ch):
 def test_plan(ch, m, n, k, split, rows):
     mp, stages, s = ch["plan"](m, n, k, rows=rows)
     assert mp == next(p for p in (8, 16, 32, 64) if m <= p)
-    assert stages == ch["STAGES_BY_ROWS"][rows][mp]
+    # the deepest ring that leaves two blocks per SM: 228 KB of shared memory per SM, 1 KB reserved per block
+    two_blocks = lambda st: 2 * (ch["smem_bytes"](mp, st, rows) + 1024)
+    assert two_blocks(stages) <= 228 * 1024 < two_blocks(stages + 1)
     if fb.gpu() is None or fb.gpu().sm_count == 132:
         assert s == split
     assert 1 <= s <= 8
@@ -136,13 +140,47 @@ def test_wgmma_consumers_read_the_tokens_once(ch, mp, rows):
     stages = ch["plan"](mp, 4096, 4096, rows=rows)[1]
     wg, sync = (ch["gemv_module"](mp, stages, rows=rows, mma=q) for q in (1, 0))
     hist = wg.histogram("gemv_bf16")
-    assert sum(v for o, v in hist.items() if o.startswith(f"HGMMA.64x{mp}x16.F32.BF16")) == 4 * rows // 64, hist
+    steps = 4 * ch["BOXES"]                                   # k16 steps per stage
+    assert sum(v for o, v in hist.items() if o.startswith(f"HGMMA.64x{mp}x16.F32.BF16")) == steps * rows // 64, hist
     assert not any(o.startswith(("LDSM", "HMMA")) for o in hist), hist
     assert any(o.startswith("LDSM") for o in sync.histogram("gemv_bf16"))
     wg.expect_sass("UTMALDG.2D", "UCGABAR_ARV", "WARPGROUP.ARRIVE", forbid=("LDL", "STL"), kernel="gemv_bf16")
     res = wg.resources["gemv_bf16"]
     assert res.spills == 0 and res.registers <= 204, wg.report()
 
+
+
+@pytest.mark.parametrize("mma", [0, 1])
+@pytest.mark.parametrize("boxes", [1, 2, 4])
+def test_a_stage_is_boxes_side_by_side_along_k(ch, boxes, mma):
+    # boxes=B: the producer issues B weight boxes and B token boxes per stage (B + B UTMALDG in its unrolled loop),
+    # the consumers 4 B k16 steps per stage (HGMMA per m64 tile, or HMMA per m16 tile and n8 tile), and the ring
+    # holds B times fewer stages of the same bytes; the prefetch asks for every box of a tile.
+    rows, mp = 64, 16
+    stages = ch["ring_stages"](mp, rows, boxes)
+    mod = ch["gemv_module"](mp, stages, rows=rows, mma=mma, boxes=boxes)
+    hist = mod.histogram("gemv_bf16")
+    assert sum(v for o, v in hist.items() if o.startswith("UTMALDG")) == 2 * boxes, hist
+    mmas = sum(v for o, v in hist.items() if o.startswith(("HGMMA", "HMMA")))
+    assert mmas == 4 * boxes * (1 if mma else mp // 8), hist
+    one = ch["ring_stages"](mp, rows, 1)
+    assert one // boxes - 1 <= stages <= one // boxes + 1
+    res = mod.resources["gemv_bf16"]
+    assert res.spills == 0 and res.registers <= 204, mod.report()
+    pf = ch["gemv_module"](mp, stages, rows=rows, mma=mma, boxes=boxes, prefetch=8).histogram("gemv_bf16")
+    assert pf.get("UTMAPF.L2.2D", 0) % boxes == 0 and pf.get("UTMAPF.L2.2D", 0) >= boxes, pf
+
+
+def test_boxes_are_refused_with_a_reason(ch):
+    bf = fb.bfloat16
+    with pytest.raises(ValueError, match="boxes = 3"):
+        ch["ring_stages"](8, 128, 3)
+    # four boxes of 128 rows and 64 tokens are 96 KB: one stage, nothing loading while the consumers read
+    with pytest.raises(ValueError, match="room for 1 stage"):
+        ch["prepare_gemv"](fb.empty((64, 4096), bf), fb.empty((1000, 4096), bf), fb.empty((64, 1000), bf), boxes=4)
+    with pytest.raises(ValueError, match="use fewer boxes per stage"):
+        ch["plan"](64, 4096, 4096, rows=64, boxes=4)
+    assert ch["plan"](32, 4096, 4096, rows=64, boxes=4)[1] == 2      # 2 x 48 KB: the deepest that is allowed
 
 def test_wgmma_and_prefetch_are_refused_with_a_reason_for_other_values(ch):
     bf = fb.bfloat16
@@ -162,7 +200,7 @@ def test_token_blocks_share_each_weight_tile_by_multicast(ch, mma, red):
     stages = ch["plan"](64, 4096, 4096, token_blocks=2)[1]
     two = ch["gemv_module"](32, stages, red=red, mma=mma, token_blocks=2).sass("gemv_bf16").splitlines()
     one = ch["gemv_module"](32, stages, red=red, mma=mma).sass("gemv_bf16").splitlines()
-    assert sum("UTMALDG.2D.MULTICAST" in ln for ln in two) == 1
+    assert sum("UTMALDG.2D.MULTICAST" in ln for ln in two) == ch["BOXES"]    # one per weight box of a stage
     assert any("SYNCS.ARRIVE.TRANS64.RED" in ln for ln in two)
     first_load = next(i for i, ln in enumerate(two) if "UTMALDG" in ln)
     assert any("UCGABAR_WAIT" in ln for ln in two[:first_load])
@@ -190,7 +228,7 @@ def test_token_blocks_plan_and_refusals(ch):
 def test_prefetch_requests_weight_tiles_into_the_l2(ch, pdl):
     # prefetch=N: UTMAPF.L2.2D (cp.async.bulk.prefetch.tensor), none without it; with PDL the first prefetches are
     # issued before griddepcontrol.wait (ACQBULK), as the first weight loads are.
-    sass = lambda pf: ch["gemv_module"](8, 6, pdl=pdl, prefetch=pf).sass("gemv_bf16").splitlines()
+    sass = lambda pf: ch["gemv_module"](8, ch["ring_stages"](8), pdl=pdl, prefetch=pf).sass("gemv_bf16").splitlines()
     assert not any("UTMAPF" in ln for ln in sass(0))
     lines = sass(8)
     pf = [i for i, ln in enumerate(lines) if "UTMAPF.L2.2D" in ln]
@@ -267,7 +305,8 @@ def test_lab_as_given_compiles_and_has_no_fp8_conversion():
                                      dict(red=0, hint=1, pdl=True, rows=64), dict(red=0, hint=1, mma=1),
                                      dict(red=1, hint=1, mma=1), dict(red=0, hint=1, rows=64, mma=1),
                                      dict(red=0, hint=1, pdl=True, rows=64, mma=1),
-                                     dict(red=0, hint=1, mma=1, prefetch=8), dict(red=0, hint=1, pdl=True, prefetch=8)])
+                                     dict(red=0, hint=1, mma=1, prefetch=8), dict(red=0, hint=1, pdl=True, prefetch=8),
+                                     dict(red=0, hint=1, boxes=1), dict(red=1, hint=1, mma=1, boxes=1)])
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (3, 1000, 136), (7, 264, 4104), (33, 136, 64),
                                      (64, 4104, 1032), (64, 8, 8), (17, 14336, 4096), (2, 4096, 14336)])
 def test_gpu_gemv_ragged_against_float64(gpu90, ch, variant, m, n, k):
@@ -275,15 +314,48 @@ def test_gpu_gemv_ragged_against_float64(gpu90, ch, variant, m, n, k):
     assert r, r
 
 
+@pytest.mark.parametrize("variant", [dict(red=0, hint=1), dict(red=1, hint=1, mma=1), dict(red=0, hint=1, mma=1),
+                                     dict(red=0, hint=1, pdl=True, prefetch=8, mma=1)])
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (3, 1000, 136), (7, 264, 4104), (32, 136, 64), (17, 14336, 4096),
+                                     (2, 4096, 14336), (32, 8, 8)])
+def test_gpu_gemv_four_boxes_against_float64(gpu90, ch, variant, m, n, k):
+    # Four boxes per stage (256 k): 64 rows, up to 32 tokens (more would leave one stage). K not a multiple of 256.
+    r = ch["run_gemv_check"](m, n, k, seed=m * n + k, rows=64, boxes=4, **variant)
+    assert r, r
+
+
 @pytest.mark.parametrize("variant", [dict(red=0, hint=1, mma=1), dict(red=0, hint=1, mma=0, rows=64),
                                      dict(red=1, hint=1, mma=1), dict(red=0, hint=0, pdl=True, mma=1, rows=64),
-                                     dict(red=0, hint=1, mma=1, split=1), dict(red=0, hint=1, mma=0, prefetch=4)])
+                                     dict(red=0, hint=1, mma=1, split=1), dict(red=0, hint=1, mma=0, prefetch=4),
+                                     dict(red=0, hint=1, mma=1, boxes=1)])
 @pytest.mark.parametrize("m, n, k", [(9, 1000, 136), (17, 264, 4104), (33, 4104, 1032), (64, 136, 64),
                                      (64, 8200, 520), (40, 4096, 4096)])
 def test_gpu_gemv_token_blocks_against_float64(gpu90, ch, variant, m, n, k):
     # Two blocks per weight tile, each half of the tokens, the tile multicast to both: every output row once.
     r = ch["run_gemv_check"](m, n, k, seed=m * n + k, token_blocks=2, **variant)
     assert r, r
+
+
+@pytest.mark.parametrize("boxes", [1, 2, 4])
+@pytest.mark.parametrize("rows", [128, 64])
+def test_gpu_ring_is_the_deepest_that_keeps_two_blocks_per_sm(gpu90, ch, rows, boxes):
+    # ring_stages' budget (228 KB per SM, 1 KB reserved per block) against the driver's occupancy calculator: the
+    # chosen ring leaves two blocks of 160 threads on every SM, one more stage would not.
+    from cuda.bindings import driver
+    dev = driver.cuDeviceGet(0)[1]
+    reserved = driver.cuDeviceGetAttribute(
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, dev)[1]
+    assert (fb.gpu().smem_per_sm, reserved) == (228 * 1024, 1024)
+    for mp in (8, 16, 32, 64):
+        try:
+            stages = ch["ring_stages"](mp, rows, boxes)
+        except ValueError:
+            assert ch["smem_bytes"](mp, 2, rows, boxes) + reserved > fb.gpu().smem_per_sm // 2
+            continue
+        for st, want in ((stages, 2), (stages + 1, 1)):
+            kernel = ch["gemv_module"](mp, st, rows=rows, mma=1, boxes=boxes).gemv_bf16
+            blocks = kernel.max_active_clusters((1, 1, 1), 160, ch["smem_bytes"](mp, st, rows, boxes))
+            assert blocks == want * fb.gpu().sm_count, (mp, st, blocks)
 
 
 @pytest.mark.parametrize("m, n, k, red", [(1, 4096, 4096, 0), (3, 1000, 144, 0), (7, 264, 4112, 1),

@@ -165,12 +165,20 @@ template <class Math, int MT> __device__ __forceinline__ int tile_row(int warp, 
 
 // Rows weight rows per block: 128 (2 m16 tiles per consumer warp, or 2 m64 tiles of the warpgroup) or 64 (1 tile:
 // twice the blocks for the same N).
+// A stage's weights are KT / BoxK boxes of Rows rows x 128 bytes side by side along k (Math::kBoxK: the weight
+// elements of one 128-byte box row; without it a stage is one box). More boxes per stage, fewer stages: the same
+// ring, fewer full/empty round trips per byte.
+template <class Math, class = void> struct BoxK { static constexpr int value = Math::KT; };
+template <class Math> struct BoxK<Math, decltype(void(Math::kBoxK))> { static constexpr int value = Math::kBoxK; };
+
 template <int Tok, int Stages, class Math, int Rows = BN>
 struct Shape {
   static constexpr int MT = Rows / 64;                  // m16 tiles per warp (mma.sync), m64 tiles (wgmma)
   static constexpr int PB = Rows + 4;                   // a token's fp32 partial row: +4 floats against bank conflicts
   static constexpr int KT = Math::KT;                   // k per stage
-  static constexpr int W_BYTES = Rows * 128;            // box of Rows rows x 128 bytes
+  static constexpr int W_BOX = Rows * 128;              // box of Rows rows x 128 bytes
+  static constexpr int W_BOXES = KT / BoxK<Math>::value;
+  static constexpr int W_BYTES = W_BOXES * W_BOX;
   static constexpr int X_BOXES = KT / 64;               // bf16 activations: 64 per 128-byte box row
   static constexpr int X_BYTES = X_BOXES * Tok * 128;
   static constexpr int STAGE = W_BYTES + X_BYTES;       // a multiple of 1024: every box stays swizzle-aligned
@@ -179,6 +187,7 @@ struct Shape {
   static_assert(Rows == 128 || Rows == 64, "Rows is 128 or 64: 2 or 1 row tiles of the consumers");
   static_assert(Tok % 8 == 0 && Tok <= 64, "Tok is 8, 16, 32 or 64");
   static_assert(STAGE % 1024 == 0, "stages must stay on 1024 B boundaries");
+  static_assert(KT % BoxK<Math>::value == 0, "a stage is a whole number of weight boxes");
   static_assert(RING >= Tok * PB * 4, "the partial tile reuses the ring");
 };
 
@@ -241,21 +250,24 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
       auto load_w = [&](int it) {
         const int s = it % Stages;
         mbar::arrive_expect_tx(&full[s], Sh::STAGE);
-        const int k = (kt0 + it) * Sh::KT;              // in weight elements: a box row is 128 bytes
-        if (TokenBlocks > 1) {              // this block's half of the rows, to the same offset in both blocks
-          unsigned char* dst = smem + s * Sh::STAGE + half * (Rows / 2) * 128;
-          const unsigned short both = (1u << cs) | (1u << (cs + cS));
-          if (Hint) load_2d_hint<true>(dst, tw, k, wrow, &full[s], pw, both);
-          else tma::load_2d_multicast(dst, tw, k, wrow, &full[s], both);
-        } else if (Hint) {
-          load_2d_hint(smem + s * Sh::STAGE, tw, k, n0, &full[s], pw);
-        } else {
-          tma::load_2d(smem + s * Sh::STAGE, tw, k, n0, &full[s]);
+        for (int b = 0; b < Sh::W_BOXES; ++b) {        // the stage's boxes, side by side along k
+          const int k = (kt0 + it) * Sh::KT + b * BoxK<Math>::value;   // in weight elements
+          unsigned char* box = smem + s * Sh::STAGE + b * Sh::W_BOX;
+          if (TokenBlocks > 1) {            // this block's half of the rows, to the same offset in both blocks
+            unsigned char* dst = box + half * (Rows / 2) * 128;
+            const unsigned short both = (1u << cs) | (1u << (cs + cS));
+            if (Hint) load_2d_hint<true>(dst, tw, k, wrow, &full[s], pw, both);
+            else tma::load_2d_multicast(dst, tw, k, wrow, &full[s], both);
+          } else if (Hint) {
+            load_2d_hint(box, tw, k, n0, &full[s], pw);
+          } else {
+            tma::load_2d(box, tw, k, n0, &full[s]);
+          }
         }
         if (Prefetch > 0) {            // keep the Prefetch tiles after the ring's requested into the L2
           const int first = it == Stages - 1 ? Stages : it + Prefetch, last = it + Prefetch;
           for (int p = it >= Stages - 1 ? first : last + 1; p <= last && p < iters; ++p)
-            prefetch_2d(tw, (kt0 + p) * Sh::KT, wrow);
+            for (int b = 0; b < Sh::W_BOXES; ++b) prefetch_2d(tw, (kt0 + p) * Sh::KT + b * BoxK<Math>::value, wrow);
         }
       };
       const int early = Pdl ? (iters < Stages ? iters : Stages) : 0;

@@ -27,3 +27,6 @@
 #ifndef TOKEN_BLOCKS
 #define TOKEN_BLOCKS 1  // 2: the tokens split over two blocks that share each weight tile by TMA multicast
 #endif
+#ifndef BOXES
+#define BOXES 2       // weight boxes (rows x 64 k) per stage: 1, 2 or 4; fewer, larger stages for the same ring
+#endif
