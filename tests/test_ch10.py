@@ -149,7 +149,6 @@ def test_wgmma_consumers_read_the_tokens_once(ch, mp, rows):
     assert res.spills == 0 and res.registers <= 204, wg.report()
 
 
-
 @pytest.mark.parametrize("mma", [0, 1])
 @pytest.mark.parametrize("boxes", [1, 2, 4])
 def test_a_stage_is_boxes_side_by_side_along_k(ch, boxes, mma):
@@ -175,12 +174,15 @@ def test_boxes_are_refused_with_a_reason(ch):
     bf = fb.bfloat16
     with pytest.raises(ValueError, match="boxes = 3"):
         ch["ring_stages"](8, 128, 3)
+    with pytest.raises(ValueError, match="boxes = 0"):
+        ch["prepare_gemv"](fb.empty((3, 64), bf), fb.empty((100, 64), bf), fb.empty((3, 100), bf), boxes=0)
     # four boxes of 128 rows and 64 tokens are 96 KB: one stage, nothing loading while the consumers read
-    with pytest.raises(ValueError, match="room for 1 stage"):
+    with pytest.raises(ValueError, match="room for 1 stage.*fewer boxes per stage or 64 rows or token_blocks=2"):
         ch["prepare_gemv"](fb.empty((64, 4096), bf), fb.empty((1000, 4096), bf), fb.empty((64, 1000), bf), boxes=4)
-    with pytest.raises(ValueError, match="use fewer boxes per stage"):
-        ch["plan"](64, 4096, 4096, rows=64, boxes=4)
+    with pytest.raises(ValueError, match="use fewer boxes per stage or token_blocks=2 \\(32 tokens per block\\)$"):
+        ch["plan"](64, 4096, 4096, rows=64, boxes=4)        # 64 rows already: not offered again
     assert ch["plan"](32, 4096, 4096, rows=64, boxes=4)[1] == 2      # 2 x 48 KB: the deepest that is allowed
+
 
 def test_wgmma_and_prefetch_are_refused_with_a_reason_for_other_values(ch):
     bf = fb.bfloat16

@@ -198,8 +198,8 @@ struct Shape {
 // stamps (or null): [0] gets the earliest block start, [1] the latest block end (%globaltimer, ns).
 // Rows: weight rows per block, 128 or 64 (the weight tensor map's box is Rows / TokenBlocks x 128 bytes);
 // Math::stage gets the accumulators of Rows / 64 tiles (m16 per warp with mma.sync, m64 per warpgroup with wgmma).
-// Prefetch: weight tiles requested into the L2 (cp.async.bulk.prefetch) ahead of the ring: once the ring's first
-// Stages loads are issued, the next Prefetch tiles; then tile it + Prefetch with each load of tile it. With Pdl
+// Prefetch: weight stages requested into the L2 (cp.async.bulk.prefetch, one per box) ahead of the ring: once the
+// ring's first Stages loads are issued, the next Prefetch stages; then stage it + Prefetch with each load of stage it. With Pdl
 // the first of them go before griddepcontrol.wait too.
 // TokenBlocks 2: the tokens are split over two blocks (grid z) that share each weight tile. They are in one cluster,
 // (1, S, 2) with Red 0 (rank split + S z) and (1, 1, 2) with Red 1 (rank z); each block's producer loads half of the
@@ -264,7 +264,7 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
             tma::load_2d(box, tw, k, n0, &full[s]);
           }
         }
-        if (Prefetch > 0) {            // keep the Prefetch tiles after the ring's requested into the L2
+        if (Prefetch > 0) {            // keep the Prefetch stages after the ring's requested into the L2
           const int first = it == Stages - 1 ? Stages : it + Prefetch, last = it + Prefetch;
           for (int p = it >= Stages - 1 ? first : last + 1; p <= last && p < iters; ++p)
             for (int b = 0; b < Sh::W_BOXES; ++b) prefetch_2d(tw, (kt0 + p) * Sh::KT + b * BoxK<Math>::value, wrow);

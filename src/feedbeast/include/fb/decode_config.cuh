@@ -4,7 +4,7 @@
 #define MP 8          // tokens per mma column block, padded: 8, 16, 32 or 64 (M <= MP)
 #endif
 #ifndef STAGES
-#define STAGES 6      // stages in the weight ring
+#define STAGES 3      // stages in the weight ring (3: two boxes of 128 rows and 8 tokens, two blocks per SM)
 #endif
 #ifndef RED
 #define RED 0         // 0: cluster DSMEM reduction, 1: TMA reduce (cp.reduce.async.bulk) into a zeroed C
@@ -22,7 +22,7 @@
 #define MMA 0         // 0: mma.sync per warp (each warp loads every token), 1: wgmma per warpgroup (tokens read once)
 #endif
 #ifndef PF
-#define PF 0          // weight tiles requested into the L2 ahead of the ring (cp.async.bulk.prefetch); 0: none
+#define PF 0          // weight stages requested into the L2 ahead of the ring (cp.async.bulk.prefetch); 0: none
 #endif
 #ifndef TOKEN_BLOCKS
 #define TOKEN_BLOCKS 1  // 2: the tokens split over two blocks that share each weight tile by TMA multicast
