@@ -166,6 +166,12 @@ def test_a_stage_is_boxes_side_by_side_along_k(ch, boxes, mma):
     assert one // boxes - 1 <= stages <= one // boxes + 1
     res = mod.resources["gemv_bf16"]
     assert res.spills == 0 and res.registers <= 204, mod.report()
+    # the host's smem_bytes is checked against the kernel's Shape::SMEM at compile time (SMEM_BYTES): one byte off
+    # is refused
+    wrong = dict(MP=mp, STAGES=stages, ROWS=rows, MMA=mma, BOXES=boxes,
+                 SMEM_BYTES=ch["smem_bytes"](mp, stages, rows, boxes) + 1)
+    with pytest.raises(fb.CompileError, match="smem_bytes"):
+        fb.compile(CHAPTER.cuda("gemv").source, "sm_90a", name="gemv.cu", defines=wrong)
     pf = ch["gemv_module"](mp, stages, rows=rows, mma=mma, boxes=boxes, prefetch=8).histogram("gemv_bf16")
     assert pf.get("UTMAPF.L2.2D", 0) % boxes == 0 and pf.get("UTMAPF.L2.2D", 0) >= boxes, pf
 
