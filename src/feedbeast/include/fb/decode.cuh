@@ -199,8 +199,8 @@ struct Shape {
 // Rows: weight rows per block, 128 or 64 (the weight tensor map's box is Rows / TokenBlocks x 128 bytes);
 // Math::stage gets the accumulators of Rows / 64 tiles (m16 per warp with mma.sync, m64 per warpgroup with wgmma).
 // Prefetch: weight stages requested into the L2 (cp.async.bulk.prefetch, one per box) ahead of the ring: once the
-// ring's first Stages loads are issued, the next Prefetch stages; then stage it + Prefetch with each load of stage it. With Pdl
-// the first of them go before griddepcontrol.wait too.
+// ring's first Stages loads are issued, the next Prefetch stages; then stage it + Prefetch with each load of stage
+// it. With Pdl the first of them go before griddepcontrol.wait too.
 // TokenBlocks 2: the tokens are split over two blocks (grid z) that share each weight tile. They are in one cluster,
 // (1, S, 2) with Red 0 (rank split + S z) and (1, 1, 2) with Red 1 (rank z); each block's producer loads half of the
 // tile's rows and multicasts it to both, so the pair requests each tile from memory once; a stage is free when the
