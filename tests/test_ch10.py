@@ -3,15 +3,17 @@
 CPU: every variant of the chapter's GEMV, with 128 and with 64 weight rows per block, compiles for sm_90a with the
 instructions it is about (TMA loads with and without an L2 policy, the cluster barrier of the DSMEM reduction,
 UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launch), with no spills; 64 rows issue
-half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix;
-prefetch builds issue UTMAPF (before the dependency wait with PDL); two token blocks per tile multicast the weight
+half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix; a
+stage of B boxes issues B weight and B token loads and 4 B k16 steps, and the host's shared-memory size is the
+kernel's (a compile-time check); prefetch builds issue UTMAPF (before the dependency wait with PDL); two token blocks per tile multicast the weight
 tile and arrive on each other's barriers; the planner and the host checks refuse what the hardware cannot do, with
 a message; the tuner's candidates are both consumers, both block heights and two token blocks with every portable K
 split, each a launch the host side binds; the launch configuration carries the PDL attribute; the lab's
 quantization matches its definition and its kernel shows the fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs (two
 token blocks per tile too), the cluster reduction giving the same bits twice, a PDL chain giving the same result as
-the plain one; the lab's fp8 kernel against float64 of the dequantized weights.
+the plain one; one and four boxes per stage against float64; each ring against the driver's occupancy calculator;
+the lab's fp8 kernel against float64 of the dequantized weights.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.
 """
 from __future__ import annotations
@@ -154,7 +156,7 @@ def test_wgmma_consumers_read_the_tokens_once(ch, mp, rows):
 def test_a_stage_is_boxes_side_by_side_along_k(ch, boxes, mma):
     # boxes=B: the producer issues B weight boxes and B token boxes per stage (B + B UTMALDG in its unrolled loop),
     # the consumers 4 B k16 steps per stage (HGMMA per m64 tile, or HMMA per m16 tile and n8 tile), and the ring
-    # holds B times fewer stages of the same bytes; the prefetch asks for every box of a tile.
+    # holds B times fewer stages of the same bytes; the prefetch asks for every box of a stage.
     rows, mp = 64, 16
     stages = ch["ring_stages"](mp, rows, boxes)
     mod = ch["gemv_module"](mp, stages, rows=rows, mma=mma, boxes=boxes)
