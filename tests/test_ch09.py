@@ -187,8 +187,8 @@ template <int D, int NC> __host__ __device__ constexpr bool o_tiles_are_boxes() 
   for (int c = 0; c < NC; ++c)
     for (int r = 0; r < 64; ++r)
       for (int k = 0; k < D / 8; ++k) {
-        const int byte = c * kOTile<D> + o_tile_byte<D>(r, k);              // stmatrix's row r, chunk k
-        const int box = c * kOTile<D> + o_tile_byte<D>(0, 8 * (k / 8));     // the TMA store's panel
+        const int byte = c * kOTile<D> + fa::o_tile_byte(r, k);                  // stmatrix's row r, chunk k
+        const int box = c * kOTile<D> + fa::o_tile_byte(0, 8 * (k / 8));         // the TMA store's panel
         if (byte % 16 || byte < 0 || byte >= NC * kOTile<D> || used[byte / 16]) return false;
         used[byte / 16] = true;
         if (box % 1024 || byte - box != r * 128 + ((k % 8) ^ (r % 8)) * 16) return false;
@@ -213,10 +213,13 @@ def test_rung6_o_tiles_are_the_tma_stores_boxes():
         fb.compile(mod.source.replace(stride, "template <int D> constexpr int kOTile = 64 * 128;") + _O_TILES_CHECK,
                    "sm_90a", defines=mod.defines)
     # ... and without the swizzle the chunks do not sit where the TMA's 128-byte mode reads them.
+    # (fa::o_tile_byte is fb/attention.cuh's: the planted header takes its place in the source)
     swizzle = "(((k ^ r) & 7) << 4)"
-    assert mod.source.count(swizzle) == 1
+    header = (ROOT / "src/feedbeast/include/fb/attention.cuh").read_text()
+    assert header.count(swizzle) == 1 and mod.source.count("#include <fb/attention.cuh>") == 1
+    planted = mod.source.replace("#include <fb/attention.cuh>", header.replace(swizzle, "((k & 7) << 4)"))
     with pytest.raises(fb.CompileError, match="O tiles"):
-        fb.compile(mod.source.replace(swizzle, "((k & 7) << 4)") + _O_TILES_CHECK, "sm_90a", defines=mod.defines)
+        fb.compile(planted + _O_TILES_CHECK, "sm_90a", defines=mod.defines)
 
 
 def test_rung6_refuses_a_ring_that_leaves_no_room_for_o():
@@ -285,7 +288,8 @@ def test_rung6_tile_order_covers_every_tile_longest_first():
     # The host's group and the kernel's work_tile (its arithmetic, in Python): every (query tile, head) once, and
     # with the causal mask no tile longer than one before it inside a group.
     ns = CHAPTER.definitions("persist_group", np=np, fb=fb, g=None)
-    src = module("persist").source
+    src = (ROOT / "src/feedbeast/include/fb/attention.cuh").read_text()     # fa::work_tile
+    assert "fa::work_tile<BM, BN>(w, seq, causal, heads, group)" in module("persist").source
     assert "grp = w / per, r = w % per" in src and "(m_tiles - 1 - r / g) * BM, head = grp * group + r % g" in src
     for heads, s, d, bm in ((6, 1000, 128, 128), (64, 4096, 128, 128), (5, 2048, 64, 192), (128, 1024, 64, 192),
                             (512, 1024, 64, 128)):

@@ -7,8 +7,11 @@ C7515; with Q_REGS=1 the GEMMs of S take Q's fragments from registers; the softm
 fragments imply (read from the header); a model of the transpose's lanes (ldmatrix .trans, prmt, stmatrix, the
 128-byte swizzle) writes every byte of V^T where key_at puts it, with no bank conflict; the fp8 element-wise bound holds for a numpy model of the kernel's
 arithmetic and rejects a causal mask one key too wide.
-GPU (Hopper; skipped by name elsewhere): the debug build on ragged shapes and the timed build at s = 4096, normal
-and outlier inputs, causal and not, within the bound against float64; the planted one-key-too-many mask outside it.
+The persistent kernel (attn_fp8_persist_d128): the counter's atomic, Q's fragments released before the first GEMM,
+O's TMA stores only where the host gives them room, the same GEMMs and softmax.
+GPU (Hopper; skipped by name elsewhere), both kernels (the persistent one on 5 blocks, many tiles each): the debug
+build on ragged shapes and the timed build at s = 4096, normal and outlier inputs, causal and not, within the bound
+against float64; the planted one-key-too-many mask outside it.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = load(ROOT / "chapters/09-attention.ipynb")
 HEADER = (ROOT / "src/feedbeast/include/fb/attention_fp8.cuh").read_text()
 KERNEL = "attn_fp8_d128"
+PERSIST = "attn_fp8_persist_d128"
 _MODULES = {}
 
 
@@ -86,8 +90,8 @@ def test_fp8_p_is_converted_in_registers_without_shuffles():
     assert hist.get("SHFL.BFLY", 0) <= 12, hist.get("SHFL.BFLY")
 
 
-def _exps_between_the_waits(mod):
-    sass = mod.sass(KERNEL).splitlines()
+def _exps_between_the_waits(mod, kernel=KERNEL):
+    sass = mod.sass(kernel).splitlines()
     i = next(k for k, ln in enumerate(sass) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in ln)
     j = next(k for k in range(i + 1, len(sass)) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in sass[k])
     return sum("MUFU.EX2" in ln for ln in sass[i:j])
@@ -97,24 +101,58 @@ def test_fp8_softmax_runs_between_its_two_waits():
     assert _exps_between_the_waits(module()) >= 64
 
 
-def test_fp8_shared_memory_fits():
+@pytest.mark.parametrize("kernel_name", [KERNEL, PERSIST])
+def test_fp8_shared_memory_fits(kernel_name):
     # The dynamic shared memory the chapter's attend_fp8 asks for covers fb::attention_fp8::Plan (Q, then STAGES x
-    # (K, V, V^T) of BN x D bytes, + 1 KB alignment), and with the kernel's static barriers stays within the 227 KB
-    # a block may opt in to on compute capability 9.0 (CUDA C++ Programming Guide, "Technical Specifications per
+    # (K, V, V^T) of BN x D bytes, + 1 KB alignment), for the persistent kernel with O's two 64-row bf16 tiles after
+    # it where they fit (three stages; not four), and with the kernel's static barriers stays within the 227 KB a
+    # block may opt in to on compute capability 9.0 (CUDA C++ Programming Guide, "Technical Specifications per
     # Compute Capability"), at 3 and 4 stages.
-    attend = CHAPTER.definitions("attend_fp8", np=np, fb=fb, math=math)["attend_fp8"]
+    attend = CHAPTER.definitions("attend_fp8", np=np, fb=fb, math=math, g=None)["attend_fp8"]
     bm, bn, d = map(int, re.search(r"constexpr int BM = (\d+), BN = (\d+), D = (\d+);", HEADER).groups())
     for stages in (3, 4):
         mod = module(STAGES=stages)
         asked = {}
-        kernel = types.SimpleNamespace(module=mod, bind=lambda *args, **kw: asked.update(kw))
-        ins = types.SimpleNamespace(shape=(1, 1, 300, d), scales=(1.0, 1.0, 1.0), maps=(None, None, None))
-        attend(kernel, ins, None, None, False, bind=True)
+        kernel = types.SimpleNamespace(name=kernel_name, module=mod,
+                                       bind=lambda *args, **kw: asked.update(kw, args=args))
+        ins = types.SimpleNamespace(shape=(1, 1, 300, d), scales=(1.0, 1.0, 1.0), maps=(None, None, None),
+                                    o_map=lambda o: ("O's map", o))
+        attend(kernel, ins, "O", None, False, bind=True)
         plan = bm * d + 3 * stages * bn * d + 1024
-        assert asked["shared"] >= plan, f"STAGES={stages}: attend_fp8 asks for {asked['shared']} B, the plan needs {plan}"
-        total = asked["shared"] + mod.resources[KERNEL].shared_static
+        o_tiles = 2 * 64 * d * 2 if kernel_name == PERSIST and stages == 3 else 0
+        assert asked["shared"] == plan + o_tiles, f"STAGES={stages}: attend_fp8 asks for {asked['shared']} B"
+        total = asked["shared"] + mod.resources[kernel_name].shared_static
         assert total <= 232448, f"STAGES={stages}: {total} B of shared memory per block, above 227 KB"
-        mod.expect_sass("QGMMA.64x128x32.F32.E4M3.E4M3", kernel=KERNEL)
+        mod.expect_sass("QGMMA.64x128x32.F32.E4M3.E4M3", kernel=kernel_name)
+        # the persistent kernel stores O by TMA exactly when the host gave it the tiles
+        assert mod.histogram(kernel_name).get("UTMASTG.2D", 0) == (2 if o_tiles else 0)
+        if kernel_name == PERSIST:
+            assert asked["args"][0] == 3 and asked["args"][-1] == ("O's map", "O")   # min(SMs, 3 tiles) blocks
+
+
+def test_fp8_persistent_kernel():
+    # attn_fp8_persist_d128: rung 6's scheduler on the fp8 loop. One counter draw (ATOMG) per tile; Q's fragments
+    # read by ldmatrix (4, one per k32 step) and released before the tile's first GEMM (proxy fence, then an
+    # mbarrier arrive); S and P V from registers (no QGMMA reads A from shared memory); O's two TMA stores; the
+    # same 16 QGMMA, 64 e4m3 packs of P and softmax between the loop's waits as attn_fp8_d128; no spills, 168
+    # registers.
+    mod = module()
+    hist = mod.histogram(PERSIST)
+    assert hist["ATOMG.E.ADD.STRONG.GPU"] == 1 and hist["LDSM.16.M88.4"] == 4 and hist["UTMASTG.2D"] == 2, hist
+    assert hist["QGMMA.64x128x32.F32.E4M3.E4M3"] == 16 and hist["F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C"] == 64
+    mma = [ln for ln in mod.sass(PERSIST).splitlines() if "QGMMA.64x128x32.F32.E4M3.E4M3" in ln]
+    assert not any(re.search(r"QGMMA\S* R\d+, gdesc\[", ln) for ln in mma), mma
+    assert _exps_between_the_waits(mod, PERSIST) >= 64
+    sass = [ln for ln in mod.sass(PERSIST).splitlines() if "/*" in ln]
+    first = next(i for i, ln in enumerate(sass) if "LDSM.16.M88.4" in ln)
+    gemm = next(i for i in range(first, len(sass)) if "QGMMA" in sass[i])
+    between = "\n".join(sass[first:gemm])
+    assert "FENCE.VIEW.ASYNC.S" in between and "SYNCS.ARRIVE" in between, between
+    res = mod.resources[PERSIST]
+    assert (res.registers, res.spills, res.stack) == (168, 0, 0), mod.report()
+    # four stages leave no room for O's tiles: O from registers, and the kernel still compiles
+    four = module(STAGES=4)
+    assert "UTMASTG.2D" not in four.histogram(PERSIST) and four.resources[PERSIST].spills == 0
 
 
 # ---- CPU: the key order shared by P and V^T -------------------------------------------------------------------
@@ -258,10 +296,13 @@ def test_fp8_bound_holds_for_the_model_and_rejects_one_key_too_many():
 
 # ---- GPU (Hopper) -------------------------------------------------------------------------------------------------
 
-def test_gpu_fp8_within_the_bound(gpu90):
+@pytest.mark.parametrize("kernel", [KERNEL, PERSIST])
+def test_gpu_fp8_within_the_bound(gpu90, kernel):
     torch = pytest.importorskip("torch")
+    # The persistent kernel runs 5 blocks (SMS), so that each block runs many tiles, ragged ones among them, and
+    # the ring, the turns and Q's buffer go on from one tile to the next.
     ns = CHAPTER.definitions("Inputs8", "attend_fp8", "check_bound_fp8", "float_inputs", "reference_bound_fp8",
-                             np=np, fb=fb, torch=torch, math=math)
+                             np=np, fb=fb, torch=torch, math=math, **({"SMS": 5} if kernel == PERSIST else {}))
     src = CHAPTER.cuda("fp8").source
     assert src.count("sm.step(sc, alpha, row0,") == 2
     plant = fb.compile(src.replace("sm.step(sc, alpha, row0,", "sm.step(sc, alpha, row0 + 1,"), "sm_90a",
@@ -274,7 +315,7 @@ def test_gpu_fp8_within_the_bound(gpu90):
         ins = ns["Inputs8"](*ns["float_inputs"](kind, *shape, seed=sum(shape)))
         for causal in ((False, True) if not planted else (True,)):
             o, lse = fb.empty(shape, fb.bfloat16), fb.empty(shape[:3], np.float32)
-            ns["attend_fp8"](mod[KERNEL], ins, o, lse, causal)
+            ns["attend_fp8"](mod[kernel], ins, o, lse, causal)
             ref = ns["reference_bound_fp8"](*ins.host, causal)
             res = ns["check_bound_fp8"](o, lse, ref, f"{shape} {kind} causal={causal} planted={planted}")
             assert bool(res) != planted, res

@@ -270,6 +270,52 @@ __device__ inline BlockTiles block_tiles(int seq, int causal) {
   return {m0, static_cast<int>(blockIdx.y) * seq, (kv_end + BN - 1) / BN};
 }
 
+// ---- persistent blocks (rung 6 and the persistent fp8 rung) ----------------------------------------------------
+// Work tile w, longest first: query tile m_tiles - 1 - r / g of head grp * group + r % g, with grp = w / (m_tiles *
+// group), r = w % (m_tiles * group), g the heads of that group (the last group may have fewer). Causal: the host
+// picks `group` so that a group's K and V fit in part of the L2; without a mask group = 1 (head-major).
+template <int BM, int BN>
+__device__ inline BlockTiles work_tile(u32 w, int seq, int causal, u32 heads, u32 group) {
+  const u32 m_tiles = (seq + BM - 1) / BM, per = m_tiles * group, grp = w / per, r = w % per;
+  const u32 g = min(group, heads - grp * group);         // unsigned: no sign fix-ups (the producer has 24 registers)
+  const int m0 = (m_tiles - 1 - r / g) * BM, head = grp * group + r % g;
+  const int kv_end = causal ? min(seq, m0 + BM) : seq;
+  return {m0, head * seq, (kv_end + BN - 1) / BN};
+}
+
+// The next work tile from a global counter: block x starts with tile x, and each further tile is gridDim.x plus
+// the next number drawn. Every block draws until it gets a number past the `total` tiles, so a launch makes
+// exactly `total` draws; the block with the last one resets the counter for the next launch.
+__device__ inline int draw_work_tile(int total, int* counter) {
+  const int drawn = atomicAdd(counter, 1);
+  if (drawn == total - 1) *counter = 0;
+  return static_cast<int>(gridDim.x) + drawn;
+}
+
+// O through shared memory: a consumer's staging tile of 64 rows holds D / 64 panels of 64 rows x 128 B (8 KB each),
+// swizzled as the TMA's 128-byte mode lays them out. The byte of row r (0-63), 16-byte column chunk k: panel k / 8,
+// then the row, then the chunk XOR the row's low three bits.
+__host__ __device__ constexpr int o_tile_byte(int r, int k) {
+  return (k / 8) * 64 * 128 + r * 128 + (((k ^ r) & 7) << 4);
+}
+// This warp's 16 rows of O / l as bf16 into the consumer's staging tile: stmatrix .x4 takes the 8x8 matrices of
+// rows 0-7 and 8-15 for two 8-column blocks, which is how the accumulator holds them (stmatrix_x4).
+template <int D>
+__device__ inline void o_to_stage(const float (&o)[D / 2], const float (&inv_l)[2], unsigned char* stage) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, m = lane / 8;
+  const int r = 16 * warp + lane % 8 + 8 * (m % 2);
+#pragma unroll
+  for (int b = 0; b < D / 8; b += 2) {
+    u32 x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int rr = j % 2, bb = b + j / 2;
+      x[j] = pack_bf16(o[4 * bb + 2 * rr] * inv_l[rr], o[4 * bb + 2 * rr + 1] * inv_l[rr]);
+    }
+    stmatrix_x4(stage + o_tile_byte(r, b + m / 2), x[0], x[1], x[2], x[3]);
+  }
+}
+
 // Thread 0 prefetches the three tensor maps and initialises the barriers: q_full, full_k[s] and full_v[s] wait
 // for one arrival (the producer's arrive.expect_tx) and a tile's bytes, empty[s] for one arrival per consumer
 // warpgroup. Then the whole block synchronises once.
