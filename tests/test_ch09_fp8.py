@@ -110,8 +110,8 @@ def test_fp8_shared_memory_fits(kernel_name):
     # Compute Capability"), at 3 and 4 stages.
     attend = CHAPTER.definitions("attend_fp8", np=np, fb=fb, math=math, g=None)["attend_fp8"]
     bm, bn, d = map(int, re.search(r"constexpr int BM = (\d+), BN = (\d+), D = (\d+);", HEADER).groups())
-    for stages in (3, 4):
-        mod = module(STAGES=stages)
+    for stages, o_stage in ((3, 1), (4, 1), (3, 0)):
+        mod = module(STAGES=stages, O_STAGE=o_stage)
         asked = {}
         kernel = types.SimpleNamespace(name=kernel_name, module=mod,
                                        bind=lambda *args, **kw: asked.update(kw, args=args))
@@ -119,7 +119,7 @@ def test_fp8_shared_memory_fits(kernel_name):
                                     o_map=lambda o: ("O's map", o))
         attend(kernel, ins, "O", None, False, bind=True)
         plan = bm * d + 3 * stages * bn * d + 1024
-        o_tiles = 2 * 64 * d * 2 if kernel_name == PERSIST and stages == 3 else 0
+        o_tiles = 2 * 64 * d * 2 if kernel_name == PERSIST and stages == 3 and o_stage else 0
         assert asked["shared"] == plan + o_tiles, f"STAGES={stages}: attend_fp8 asks for {asked['shared']} B"
         total = asked["shared"] + mod.resources[kernel_name].shared_static
         assert total <= 232448, f"STAGES={stages}: {total} B of shared memory per block, above 227 KB"
@@ -148,11 +148,35 @@ def test_fp8_persistent_kernel():
     gemm = next(i for i in range(first, len(sass)) if "QGMMA" in sass[i])
     between = "\n".join(sass[first:gemm])
     assert "FENCE.VIEW.ASYNC.S" in between and "SYNCS.ARRIVE" in between, between
+    # O's staging tile is rewritten only after the previous tile's TMA store has read it, and the block leaves only
+    # after its stores completed: cp.async.bulk.wait_group.read 0 and wait_group 0, one DEPBAR each.
+    assert hist["DEPBAR.LE"] == 2, hist.get("DEPBAR.LE")
+    # The turns run on across tiles: none is passed at a tile's start (consumer 1 passes once per block and after
+    # its last P V; consumer 0 takes that last turn when the tiles are over).
+    src = mod.source
+    assert "if (!kPersistent && c == 1) pass_turn(c);" in src and "if (kPersistent || c == 0) pass_turn(c);" in src
+    assert "if (c == 0) wait_my_turn(c);                     // the turn consumer 1 passed" in src
     res = mod.resources[PERSIST]
     assert (res.registers, res.spills, res.stack) == (168, 0, 0), mod.report()
-    # four stages leave no room for O's tiles: O from registers, and the kernel still compiles
-    four = module(STAGES=4)
-    assert "UTMASTG.2D" not in four.histogram(PERSIST) and four.resources[PERSIST].spills == 0
+    # four stages leave no room for O's tiles, and O_STAGE=0 asks for none: O from registers, and the kernel
+    # still compiles
+    for other in (module(STAGES=4), module(O_STAGE=0)):
+        assert "UTMASTG.2D" not in other.histogram(PERSIST) and other.resources[PERSIST].spills == 0
+
+
+def test_fp8_persistent_tile_order_groups_heads_by_fp8_bytes():
+    # With the causal mask rung 6's tile order takes heads in groups whose K and V fit in GROUP_BYTES (8 MB): a
+    # head's K and V in e4m3 are 2 x 1 x d x s bytes (1 MB at s = 4096), twice as many heads as in bf16. Without the
+    # mask, head-major (group 1).
+    attend = CHAPTER.definitions("attend_fp8", np=np, fb=fb, math=math, g=None)["attend_fp8"]
+    for causal, group in ((True, 8), (False, 1)):
+        asked = {}
+        kernel = types.SimpleNamespace(name=PERSIST, module=module(),
+                                       bind=lambda *args, **kw: asked.update(kw, args=args))
+        ins = types.SimpleNamespace(shape=(2, 8, 4096, 128), scales=(1.0, 1.0, 1.0), maps=(None, None, None),
+                                    o_map=lambda o: None)
+        attend(kernel, ins, "O", None, causal, bind=True)
+        assert asked["args"][-4:-2] == (16, group), asked["args"]
 
 
 # ---- CPU: the key order shared by P and V^T -------------------------------------------------------------------
@@ -299,10 +323,11 @@ def test_fp8_bound_holds_for_the_model_and_rejects_one_key_too_many():
 @pytest.mark.parametrize("kernel", [KERNEL, PERSIST])
 def test_gpu_fp8_within_the_bound(gpu90, kernel):
     torch = pytest.importorskip("torch")
-    # The persistent kernel runs 5 blocks (SMS), so that each block runs many tiles, ragged ones among them, and
-    # the ring, the turns and Q's buffer go on from one tile to the next.
+    # The persistent kernel runs 5 blocks, so that each block runs many tiles, ragged ones among them, and the
+    # ring, the turns and Q's buffer go on from one tile to the next.
     ns = CHAPTER.definitions("Inputs8", "attend_fp8", "check_bound_fp8", "float_inputs", "reference_bound_fp8",
-                             np=np, fb=fb, torch=torch, math=math, **({"SMS": 5} if kernel == PERSIST else {}))
+                             np=np, fb=fb, torch=torch, math=math)
+    blocks = 5 if kernel == PERSIST else None
     src = CHAPTER.cuda("fp8").source
     assert src.count("sm.step(sc, alpha, row0,") == 2
     plant = fb.compile(src.replace("sm.step(sc, alpha, row0,", "sm.step(sc, alpha, row0 + 1,"), "sm_90a",
@@ -315,7 +340,7 @@ def test_gpu_fp8_within_the_bound(gpu90, kernel):
         ins = ns["Inputs8"](*ns["float_inputs"](kind, *shape, seed=sum(shape)))
         for causal in ((False, True) if not planted else (True,)):
             o, lse = fb.empty(shape, fb.bfloat16), fb.empty(shape[:3], np.float32)
-            ns["attend_fp8"](mod[kernel], ins, o, lse, causal)
+            ns["attend_fp8"](mod[kernel], ins, o, lse, causal, blocks=blocks)
             ref = ns["reference_bound_fp8"](*ins.host, causal)
             res = ns["check_bound_fp8"](o, lse, ref, f"{shape} {kind} causal={causal} planted={planted}")
             assert bool(res) != planted, res
