@@ -155,7 +155,8 @@ def test_fp8_persistent_kernel():
     # its last P V; consumer 0 takes that last turn when the tiles are over).
     src = mod.source
     assert "if (!kPersistent && c == 1) pass_turn(c);" in src and "if (kPersistent || c == 0) pass_turn(c);" in src
-    assert "if (c == 0) wait_my_turn(c);                     // the turn consumer 1 passed" in src
+    tail = src[src.index("if (tiles == 0) {", src.index("void consume_persist")):]
+    assert tail.index("if (c == 0) wait_my_turn(c);") < tail.index("return;")
     res = mod.resources[PERSIST]
     assert (res.registers, res.spills, res.stack) == (168, 0, 0), mod.report()
     # four stages leave no room for O's tiles, and O_STAGE=0 asks for none: O from registers, and the kernel
