@@ -6,13 +6,13 @@ UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launc
 half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix; a
 stage of B boxes issues B weight and B token loads and 4 B k16 steps, and the host's shared-memory size is the
 kernel's (a compile-time check); prefetch builds issue UTMAPF (before the dependency wait with PDL); two token blocks per tile multicast the weight
-tile and arrive on each other's barriers; the planner and the host checks refuse what the hardware cannot do, with
+tile (one multicast per box, with four boxes too) and arrive on each other's barriers; the planner and the host checks refuse what the hardware cannot do, with
 a message; the tuner's candidates are both consumers, both block heights and two token blocks with every portable K
 split, each a launch the host side binds; the launch configuration carries the PDL attribute; the lab's
 quantization matches its definition and its kernel shows the fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs (two
 token blocks per tile too), the cluster reduction giving the same bits twice, a PDL chain giving the same result as
-the plain one; one and four boxes per stage against float64; each ring against the driver's occupancy calculator;
+the plain one; one and four boxes per stage against float64 (four with two token blocks too); each ring against the driver's occupancy calculator;
 the lab's fp8 kernel against float64 of the dequantized weights.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.
 """
@@ -201,16 +201,20 @@ def test_wgmma_and_prefetch_are_refused_with_a_reason_for_other_values(ch):
         ch["prepare_gemv"](*args(), prefetch=65)
 
 
+@pytest.mark.parametrize("boxes, rows", [(None, None), (4, 64)])
 @pytest.mark.parametrize("red", [0, 1])
 @pytest.mark.parametrize("mma", [0, 1])
-def test_token_blocks_share_each_weight_tile_by_multicast(ch, mma, red):
+def test_token_blocks_share_each_weight_tile_by_multicast(ch, mma, red, boxes, rows):
     # token_blocks=2: the producer loads half of the tile's rows with UTMALDG.2D.MULTICAST (to both blocks), each
     # consumer warp arrives on its own and on the peer's empty barrier (SYNCS.ARRIVE...RED: the remote arrive), and
     # the pair meets at a cluster barrier before the first load; with one block per tile none of that is there.
-    stages = ch["plan"](64, 4096, 4096, token_blocks=2)[1]
-    two = ch["gemv_module"](32, stages, red=red, mma=mma, token_blocks=2).sass("gemv_bf16").splitlines()
-    one = ch["gemv_module"](32, stages, red=red, mma=mma).sass("gemv_bf16").splitlines()
-    assert sum("UTMALDG.2D.MULTICAST" in ln for ln in two) == ch["BOXES"]    # one per weight box of a stage
+    # (The chapter's boxes per stage and 128 rows, and four boxes of 64 rows.)
+    boxes, rows = boxes or ch["BOXES"], rows or ch["BN"]
+    stages = ch["plan"](64, 4096, 4096, token_blocks=2, rows=rows, boxes=boxes)[1]
+    two = ch["gemv_module"](32, stages, red=red, mma=mma, token_blocks=2, rows=rows, boxes=boxes).sass(
+        "gemv_bf16").splitlines()
+    one = ch["gemv_module"](32, stages, red=red, mma=mma, rows=rows, boxes=boxes).sass("gemv_bf16").splitlines()
+    assert sum("UTMALDG.2D.MULTICAST" in ln for ln in two) == boxes    # one per weight box of a stage
     assert any("SYNCS.ARRIVE.TRANS64.RED" in ln for ln in two)
     first_load = next(i for i, ln in enumerate(two) if "UTMALDG" in ln)
     assert any("UCGABAR_WAIT" in ln for ln in two[:first_load])
@@ -337,11 +341,13 @@ def test_gpu_gemv_four_boxes_against_float64(gpu90, ch, variant, m, n, k):
 @pytest.mark.parametrize("variant", [dict(red=0, hint=1, mma=1), dict(red=0, hint=1, mma=0, rows=64),
                                      dict(red=1, hint=1, mma=1), dict(red=0, hint=0, pdl=True, mma=1, rows=64),
                                      dict(red=0, hint=1, mma=1, split=1), dict(red=0, hint=1, mma=0, prefetch=4),
-                                     dict(red=0, hint=1, mma=1, boxes=1)])
+                                     dict(red=0, hint=1, mma=1, boxes=1), dict(red=0, hint=1, mma=1, rows=64, boxes=4),
+                                     dict(red=1, hint=1, mma=0, rows=64, boxes=4)])
 @pytest.mark.parametrize("m, n, k", [(9, 1000, 136), (17, 264, 4104), (33, 4104, 1032), (64, 136, 64),
                                      (64, 8200, 520), (40, 4096, 4096)])
 def test_gpu_gemv_token_blocks_against_float64(gpu90, ch, variant, m, n, k):
-    # Two blocks per weight tile, each half of the tokens, the tile multicast to both: every output row once.
+    # Two blocks per weight tile, each half of the tokens, the tile multicast to both: every output row once (with
+    # four boxes per stage too: four multicast weight boxes, K not a multiple of 256).
     r = ch["run_gemv_check"](m, n, k, seed=m * n + k, token_blocks=2, **variant)
     assert r, r
 
