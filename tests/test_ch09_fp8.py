@@ -165,6 +165,13 @@ def test_fp8_persistent_kernel():
         assert "UTMASTG.2D" not in other.histogram(PERSIST) and other.resources[PERSIST].spills == 0
 
 
+def test_fp8_refuses_a_ring_over_227_kb():
+    # Five stages: 16 KB of Q + 5 x 48 KB of K, V and V^T is over the 227 KB a block may have on sm_90; the cell's
+    # static_assert says so and what to do.
+    with pytest.raises(fb.CompileError, match="exceed 227 KB: fewer STAGES"):
+        CHAPTER.compile("fp8", "sm_90a", STAGES="5")
+
+
 def test_fp8_persistent_tile_order_groups_heads_by_fp8_bytes():
     # With the causal mask rung 6's tile order takes heads in groups whose K and V fit in GROUP_BYTES (8 MB): a
     # head's K and V in e4m3 are 2 x 1 x d x s bytes (1 MB at s = 4096), twice as many heads as in bf16. Without the
