@@ -310,6 +310,38 @@ def test_rung6_tile_order_covers_every_tile_longest_first():
                     assert mts == sorted(mts, reverse=True)
 
 
+def test_interleaved_rounds_go_to_the_results_log_against_cudnn(monkeypatch):
+    """record_rounds (the chapter's three interleaved runs hand their entries to the results log through it): each
+    entry named by its label and shape, cuDNN's entry of the same shape in the same run as its ceiling, the
+    physical peak of its bound, the launch it timed; a figure above the peak stops the run."""
+    import feedbeast.device
+    from feedbeast.device import Gpu
+    h200 = Gpu(0, "NVIDIA H200", (9, 0), 132, 232448, 49152, 233472, 60 << 20, 1980, 3201, 6144, 13000, (13, 0),
+               141 << 30)
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: h200)
+    logged = []
+    monkeypatch.setattr(fb.hooks, "on_bench", [logged.append])
+    record_rounds = CHAPTER.definitions("record_rounds", np=np, fb=fb)["record_rounds"]
+    tiny = fb.compile('extern "C" __global__ void attn_k(float* y) { y[threadIdx.x] = 1.f; }', "sm_90a")
+    launch = tiny.attn_k.bind(1, 32, 0)                           # on a CPU a Launch still says what it launches
+    a, b = (1, 2, 256, 64), (2, 2, 512, 64)
+    rounds = {("6 persist", a, False): [0.9, 1.0, 1.1], ("sdpa cudnn", a, False): [1.0, 1.2, 1.1],
+              ("6 persist", b, True): [2.0, 2.0, 2.0], ("sdpa cudnn", b, True): [1.0, 1.0, 1.0],
+              ("sdpa flash", b, True): [3.0, 3.0, 3.0]}
+    cases = [("6 persist", a, False, launch), ("sdpa cudnn", a, False, lambda: None)]
+    out = record_rounds(rounds, cases, lambda shape, c: 1e9 * shape[2] * (1 if c else 2), "sdpa cudnn", "tensor",
+                        labels=["6 persist"])
+    assert set(out) == set(rounds) - {("sdpa flash", b, True)} and len(logged) == 4
+    ours, lib = out["6 persist", a, False], out["sdpa cudnn", a, False]
+    assert ours.name == "ch09/6-persist/1x2x256x64/causal=0" and ours.sizes == {"b": 1, "h": 2, "s": 256, "d": 64}
+    assert ours.ceiling_name == lib.name and ours.pct == pytest.approx(110.0) and ours.bound == "tensor"
+    assert ours.tflops == pytest.approx(512) and ours.pct_peak == pytest.approx(100 * 512 / (132 * 4096 * 1.98e-3))
+    assert ours.kernels[0]["kernel"] == "attn_k" and lib.kernels == [] and lib.ceiling_name is None
+    assert out["6 persist", b, True].pct == pytest.approx(50.0)
+    with pytest.raises(fb.PhysicalLimitError, match="physical fp8 peak"):   # 2.6 PFLOP/s: more than 2.14 can be
+        record_rounds({("fp8", a, False): [0.0002]}, [], lambda shape, c: 512e6, "cudnn fp8", "fp8")
+
+
 def test_lean_softmax_exponential_is_one_instruction():
     # step_fast's 2^x is ex2.approx.ftz: one MUFU.EX2 and nothing around it. exp2f would add an FSETP (is the
     # result below 2^-126?) and two predicated FMUL per call: rung 3's plain softmax shows them.

@@ -27,10 +27,12 @@ def test_physical_peaks_from_clocks_and_sm_count():
     assert ceilings.physical_peak("fp32", H100).value == pytest.approx(132 * 128 * 2 * 1.98 / 1e3)
     assert ceilings.physical_peak("tensor", H100).value == pytest.approx(132 * 4096 * 1.98 / 1e3)
     assert ceilings.physical_peak("tf32", H100).value == pytest.approx(132 * 2048 * 1.98 / 1e3)
+    assert ceilings.physical_peak("fp8", H100).value == pytest.approx(132 * 8192 * 1.98 / 1e3)
     # the A100 datasheet figures come back from its own clocks: 312 TFLOP/s bf16, 19.5 TFLOP/s fp32, 2.04 TB/s
     assert ceilings.physical_peak("tensor", A100).value == pytest.approx(312, rel=0.01)
     assert ceilings.physical_peak("fp32", A100).value == pytest.approx(19.5, rel=0.01)
     assert ceilings.physical_peak("dram", A100).value == pytest.approx(2039, rel=0.01)
+    assert ceilings.physical_peak("fp8", A100).value is None                # no fp8 tensor cores
     unknown = ceilings.physical_peak("tensor", Gpu(*([0, "x", (7, 5)] + list(H100.__dict__.values())[3:])))
     assert unknown.value is None and "7, 5" in unknown.how
     with pytest.raises(ValueError, match="unknown resource"):
@@ -73,6 +75,23 @@ def test_bound_comes_from_the_ceiling_and_a_copy_above_dram_peak_fails(on_h100):
     free = fbb.BenchResult("ch01/chase", [1.0])                              # a latency: no rate, no bound
     fbb._against_peak(free, None)
     assert free.bound is None and free.pct_peak is None
+
+
+def test_result_of_times_measured_elsewhere_is_held_to_what_bench_holds(on_h100, monkeypatch):
+    logged = []
+    monkeypatch.setattr(fb.hooks, "on_bench", [logged.append])
+    lib = fb.result_of("ch09/sdpa-cudnn/x", [2.0, 1.0, 1.5], flops=600e9, bound="tensor")
+    ours = fb.result_of("ch09/6/x", [1.2, 1.4, 1.3], flops=600e9, ceiling=lib, bound="tensor", sizes={"s": 1})
+    assert ours.median_ms == 1.3 and ours.ceiling_name == "ch09/sdpa-cudnn/x" and ours.ceiling_value == 400
+    assert ours.pct == pytest.approx(100 * 1.5 / 1.3) and ours.pct_peak == pytest.approx(100 * 461.5 / 1070.5, rel=1e-3)
+    assert logged == [lib, ours]                                            # both to the results log
+    fb.result_of("ch09/unlogged", [1.0], flops=1e9, record=False)
+    assert len(logged) == 2
+    # 1.2 PFLOP/s of bf16 on an H100 (1070 TFLOP/s at 1980 MHz): the experiment is wrong, and nothing is logged
+    with pytest.raises(fb.PhysicalLimitError, match="physical tensor peak"):
+        fb.result_of("ch09/too-fast", [0.5], flops=600e9, bound="tensor")
+    assert fb.result_of("ch09/fp8", [0.5], flops=600e9, bound="fp8").pct_peak == pytest.approx(56.1, abs=0.1)
+    assert len(logged) == 3
 
 
 def test_kernel_identity_traces_a_result_to_its_code():

@@ -11,13 +11,14 @@ One way to do each thing:
     tensor_map(array, box, swizzle=)   TMA descriptors, checked before the driver sees them
     check(out, ref)                    against a float64 reference
     bench(fn, name=, nbytes=|flops=, ceiling=)   CUDA-event timing vs a same-run ceiling and the physical peak
+    result_of(name, times_ms, ...)     the same for times measured another way (interleaved, host hidden)
     profile(launch)                    Nsight Compute counters of the launch bench times (a small table)
     hooks                              where the course plugs in (verdicts, a results log, make sanitize)
 On a machine that cannot run a kernel, launch/check/bench return a Skipped that says why.
 The modules by layer and stage (the library: build, run, verify, measure, simulate; the course machinery,
 feedbeast.course: grading, runs): README, "Layout".
 """
-from .bench import BenchResult, bench
+from .bench import BenchResult, bench, result_of
 from .ceilings import PhysicalLimitError, ceiling, gemm, physical_peak
 from .check import CheckResult, check
 from .compile import Module, compile

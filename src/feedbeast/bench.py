@@ -7,12 +7,13 @@ Chapter 00 explains the timing and the same-run ceiling it is compared with.
     r.gbps, r.pct    # achieved GB/s and % of the copy bandwidth measured in this process
     r.pct_peak       # and % of the DRAM's physical peak (the bound "dram" follows from the copy ceiling)
 
-Every result names the resource it is bound by (`bound=`: "dram", "l2", "smem", "fp32", "tensor", "tf32";
+Every result names the resource it is bound by (`bound=`: "dram", "l2", "smem", "fp32", "tensor", "tf32", "fp8";
 by default the one its ceiling is bound by) and is compared with that resource's physical peak on this GPU
 (feedbeast.peaks.physical_peak): a result above it raises PhysicalLimitError, because the experiment,
 not the hardware, is wrong. Each result carries the identity of the kernels it timed (name, arch, defines,
 registers, a hash of its source): the ones its first run launched, or `kernel=`. bench times and returns; the
 course keeps a results log of them (feedbeast.hooks.on_bench). Timings are reported, never asserted.
+result_of does the same for times measured another way (interleaved rounds with the host hidden).
 """
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
     ceiling: a BenchResult measured in this process, a number in the result's unit, or a ceiling of
     feedbeast.ceilings by name ("copy", "bf16", "fp32") or with its size (("bf16", 4096)), measured
     once per process.
-    bound: the resource the result is bound by ("dram", "l2", "smem", "fp32", "tensor", "tf32"); by
+    bound: the resource the result is bound by ("dram", "l2", "smem", "fp32", "tensor", "tf32", "fp8"); by
     default the one of the ceiling (copy -> dram, cuBLAS bf16 -> tensor, fp32 -> fp32). A result above
     the resource's physical peak raises PhysicalLimitError.
     kernel: what was timed (a fb Kernel, Module or Launch, a Numba kernel, or a list), kept with the result; by
@@ -154,11 +155,22 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
         return with_recorded(Skipped(first.reason, f"bench {name}"), name)
     if hooks.mode.untimed:        # make sanitize: one run is what the tools check; a time would mean nothing
         return Skipped(hooks.mode.untimed, f"bench {name}")
-    res = BenchResult(name, _time(call, warmup, reps, flush), nbytes, flops, sizes=sizes)
+    launched = [x.kernel for x in launched if "FB_HAZARDS" not in (x.kernel.module.defines or {})]   # not hazard builds
+    return result_of(name, _time(call, warmup, reps, flush), nbytes=nbytes, flops=flops, ceiling=ceiling,
+                     bound=bound, kernel=[kernel] if kernel is not None else [getattr(fn, "kernel", None), launched],
+                     sizes=sizes, record=record)
+
+
+def result_of(name: str, times_ms, *, nbytes: float | None = None, flops: float | None = None, ceiling=None,
+              bound: str | None = None, kernel=None, sizes: dict | None = None, record: bool = True) -> BenchResult:
+    """The BenchResult of per-run times measured another way (interleaved rounds, launches queued behind a GPU
+    spin so that the host is hidden), held to what bench() holds its own to: the same-run ceiling, the physical
+    peak of `bound` (above it: PhysicalLimitError), the identity of `kernel`, and the results log when `record`.
+    `ceiling`, `bound` and `kernel` as for bench()."""
+    res = BenchResult(name, list(times_ms), nbytes, flops, sizes=sizes)
     _set_ceiling(res, ceiling)
     _against_peak(res, bound)
-    launched = [x.kernel for x in launched if "FB_HAZARDS" not in (x.kernel.module.defines or {})]   # not hazard builds
-    res.kernels = kernel_identity([kernel] if kernel is not None else [getattr(fn, "kernel", None), launched])
+    res.kernels = kernel_identity(kernel)
     if record:
         hooks.emit(hooks.on_bench, res)
     return res

@@ -36,12 +36,15 @@ FP32_FMA_PER_CLOCK_PER_SM = {(8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128, 
 #   B200: 2.25 PFLOP/s dense / (148 SMs x ~1.86 GHz) ~ 8192 (NVIDIA HGX B200 datasheet, 2024).
 # tf32 is half of these on all three (same sources). Other architectures: not known here, so not checked.
 TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM = {(8, 0): 2048, (9, 0): 4096, (10, 0): 8192}
+# Dense fp8 (e4m3/e5m2) is twice bf16 where the tensor cores have it: H100 SXM5 1979 TFLOP/s (the same
+# whitepaper table), B200 4.5 PFLOP/s dense (the same datasheet). The A100 has no fp8 tensor cores.
+TENSOR_FP8_FLOPS_PER_CLOCK_PER_SM = {(9, 0): 8192, (10, 0): 16384}
 
 # Shared memory: 32 banks, each 32 bits wide per clock (CUDA C++ Programming Guide, "Shared Memory" under
 # compute capability 5.x and later, the same for 6.x-12.x): 128 bytes per clock per SM.
 SMEM_BYTES_PER_CLOCK_PER_SM = 128
 
-RESOURCES = ("dram", "l2", "smem", "fp32", "tensor", "tf32")
+RESOURCES = ("dram", "l2", "smem", "fp32", "tensor", "tf32", "fp8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +62,8 @@ class PhysicalPeak:
 
 def physical_peak(resource: str, g=None) -> PhysicalPeak:
     """The physical peak of `resource` on GPU `g` (default: this one):
-    "dram" (GB/s), "l2" (GB/s, an upper bound), "smem" (GB/s), "fp32", "tensor" (bf16/fp16), "tf32" (TFLOP/s)."""
+    "dram" (GB/s), "l2" (GB/s, an upper bound), "smem" (GB/s), "fp32", "tensor" (bf16/fp16), "tf32", "fp8"
+    (TFLOP/s)."""
     from .device import gpu
     g = g or gpu()
     if resource not in RESOURCES:
@@ -86,7 +90,8 @@ def physical_peak(resource: str, g=None) -> PhysicalPeak:
             return PhysicalPeak("fp32", None, "TFLOP/s", f"no FP32 rate on record for compute capability {cc}")
         return PhysicalPeak("fp32", sms * per * 2 * ghz / 1e3, "TFLOP/s",
                             f"{sms} SMs x {per} FMA/clock x 2 x {ghz:.3f} GHz")
-    per = TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM.get(cc)
+    table = TENSOR_FP8_FLOPS_PER_CLOCK_PER_SM if resource == "fp8" else TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM
+    per = table.get(cc)
     if per is None:
         return PhysicalPeak(resource, None, "TFLOP/s", f"no tensor-core rate on record for compute capability {cc}")
     if resource == "tf32":
