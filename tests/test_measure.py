@@ -279,3 +279,18 @@ def test_a_check_on_a_gpu_is_logged_and_its_skip_elsewhere_shows_it(monkeypatch,
     assert str(s) == ("skipped: launch ring: needs sm_90a, this machine has none; ring 37x1000 recorded on "
                       "NVIDIA H100 80GB HBM3: passed, relative error 0.00e+00 (limit 1e-05)")
     assert "recorded" not in str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="ring 5x5"))
+
+
+def test_summary_plots_one_row_per_family_of_sizes(tmp_path):
+    from feedbeast.course import results
+    assert results.family("ch10/gemv-wgmma 8x8192x8192") == "ch10/gemv-wgmma"
+    assert results.family("ch09/6-persist/8x32x2048x64/causal=1") == "ch09/6-persist"
+    assert results.family("ceiling/copy") == "ceiling/copy" and results.family("alone") == "alone"
+    base = {"median_ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.0, "runs": 5, "unit": "TFLOP/s", "ceiling": "ch09/sdpa-cudnn",
+            "ceiling_value": 500.0, "sizes": None, "bound": "tensor", "pct_peak": 50.0, "gpu": "NVIDIA H200"}
+    lines = [dict(base, name=f"ch09/6-persist/{s}x128/causal=0", value=v, pct=v / 5) for s, v in ((1, 450), (2, 550))]
+    lines.append(dict(base, name="ch09/6-persist/1x128/causal=0", value=500.0, pct=100.0))   # a later run: it wins
+    (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    md = results.summarize(tmp_path).read_text()
+    assert md.count("| ch09/6-persist/") == 2 and "| 500.0 TFLOP/s | 100.0 |" in md
+    assert (tmp_path / "results.png").stat().st_size > 0

@@ -19,6 +19,8 @@ import platform
 import re
 from pathlib import Path
 
+import numpy as np
+
 
 def results_root() -> Path:
     return Path(os.environ.get("FEEDBEAST_RESULTS", Path.home() / ".cache" / "feedbeast" / "results"))
@@ -159,6 +161,13 @@ def load(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
 
 
+def family(name: str) -> str:
+    """The kernel or build a benchmark name times, without its sizes: "ch10/gemv-wgmma 8x8192x8192" and
+    "ch09/6-persist/8x32x2048x64/causal=1" -> "ch10/gemv-wgmma", "ch09/6-persist"."""
+    parts = name.split("/")
+    return parts[0] if len(parts) == 1 else f"{parts[0]}/{parts[1].split(' ')[0]}"
+
+
 def summarize(folder: Path) -> Path:
     """results.md (the latest result per name) and results.png (% of ceiling) for one GPU's folder."""
     import matplotlib
@@ -195,13 +204,21 @@ def summarize(folder: Path) -> Path:
             stalls = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["stalls"].items(), key=lambda kv: -kv[1])[:4])
             lines.append(f"- **{r['name']}** ({r['kernel'][:60]}): {vals}; top stalls (warps per issue): {stalls}")
     (folder / "results.md").write_text("\n".join(lines) + "\n")
-    with_pct = [r for r in rows if r["pct"] is not None]
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(with_pct) + 1.2))
-    ax.barh([r["name"] for r in with_pct], [r["pct"] for r in with_pct], color="tab:green")
-    ax.axvline(100, color="k", lw=0.8)
-    ax.set_xlabel("% of the ceiling measured in the same run")
+    # One row per family (a chapter's kernel or build over its sizes: "ch09/6-persist", "ch10/cublas"), one dot
+    # per size, the family's median marked: a chapter records hundreds of sizes, too many for a bar each.
+    families = {}
+    for r in rows:
+        if r["pct"] is not None:
+            families.setdefault(family(r["name"]), []).append(r["pct"])
+    fig, ax = plt.subplots(figsize=(8, 0.22 * len(families) + 1.4))
+    for y, (fam, pcts) in enumerate(families.items()):
+        ax.scatter(pcts, [y] * len(pcts), s=9, color="tab:green", alpha=0.6, lw=0)
+        ax.plot([np.median(pcts)] * 2, [y - 0.35, y + 0.35], color="k", lw=1.2)
+    ax.set_yticks(range(len(families)), [f"{f} ({len(p)})" for f, p in families.items()], fontsize=7)
+    ax.set_ylim(len(families) - 0.5, -0.5)
+    ax.axvline(100, color="k", lw=0.8, ls=":")
+    ax.set_xlabel("% of the ceiling measured in the same run (dots: sizes; bar: their median)")
     ax.set_title(f"{first.get('gpu', '')}")
-    ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(folder / "results.png", dpi=110)
     plt.close(fig)
