@@ -342,6 +342,30 @@ def test_interleaved_rounds_go_to_the_results_log_against_cudnn(monkeypatch):
         record_rounds({("fp8", a, False): [0.0002]}, [], lambda shape, c: 512e6, "cudnn fp8", "fp8")
 
 
+def test_what_a_gpu_recorded_is_read_back_where_there_is_none(monkeypatch, tmp_path):
+    """record_rounds into a results folder, recorded_rounds out of it: the labels (spaces and all) and shapes come
+    back with each entry's 10th percentile, median and 90th percentile; other chapters' records are left out."""
+    import feedbeast.device
+    from feedbeast.course import results
+    from feedbeast.device import Gpu
+    h200 = Gpu(0, "NVIDIA H200", (9, 0), 132, 232448, 49152, 233472, 60 << 20, 1980, 3201, 6144, 13000, (13, 0),
+               141 << 30)
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: h200)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(results, "course_results", lambda: tmp_path)
+    monkeypatch.setattr(fb.hooks, "on_bench", [results.append])
+    ns = CHAPTER.definitions("record_rounds", "recorded_rounds", np=np, fb=fb)
+    a = (2, 3, 129, 64)
+    rounds = {("5 -split", a, True): [1.0, 2.0, 3.0, 4.0, 5.0], ("cudnn", a, True): [1.0] * 5}
+    ns["record_rounds"](rounds, [], lambda shape, c: 1e6, "cudnn", "tensor")
+    fb.result_of("ch10/gemv 1x8x8", [1.0], nbytes=1e6)                          # another chapter's record
+    (got,) = ns["recorded_rounds"](["5 -split", "cudnn"]).values()
+    assert got == {("5 -split", a, True): [pytest.approx(1.4), 3.0, pytest.approx(4.6)], ("cudnn", a, True): [1.0] * 3}
+    (where,) = ns["recorded_rounds"]({"cudnn": "cudnn (bwd)"})
+    assert where.startswith("NVIDIA H200 (results/nvidia-h200/, 20")
+    assert ns["recorded_rounds"](["fp8"]) == {}
+
+
 def test_lean_softmax_exponential_is_one_instruction():
     # step_fast's 2^x is ex2.approx.ftz: one MUFU.EX2 and nothing around it. exp2f would add an FSETP (is the
     # result below 2^-126?) and two predicated FMUL per call: rung 3's plain softmax shows them.
