@@ -380,3 +380,34 @@ def test_gpu_ring_is_the_deepest_that_keeps_two_blocks_per_sm(gpu90, ch, rows, b
 def test_gpu_lab_fp8_against_float64(gpu90, lab, m, n, k, red):
     r = lab["check_fp8"](m, n, k, red=red, seed=m + n)
     assert r, r
+
+
+def test_without_a_gpu_both_parts_show_what_make_bench_recorded(monkeypatch, tmp_path, capsys):
+    """recorded_decode and recorded_paged read the records the chapter's timers write (their names, their % of copy)
+    and print them as recorded, with cuBLAS's and the fastest library's time over the fastest of ours."""
+    import feedbeast.device
+    from feedbeast.course import results
+    from feedbeast.device import Gpu
+    h200 = Gpu(0, "NVIDIA H200", (9, 0), 132, 232448, 49152, 233472, 60 << 20, 1980, 3201, 6144, 13000, (13, 0),
+               141 << 30)
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: h200)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(results, "course_results", lambda: tmp_path)
+    monkeypatch.setattr(fb.hooks, "on_bench", [results.append])
+    copy = 4000.0
+    for name, ms in (("ch10/gemv-wgmma 1x8192x8192", 0.040), ("ch10/gemv-mma.sync 1x8192x8192", 0.042),
+                     ("ch10/cublas 1x8192x8192", 0.050), ("ch10/gemv-wgmma-r64-S2 1x8192x8192", 0.030)):
+        fb.result_of(name, [ms], nbytes=134.2e6, ceiling=copy, bound="dram")
+    for name, ms in (("ch10/paged-TMA pool L=1024 P=16 nq=1", 0.010), ("ch10/paged-cp.async L=1024 P=16 nq=1", 0.012),
+                     ("ch10/paged-sdpa-flash L=1024 nq=1", 0.015), ("ch10/paged-copy-floor L=1024", 0.005)):
+        fb.result_of(name, [ms], nbytes=4.2e6, ceiling=copy, bound="dram")
+    ns = CHAPTER.definitions("recorded_decode", "recorded_paged", np=np, fb=fb,
+                             DECODE_NK=[(4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)])
+    ns["recorded_decode"]()
+    out = capsys.readouterr().out
+    assert out.startswith("No GPU timing here: recorded on NVIDIA H200 (results/nvidia-h200/, 20")
+    row = next(line for line in out.splitlines() if line.startswith("  1   8192   8192"))
+    assert row.split("|")[1].split() == ["79.9", "83.9"] and row.split("|")[-1].strip() == "1.25"
+    ns["recorded_paged"]()
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("   1024  16  1"))
+    assert "TMA pool" in row and "sdpa-flash" in row and row.split("|")[-1].strip() == "1.50"
