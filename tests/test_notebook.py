@@ -18,6 +18,8 @@ CELLS = [
     "use_module = twice.kernel_names",
     "def broken(:\n    pass",
     "SQUARES = {k: v * SCALE for k, v in {'a': 1, 'b': 2}.items()}   # k, v: the comprehension's own names",
+    "SIZES = [1, 2, 3]",
+    "SIZES = SIZES[:2] if OFFSET else SIZES   # a rebinding that reads the binding before it",
 ]
 
 
@@ -66,6 +68,11 @@ def test_definitions_include_in_place_changes_and_given_names(nb):
 
 def test_definitions_leave_a_comprehensions_names_to_it(nb):
     assert nb.definitions("SQUARES")["SQUARES"] == {"a": 10, "b": 20}   # Python 3.12 inlines comprehensions
+
+
+def test_definitions_take_the_binding_a_rebinding_reads(nb):
+    assert nb.definitions("SIZES")["SIZES"] == [1, 2]
+    assert nb.definitions("SQUARES")["SQUARES"] == {"a": 10, "b": 20}   # no earlier k, v: nothing more is needed
 
 
 def test_definitions_bind_a_cuda_cell_name_to_its_module(nb):

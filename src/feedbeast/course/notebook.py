@@ -251,6 +251,9 @@ class Notebook:
             chosen[s.pos] = s
             for n in sorted(s.reads - s.binds):
                 need(n, s.pos, s.pos)
+            for n in sorted(s.reads & s.binds):      # X = f(X): it reads the binding before it, where there is one
+                if self._binding(n, s.pos) is not None:
+                    need(n, s.pos, s.pos)
             for n in sorted(s.reads_later - s.binds):
                 need(n, s.pos, s.pos, called_later=True)
             for n in s.binds:        # in-place changes up to the next rebinding: REPS["x"] = ...
@@ -330,12 +333,30 @@ def _targets(node) -> tuple[set, set]:
 _EAGER = {"listcomp", "setcomp", "dictcomp", "genexpr"}   # scopes that run where they stand
 
 
+def _rebinding_reads(node) -> set:
+    """The names an assignment binds and reads on its right-hand side (`SIZES = SIZES[:2]`): it reads the binding
+    before it. Names a comprehension or lambda binds inside the value are its own, not the notebook's."""
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+        return set()
+    binds, _ = _targets(node)
+    loads, own = set(), set()
+    for sub in ast.walk(node.value):
+        if isinstance(sub, ast.comprehension):
+            own |= {t.id for t in ast.walk(sub.target) if isinstance(t, ast.Name)}
+        elif isinstance(sub, ast.Lambda):
+            own |= {a.arg for a in ast.walk(sub.args) if isinstance(a, ast.arg)}
+        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            loads.add(sub.id)
+    return (loads - own) & set(binds)
+
+
 def _reads(node) -> tuple[frozenset, frozenset]:
     """Module-level names a statement reads: (now, later). `now` when the statement runs (an assignment, a
     default value, a decorator, a class body); `later` from inside the functions it defines, when called."""
     table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
     # Not a name the statement assigns: Python 3.12 lists an inlined comprehension's variables here too.
     now = {s.get_name() for s in table.get_symbols() if s.is_referenced() and not s.is_assigned()}
+    now |= _rebinding_reads(node)
     later = set()
 
     def walk(t, deferred):
