@@ -129,3 +129,21 @@ def runner_modes(monkeypatch):
             yield cmd
     monkeypatch.setattr(iso, "runner_command", watched)
     return modes
+
+
+@pytest.fixture
+def h200_results(monkeypatch, tmp_path):
+    """This process sees an H200 (for names and peaks: nothing is launched) and keeps its results log in tmp_path,
+    which is also where the course's recorded results are read from: what a make bench run writes, a run without a
+    GPU reads back."""
+    import feedbeast as fb
+    import feedbeast.device
+    from feedbeast.course import results
+    from feedbeast.device import Gpu
+    h200 = Gpu(0, "NVIDIA H200", (9, 0), 132, 232448, 49152, 233472, 60 << 20, 1980, 3201, 6144, 13000, (13, 0),
+               141 << 30)
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: h200)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(results, "course_results", lambda: tmp_path)
+    monkeypatch.setattr(fb.hooks, "on_bench", [results.append])
+    return tmp_path

@@ -310,15 +310,10 @@ def test_rung6_tile_order_covers_every_tile_longest_first():
                     assert mts == sorted(mts, reverse=True)
 
 
-def test_interleaved_rounds_go_to_the_results_log_against_cudnn(monkeypatch):
+def test_interleaved_rounds_go_to_the_results_log_against_cudnn(monkeypatch, h200_results):
     """record_rounds (the chapter's three interleaved runs hand their entries to the results log through it): each
     entry named by its label and shape, cuDNN's entry of the same shape in the same run as its ceiling, the
     physical peak of its bound, the launch it timed; a figure above the peak stops the run."""
-    import feedbeast.device
-    from feedbeast.device import Gpu
-    h200 = Gpu(0, "NVIDIA H200", (9, 0), 132, 232448, 49152, 233472, 60 << 20, 1980, 3201, 6144, 13000, (13, 0),
-               141 << 30)
-    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: h200)
     logged = []
     monkeypatch.setattr(fb.hooks, "on_bench", [logged.append])
     record_rounds = CHAPTER.definitions("record_rounds", np=np, fb=fb)["record_rounds"]
@@ -342,18 +337,9 @@ def test_interleaved_rounds_go_to_the_results_log_against_cudnn(monkeypatch):
         record_rounds({("fp8", a, False): [0.0002]}, [], lambda shape, c: 512e6, "cudnn fp8", "fp8")
 
 
-def test_what_a_gpu_recorded_is_read_back_where_there_is_none(monkeypatch, tmp_path):
+def test_what_a_gpu_recorded_is_read_back_where_there_is_none(h200_results):
     """record_rounds into a results folder, recorded_rounds out of it: the labels (spaces and all) and shapes come
     back with each entry's 10th percentile, median and 90th percentile; other chapters' records are left out."""
-    import feedbeast.device
-    from feedbeast.course import results
-    from feedbeast.device import Gpu
-    h200 = Gpu(0, "NVIDIA H200", (9, 0), 132, 232448, 49152, 233472, 60 << 20, 1980, 3201, 6144, 13000, (13, 0),
-               141 << 30)
-    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: h200)
-    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
-    monkeypatch.setattr(results, "course_results", lambda: tmp_path)
-    monkeypatch.setattr(fb.hooks, "on_bench", [results.append])
     ns = CHAPTER.definitions("record_rounds", "recorded_rounds", np=np, fb=fb)
     a = (2, 3, 129, 64)
     rounds = {("5 -split", a, True): [1.0, 2.0, 3.0, 4.0, 5.0], ("cudnn", a, True): [1.0] * 5}

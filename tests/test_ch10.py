@@ -382,18 +382,9 @@ def test_gpu_lab_fp8_against_float64(gpu90, lab, m, n, k, red):
     assert r, r
 
 
-def test_without_a_gpu_both_parts_show_what_make_bench_recorded(monkeypatch, tmp_path, capsys):
+def test_without_a_gpu_both_parts_show_what_make_bench_recorded(h200_results, capsys):
     """recorded_decode and recorded_paged read the records the chapter's timers write (their names, their % of copy)
     and print them as recorded, with cuBLAS's and the fastest library's time over the fastest of ours."""
-    import feedbeast.device
-    from feedbeast.course import results
-    from feedbeast.device import Gpu
-    h200 = Gpu(0, "NVIDIA H200", (9, 0), 132, 232448, 49152, 233472, 60 << 20, 1980, 3201, 6144, 13000, (13, 0),
-               141 << 30)
-    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: h200)
-    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
-    monkeypatch.setattr(results, "course_results", lambda: tmp_path)
-    monkeypatch.setattr(fb.hooks, "on_bench", [results.append])
     copy = 4000.0
     for name, ms in (("ch10/gemv-wgmma 1x8192x8192", 0.040), ("ch10/gemv-mma.sync 1x8192x8192", 0.042),
                      ("ch10/cublas 1x8192x8192", 0.050), ("ch10/gemv-wgmma-r64-S2 1x8192x8192", 0.030)):
