@@ -251,9 +251,8 @@ class Notebook:
             chosen[s.pos] = s
             for n in sorted(s.reads - s.binds):
                 need(n, s.pos, s.pos)
-            for n in sorted(s.reads & s.binds):      # X = f(X): it reads the binding before it, where there is one
-                if self._binding(n, s.pos) is not None:
-                    need(n, s.pos, s.pos)
+            for n in sorted(s.reads & s.binds):      # X = f(X): it reads the binding before it (none: itself)
+                need(n, s.pos, s.pos)
             for n in sorted(s.reads_later - s.binds):
                 need(n, s.pos, s.pos, called_later=True)
             for n in s.binds:        # in-place changes up to the next rebinding: REPS["x"] = ...
