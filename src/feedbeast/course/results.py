@@ -118,24 +118,42 @@ def _sizeless(name: str) -> str:
     return _SIZE.sub(lambda m: re.sub(r"\d+", "#", m.group()), name)
 
 
+def _recorded_logs(kind: str) -> list[Path]:
+    """The `kind`.jsonl files of every GPU folder in the course's results/ and in FEEDBEAST_RESULTS."""
+    roots = [r for r in (course_results(), Path(os.environ["FEEDBEAST_RESULTS"]) if os.environ.get(
+        "FEEDBEAST_RESULTS") else None) if r is not None and r.is_dir()]
+    return [p for root in dict.fromkeys(r.resolve() for r in roots) for p in sorted(root.glob(f"*/{kind}.jsonl"))]
+
+
+def recorded_under(prefix: str) -> dict[str, dict]:
+    """What GPU runs recorded under a name prefix ("ch09/"), for a notebook run where nothing is timed to show:
+    {"<gpu> (results/<folder>/, <latest date>)": {name: its latest record}}, GPU folders with no such record left
+    out."""
+    out = {}
+    for path in _recorded_logs("bench"):
+        latest = {r["name"]: r for r in load(path) if r.get("name", "").startswith(prefix)}
+        if latest:
+            gpu = next(iter(latest.values())).get("gpu", path.parent.name)
+            day = max(r["time"][:10] for r in latest.values())
+            out[f"{gpu} (results/{path.parent.name}/, {day})"] = latest
+    return out
+
+
 def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
     """The latest record of `name` per GPU in the course's results/ (and FEEDBEAST_RESULTS'), kind "bench" or
     "checks"; with other_sizes, records of the same name at another problem size when there is none at this one."""
-    roots = [r for r in (course_results(), Path(os.environ["FEEDBEAST_RESULTS"]) if os.environ.get(
-        "FEEDBEAST_RESULTS") else None) if r is not None and r.is_dir()]
     exact, sized = {}, {}
-    for root in dict.fromkeys(r.resolve() for r in roots):
-        for path in sorted(root.glob(f"*/{kind}.jsonl")):
-            for line in path.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                rec["_folder"] = path.parent.name
-                if rec.get("name") == name:
-                    exact[rec.get("gpu", path.parent.name)] = rec
-                elif other_sizes and _sizeless(rec.get("name", "")) == _sizeless(name):
-                    sized[rec.get("gpu", path.parent.name)] = rec
+    for path in _recorded_logs(kind):
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            rec["_folder"] = path.parent.name
+            if rec.get("name") == name:
+                exact[rec.get("gpu", path.parent.name)] = rec
+            elif other_sizes and _sizeless(rec.get("name", "")) == _sizeless(name):
+                sized[rec.get("gpu", path.parent.name)] = rec
     return list(exact.values()) or list(sized.values())
 
 
