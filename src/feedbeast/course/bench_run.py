@@ -1,10 +1,14 @@
 """`make bench`: execute every chapter and solution notebook on this GPU, recording each bench().
 
 Chapters are saved with their outputs (their plots then come from this GPU); solutions are run but
-left clean. Results go to results/<gpu>/: bench.jsonl, results.md and results.png.
+left clean. Results go to results/<gpu>/: bench.jsonl, results.md and results.png, and runs.jsonl, one line per
+notebook that ran to the end: when it started and the name prefixes it recorded ("ch04", "lab04"), so that the
+summary can tell a name the notebook still times from one it no longer does.
 """
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import sys
 import time
@@ -30,8 +34,11 @@ def run(paths, timeout=1800):
         p = Path(p)
         notebooks += sorted(p.glob("*.ipynb")) if p.is_dir() else [p]
     failed = []
+    folder = results_root() / g.slug
     for nb_path in notebooks:
         t = time.time()
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        before = _lines(folder / "bench.jsonl")
         nb = nbformat.read(nb_path, as_version=4)
         try:
             NotebookClient(nb, timeout=timeout, kernel_name="python3",
@@ -42,11 +49,25 @@ def run(paths, timeout=1800):
             failed.append(nb_path)
         if nb_path.parent.name == "chapters" and status == "ok":
             nbformat.write(nb, nb_path)
+        if status == "ok":
+            note_run(folder, nb_path, started, _lines(folder / "bench.jsonl")[len(before):])
         print(f"{nb_path}: {status} ({time.time() - t:.0f} s)")
-    folder = results_root() / g.slug
     if (folder / "bench.jsonl").exists():
         print(summarize(folder).read_text())
     return 1 if failed else 0
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def note_run(folder: Path, nb_path: Path, started: str, new_lines: list[str]) -> None:
+    """One line of runs.jsonl for a notebook that ran to the end: the prefixes of the names it recorded (the
+    same-run ceilings, which any notebook may measure, left out)."""
+    prefixes = sorted({json.loads(ln)["name"].split("/")[0] for ln in new_lines if ln.strip()} - {"ceiling"})
+    if prefixes:
+        with (folder / "runs.jsonl").open("a") as f:
+            f.write(json.dumps({"notebook": Path(nb_path).as_posix(), "started": started, "prefixes": prefixes}) + "\n")
 
 
 if __name__ == "__main__":

@@ -186,6 +186,19 @@ def family(name: str) -> str:
     return parts[0] if len(parts) == 1 else f"{parts[0]}/{parts[1].split(' ')[0]}"
 
 
+def retired_names(folder: Path, latest: dict[str, dict]) -> dict[str, tuple[str, str]]:
+    """{name: (notebook, its latest run's start)} for each name whose prefix a later run of a notebook recorded
+    (runs.jsonl, written by `make bench`) without recording the name itself."""
+    last_run = {}
+    runs = Path(folder) / "runs.jsonl"
+    for run in load(runs) if runs.exists() else []:
+        for prefix in run["prefixes"]:
+            if prefix not in last_run or run["started"] > last_run[prefix][1]:
+                last_run[prefix] = (run["notebook"], run["started"])
+    return {n: last_run[n.split("/")[0]] for n, r in latest.items()
+            if n.split("/")[0] in last_run and r["time"] < last_run[n.split("/")[0]][1]}
+
+
 def summarize(folder: Path) -> Path:
     """results.md (the latest result per name) and results.png (% of ceiling) for one GPU's folder."""
     import matplotlib
@@ -195,7 +208,8 @@ def summarize(folder: Path) -> Path:
     latest = {}
     for r in load(folder / "bench.jsonl"):
         latest[r["name"]] = r
-    rows = sorted(latest.values(), key=lambda r: r["name"])
+    retired = retired_names(folder, latest)
+    rows = sorted((r for n, r in latest.items() if n not in retired), key=lambda r: r["name"])
     first = rows[0] if rows else {}
     lines = [f"# Results on {first.get('gpu', '?')}", "",
              f"Driver {first.get('driver')}, NVRTC {first.get('nvrtc')}, versions {first.get('versions')}.", "",
@@ -210,6 +224,12 @@ def summarize(folder: Path) -> Path:
         peak = f"{r['pct_peak']:.1f}" if r.get("pct_peak") is not None else "-"
         lines.append(f"| {r['name']} | {r['sizes'] or ''} | {r['median_ms'] * 1e3:.1f} us | {rate} | {pct} | {ceil} "
                      f"| {r.get('bound') or '-'} | {peak} |")
+    if retired:
+        lines += ["", "## Names the latest run of their notebook no longer records", "",
+                  "Kept in bench.jsonl, left out of the table above and the plot: a name renamed or dropped since "
+                  "(the notebook's latest `make bench` run started at the time given).", ""]
+        lines += [f"- {n} (last recorded {latest[n]['time'][:10]}; {nb} ran {when[:10]})"
+                  for n, (nb, when) in sorted(retired.items())]
     prof = folder / "profile.jsonl"
     if prof.exists():   # counters recorded by fb.profile: the latest table per name
         latest_p = {}
