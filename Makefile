@@ -1,13 +1,14 @@
 # Feeding the Beast. `make lab` to learn, `make test` to check everything.
 #   CUDA=12        use the CUDA 12 driver pins (default 13)
 #   ENV=current    use the Python environment you are in (PYTHON3, e.g. a GPU image's; a venv or not);
-#                  install nothing, or with WHEELS=dir install that bundle into it (--no-deps)
+#                  install nothing, or with WHEELS=dir install that bundle into it (--no-deps).
+#                  FEEDBEAST_ENV=current in the environment does the same (the workshop hub sets it).
 #   WHEELS=dir     install from a wheel bundle with no index (air-gapped hosts; see make wheelhouse)
 #   PYTHON3=...    the interpreter that creates .venv (3.10 or newer)
 PYTHON3 ?= python3
 PY      ?= 3.12
 CUDA    ?= 13
-ENV     ?= venv
+ENV     ?= $(or $(FEEDBEAST_ENV),venv)
 VENV    ?= .venv
 WHEELS  ?=
 SET     ?= full
@@ -24,6 +25,7 @@ STAMP   := $(VENV)/.installed-cu$(CUDA)
 endif
 REQS    := requirements/base.txt requirements/cu$(CUDA).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
+comma   := ,
 
 .PHONY: help install bundle-into-current lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \
 	sanitize stress workshop gpu-check
@@ -33,15 +35,25 @@ help:
 ## make install    set up only: .venv, or with ENV=current WHEELS=dir the bundle into the current Python
 install: $(STAMP)
 
+# ENV=current asks for this Python: a Debian/Ubuntu system Python refuses pip (PEP 668, EXTERNALLY-MANAGED)
+# unless told that the install is meant.
 bundle-into-current:
-	$(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
+	PIP_BREAK_SYSTEM_PACKAGES=1 $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
 
 # A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
+# A .venv made by another Python than PYTHON3 is made again (venv would keep its interpreter); a bundle holds
+# the wheels of one Python version, so a failed offline install names both versions.
+PYVER = import sys; print("%d.%d" % sys.version_info[:2])
 $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
+	@want=$$($(PYTHON3) -c '$(PYVER)') && have=$$($(VENV)/bin/python -c '$(PYVER)' 2>/dev/null) && \
+	  [ "$$have" != "$$want" ] && echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again" && \
+	  rm -rf $(VENV); true
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/build.txt -r requirements/lab.txt \
-	  -r requirements/book.txt
+	  -r requirements/book.txt || { echo "make: pip could not install the pinned requirements into $(VENV) (Python \
+	$$($(VENV)/bin/python -c '$(PYVER)'))$(if $(WHEELS),$(comma) from $(WHEELS)/: a bundle holds one Python version's wheels \
+	(make wheelhouse PY=...); pass PYTHON3=python3.X for that version,)" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	rm -f $(VENV)/.installed-cu*
 	touch $@
@@ -97,37 +109,46 @@ labs: $(STAMP)
 
 ## make reset-labs [LAB=04]  restore labs/ (or lab 04 only) from solutions/, keeping a backup of any lab you edited
 reset-labs: $(STAMP)
-	$(PYTHON) -m feedbeast.course.labs reset solutions labs $(filter-out [0-9][0-9],$(LAB))
+	$(PYTHON) -m feedbeast.course.labs reset solutions labs $(filter-out [0-9][0-9],$(LAB_NN))
 
 ## make wheelhouse PY=3.12 [SET=notebook] [COMPARE=1]   wheels for an offline install (see README)
+# Built in wheelhouse.new and moved into place only when complete: a failed or offline run keeps the bundle there.
 wheelhouse:
-	rm -rf wheelhouse && mkdir -p wheelhouse
-	$(PYTHON3) -m pip wheel -q --no-deps -w wheelhouse .
+	rm -rf wheelhouse.new && mkdir -p wheelhouse.new
+	$(PYTHON3) -m pip wheel -q --no-deps -w wheelhouse.new .
 ifeq ($(SET),notebook)
-	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -r requirements/notebook.txt
-	$(PYTHON3) -m pip download -q -d wheelhouse --no-deps --only-binary=:all: --python-version $(PY) \
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 numba-cuda==0.30.4
 else
-	$(PYTHON3) -m pip download -q -d wheelhouse --only-binary=:all: --python-version $(PY) \
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
-	  -r requirements/hub.txt $(if $(filter 13,$(CUDA)),-r requirements/sanitize.txt)
+	  -r requirements/hub.txt
+ifeq ($(CUDA),13)
+	@# compute-sanitizer's wheel serves only make sanitize: an index without it leaves it out, with a note
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -r requirements/sanitize.txt || echo "compute-sanitizer's wheel is not in the bundle: make sanitize will use the \
+	compute-sanitizer of a CUDA toolkit on the offline host (PATH, CUDA_HOME, /usr/local/cuda)"
+endif
 	@if command -v npm >/dev/null; then \
-	  npm ci --prefix workshop --no-audit --no-fund --loglevel=error && mkdir -p wheelhouse/workshop && \
-	  tar -czf wheelhouse/workshop/node_modules.tar.gz -C workshop node_modules; \
+	  npm ci --prefix workshop --no-audit --no-fund --loglevel=error && mkdir -p wheelhouse.new/workshop && \
+	  tar -czf wheelhouse.new/workshop/node_modules.tar.gz -C workshop node_modules; \
 	else echo "no npm here: the workshop proxy is not in the bundle (make workshop will need npm)"; fi
 endif
 ifeq ($(COMPARE),1)
-	$(PYTHON3) -m pip download -q -d wheelhouse --no-deps --only-binary=:all: --python-version $(PY) \
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
 	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
 	  -r requirements/compare.txt
-	@dups=$$(ls wheelhouse/*.whl | xargs -n1 basename | sed 's/-[0-9].*//' | tr A-Z_ a-z- | sort | uniq -d); \
+	@dups=$$(ls wheelhouse.new/*.whl | xargs -n1 basename | sed 's/-[0-9].*//' | tr A-Z_ a-z- | sort | uniq -d); \
 	if [ -n "$$dups" ]; then echo "wheelhouse/ holds two versions of: $$dups (requirements/compare.txt pins one," \
 	  "the other set resolved another): make the pins agree, or pip install --no-deps will refuse the bundle" >&2; exit 1; fi
 endif
+	rm -rf wheelhouse && mv wheelhouse.new wheelhouse
 	@echo "wheelhouse/: $$(ls wheelhouse/*.whl | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
 
 ## make workshop   the workshop hub: JupyterHub (requirements/hub.txt) and its proxy in workshop/node_modules
@@ -141,16 +162,21 @@ workshop: $(STAMP)
 	elif command -v npm >/dev/null; then npm ci --prefix workshop --no-audit --no-fund --loglevel=error; \
 	else echo "make workshop: no npm here and no $(if $(WHEELS),$(WHEELS),WHEELS=dir)/workshop/node_modules.tar.gz: \
 	the hub needs configurable-http-proxy (Node.js): install npm, or bring a bundle from make wheelhouse"; exit 1; fi
+	@command -v node >/dev/null || { echo "make workshop: the proxy is in workshop/node_modules, but no node is on \
+	PATH and the hub cannot start without it: install Node.js 20 before the room goes offline (the OS's nodejs package, \
+	or the Linux tarball from nodejs.org unpacked with its bin/ on PATH)" >&2; exit 1; }
 
+# The offline bundle (wheelhouse/) stays: on a host without internet it cannot be made again.
 clean:
-	rm -rf $(VENV) wheelhouse build
+	rm -rf $(VENV) build wheelhouse.new
 
 ## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
 # PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is
 # not a make error unless STRICT=1; CI reads the status from `python -m feedbeast grade` itself.
 LAB ?= [0-9][0-9]
+LAB_NN = $(if $(filter 0 1 2 3 4 5 6 7 8 9,$(LAB)),0$(LAB),$(LAB))
 grade: $(STAMP)
-	@$(PYTHON) -m feedbeast grade labs/$(LAB)-*.ipynb; status=$$?; \
+	@$(PYTHON) -m feedbeast grade labs/$(LAB_NN)-*.ipynb; status=$$?; \
 	if [ $$status -eq 2 ] && [ -z "$(STRICT)" ]; then \
 	  echo "make grade: PARTIAL is the best grade this machine can give (STRICT=1 makes it an error)"; exit 0; fi; \
 	exit $$status

@@ -2,7 +2,8 @@
 
 In the course's environment (`make lab`, `make test`) it does nothing. Opened elsewhere (a hosted notebook, another
 Jupyter, an editor) it installs from FEEDBEAST_SRC (a folder, wheel or URL that pip accepts) or else from the checkout
-it stands in, with the CUDA wheels that match the driver: cu13 for a CUDA 13 driver (R580+) or none, else cu12.
+it stands in, with the CUDA wheels that match the driver: cu13 for a CUDA 13 driver (R580+) or none, else cu12,
+held to the checkout's pins of the compiler and disassembler (the SASS the chapters discuss is that NVRTC's).
 Standard library only: it runs before the course is importable. `python course_setup.py` does the same.
 """
 import ctypes
@@ -10,9 +11,11 @@ import importlib
 import importlib.util
 import os
 import pathlib
+import re
 import site
 import subprocess
 import sys
+import tempfile
 
 
 def cuda_extra() -> str:
@@ -31,6 +34,20 @@ def source() -> str:
     return src if "://" in src or src.startswith("git+") else pathlib.Path(src).resolve().as_uri()
 
 
+def toolchain_pins(extra: str) -> list[str]:
+    """The checkout's pins of what decides the machine code and how it is read (NVRTC and the CUDA wheels, the
+    disassembler, the bindings, numba-cuda), without extras as pip's constraints want them. Everything else
+    stays as the host has it: a hosted notebook's numpy or PyTorch is not the course's to replace."""
+    pins = []
+    for name in ("base.txt", f"{extra}.txt"):
+        path = pathlib.Path(__file__).resolve().parent / "requirements" / name
+        for line in path.read_text().splitlines() if path.is_file() else []:
+            m = re.match(r"((?:cuda|nvidia)-[\w.-]+|numba-cuda)(?:\[[^\]]*\])?(==\S+)$", line.split("#")[0].strip())
+            if m:
+                pins.append(m[1] + m[2])
+    return pins
+
+
 def install() -> None:
     if importlib.util.find_spec("feedbeast") is not None:
         return
@@ -38,7 +55,18 @@ def install() -> None:
     dirs = [*site.getsitepackages(), site.getusersitepackages()]
     pth = lambda: {p for d in dirs for p in pathlib.Path(d).glob("*.pth")}
     before = pth()
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", f"feedbeast[{extra}] @ {source()}"])
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
+        pins.write("\n".join(toolchain_pins(extra)) + "\n")
+    try:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-c", pins.name,
+                               f"feedbeast[{extra}] @ {source()}"])
+    except subprocess.CalledProcessError as e:
+        raise RuntimeError(
+            f"pip could not install the course from {source()} (exit status {e.returncode}; its messages are "
+            "above). Without a network, point FEEDBEAST_SRC at a wheel of the course (make wheelhouse) or run "
+            "in an environment that has it; then run this cell again.") from None
+    finally:
+        os.unlink(pins.name)
     for p in sorted(pth() - before):    # start-up hooks of the new packages (numba-cuda's), as a new process runs them
         site.addpackage(str(p.parent), p.name, None)
     importlib.invalidate_caches()

@@ -22,6 +22,7 @@ import os
 import secrets
 import signal
 import re
+import runpy
 import socket
 import subprocess
 import sys
@@ -79,11 +80,34 @@ def test_the_setup_cell_is_a_no_op_in_the_course_environment(monkeypatch, tmp_pa
         raise AssertionError(f"the setup cell ran a command in the course's environment: {a}")
     monkeypatch.setattr(subprocess, "check_call", refuse)
     monkeypatch.chdir(tmp_path)                       # no checkout in sight either
+    monkeypatch.setenv("FEEDBEAST_HOOKS", "a.runners.own")
     ns: dict = {}
     t = time.perf_counter()
     (tmp_path / "course_setup.py").write_text("raise AssertionError('the setup cell ran course_setup.py')")
     exec(compile(setup_cell_source(), "setup-cell", "exec"), ns)
     assert time.perf_counter() - t < 1.0
+    assert os.environ["FEEDBEAST_HOOKS"] == "a.runners.own"    # a runner's choice of hooks stands
+
+
+def test_the_setup_cell_asks_for_the_course_hooks_where_no_runner_did(monkeypatch, tmp_path):
+    """In a kernel no course runner started (a hosted notebook, another Jupyter) the cell asks for the course's
+    hooks before the library is imported, so a skipped step shows what a GPU run recorded."""
+    monkeypatch.delenv("FEEDBEAST_HOOKS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(setup_cell_source(), "setup-cell", "exec"), {})
+    assert os.environ["FEEDBEAST_HOOKS"] == "feedbeast.course"
+
+
+def test_the_hosted_install_holds_the_toolchain_to_the_checkouts_pins():
+    """What decides the SASS (NVRTC through cuda-toolkit, nvdisasm, the bindings) is pinned as in requirements/;
+    the host's numpy and matplotlib are left alone; constraints take no extras."""
+    setup = runpy.run_path(str(ROOT / "course_setup.py"), run_name="course_setup")
+    for extra in ("cu13", "cu12"):
+        pins = setup["toolchain_pins"](extra)
+        want = re.search(r"^cuda-toolkit\[[^\]]*\](==\S+)", (ROOT / f"requirements/{extra}.txt").read_text(), re.M)
+        assert "cuda-toolkit" + want[1] in pins, pins
+        assert any(p.startswith("nvidia-cuda-nvdisasm==") for p in pins), pins
+        assert not any(p.startswith(("numpy", "matplotlib", "pytest")) or "[" in p for p in pins), pins
 
 
 def test_the_setup_cell_is_three_lines_that_run_course_setup():
@@ -165,10 +189,22 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
     assert "installed the course (cu" in r.stdout and "HOOKED 42" in r.stdout, r.stdout
     assert str(tmp_path / "kernel") in r.stdout.split("HOOKED 42", 1)[1]
 
-    # no checkout in sight and no FEEDBEAST_SRC: the error names the file it looked for, nothing installed
+    # no checkout in sight and no FEEDBEAST_SRC: the error names the file it looked for and what to do
     r = subprocess.run([str(py), "-c", setup_cell_source().replace('"feedbeast"', '"fb_not_here"', 1)],
                        cwd=tmp_path / "kernel", env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "No such file or directory" in r.stderr and "course_setup.py" in r.stderr, r.stderr
+    assert "clone the course here" in r.stderr, r.stderr
+
+    # pip fails (here: a build backend that raises): one sentence says so and what to do, nothing half-installed
+    broken = tmp_path / "deeper" / "broken"   # not one level below tmp_path, where the clone below is looked for
+    (broken / "chapters").mkdir(parents=True)
+    (broken / "pyproject.toml").write_text((course / "pyproject.toml").read_text())
+    (broken / "backend.py").write_text("def build_wheel(*a, **k):\n    raise RuntimeError('no wheel today')\n")
+    (broken / "course_setup.py").write_text((ROOT / "course_setup.py").read_text())
+    r = subprocess.run([str(_fresh_venv(tmp_path / "kernel4")), "-c", code], cwd=broken / "chapters", env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "RuntimeError: pip could not install the course from file://" in r.stderr, r.stderr
+    assert "FEEDBEAST_SRC" in r.stderr.splitlines()[-1], r.stderr
 
     # a notebook elsewhere, FEEDBEAST_SRC naming the course's folder: found there, installed from there
     elsewhere = tmp_path / "elsewhere"

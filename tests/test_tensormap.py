@@ -36,9 +36,10 @@ def test_a_box_larger_than_the_tensor_is_legal():
     ({"box": (32, 300)}, "must be 1 to 256"),
     ({"box": (0, 32)}, "must be 1 to 256"),
     ({"box": (32, 2)}, "multiple of 16 B"),
-    ({"box": (32, 64), "swizzle": 128, "shape": (100, 64)}, "spans only 128 B"),
+    ({"box": (32, 64), "swizzle": 128, "shape": (100, 64)}, "at most 32 elements \\(128 B is the widest swizzle\\)"),
+    ({"box": (32, 32), "swizzle": 64, "shape": (100, 64)}, "at most 16 elements or use a wider swizzle"),
     ({"swizzle": 96}, "use 0 \\(none\\), 32, 64 or 128"),
-    ({"box": (32,)}, "box has 1 dimensions"),
+    ({"box": (32,)}, "box has 1 dimension but"),
     ({"strides": (256,)}, "strides_bytes has 1 entries"),
     ({"element_strides": (1,)}, "element_strides has 1 entries"),
     ({"dtype": np.int8}, "no TMA data type"),
@@ -66,6 +67,8 @@ def test_array_mistakes_are_clear_errors():
         (lambda: fb.tensor_map(a, (8, 64), shape=(9, 64)), "past the allocation"),
         (lambda: fb.tensor_map(a, (8, 64), shape=(8, 64), strides_bytes=(144, 2)), "past the allocation"),
         (lambda: fb.tensor_map(a, (8, 64), element_strides=(1,)), "element_strides has 1 entries"),
+        (lambda: fb.tensor_map(a, (8.0, 64)), "whole number of elements, an int: box=\\(8, 64\\)"),
+        (lambda: fb.tensor_map(a, (8.5, 64)), "whole number of elements, an int$"),
     ]
     for make, message in cases:
         with pytest.raises(fb.TensorMapError, match=message):

@@ -115,7 +115,7 @@ def check_rules(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, el
                              f"box=(1, {box[0] if box else 'n'})): a rank-1 map was refused by driver 580 through "
                              "cuda.bindings in every case tried")
     if len(box) != rank:
-        raise TensorMapError(f"box has {len(box)} dimensions but the tensor has {rank}: give one box "
+        raise TensorMapError(f"box has {len(box)} dimension{'s' * (len(box) != 1)} but the tensor has {rank}: give one box "
                              "size per tensor dimension, outermost first")
     if len(strides_bytes) != rank:
         raise TensorMapError(f"strides_bytes has {len(strides_bytes)} entries but the tensor has {rank} "
@@ -151,8 +151,8 @@ def check_rules(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, el
         raise TensorMapError(f"swizzle {swizzle!r}: use 0 (none), 32, 64 or 128 (bytes)")
     if swizzle and inner_bytes > swizzle:
         raise TensorMapError(f"the innermost box dimension is {inner_bytes} B but a {swizzle} B swizzle spans "
-                             f"only {swizzle} B: make box[-1] at most {swizzle // dtype.itemsize} elements or "
-                             "use a wider swizzle")
+                             f"only {swizzle} B: make box[-1] at most {swizzle // dtype.itemsize} elements"
+                             + (" or use a wider swizzle" if swizzle < 128 else " (128 B is the widest swizzle)"))
     if oob_fill not in OOB_FILL:
         raise TensorMapError(f"oob_fill {oob_fill!r}: use 'zero' or 'nan' (NaN fill needs a float type)")
     if oob_fill == "nan" and dtype.kind != "f" and dtype.name != "bfloat16":
@@ -201,7 +201,12 @@ def tensor_map(array, box, *, swizzle: int = 0, oob_fill: str = "zero", l2_promo
         check_array(array, (), ())
     shape = tuple(int(n) for n in (shape if shape is not None else array.shape))
     strides = tuple(int(s) for s in (strides_bytes if strides_bytes is not None else array.strides_bytes))
-    box = tuple(int(b) for b in (box if not np.isscalar(box) else (box,)))
+    box = tuple(box if not np.isscalar(box) else (box,))
+    if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in box):
+        whole = [int(b) for b in box if isinstance(b, (int, float, np.number)) and float(b).is_integer()]
+        raise TensorMapError(f"box={box}: each box dimension is a whole number of elements, an int"
+                             + (f": box={tuple(whole)}" if len(whole) == len(box) else ""))
+    box = tuple(int(b) for b in box)
     check_array(array, shape, strides)
     address = array.ptr if array.ptr is not None else 0
     check_rules(shape, array.dtype, strides, box, address=address, swizzle=swizzle,
