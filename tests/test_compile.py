@@ -287,3 +287,19 @@ def test_a_mangled_kernel_name_gets_a_hint_and_min_arch_is_the_target_without_a_
         assert str(s) == "skipped: launch _Z1kPf: needs a GPU (sm_75 or newer), this machine has none"
     with pytest.raises(fb.FeedbeastError, match="unknown arch 'sm_91'"):
         fb.compile("__global__ void k() {}", min_arch="sm_91")
+
+
+def test_a_name_error_in_a_notebook_says_which_cell_has_not_run():
+    """Run out of order (or after a restart), a lab's check cell meets a NameError: after the traceback, the
+    extension says how to run the cells above. In a separate shell: IPython's shell is a process-wide singleton."""
+    import subprocess
+    code = ("from IPython.core.interactiveshell import InteractiveShell\n"
+            "sh = InteractiveShell.instance()\n"
+            "sh.run_cell('%load_ext feedbeast')\n"
+            "r = sh.run_cell('lab.launch(1, 1)')\n"
+            "print('SUCCESS', r.success, type(r.error_in_exec).__name__)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    assert "NameError" in out and "SUCCESS False NameError" in out, out
+    assert "If `lab` is defined in a cell above (a `%%cuda --name lab` cell defines it too)" in out, out
+    assert "Run > Run All Above Selected Cell" in out, out

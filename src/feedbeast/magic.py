@@ -148,6 +148,15 @@ def cuda_line(line: str):
                        "line of a cell and the CUDA code under it")
 
 
+def _name_not_run(shell, etype, evalue, tb, tb_offset=None):
+    """A NameError in a notebook is most often a cell above that has not run in this kernel (run out of order, or
+    after a restart, which forgets every cell): the traceback, then the way out."""
+    shell.showtraceback((etype, evalue, tb), tb_offset=tb_offset)
+    name = getattr(evalue, "name", None) or "the name"
+    print(f"If `{name}` is defined in a cell above (a `%%cuda --name {name}` cell defines it too), that cell has not "
+          "run in this kernel: Run > Run All Above Selected Cell, then this cell again. Otherwise check its spelling.")
+
+
 def load_ipython_extension(ip):
     from IPython.core.magic import register_cell_magic, register_line_magic
 
@@ -159,6 +168,7 @@ def load_ipython_extension(ip):
             raise
     register_cell_magic(cuda)
     register_line_magic("cuda")(cuda_line)
+    ip.set_custom_exc((NameError,), _name_not_run)
     cleanup = ip.input_transformers_cleanup
     if not any(getattr(t, "__name__", "") == "help_alone" for t in cleanup):
         cleanup.append(help_alone)
