@@ -205,9 +205,10 @@ def test_three_learners_one_lab_run_in_a_server_and_the_roster(hub, tmp_path):
     assert "feedbeast" in specs, sorted(specs)
     kernel = hub.api("POST", "/user/bob/api/kernels", {"name": "feedbeast", "path": "labs"})
     env, err = _execute(hub, "bob", kernel["id"], "import os, sys; print(os.environ['CUDA_VISIBLE_DEVICES'], os.getcwd(), "
-                                                  "os.environ.get('FEEDBEAST_HOOKS'))")
+                                                  "os.environ.get('FEEDBEAST_HOOKS'), os.environ.get('FEEDBEAST_ENV'))")
     assert err is None and env.split()[0] == "1" and env.split()[1].endswith("bob/feedbeast/labs"), (env, err)
     assert env.split()[2] == "feedbeast.course", env      # the course's hooks: %env FEEDBEAST_HAZARDS=1 works
+    assert env.split()[3] == "current", env               # make grade in a terminal: this Python, no .venv built
     seen = ""
     for cell in sol.cells:
         if cell.cell_type != "code" or cell.source.startswith("ceiling"):   # Measure: not here

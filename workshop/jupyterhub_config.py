@@ -5,7 +5,8 @@
 # Each learner is a system user (PAM login; created on first login when FEEDBEAST_HUB_CREATE_USERS=1) and
 # gets, before the first start of their server:
 #   - ~/feedbeast: their own copy of the course (chapters, labs, solutions, toolkit source, Makefile),
-#     owned by them, mode 0700, so no other learner can read or change it; `make reset-labs` works in it;
+#     owned by them, mode 0700, so no other learner can read or change it; `make grade LAB=04` and
+#     `make reset-labs LAB=04` work in it as typed (FEEDBEAST_ENV=current: this Python, nothing installed);
 #   - a GPU share: CUDA_VISIBLE_DEVICES set to one GPU index or one MIG instance, the least used one,
 #     at most FEEDBEAST_HUB_PER_GPU learners on each (remembered in feedbeast-gpus.json beside the hub's
 #     database, so a learner keeps their device across restarts);
@@ -36,10 +37,28 @@ c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 HERE = Path(__file__).resolve().parent
 COURSE = Path(os.environ.get("FEEDBEAST_HUB_COURSE", HERE.parent)).resolve()
 PER_GPU = int(os.environ.get("FEEDBEAST_HUB_PER_GPU", "6"))
-# What a learner's copy leaves out: history, environments, bundles, build outputs.
-SKIP = shutil.ignore_patterns(".git", ".venv", "venv", "wheelhouse", "build", "_book", "node_modules",
-                              "__pycache__", "*.pyc", ".ipynb_checkpoints", ".pytest_cache",
-                              "*.egg-info", "jupyterhub.sqlite", "jupyterhub_cookie_secret")
+# What a learner's copy leaves out. Anywhere: history, environments, bundles, build outputs, caches, the hub's
+# secrets. At the checkout's top: hidden files and folders other than the course's own (tools' state, caches, a
+# .env), the hub's state when it was started there (feedbeast-gpus.json, share/), and the roster's grade files
+# (*.csv, *.json: the course keeps none there). In labs/: backup/, where make reset-labs keeps edited labs.
+SKIP_ANYWHERE = shutil.ignore_patterns(".git", ".venv", "venv", "wheelhouse", "wheelhouse.new", "build", "_book",
+                                       "node_modules", "__pycache__", "*.pyc", ".ipynb_checkpoints", ".pytest_cache",
+                                       ".cache", "*.egg-info", "jupyterhub.sqlite", "jupyterhub_cookie_secret",
+                                       "jupyterhub-proxy.pid")
+SKIP_AT_TOP = shutil.ignore_patterns("share", "*.csv", "*.json")
+KEEP_HIDDEN = {".ci", ".github", ".gitignore", ".gitattributes"}
+
+
+def skip(folder, names):
+    """copytree's ignore for a learner's copy of COURSE (see SKIP_ANYWHERE)."""
+    out = set(SKIP_ANYWHERE(folder, names))
+    here = Path(folder)
+    if here == COURSE:
+        out |= set(SKIP_AT_TOP(folder, names))
+        out |= {n for n in names if n.startswith(".") and n not in KEEP_HIDDEN}
+    elif here == COURSE / "labs":
+        out |= {"backup"} & set(names)
+    return out
 
 # ---- the hub ----------------------------------------------------------------------------------------------
 c.JupyterHub.bind_url = os.environ.get("FEEDBEAST_HUB_URL", "http://:8000")
@@ -127,7 +146,7 @@ def copy_course(home: Path, owner=None) -> Path:
     dest = home / "feedbeast"
     if not dest.exists():
         home.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(COURSE, dest, ignore=SKIP, symlinks=True)
+        shutil.copytree(COURSE, dest, ignore=skip, symlinks=True)
         if owner is not None:
             for root, dirs, files in os.walk(dest):
                 for name in [root, *[os.path.join(root, n) for n in dirs + files]]:
@@ -148,9 +167,11 @@ def pre_spawn_hook(spawner):
         except KeyError:
             owner = None
     copy_course(home_of(spawner), owner)
-    # The course's Python first on PATH: `make reset-labs ENV=current` in ~/feedbeast uses it (no venv there).
+    # `make grade` and `make reset-labs` in ~/feedbeast use the course's Python and install nothing (there is no
+    # .venv there, and the room may be offline): FEEDBEAST_ENV=current with PYTHON3, and that Python first on PATH.
+    # (Not ENV=current: an interactive POSIX sh runs the file that $ENV names.)
     env = {"JUPYTER_PATH": str(KERNELS), "FEEDBEAST_COURSE": str(COURSE), "PYTHON3": sys.executable,
-           "FEEDBEAST_HOOKS": "feedbeast.course",
+           "FEEDBEAST_ENV": "current", "FEEDBEAST_HOOKS": "feedbeast.course",
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")}
     device = assign_gpu(user)
     # With no device a learner still compiles and checks SASS (the course's CPU mode); "" hides every GPU.

@@ -14,9 +14,11 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
    they could not touch anyway, in particular no other learner's files or grade;
 3. the JSON comes back on the process's standard output.
 
-CSV: one row per learner; for each lab a score (100 x checks passed / checks recorded: a skipped check
-earns nothing) and a status (ok, partial, failed, missing). Columns: username, "lab NN", "lab NN status",
-..., "labs ok", "first failing check" (the first lab, in order, with a failed check: "lab 04: name: why").
+CSV: one row per learner; for each lab a score (see score(): 100 x passed / (passed + failed) over the checks
+that ran, below 100 for every failed lab) and a status (ok, partial, failed; missing: no such notebook; error:
+the learner could not be graded, e.g. the grader could not start as them). Columns: username, "lab NN",
+"lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
+"lab 04: name: why"; for an error row, why it could not be graded).
 Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise.
 
 Live view during a workshop (who is stuck, and on what):
@@ -34,6 +36,7 @@ import concurrent.futures
 import csv
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -43,6 +46,13 @@ import time
 from pathlib import Path
 
 from .coursedir import find as find_course
+from .grade import HAZARD_LABS
+
+# Printed when the grader could not start as a learner: what the instructor can do about it.
+ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({python}): that interpreter and its "
+               "environment must be readable and executable by every learner. Keep the course checkout outside a "
+               "private home (a 700 or 750 home blocks them), e.g. under /opt or /srv with `chmod -R a+rX`, or "
+               "grade with --as-me (learners' code then runs with your rights)")
 
 
 def learners(homes: Path, subdir: str) -> dict[str, Path]:
@@ -69,6 +79,12 @@ def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None) -> tuple[list[P
             shutil.copyfileobj(src, out)
         copies.append(dest / entry.name)
     return copies, refused
+
+
+def _lab_of(name: str) -> str:
+    """A notebook's lab as the grader names it: its NN- prefix, else its stem."""
+    m = re.match(r"(\d\d)-", name)
+    return m.group(1) if m else Path(name).stem
 
 
 def _as_owner(folder: Path):
@@ -109,17 +125,23 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
             r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=learner_timeout,
                                preexec_fn=drop)
             doc = json.loads(r.stdout)
-        except OSError as e:   # e.g. the course's Python is not readable by the learner's account
+        except subprocess.TimeoutExpired:
+            doc = {"learner": name, "exit": 1, "labs": [],
+                   "error": f"grading ran past {learner_timeout} s"}
+        except (OSError, subprocess.SubprocessError) as e:   # e.g. the course's Python not readable by the learner
             who = f" as uid {ids[0]}" if ids else ""
             doc = {"learner": name, "exit": 1, "labs": [],
-                   "error": f"could not start the grader{who}: {e} (learners must be able to read and run "
-                            "the course's environment: their own kernels run from it)"}
-        except subprocess.TimeoutExpired:
-            doc = {"learner": name, "exit": 1, "labs": [], "error": f"grading ran past {learner_timeout} s"}
+                   "error": f"could not start the grader{who}: {e}"}
+            if ids:     # as the learner: most likely the course's Python is out of their reach
+                doc["hint"] = ACCESS_HINT.format(python=cmd[0])
         except json.JSONDecodeError:
             tail = (r.stderr or r.stdout).strip().splitlines()[-5:]
             doc = {"learner": name, "exit": 1, "labs": [],
                    "error": f"the grader gave no report (exit {r.returncode}): " + " | ".join(tail)}
+            if ids and any(s in r.stderr for s in ("Permission denied", "No module named 'feedbeast'")):
+                doc["hint"] = ACCESS_HINT.format(python=cmd[0])   # it started, but the course is out of reach
+        if "error" in doc:      # handed in, not graded: these labs' rows say error, not missing
+            doc["ungraded"] = sorted({_lab_of(c.name) for c in copies})
         doc["learner"] = name
         doc["seconds"] = round(time.time() - t0, 1)
         doc["refused"] = refused
@@ -129,18 +151,26 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
 
 
 def score(lab: dict) -> float:
-    """100 x passed / all recorded checks (a skipped check earns nothing; none recorded: 0)."""
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    """100 x passed / (passed + failed), each check with its count, over the checks that ran: a skipped check
+    (it could not run on this machine) is left out, neither earned nor lost. A lab with no failed check scores
+    100 (ok, or partial: its status says some checks could not run). A failed lab counts at least one failure
+    (it can fail with none recorded: a cell timed out, no check reported) and scores at most 99.9, so it never
+    ranks with or above a lab that did not fail."""
+    ran = {"passed": 0, "failed": 0}
     for c in lab.get("checks", []):
-        counts[c["status"]] += c.get("count", 1)
-    total = sum(counts.values())
-    return round(100.0 * counts["passed"] / total, 1) if total else 0.0
+        if c["status"] in ran:
+            ran[c["status"]] += c.get("count", 1)
+    if lab.get("status") != "failed":
+        return 100.0
+    failed = max(ran["failed"], 1)
+    return min(99.9, round(100.0 * ran["passed"] / (ran["passed"] + failed), 1))
 
 
 def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str]:
     """One row per learner; returns the lab numbers used as columns."""
     if labs is None:
-        labs = sorted({lab["lab"] for d in docs for lab in d.get("labs", [])})
+        labs = sorted({lab["lab"] for d in docs for lab in d.get("labs", [])}
+                      | {n for d in docs for n in d.get("ungraded", [])})
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")]
@@ -150,6 +180,9 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
             row, ok = [d["learner"]], 0
             for n in labs:
                 lab = by_lab.get(n)
+                if lab is None and n in d.get("ungraded", []):
+                    row += ["", "error"]     # not graded: no number an LMS would take for a grade
+                    continue
                 if lab is None:
                     row += [0, "missing"]
                     continue
@@ -226,6 +259,28 @@ def watch_lines(state: dict) -> list[str]:
     return out
 
 
+def hints(docs) -> list[str]:
+    """What the instructor can do about learners who could not be graded (one line per distinct hint)."""
+    out = []
+    for d in docs:
+        if d.get("hint") and f"roster: hint: {d['hint']}" not in out:
+            out.append(f"roster: hint: {d['hint']}")
+    return out
+
+
+def lab_number(text: str) -> str:
+    """A --labs value as the two digits lab files start with: 4 and 04 are both lab 04 (as in make reset-labs)."""
+    if not re.fullmatch(r"[0-9]{1,2}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a lab number: give numbers such as 4 or 04")
+    return f"{int(text):02d}"
+
+
+def _labs_span(labs) -> str:
+    """'03-09' for consecutive lab numbers, else '03, 05'."""
+    n = sorted(int(x) for x in labs)
+    return f"{n[0]:02d}-{n[-1]:02d}" if n == list(range(n[0], n[-1] + 1)) else ", ".join(f"{x:02d}" for x in n)
+
+
 def watch(args, found) -> int:
     state: dict = {}
     rounds = 0
@@ -239,12 +294,12 @@ def watch(args, found) -> int:
             found = learners(Path(args.homes), args.subdir) if not args.only else found
             graded = watch_round(found, state, grade_fn, args.jobs, args.labs)
             docs = [state[n]["doc"] for n in sorted(state)]
-            write_csv(docs, args.csv, sorted(args.labs) if args.labs else None)
+            write_csv(docs, args.csv, args.labs or None)
             if sys.stdout.isatty():
                 print("\x1b[2J\x1b[H", end="")
             print(f"roster {time.strftime('%H:%M:%S')}: {len(state)} learners, {len(graded)} notebook(s) graded "
                   f"this round in {time.time() - t0:.0f} s; next round in {args.watch} s")
-            print("\n".join(watch_lines(state)), flush=True)
+            print("\n".join(watch_lines(state) + hints(docs)), flush=True)
             rounds += 1
             if args.rounds and rounds >= args.rounds:
                 return 0
@@ -257,7 +312,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedbeast roster", description=__doc__.split("\n\n")[0])
     ap.add_argument("--homes", required=True, help="folder with one folder per learner (e.g. /home)")
     ap.add_argument("--subdir", default="feedbeast/labs", help="labs folder inside a learner's folder")
-    ap.add_argument("--labs", nargs="*", default=None, help="lab numbers to grade (default: all found)")
+    ap.add_argument("--labs", nargs="*", default=None, type=lab_number,
+                    help="lab numbers to grade, 4 or 04 (default: all found)")
     ap.add_argument("--only", nargs="*", default=None, help="learner names to grade (default: all)")
     ap.add_argument("--csv", required=True, help="CSV to write (one row per learner)")
     ap.add_argument("--json", default=None, help="also write every check of every learner here")
@@ -265,24 +321,32 @@ def main(argv=None) -> int:
     ap.add_argument("--solutions", default=None, help="the course's solutions/ (default: those of the checkout found from the "
                                                       "working directory, or FEEDBEAST_COURSE)")
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
-                    help="hazard builds for labs 03-08 (auto: when a GPU is here)")
+                    help=f"hazard builds (FEEDBEAST_HAZARDS=1) for labs {_labs_span(HAZARD_LABS)} and later labs "
+                         "whose kernels include an fb/ header (auto: when a GPU is here)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="learners graded at once (each in its own process; GPU memory adds up)")
     ap.add_argument("--as-me", action="store_true",
-                    help="run as root, still grade as root instead of as each learner (not recommended)")
+                    help="grade as the user running the roster (root under sudo) instead of as each learner: "
+                         "learners' code then runs with that user's rights (not recommended)")
     ap.add_argument("--watch", type=float, default=0, metavar="SECONDS",
                     help="live view: every SECONDS, regrade the notebooks that changed and print who is stuck")
     ap.add_argument("--rounds", type=int, default=0, help="with --watch: stop after this many rounds")
     args = ap.parse_args(argv)
+    if args.labs:
+        args.labs = sorted(set(args.labs))
     found = learners(Path(args.homes), args.subdir)
     if args.only:
         found = {k: v for k, v in found.items() if k in args.only}
     if not found:
         print(f"roster: no learner folder with {args.subdir} under {args.homes}")
         return 1
-    if os.geteuid() != 0 or args.as_me:
+    if os.geteuid() != 0:
         print("roster: note: grading runs as this user, so learners' code runs with its rights; run as root "
               "to grade each learner as themselves", file=sys.stderr)
+    elif args.as_me:
+        print("roster: note: --as-me: grading runs as root, so learners' code runs with root's rights (it can read "
+              "and change any learner's files and grades); leave out --as-me to grade each learner as the owner "
+              "of their home", file=sys.stderr)
     if args.watch:
         return watch(args, found)
 
@@ -297,7 +361,9 @@ def main(argv=None) -> int:
         print(f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} ({doc['seconds']:.0f} s)")
         for why in doc.get("refused", []):
             print(f"  refused {why}")
-    cols = write_csv(docs, args.csv, sorted(args.labs) if args.labs else None)
+    for line in hints(docs):
+        print(line, file=sys.stderr)
+    cols = write_csv(docs, args.csv, args.labs or None)
     if args.json:
         Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
     print(f"wrote {args.csv}: {len(docs)} learners x labs {', '.join(cols)}")

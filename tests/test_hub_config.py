@@ -1,0 +1,129 @@
+"""The workshop hub's spawn hook without a hub: workshop/jupyterhub_config.py loaded with a stand-in for
+JupyterHub's config object, its hook run on a stand-in spawner (tests/test_workshop.py runs the real hub).
+
+What is checked: the course copy a learner gets leaves out what an instructor's checkout holds for the
+instructor alone (edited labs in labs/backup, environments, bundles, build outputs, grade files, tools' state),
+and the environment of the learner's server makes `make grade LAB=04` use the course's Python and install
+nothing (FEEDBEAST_ENV=current), which the Makefile is asked about with `make -n`.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "workshop" / "jupyterhub_config.py"
+
+
+class _Section(dict):
+    """c.JupyterHub.bind_url = ...: any section, any attribute (what the config sets is not read here)."""
+
+    def __getattr__(self, name):
+        return self.setdefault(name, _Section())
+
+    def __setattr__(self, name, value):
+        self[name] = value
+
+
+def _checkout(tmp: Path) -> Path:
+    """An instructor's checkout after a day of work: the course's files and what must stay with the instructor."""
+    course = tmp / "course"
+    files = {
+        # the course: every learner gets these
+        "Makefile": (ROOT / "Makefile").read_text(),
+        "labs/04-mbarrier-ring.ipynb": "{}", "solutions/04-mbarrier-ring.ipynb": "{}",
+        "chapters/04-mbarrier.ipynb": "{}", "src/feedbeast/__init__.py": "", "results/nvidia-h200/bench.jsonl": "{}\n",
+        "book/book.json": "{}", "workshop/package.json": "{}", "jupyter/labconfig/page_config.json": "{}",
+        ".ci/run": "make test\n", ".github/workflows/cpu.yml": "name: cpu\n", ".gitignore": ".venv/\n",
+        # the instructor's: no learner gets these
+        "labs/backup/04-mbarrier-ring.20261128-101500.ipynb": "{\"instructor\": 1}",
+        ".venv/bin/python": "", ".git/HEAD": "ref: refs/heads/main\n", "build/lib/x.py": "", "_book/index.html": "",
+        "wheelhouse/feedbeast-0.1.0-py3-none-any.whl": "", "wheelhouse.new/x.whl": "",
+        "workshop/node_modules/.bin/configurable-http-proxy": "", "grades.csv": "username,lab 04\nada,100\n",
+        "grades.json": "[]", "feedbeast-gpus.json": "{}", "jupyterhub.sqlite": "", "jupyterhub_cookie_secret": "s",
+        ".env": "TOKEN=secret\n", ".pytest_cache/v/x": "", "src/feedbeast/__pycache__/x.pyc": "",
+        "labs/.ipynb_checkpoints/04-mbarrier-ring-checkpoint.ipynb": "{}",
+        "share/jupyter/kernels/feedbeast/kernel.json": "{}",
+    }
+    for rel, text in files.items():
+        (course / rel).parent.mkdir(parents=True, exist_ok=True)
+        (course / rel).write_text(text)
+    return course
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """The config module as JupyterHub loads it, on a made-up checkout, its state under tmp_path, no GPU."""
+    course = _checkout(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("FEEDBEAST_HUB_COURSE", str(course))
+    monkeypatch.setenv("FEEDBEAST_HUB_STATE", str(state))
+    monkeypatch.setenv("FEEDBEAST_HUB_GPUS", "")          # no device: the learner gets the CPU mode
+    config = _Section()
+    module = runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: config})
+    module["_course"] = course
+    return module
+
+
+def _spawn(hub, home: Path) -> dict:
+    spawner = types.SimpleNamespace(user=types.SimpleNamespace(name="fb-test-learner-no-such-user"),
+                                    home_dir=str(home), environment={},
+                                    log=types.SimpleNamespace(info=lambda *a: None))
+    hub["pre_spawn_hook"](spawner)
+    return spawner.environment
+
+
+def test_a_learner_copy_leaves_out_what_is_the_instructors(hub, tmp_path):
+    _spawn(hub, tmp_path / "home")
+    copy = tmp_path / "home" / "feedbeast"
+    got = sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file())
+    assert got == sorted([".ci/run", ".github/workflows/cpu.yml", ".gitignore", "Makefile", "book/book.json",
+                          "chapters/04-mbarrier.ipynb", "jupyter/labconfig/page_config.json",
+                          "labs/04-mbarrier-ring.ipynb", "results/nvidia-h200/bench.jsonl",
+                          "solutions/04-mbarrier-ring.ipynb", "src/feedbeast/__init__.py",
+                          "workshop/package.json"]), got
+    assert oct(copy.stat().st_mode & 0o777) == "0o700"
+
+
+def test_backup_and_grade_files_are_left_out_only_where_the_instructor_has_them(hub, tmp_path):
+    """A folder named backup elsewhere, or a CSV below the top (the course's test data), is the course's."""
+    course = hub["_course"]
+    (course / "tests" / "data").mkdir(parents=True)
+    (course / "tests" / "data" / "ncu_raw.csv").write_text("a,b\n")
+    (course / "src" / "feedbeast" / "backup").mkdir()
+    (course / "src" / "feedbeast" / "backup" / "__init__.py").write_text("")
+    _spawn(hub, tmp_path / "home")
+    copy = tmp_path / "home" / "feedbeast"
+    assert (copy / "tests/data/ncu_raw.csv").is_file() and (copy / "src/feedbeast/backup/__init__.py").is_file()
+    assert not (copy / "labs" / "backup").exists() and not (copy / "grades.csv").exists()
+
+
+def test_the_learners_server_uses_the_course_python_and_installs_nothing(hub, tmp_path):
+    env = _spawn(hub, tmp_path / "home")
+    assert env["FEEDBEAST_ENV"] == "current" and env["PYTHON3"] == sys.executable, env
+    assert "ENV" not in env       # an interactive POSIX sh would run the file $ENV names
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_grade_and_reset_labs_in_the_copy_build_no_venv(hub, tmp_path):
+    """What `make` would run in the learner's copy, with the server's environment (make -n runs nothing)."""
+    env = _spawn(hub, tmp_path / "home")
+    copy = tmp_path / "home" / "feedbeast"
+    run_env = {"HOME": str(tmp_path / "home"), **env}
+    for target, command in (("grade", f"{sys.executable} -m feedbeast grade labs/04-*.ipynb"),
+                            ("reset-labs", f"{sys.executable} -m feedbeast.course.labs reset solutions labs 04")):
+        r = subprocess.run(["make", "-n", target, "LAB=04"], cwd=copy, env=run_env, capture_output=True,
+                           text=True, timeout=60)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0 and command in out, out
+        assert "-m venv" not in out and "pip install" not in out, out

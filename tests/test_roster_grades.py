@@ -1,0 +1,167 @@
+"""The roster's CSV and command line: a score that orders labs as their status does, learners it could not
+grade, lab numbers as learners type them, and what its help and notes say.
+
+Scores are computed from lab records made by the grader's own Report (what `grade --json` prints). The
+command-line tests run the roster for real with a stand-in for the course's Python: a script that answers as
+`python -m feedbeast grade --json` would, each lab it is given `ok` (tests/test_grade.py grades real labs
+through the roster).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from feedbeast.course import roster
+from feedbeast.course.grade import HAZARD_LABS, Outcome, Report
+
+
+def _lab(name: str, passed: int = 0, failed: int = 0, skipped: int = 0, error: str = "") -> dict:
+    outcomes = ([Outcome("passed", "check", count=passed)] if passed else []) + \
+               ([Outcome("failed", "check_ring", "does not hold", count=failed)] if failed else []) + \
+               ([Outcome("skipped", "launch", "needs a GPU, this machine has none", count=skipped)] if skipped else [])
+    return Report(path=f"{name}.ipynb", outcomes=outcomes, error=error).to_dict()
+
+
+def _csv(docs, tmp_path, labs=None) -> dict:
+    roster.write_csv(docs, tmp_path / "g.csv", labs)
+    return {r["username"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
+
+
+def test_a_solved_lab_without_a_gpu_scores_above_a_failed_one(tmp_path):
+    """alice solved lab 04 on a machine with no GPU (5 launches skipped); carol's has a failing check."""
+    alice = _lab("04-mbarrier-ring", passed=3, skipped=5)
+    carol = _lab("04-mbarrier-ring", passed=2, failed=1)
+    assert (alice["status"], carol["status"]) == ("partial", "failed")
+    rows = _csv([{"learner": "alice", "labs": [alice]}, {"learner": "carol", "labs": [carol]}], tmp_path)
+    assert (rows["alice"]["lab 04"], rows["alice"]["lab 04 status"]) == ("100.0", "partial"), rows
+    assert (rows["carol"]["lab 04"], rows["carol"]["lab 04 status"]) == ("66.7", "failed"), rows
+
+
+def test_every_failed_lab_scores_below_every_lab_that_did_not_fail():
+    labs = {
+        "ok": _lab("04-x", passed=4),
+        "partial, some skipped": _lab("04-x", passed=1, skipped=30),
+        "partial, every check skipped": _lab("04-x", skipped=3),
+        "failed, one of many": _lab("04-x", passed=99999, failed=1),        # 99.999 % would round to 100.0
+        "failed, half": _lab("04-x", passed=1, failed=1),
+        "failed, a cell timed out after passes": _lab("04-x", passed=2, error="a cell ran past 600 s"),
+        "failed, no check reported": _lab("04-x"),
+    }
+    scores = {k: roster.score(v) for k, v in labs.items()}
+    failed = {k: s for k, s in scores.items() if labs[k]["status"] == "failed"}
+    fine = {k: s for k, s in scores.items() if labs[k]["status"] != "failed"}
+    assert len(failed) == 4 and len(fine) == 3
+    assert max(failed.values()) < min(fine.values()), scores
+    assert scores["failed, half"] == 50.0 and scores["failed, a cell timed out after passes"] == 66.7, scores
+    assert scores["failed, no check reported"] == 0.0 and scores["failed, one of many"] == 99.9, scores
+
+
+# ---- the command line, with a stand-in for the course's Python ----------------------------------------------
+
+GRADER = """#!{python}
+import json, os, sys
+files = [a for a in sys.argv if a.endswith(".ipynb")]
+print(json.dumps({{"learner": sys.argv[sys.argv.index("--learner") + 1], "exit": 0, "labs": [
+    {{"notebook": f, "lab": os.path.basename(f)[:2], "status": "ok",
+      "checks": [{{"status": "passed", "name": "uid " + str(os.getuid()), "message": "", "count": 1}}]}}
+    for f in files]}}))
+"""
+
+
+def _grader(folder: Path, executable: bool = True) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "python"
+    path.write_text(GRADER.format(python=sys.executable))
+    path.chmod(0o755 if executable else 0o644)
+    return path
+
+
+def _homes(tmp: Path, learners: dict) -> Path:
+    """{name: [lab file names]} as learner folders under tmp/homes."""
+    homes = tmp / "homes"
+    for name, files in learners.items():
+        labs = homes / name / "feedbeast" / "labs"
+        labs.mkdir(parents=True)
+        for f in files:
+            (labs / f).write_text("{}")
+    return homes
+
+
+def _roster(tmp: Path, homes: Path, *extra) -> tuple[int, dict]:
+    code = roster.main(["--homes", str(homes), "--solutions", str(tmp), "--csv", str(tmp / "g.csv"), *extra])
+    return code, {r["username"]: r for r in csv.DictReader((tmp / "g.csv").open())}
+
+
+def test_a_learner_the_grader_could_not_start_for_is_an_error_not_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "executable", str(_grader(tmp_path / "course", executable=False)))
+    homes = _homes(tmp_path, {"ada": ["04-mbarrier-ring.ipynb"], "bob": []})
+    code, rows = _roster(tmp_path, homes)
+    assert code == 1
+    assert (rows["ada"]["lab 04"], rows["ada"]["lab 04 status"]) == ("", "error"), rows
+    assert rows["ada"]["first failing check"].startswith("could not start the grader") and \
+        "Permission denied" in rows["ada"]["first failing check"], rows["ada"]
+    assert (rows["bob"]["lab 04"], rows["bob"]["lab 04 status"]) == ("0", "missing"), rows   # nothing handed in
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="grading as each learner needs root")
+def test_a_course_python_the_learners_cannot_reach_is_named_with_what_to_do(tmp_path, capsys):
+    """As root the roster grades as the owner of each home; the course's Python in a private (0700) folder is out
+    of that learner's reach: the row says error, the hint names the Python and the ways out; --as-me grades."""
+    private = tmp_path / "instructor"
+    python = _grader(private / ".venv" / "bin")
+    private.chmod(0o700)
+    homes = _homes(tmp_path, {"ada": ["04-mbarrier-ring.ipynb"]})
+    for p in (homes / "ada", homes / "ada" / "feedbeast", homes / "ada" / "feedbeast" / "labs"):
+        os.chown(p, 65534, 65534)               # nobody's home
+    saved = sys.executable
+    try:
+        sys.executable = str(python)
+        code, rows = _roster(tmp_path, homes)
+        err = capsys.readouterr().err
+        assert code == 1 and rows["ada"]["lab 04 status"] == "error", rows
+        assert "as uid 65534" in rows["ada"]["first failing check"], rows
+        assert f"course's Python ({python})" in err and "--as-me" in err and "700 or 750" in err, err
+        code, rows = _roster(tmp_path, homes, "--as-me")
+        assert code == 0 and rows["ada"]["lab 04 status"] == "ok", rows
+        assert "--as-me: grading runs as root" in capsys.readouterr().err
+    finally:
+        sys.executable = saved
+
+
+def test_labs_are_taken_as_learners_type_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "executable", str(_grader(tmp_path / "course")))
+    homes = _homes(tmp_path, {"ada": ["00-copy-kernel.ipynb", "04-mbarrier-ring.ipynb"]})
+    code, rows = _roster(tmp_path, homes, "--labs", "4")
+    assert code == 0 and rows["ada"]["lab 04 status"] == "ok" and "lab 00" not in rows["ada"], rows
+    assert "lab 4" not in rows["ada"]
+    code, rows = _roster(tmp_path, homes, "--labs", "4", "04", "0")
+    assert [k for k in rows["ada"] if k.endswith("status")] == ["lab 00 status", "lab 04 status"], rows
+    with pytest.raises(SystemExit):
+        roster.main(["--homes", str(homes), "--csv", str(tmp_path / "x.csv"), "--labs", "mbarrier"])
+    assert "'mbarrier' is not a lab number" in capsys.readouterr().err
+
+
+def test_the_help_names_the_hazard_labs_the_grader_uses(capsys):
+    with pytest.raises(SystemExit):
+        roster.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    first, last = min(HAZARD_LABS), max(HAZARD_LABS)
+    assert f"for labs {first}-{last} and later labs whose kernels include an fb/ header" in text, text
+
+
+def test_the_note_says_whose_rights_learners_code_runs_with(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "executable", str(_grader(tmp_path / "course")))
+    homes = _homes(tmp_path, {"ada": ["04-mbarrier-ring.ipynb"]})
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    _roster(tmp_path, homes, "--as-me")
+    err = capsys.readouterr().err
+    assert "--as-me: grading runs as root" in err and "run as root to grade" not in err, err
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    _roster(tmp_path, homes)
+    assert "run as root to grade each learner as themselves" in capsys.readouterr().err
