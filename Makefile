@@ -61,7 +61,8 @@ $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt
 ## make lab        set up .venv and open JupyterLab on the repository, chapter 00 open
 # The server's root is the repository (chapters/, labs/, solutions/, results/ in the file browser);
 # the notebooks' kernel "Feeding the Beast" is installed into this environment, not into your home;
-# jupyter/ holds the lab settings (no news prompt). LAB_FLAGS adds server options, e.g. --no-browser.
+# jupyter/ holds the lab settings (no news prompt); a new notebook starts in that kernel too.
+# LAB_FLAGS adds server options, e.g. --no-browser.
 LAB_FLAGS ?=
 # Without JupyterLab in the environment it installs it only from a bundle (WHEELS=dir), never from the index
 # unasked: a workshop room may have no network, and ENV=current promises to install nothing else.
@@ -77,6 +78,7 @@ lab: $(STAMP)
 	  $(PYTHON) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" \
 	  --LabApp.app_settings_dir="$(CURDIR)/jupyter/lab/settings" \
 	  --LabApp.default_url=/lab/tree/chapters/00-feeding-the-beast.ipynb \
+	  --MappingKernelManager.default_kernel_name=feedbeast \
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_FLAGS)
 
 ## make test       the whole suite: toolkit, notebooks (nbval), labs in sync, notebook format

@@ -7,12 +7,15 @@ needed: the template ships inside the nbconvert wheel). Links between chapters a
 .ipynb to .html; a relative link to any other file of the repository (a lab, results/<gpu>/results.md)
 is kept and the file copied beside the pages, so the output folder can be served or zipped as is.
 Then every relative link and #anchor in the output is checked: a broken one fails the build.
+The formulas need MathJax: its files come from the jupyter-server-mathjax wheel (requirements/book.txt) into
+mathjax/ beside the pages, so the book reads offline; without that package the pages load it from nbconvert's CDN.
 The page list and title come from book/book.json; chapters are found by the glob there.
 """
 from __future__ import annotations
 
 import argparse
 import html
+import os
 import re
 import shutil
 import sys
@@ -113,6 +116,21 @@ def check_links(out: Path) -> list[str]:
     return broken
 
 
+# The configuration nbconvert's default URL asks for, in the name MathJax 2.7's own files give it.
+MATHJAX_CONFIG = "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+
+
+def _local_mathjax(out: Path) -> Path | None:
+    """MathJax 2.7 from the jupyter-server-mathjax package, copied to out/mathjax/; None without the package."""
+    import importlib.util
+    spec = importlib.util.find_spec("jupyter_server_mathjax")   # its files only: the server extension is not needed
+    if spec is None:
+        return None
+    static = Path(spec.origin).parent / "static"
+    shutil.copytree(static, out / "mathjax", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    return out / "mathjax" / "MathJax.js"
+
+
 def build(root: Path, out: Path) -> list[Path]:
     import nbformat
     from nbconvert import HTMLExporter
@@ -125,12 +143,15 @@ def build(root: Path, out: Path) -> list[Path]:
     chapters = sorted(p for pattern in cfg["chapters"] for p in root.glob(pattern))
     built = {p.relative_to(root).as_posix() for p in chapters}
     exporter = HTMLExporter(template_name=cfg.get("template", "lab"))
+    mathjax = _local_mathjax(out)
     entries, pages = [], []
     for path in chapters:
         nb = nbformat.read(path, as_version=4)
-        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": _title(nb) or path.stem}})
         rel = path.relative_to(root)
         page = out / rel.with_suffix(".html")
+        if mathjax:      # relative to the page, so the folder can be moved, zipped or served as is
+            exporter.mathjax_url = Path(os.path.relpath(mathjax, page.parent)).as_posix() + MATHJAX_CONFIG
+        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": _title(nb) or path.stem}})
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(_rewrite(body, rel, root, out, built), encoding="utf-8")
         has_outputs = any(c.get("outputs") for c in nb.cells if c.cell_type == "code")

@@ -162,6 +162,11 @@ def test_book_builds_with_no_broken_links(tmp_path):
     index = (tmp_path / "book/index.html").read_text()
     for c in chapters:
         assert f'href="chapters/{c.stem}.html"' in index
+    # the formulas read offline: MathJax from the book's own folder (the link check above found its file)
+    page = (tmp_path / "book/chapters" / f"{chapters[0].stem}.html").read_text()
+    assert '<script src="../mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"' in page
+    assert "cdnjs.cloudflare.com/ajax/libs/mathjax" not in page
+    assert (tmp_path / "book/mathjax/config/TeX-AMS-MML_HTMLorMML-full.js").is_file()
 
 
 def test_book_link_checker_catches_broken_links(tmp_path):
