@@ -88,7 +88,8 @@ def unwritten(parts) -> str:
 
 def todo_of(*kernels) -> str:
     """unwritten() for what a lab's check cell holds: a compiled Module (its CUDA source), a Numba kernel (on a
-    GPU or in the simulator) or a Python function (its lines, as the notebook cell defined it)."""
+    GPU or in the simulator) or a Python function (its lines numbered as in its cell, as check_ring, the
+    grader and IPython's tracebacks number them)."""
     import inspect
     parts = []
     for k in kernels:
@@ -97,10 +98,10 @@ def todo_of(*kernels) -> str:
             continue
         fn = getattr(k, "py_func", None) or getattr(k, "fn", None) or k   # numba dispatcher / simulator kernel
         try:
-            lines, _ = inspect.getsourcelines(fn)
+            lines, first = inspect.getsourcelines(fn)
         except (OSError, TypeError):
             continue
-        parts.append((getattr(fn, "__name__", "kernel"), "".join(lines), 1))
+        parts.append((getattr(fn, "__name__", "kernel"), "".join(lines), first))
     return unwritten(parts)
 
 class CompileError(FeedbeastError):

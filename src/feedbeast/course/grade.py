@@ -238,6 +238,79 @@ def _python(source: str) -> str:
     return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.split("\n"))
 
 
+# ---- where a line of the learner's notebook is ------------------------------------------------------------
+# A notebook shows no cell numbers, and a cell's line numbers only on request: a place is named as the
+# notebook's own messages name it. A %%cuda cell's line is `lab.cu line 35` (its CUDA source's line, the
+# `%%cuda` line not counted: the compile errors' and the TODO notes' count); a line in a top-level function is
+# `producer line 4` (the cell's line, as check_ring, fb.errors.todo_of and IPython's tracebacks count it);
+# any other line names its cell by the heading above it.
+
+MD_HEADING = re.compile(r"^#{1,6}\s+\S")
+
+
+def _headings(cell) -> list[str]:
+    """The markdown headings of a cell, as written ('## Your model'); none inside ``` fences."""
+    if cell.cell_type != "markdown":
+        return []
+    out, fenced = [], False
+    for ln in cell.source.splitlines():
+        if ln.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and MD_HEADING.match(ln.strip()):
+            out.append(ln.strip().rstrip("#").strip())
+    return out
+
+
+def _first_line(source: str, width: int = 40) -> str:
+    first = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")
+    return first if len(first) <= width else first[:width - 3].rstrip() + "..."
+
+
+def _cell_label(cells, i: int) -> str:
+    """Code cell `i` of `cells` as a learner finds it: the nearest heading above it, and its first line when
+    that heading has other code cells under it."""
+    h = next((j for j in range(i - 1, -1, -1) if _headings(cells[j])), None)
+    end = next((j for j in range(i + 1, len(cells)) if _headings(cells[j])), len(cells))
+    section = [c for c in cells[(h if h is not None else -1) + 1:end] if c.cell_type == "code"]
+    starting = f'starting "{_first_line(cells[i].source)}"'
+    if h is None:
+        return f"the code cell {starting}"
+    under = f'the code cell under "{_headings(cells[h])[-1][:60]}"'
+    return under if len(section) == 1 else f"{under} {starting}"
+
+
+def _function_at(source: str, line: int) -> str | None:
+    """The top-level function (or class) of a Python cell that holds `line`: its body runs to the next
+    top-level statement, indented comments after its last statement included (inspect.getsourcelines does)."""
+    try:
+        body = ast.parse(_python(source)).body
+    except SyntaxError:
+        return None
+    lines = source.split("\n")
+    starts = [min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])]) for n in body]
+    for k, node in enumerate(body):
+        nxt = starts[k + 1] if k + 1 < len(body) else len(lines) + 1
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not starts[k] <= line < nxt:
+            continue
+        if line <= node.end_lineno or lines[line - 1][:1] in (" ", "\t"):
+            return node.name
+    return None
+
+
+def place(cells, i: int, line: int) -> tuple[str, int]:
+    """(where, line) naming line `line` (1: the cell's first) of code cell `i` of `cells` as the notebook's
+    own messages do: ('lab.cu', 35), ('producer', 4), ('the code cell under "## Your model"', 2)."""
+    src = cells[i].source
+    if src.startswith("%%cuda") and line > 1 and _cuda_name(src):
+        return f"{_cuda_name(src)}.cu", line - 1
+    return _function_at(src, line) or _cell_label(cells, i), line
+
+
+def at(cells, i: int, line: int) -> str:
+    where, n = place(cells, i, line)
+    return f"{where} line {n}"     # the form of feedbeast.errors.unwritten
+
+
 def is_given(cell) -> bool:
     """A cell of a solution's learner part that the lab gives as it is (no BEGIN SOLUTION region, no kernel)."""
     return cell.cell_type == "code" and "BEGIN SOLUTION" not in cell.source and not cell.source.startswith("%%")
@@ -354,6 +427,7 @@ class _CheckChild:
         self.stopped: list[str] = []
         self.log = io.StringIO()     # what given and learner cells print: not a verdict, not shown
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
+        self.nb = None               # the learner's notebook (feedbeast.course.notebook.Notebook), once read
 
     def send(self, msg):
         body = json.dumps({**msg, "seq": self.seq}, default=str)
@@ -399,10 +473,11 @@ class _CheckChild:
                 self.fail(f"%%cuda --name {name}", f"your notebook has no `%%cuda ... --name {name}` cell before its "
                           "checks: the checks compile and launch the kernels of that cell")
                 continue
-            i, src = cells[-1]
+            _, src = cells[-1]
             body = src.partition("\n")[2]
             line = lab_line      # the lab's flags: the build the checks read (lab.source) is the build launched
-            where = f"your %%cuda --name {name} cell (cell {i + 1})"
+            # its first line is what the learner sees; its compile errors name it `<name>.cu`
+            where = f"your {'last ' if len(cells) > 1 else ''}%%cuda --name {name} cell"
             bad = sorted(set(re.findall(r"\bFB_\w+", body)))
             if bad:
                 self.fail(where, f"not compiled: it sets or tests {', '.join(bad)}, the toolkit's own build switches "
@@ -426,7 +501,6 @@ class _CheckChild:
     def definitions(self, nb, needs, protected: set):
         """The learner's definitions that the checks read, refused when they could reach the checks' state."""
         import contextlib
-        import traceback
         import types
         from .notebook import refusals
         ns = self.ns
@@ -435,8 +509,12 @@ class _CheckChild:
             stmts, _ = nb.plan(*needed, given=protected)
         except LookupError as e:
             missing = str(e).split(" defines no ", 1)[-1].split(" at top level")[0]
+            missing = re.sub(r"(\w+) \(read in cell (\d+)\)",
+                             lambda m: f"{m[1]} (read in {_read_at(nb, m[1], int(m[2]))})", missing)
+            bad = _unparsed(nb)
             self.fail("your definitions", f"the checks read {missing}, which your cells before `## Check` do not "
-                      "define (the lab's cells say what to write)")
+                      "define" + (f"; not Python, so not read: {'; '.join(bad)}" if bad else
+                                  " (the lab's cells say what to write)"))
             stmts = []
         modules = {k for k, v in ns.items() if isinstance(v, types.ModuleType)}
         for s in stmts:
@@ -447,7 +525,7 @@ class _CheckChild:
             why = refusals(s.node, protected, modules)
             if why:
                 refused = True
-                self.fail(f"your code cell {s.pos[0] + 1}, line {s.node.lineno}",
+                self.fail(at(nb.cells, s.pos[0], s.node.lineno),
                           f"not run by the grader: {'; '.join(why)}:\n    {ast.unparse(s.node).splitlines()[0][:120]}")
         if refused:
             return
@@ -455,9 +533,7 @@ class _CheckChild:
             with contextlib.redirect_stdout(self.log):
                 nb.run(stmts, ns)
         except BaseException as e:
-            tb = "".join(traceback.format_tb(e.__traceback__))[-400:]
-            cell = next((int(m) for m in re.findall(r"cell (\d+)", tb)), None)
-            self.fail(f"your code cell {cell + 1 if cell is not None else '?'}", f"{type(e).__name__}: {e}")
+            self.fail(_raised_at(nb, e) or "your definitions", f"{type(e).__name__}: {e}")
 
     def checks(self, cells, env0: dict, base: dict, current: list, launched: list):
         """Each check cell of the solution, with the grader's environment set back before it and the toolkit
@@ -479,7 +555,8 @@ class _CheckChild:
                     self.run(src, f"check cell {i + 1}")
             except BaseException as e:      # SystemExit and KeyboardInterrupt from learner code are failures too
                 tb = traceback.format_exception(type(e), e, e.__traceback__)
-                err = {"ename": type(e).__name__, "evalue": str(e), "tb": "".join(tb)[-3000:]}
+                err = {"ename": type(e).__name__, "evalue": str(e), "tb": "".join(tb)[-3000:],
+                       "at": _raised_at(self.nb, e) if self.nb is not None else None}
             changed = [k for k in set(env0) | set(os.environ) if k.startswith(("FEEDBEAST_", "CUDA_"))
                        and env0.get(k) != os.environ.get(k)]
             problems = _integrity_problems(base, self.ns) + [f"the environment variable {k} was changed"
@@ -521,7 +598,7 @@ def _harness(fd: int) -> int:
     env0 = dict(os.environ)          # the grader's, as the given cells left it (Numba's simulator switch)
     base = _integrity_baseline(ns, given)
 
-    nb = Notebook(learner, upto=job["upto"])
+    nb = child.nb = Notebook(learner, upto=job["upto"])
     cuda_ns = child.kernels(nb, job["cuda"], given)
     ns.update(cuda_ns)
     child.definitions(nb, job["needs"], given | set(cuda_ns))
@@ -533,6 +610,38 @@ def _harness(fd: int) -> int:
         child.checks(job["checks"], env0, base, current, launched)
     send({"t": "done"})
     return 0
+
+
+def _read_at(nb, name: str, k: int) -> str:
+    """Where cell `k` of the notebook reads `name` (what notebook.plan names by the cell's index)."""
+    for s in nb._stmts:
+        if s.pos[0] == k and name in (s.reads | s.reads_later):
+            line = min((n.lineno for n in ast.walk(s.node) if isinstance(n, ast.Name) and n.id == name),
+                       default=s.node.lineno)
+            return at(nb.cells, k, line)
+    return _cell_label(nb.cells, k)
+
+
+def _unparsed(nb) -> list[str]:
+    """'<where>: SyntaxError: ...' for each cell that is not Python (notebook.Notebook skips it, so what it
+    defines is missing)."""
+    out = []
+    for k in nb._unparsed:
+        try:
+            ast.parse(_python(nb.cells[k].source))
+        except SyntaxError as e:
+            out.append(f"{at(nb.cells, k, e.lineno or 1)}: {type(e).__name__}: {e.msg}")
+    return out
+
+
+def _raised_at(nb, exc: BaseException) -> str | None:
+    """The learner's line an exception came from: the deepest frame of the notebook's cells (notebook.run
+    compiles each under '<notebook>, cell <index>'), named by at(); None when no learner line is in it."""
+    import traceback
+    cell = re.compile(rf"{re.escape(nb.path.name)}, cell (\d+)")
+    hits = [(int(m[1]), f.lineno) for f in traceback.extract_tb(exc.__traceback__)
+            if (m := cell.fullmatch(f.filename)) and int(m[1]) < len(nb.cells) and f.lineno]
+    return at(nb.cells, *hits[-1]) if hits else None
 
 
 def _cuda_name(source: str) -> str | None:
@@ -613,8 +722,15 @@ class _Channel:
 
 
 def _todo(cells) -> str:
-    from ..errors import unwritten
-    return unwritten([(f"cell {i + 1}", c.source, 1) for i, c in enumerate(cells) if c.cell_type == "code"])
+    """The TODO lines left in the learner's cells, each named by place()."""
+    from ..errors import TODO_MARK, unwritten
+    parts = []
+    for i, c in enumerate(cells):
+        for n, text in enumerate(c.source.splitlines() if c.cell_type == "code" else [], 1):
+            if TODO_MARK in text:
+                where, line = place(cells, i, n)
+                parts.append((where, text, line))
+    return unwritten(parts)
 
 
 def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None, kernel: str | None = None,
@@ -750,7 +866,8 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
             cells_done.add(i)
             if m["error"]:
                 e = m["error"]
-                label = e["ename"] if e["ename"] in CHECK_ERRORS else f"{e['ename']} (the notebook broke here)"
+                label = e["ename"] + (f" at {e['at']}" if e.get("at") else "")    # the learner's line it came from
+                label += "" if e["ename"] in CHECK_ERRORS else " (the notebook broke here)"
                 errors.append(Outcome("failed", name, f"{label}: {ANSI.sub('', e['evalue']).strip()}".strip(), i))
             printed.extend(_printed_failures(m["stdout"], i))
             for k in m["launched"]:
