@@ -147,3 +147,15 @@ def h200_results(monkeypatch, tmp_path):
     monkeypatch.setattr(results, "course_results", lambda: tmp_path)
     monkeypatch.setattr(fb.hooks, "on_bench", [results.append])
     return tmp_path
+
+
+def on_first_use(make):
+    """get(key): make(key) the first time a key is asked for, the same result after (a module fixture's
+    expensive variants, such as a graded notebook, built only for the tests a `-k` selection runs)."""
+    made = {}
+
+    def get(key):
+        if key not in made:
+            made[key] = make(key)
+        return made[key]
+    return get

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import on_first_use
 
 from feedbeast.course import grade as g
 from feedbeast.course.notebook import code, markdown, new, read
@@ -57,29 +58,24 @@ def fake_checks(src: Path, dst: Path) -> Path:
     return plant(src, edit=fake, to=dst)
 
 
-_cache: dict = {}
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade each variant once, on first use (so `-k` selections grade only what they need)."""
     tmp = tmp_path_factory.mktemp("grade")
 
-    def get(bug):
-        if bug not in _cache:
-            if bug == "lab":
-                path = LAB
-            elif bug == "untouched":
-                path = planted(tmp, None, kernelspec="feedbeast")   # a kernelspec this machine may lack
-            elif bug == "print-lab03":
-                path = fake_checks(LAB03, tmp / "03-printed.ipynb")
-            elif bug == "print-solution":
-                path = fake_checks(SOLUTION, tmp / "00-printed.ipynb")
-            else:
-                path = planted(tmp, bug)
-            _cache[bug] = g.grade(path, timeout=300)
-        return _cache[bug]
-    return get
+    def grade(bug):
+        if bug == "lab":
+            path = LAB
+        elif bug == "untouched":
+            path = planted(tmp, None, kernelspec="feedbeast")   # a kernelspec this machine may lack
+        elif bug == "print-lab03":
+            path = fake_checks(LAB03, tmp / "03-printed.ipynb")
+        elif bug == "print-solution":
+            path = fake_checks(SOLUTION, tmp / "00-printed.ipynb")
+        else:
+            path = planted(tmp, bug)
+        return g.grade(path, timeout=300)
+    return on_first_use(grade)
 
 
 # ---- exit status ------------------------------------------------------------------------------------------

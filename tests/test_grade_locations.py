@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import on_first_use
 
 import feedbeast as fb
 from feedbeast import magic
@@ -61,25 +62,17 @@ def _line(path: Path, marker: str) -> int:
     raise LookupError(marker)
 
 
-_cache: dict = {}
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade each variant once, on first use."""
     tmp = tmp_path_factory.mktemp("locations")
 
-    def get(name):
-        if name not in _cache:
-            if name == "lab":
-                path = LAB
-            elif name == "compile-error":
-                path = planted(SOLUTION, COMPILE_BUG, cuda_only=True, to=tmp / f"04-{name}.ipynb")
-            else:
-                path = planted(SOLUTION, PYTHON_BUGS[name][0], to=tmp / f"04-{name}.ipynb")
-            _cache[name] = (path, g.grade(path, solutions=ROOT / "solutions", timeout=300))
-        return _cache[name]
-    return get
+    def grade(name):   # the lab as given, the kernel cell with a compile error, or a model cell's bug
+        path = LAB if name == "lab" else planted(
+            SOLUTION, *((COMPILE_BUG,) if name == "compile-error" else (PYTHON_BUGS[name][0],)),
+            cuda_only=name == "compile-error", to=tmp / f"04-{name}.ipynb")
+        return path, g.grade(path, solutions=ROOT / "solutions", timeout=300)
+    return on_first_use(grade)
 
 
 def test_todo_lines_are_named_as_the_model_check_and_the_kernel_name_them(graded):
