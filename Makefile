@@ -8,7 +8,10 @@
 PYTHON3 ?= python3
 PY      ?= 3.12
 CUDA    ?= 13
-ENV     ?= $(or $(FEEDBEAST_ENV),venv)
+# ENV from the command line only: an ENV in the environment is POSIX sh's start-up file, not ours.
+ifneq ($(origin ENV),command line)
+ENV     := $(or $(FEEDBEAST_ENV),venv)
+endif
 VENV    ?= .venv
 WHEELS  ?=
 SET     ?= full
@@ -16,12 +19,24 @@ NB_TIMEOUT ?= 900
 # The processes make starts (notebooks, tests, tools) install the course's hooks into the library (feedbeast.hooks)
 export FEEDBEAST_HOOKS ?= feedbeast.course
 
+PYVER = import sys; print("%d.%d" % sys.version_info[:2])
 ifeq ($(ENV),current)
 PYTHON  := $(PYTHON3)
 STAMP   := $(if $(WHEELS),bundle-into-current,)
+# ENV=current asks for this Python: a Debian/Ubuntu system Python refuses pip (PEP 668, EXTERNALLY-MANAGED)
+# unless told that the install is meant.
+PIP_ENV := PIP_BREAK_SYSTEM_PACKAGES=1
 else
 PYTHON  := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-cu$(CUDA)
+PIP_ENV :=
+# A .venv made by another Python than PYTHON3 (or one whose Python no longer runs) is made again: venv would keep
+# its interpreter, and the stamp knows only the requirements.
+ifneq ($(wildcard $(VENV)),)
+ifneq ($(shell $(VENV)/bin/python -c '$(PYVER)' 2>/dev/null),$(shell $(PYTHON3) -c '$(PYVER)' 2>/dev/null))
+$(shell rm -f $(VENV)/.installed-cu*)
+endif
+endif
 endif
 REQS    := requirements/base.txt requirements/cu$(CUDA).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
@@ -35,19 +50,15 @@ help:
 ## make install    set up only: .venv, or with ENV=current WHEELS=dir the bundle into the current Python
 install: $(STAMP)
 
-# ENV=current asks for this Python: a Debian/Ubuntu system Python refuses pip (PEP 668, EXTERNALLY-MANAGED)
-# unless told that the install is meant.
 bundle-into-current:
-	PIP_BREAK_SYSTEM_PACKAGES=1 $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
+	$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
 
 # A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
-# A .venv made by another Python than PYTHON3 is made again (venv would keep its interpreter); a bundle holds
-# the wheels of one Python version, so a failed offline install names both versions.
-PYVER = import sys; print("%d.%d" % sys.version_info[:2])
+# A bundle holds the wheels of one Python version, so a failed offline install names the version.
 $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
-	@want=$$($(PYTHON3) -c '$(PYVER)') && have=$$($(VENV)/bin/python -c '$(PYVER)' 2>/dev/null) && \
-	  [ "$$have" != "$$want" ] && echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again" && \
-	  rm -rf $(VENV); true
+	@want=$$($(PYTHON3) -c '$(PYVER)'); have=$$($(VENV)/bin/python -c '$(PYVER)' 2>/dev/null || echo none); \
+	  if [ -e $(VENV) ] && [ "$$have" != "$$want" ]; then \
+	  echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again"; rm -rf $(VENV); fi
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/build.txt -r requirements/lab.txt \
@@ -68,7 +79,7 @@ LAB_FLAGS ?=
 # unasked: a workshop room may have no network, and ENV=current promises to install nothing else.
 lab: $(STAMP)
 	@$(PYTHON) -c "import jupyterlab" 2>/dev/null || { \
-	  if [ -n "$(WHEELS)" ]; then $(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r requirements/lab.txt; \
+	  if [ -n "$(WHEELS)" ]; then $(PIP_ENV) $(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r requirements/lab.txt; \
 	  else echo "make lab: JupyterLab is not installed in $(PYTHON). Install it from the package index with" \
 	    "$(PYTHON) -m pip install -r requirements/lab.txt, or offline with make lab WHEELS=dir" \
 	    "(a bundle from make wheelhouse; see README, Offline install)" >&2; exit 1; fi; }
@@ -147,7 +158,7 @@ ifeq ($(COMPARE),1)
 	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
 	  -r requirements/compare.txt
 	@dups=$$(ls wheelhouse.new/*.whl | xargs -n1 basename | sed 's/-[0-9].*//' | tr A-Z_ a-z- | sort | uniq -d); \
-	if [ -n "$$dups" ]; then echo "wheelhouse/ holds two versions of: $$dups (requirements/compare.txt pins one," \
+	if [ -n "$$dups" ]; then echo "the bundle would hold two versions of: $$dups (requirements/compare.txt pins one," \
 	  "the other set resolved another): make the pins agree, or pip install --no-deps will refuse the bundle" >&2; exit 1; fi
 endif
 	rm -rf wheelhouse && mv wheelhouse.new wheelhouse
@@ -157,7 +168,7 @@ endif
 # The proxy is configurable-http-proxy at the version workshop/package-lock.json pins: from the npm registry, or
 # offline from the copy make wheelhouse packs (WHEELS=dir: dir/workshop/node_modules.tar.gz).
 workshop: $(STAMP)
-	$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/hub.txt
+	$(PIP_ENV) $(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/hub.txt
 	@if [ -n "$(WHEELS)" ] && [ -f "$(WHEELS)/workshop/node_modules.tar.gz" ]; then \
 	  echo "workshop/node_modules from $(WHEELS)/workshop/node_modules.tar.gz"; \
 	  rm -rf workshop/node_modules && tar -xzf "$(WHEELS)/workshop/node_modules.tar.gz" -C workshop; \

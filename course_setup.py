@@ -63,8 +63,9 @@ def install() -> None:
     except subprocess.CalledProcessError as e:
         raise RuntimeError(
             f"pip could not install the course from {source()} (exit status {e.returncode}; its messages are "
-            "above). Without a network, point FEEDBEAST_SRC at a wheel of the course (make wheelhouse) or run "
-            "in an environment that has it; then run this cell again.") from None
+            "above). Check the network; without one, bring a wheel bundle of the course (make wheelhouse) and "
+            "set PIP_NO_INDEX=1 and PIP_FIND_LINKS=<its folder> (or run in an environment that has the course); "
+            "then run this cell again.") from None
     finally:
         os.unlink(pins.name)
     for p in sorted(pth() - before):    # start-up hooks of the new packages (numba-cuda's), as a new process runs them

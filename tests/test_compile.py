@@ -297,9 +297,14 @@ def test_a_name_error_in_a_notebook_says_which_cell_has_not_run():
             "sh = InteractiveShell.instance()\n"
             "sh.run_cell('%load_ext feedbeast')\n"
             "r = sh.run_cell('lab.launch(1, 1)')\n"
-            "print('SUCCESS', r.success, type(r.error_in_exec).__name__)\n")
+            "print('SUCCESS', r.success, type(r.error_in_exec).__name__)\n"
+            "print('@@ next @@')\n"
+            "r = sh.run_cell('def f():\\n    x += 1\\nf()')\n"   # UnboundLocalError: no hint
+            "print('LOCAL', type(r.error_in_exec).__name__)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     out = r.stdout + r.stderr
     assert "NameError" in out and "SUCCESS False NameError" in out, out
     assert "If `lab` is defined in a cell above (a `%%cuda --name lab` cell defines it too)" in out, out
     assert "Run > Run All Above Selected Cell" in out, out
+    local = r.stdout.split("@@ next @@", 1)[1]
+    assert "LOCAL UnboundLocalError" in local and "Run All Above" not in local, local

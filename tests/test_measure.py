@@ -296,21 +296,31 @@ def test_summary_plots_one_row_per_family_of_sizes(tmp_path):
     assert (tmp_path / "results.png").stat().st_size > 0
 
 
-def test_summary_leaves_out_names_the_latest_run_of_their_notebook_no_longer_records(tmp_path):
+def test_summary_leaves_out_names_the_latest_run_of_their_notebook_did_not_record(tmp_path):
     from feedbeast.course import results
     from feedbeast.course.bench_run import note_run
     base = {"median_ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.0, "runs": 5, "unit": "GB/s", "value": 3000.0, "pct": 70.0,
             "ceiling": "ceiling/copy", "ceiling_value": 4000.0, "sizes": None, "bound": "dram", "gpu": "NVIDIA H200"}
-    old = [dict(base, name=n, time="2026-11-22T00:57:01+00:00")
-           for n in ("lab04/rowsum_ring/stages=8", "ch04/ring", "ceiling/copy")]
-    new = [dict(base, name=n, time="2026-11-29T03:00:10+00:00") for n in ("lab04/gemv_ring/stages=4", "ceiling/copy")]
-    (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old + new))
-    note_run(tmp_path, Path("solutions/04-mbarrier-ring.ipynb"), "2026-11-29T03:00:00+00:00",
-             [json.dumps(r) for r in new])
-    assert json.loads((tmp_path / "runs.jsonl").read_text())["prefixes"] == ["lab04"]   # not the shared ceiling
+    rec = lambda name, day: dict(base, name=name, time=f"2026-11-{day}T01:00:00+00:00")
+    # before runs.jsonl: no run names them
+    legacy = [rec(n, 20) for n in ("lab04/rowsum_ring/stages=8", "ch04/ring", "ceiling/copy")]
+    ch04, ch05 = [rec("ch04/ring/stages=4", 21)], [rec("ch04/ring/seen-from-ch05", 21), rec("ch05/tma", 21)]
+    lab04 = [rec("lab04/gemv_ring/stages=4", 22), rec("lab04/dropped", 22)]
+    later = [rec("lab04/gemv_ring/stages=4", 29), rec("ceiling/copy", 29)]
+    (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in legacy + ch04 + ch05 + lab04 + later))
+    lines = lambda rs: [json.dumps(r) for r in rs]
+    note_run(tmp_path, Path("chapters/04-mbarrier.ipynb"), "2026-11-21T00:00:00+00:00", lines(ch04))
+    note_run(tmp_path, Path("chapters/05-tma.ipynb"), "2026-11-21T00:00:01+00:00", lines(ch05))
+    note_run(tmp_path, Path("solutions/04-mbarrier-ring.ipynb"), "2026-11-22T00:00:00+00:00", lines(lab04))
+    note_run(tmp_path, Path("solutions/04-mbarrier-ring.ipynb"), "2026-11-29T00:00:00+00:00", lines(later))
+    assert json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])["names"] == \
+        ["lab04/gemv_ring/stages=4"]                                                  # not the shared ceiling
     md = results.summarize(tmp_path).read_text()
     table, retired = md.split("## Names the latest run")
-    assert "| lab04/gemv_ring/stages=4 |" in table and "| ch04/ring |" in table and "| ceiling/copy |" in table
-    assert "rowsum_ring" not in table
-    assert "- lab04/rowsum_ring/stages=8 (last recorded 2026-11-22; solutions/04-mbarrier-ring.ipynb ran 2026-11-29)" \
-        in retired
+    for kept in ("lab04/gemv_ring/stages=4", "ch04/ring/stages=4", "ch04/ring/seen-from-ch05", "ch05/tma",
+                 "ch04/ring", "ceiling/copy"):    # ch04/ring: two notebooks record "ch04/", so neither retires it
+        assert f"| {kept} |" in table, kept
+    assert "rowsum_ring" not in table and "dropped" not in table
+    assert sorted(ln for ln in retired.splitlines() if ln.startswith("- ")) == [
+        "- lab04/dropped (last recorded 2026-11-22; solutions/04-mbarrier-ring.ipynb ran 2026-11-29)",
+        "- lab04/rowsum_ring/stages=8 (last recorded 2026-11-20; solutions/04-mbarrier-ring.ipynb ran 2026-11-29)"]

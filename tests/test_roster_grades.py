@@ -54,12 +54,19 @@ def test_every_failed_lab_scores_below_every_lab_that_did_not_fail():
         "failed, no check reported": _lab("04-x"),
     }
     scores = {k: roster.score(v) for k, v in labs.items()}
+    assert scores.pop("partial, every check skipped") is None, scores   # nothing ran: no number at all
     failed = {k: s for k, s in scores.items() if labs[k]["status"] == "failed"}
     fine = {k: s for k, s in scores.items() if labs[k]["status"] != "failed"}
-    assert len(failed) == 4 and len(fine) == 3
+    assert len(failed) == 4 and len(fine) == 2
     assert max(failed.values()) < min(fine.values()), scores
     assert scores["failed, half"] == 50.0 and scores["failed, a cell timed out after passes"] == 66.7, scores
     assert scores["failed, no check reported"] == 0.0 and scores["failed, one of many"] == 99.9, scores
+
+
+def test_a_lab_whose_every_check_was_skipped_has_no_score_to_import(tmp_path):
+    """Lab 08 in a room of H200s: every check needs sm_100a, none ran. An empty cell, not full marks."""
+    rows = _csv([{"learner": "dan", "labs": [_lab("08-tmem-mma", skipped=4)]}], tmp_path)
+    assert (rows["dan"]["lab 08"], rows["dan"]["lab 08 status"]) == ("", "partial"), rows
 
 
 # ---- the command line, with a stand-in for the course's Python ----------------------------------------------

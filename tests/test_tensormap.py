@@ -69,6 +69,7 @@ def test_array_mistakes_are_clear_errors():
         (lambda: fb.tensor_map(a, (8, 64), element_strides=(1,)), "element_strides has 1 entries"),
         (lambda: fb.tensor_map(a, (8.0, 64)), "whole number of elements, an int: box=\\(8, 64\\)"),
         (lambda: fb.tensor_map(a, (8.5, 64)), "whole number of elements, an int$"),
+        (lambda: fb.tensor_map(a, (True, 64)), "whole number of elements, an int$"),
     ]
     for make, message in cases:
         with pytest.raises(fb.TensorMapError, match=message):

@@ -14,7 +14,7 @@ earlier one that must not import it:
     ceiling         f(which, size=None) -> BenchResult or Skipped: what bench(ceiling="copy") is compared with
                     (feedbeast.ceilings.ceiling, looked up when called)
 
-Installed by the course machinery (feedbeast.course.install), never by a notebook:
+Installed by the course machinery (feedbeast.course.install), never by the library itself:
     on_verdict      [f(status, name, message)] each check's outcome, "passed", "failed" or "skipped" (fb.check,
                     the SASS checks, check_ring, the hazard checker, every Skipped): the grader's record
     on_bench        [f(BenchResult)] each result fb.bench returns: the results log
@@ -37,7 +37,8 @@ Installed by the course machinery (feedbeast.course.install), never by a noteboo
                     a child process of the toolkit (fb.isolated, fb.profile) runs in the mode its parent gives it
 
 A process that imports feedbeast gets the course's hooks when FEEDBEAST_HOOKS names a module (the course's runners
-and `make lab` set it to feedbeast.course): load() imports it, and it installs what it needs here. That is the
+and `make lab` set it to feedbeast.course, and so does every course notebook's setup cell where it is unset): load()
+imports it, and it installs what it needs here. That is the
 only variable the library reads to decide what it calls; every mode it runs in is `mode`, set by the caller.
 """
 from __future__ import annotations

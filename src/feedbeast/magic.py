@@ -152,7 +152,9 @@ def _name_not_run(shell, etype, evalue, tb, tb_offset=None):
     """A NameError in a notebook is most often a cell above that has not run in this kernel (run out of order, or
     after a restart, which forgets every cell): the traceback, then the way out."""
     shell.showtraceback((etype, evalue, tb), tb_offset=tb_offset)
-    name = getattr(evalue, "name", None) or "the name"
+    name = getattr(evalue, "name", None)
+    if etype is not NameError or not name:     # UnboundLocalError: a name assigned later in the same function
+        return
     print(f"If `{name}` is defined in a cell above (a `%%cuda --name {name}` cell defines it too), that cell has not "
           "run in this kernel: Run > Run All Above Selected Cell, then this cell again. Otherwise check its spelling.")
 

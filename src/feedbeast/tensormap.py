@@ -203,7 +203,8 @@ def tensor_map(array, box, *, swizzle: int = 0, oob_fill: str = "zero", l2_promo
     strides = tuple(int(s) for s in (strides_bytes if strides_bytes is not None else array.strides_bytes))
     box = tuple(box if not np.isscalar(box) else (box,))
     if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in box):
-        whole = [int(b) for b in box if isinstance(b, (int, float, np.number)) and float(b).is_integer()]
+        whole = [int(b) for b in box if isinstance(b, (int, float, np.number)) and not isinstance(b, (bool, np.bool_))
+                 and float(b).is_integer()]
         raise TensorMapError(f"box={box}: each box dimension is a whole number of elements, an int"
                              + (f": box={tuple(whole)}" if len(whole) == len(box) else ""))
     box = tuple(int(b) for b in box)

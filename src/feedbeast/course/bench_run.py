@@ -2,8 +2,8 @@
 
 Chapters are saved with their outputs (their plots then come from this GPU); solutions are run but
 left clean. Results go to results/<gpu>/: bench.jsonl, results.md and results.png, and runs.jsonl, one line per
-notebook that ran to the end: when it started and the name prefixes it recorded ("ch04", "lab04"), so that the
-summary can tell a name the notebook still times from one it no longer does.
+notebook that ran to the end: when it started and the names it recorded, so that the summary can tell a name
+the notebook still times from one its latest run did not.
 """
 from __future__ import annotations
 
@@ -62,12 +62,13 @@ def _lines(path: Path) -> list[str]:
 
 
 def note_run(folder: Path, nb_path: Path, started: str, new_lines: list[str]) -> None:
-    """One line of runs.jsonl for a notebook that ran to the end: the prefixes of the names it recorded (the
-    same-run ceilings, which any notebook may measure, left out)."""
-    prefixes = sorted({json.loads(ln)["name"].split("/")[0] for ln in new_lines if ln.strip()} - {"ceiling"})
-    if prefixes:
+    """One line of runs.jsonl for a notebook that ran to the end: the names it recorded (the same-run ceilings,
+    which any notebook may measure, left out)."""
+    recorded = {json.loads(ln)["name"] for ln in new_lines if ln.strip()}
+    names = sorted(n for n in recorded if not n.startswith("ceiling/"))
+    if names:
         with (folder / "runs.jsonl").open("a") as f:
-            f.write(json.dumps({"notebook": Path(nb_path).as_posix(), "started": started, "prefixes": prefixes}) + "\n")
+            f.write(json.dumps({"notebook": Path(nb_path).as_posix(), "started": started, "names": names}) + "\n")
 
 
 if __name__ == "__main__":

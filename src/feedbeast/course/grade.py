@@ -97,6 +97,12 @@ class Outcome:
         return {"status": self.status, "name": self.name, "message": self.message, "count": self.count}
 
 
+def lab_of(path) -> str:
+    """A lab notebook's number as the grader and the roster name it: its NN- prefix, else its stem."""
+    m = re.match(r"(\d\d)-", Path(path).name)
+    return m.group(1) if m else Path(path).stem
+
+
 @dataclasses.dataclass
 class Report:
     path: str
@@ -140,8 +146,7 @@ class Report:
 
     @property
     def lab(self) -> str:
-        m = re.match(r"(\d\d)-", Path(self.path).name)
-        return m.group(1) if m else Path(self.path).stem
+        return lab_of(self.path)
 
     @property
     def first_failure(self) -> str:

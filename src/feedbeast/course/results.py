@@ -187,16 +187,28 @@ def family(name: str) -> str:
 
 
 def retired_names(folder: Path, latest: dict[str, dict]) -> dict[str, tuple[str, str]]:
-    """{name: (notebook, its latest run's start)} for each name whose prefix a later run of a notebook recorded
-    (runs.jsonl, written by `make bench`) without recording the name itself."""
-    last_run = {}
+    """{name: (notebook, its latest run's start)} for each name the latest run of its notebook (runs.jsonl, written
+    by `make bench`) did not record: renamed or dropped since, or not timed in that run. A name's notebook is the
+    one whose run recorded it last; a name no run in runs.jsonl recorded (older than the file) belongs to the one
+    notebook whose runs record its prefix ("lab04"), and to none when two notebooks do."""
+    owner, last, by_prefix = {}, {}, {}
     runs = Path(folder) / "runs.jsonl"
-    for run in load(runs) if runs.exists() else []:
-        for prefix in run["prefixes"]:
-            if prefix not in last_run or run["started"] > last_run[prefix][1]:
-                last_run[prefix] = (run["notebook"], run["started"])
-    return {n: last_run[n.split("/")[0]] for n, r in latest.items()
-            if n.split("/")[0] in last_run and r["time"] < last_run[n.split("/")[0]][1]}
+    for run in sorted(load(runs) if runs.exists() else [], key=lambda r: r["started"]):
+        owner.update(dict.fromkeys(run["names"], run["notebook"]))
+        last[run["notebook"]] = (run["started"], set(run["names"]))
+        for n in run["names"]:
+            by_prefix.setdefault(n.split("/")[0], set()).add(run["notebook"])
+
+    def notebook_of(name):
+        notebooks = {owner[name]} if name in owner else by_prefix.get(name.split("/")[0], set())
+        return next(iter(notebooks)) if len(notebooks) == 1 else None
+
+    out = {}
+    for n, r in latest.items():
+        nb = notebook_of(n)
+        if nb and n not in last[nb][1] and r["time"] < last[nb][0]:
+            out[n] = (nb, last[nb][0])
+    return out
 
 
 def summarize(folder: Path) -> Path:
@@ -225,9 +237,10 @@ def summarize(folder: Path) -> Path:
         lines.append(f"| {r['name']} | {r['sizes'] or ''} | {r['median_ms'] * 1e3:.1f} us | {rate} | {pct} | {ceil} "
                      f"| {r.get('bound') or '-'} | {peak} |")
     if retired:
-        lines += ["", "## Names the latest run of their notebook no longer records", "",
-                  "Kept in bench.jsonl, left out of the table above and the plot: a name renamed or dropped since "
-                  "(the notebook's latest `make bench` run started at the time given).", ""]
+        lines += ["", "## Names the latest run of their notebook did not record", "",
+                  "Kept in bench.jsonl, left out of the table above and the plot: renamed or dropped since, or not "
+                  "timed in that run (a library it did not find); the notebook's latest `make bench` run started "
+                  "on the date given.", ""]
         lines += [f"- {n} (last recorded {latest[n]['time'][:10]}; {nb} ran {when[:10]})"
                   for n, (nb, when) in sorted(retired.items())]
     prof = folder / "profile.jsonl"

@@ -15,7 +15,7 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
 3. the JSON comes back on the process's standard output.
 
 CSV: one row per learner; for each lab a score (see score(): 100 x passed / (passed + failed) over the checks
-that ran, below 100 for every failed lab) and a status (ok, partial, failed; missing: no such notebook; error:
+that ran, below 100 for every failed lab, empty when no check ran) and a status (ok, partial, failed; missing: no such notebook; error:
 the learner could not be graded, e.g. the grader could not start as them). Columns: username, "lab NN",
 "lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
 "lab 04: name: why"; for an error row, why it could not be graded).
@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 from .coursedir import find as find_course
-from .grade import HAZARD_LABS
+from .grade import HAZARD_LABS, lab_of
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
 ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({python}): that interpreter and its "
@@ -79,12 +79,6 @@ def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None) -> tuple[list[P
             shutil.copyfileobj(src, out)
         copies.append(dest / entry.name)
     return copies, refused
-
-
-def _lab_of(name: str) -> str:
-    """A notebook's lab as the grader names it: its NN- prefix, else its stem."""
-    m = re.match(r"(\d\d)-", name)
-    return m.group(1) if m else Path(name).stem
 
 
 def _as_owner(folder: Path):
@@ -141,7 +135,7 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
             if ids and any(s in r.stderr for s in ("Permission denied", "No module named 'feedbeast'")):
                 doc["hint"] = ACCESS_HINT.format(python=cmd[0])   # it started, but the course is out of reach
         if "error" in doc:      # handed in, not graded: these labs' rows say error, not missing
-            doc["ungraded"] = sorted({_lab_of(c.name) for c in copies})
+            doc["ungraded"] = sorted({lab_of(c) for c in copies})
         doc["learner"] = name
         doc["seconds"] = round(time.time() - t0, 1)
         doc["refused"] = refused
@@ -150,18 +144,19 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
         return doc
 
 
-def score(lab: dict) -> float:
+def score(lab: dict) -> float | None:
     """100 x passed / (passed + failed), each check with its count, over the checks that ran: a skipped check
     (it could not run on this machine) is left out, neither earned nor lost. A lab with no failed check scores
-    100 (ok, or partial: its status says some checks could not run). A failed lab counts at least one failure
-    (it can fail with none recorded: a cell timed out, no check reported) and scores at most 99.9, so it never
-    ranks with or above a lab that did not fail."""
+    100 (ok, or partial: its status says some checks could not run), and None when no check ran at all (a lab
+    whose every check needs a GPU the room lacks: nothing was measured, so no number). A failed lab counts at
+    least one failure (it can fail with none recorded: a cell timed out, no check reported) and scores at most
+    99.9, so it never ranks with or above a lab that did not fail."""
     ran = {"passed": 0, "failed": 0}
     for c in lab.get("checks", []):
         if c["status"] in ran:
             ran[c["status"]] += c.get("count", 1)
     if lab.get("status") != "failed":
-        return 100.0
+        return 100.0 if ran["passed"] else None
     failed = max(ran["failed"], 1)
     return min(99.9, round(100.0 * ran["passed"] / (ran["passed"] + failed), 1))
 
@@ -186,7 +181,8 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                 if lab is None:
                     row += [0, "missing"]
                     continue
-                row += [score(lab), lab["status"]]
+                points = score(lab)
+                row += ["" if points is None else points, lab["status"]]   # "": no check ran, no grade to import
                 ok += lab["status"] == "ok"
             w.writerow(row + [ok, first_failing(d, labs)])
     return labs
