@@ -654,6 +654,7 @@ def test_make_lab_allows_root_only_for_root(tmp_path, uid):
     assert f'--ServerApp.root_dir="{ROOT}"' in r.stdout and "chapters/00-feeding-the-beast.ipynb" in r.stdout
     assert f'JUPYTER_CONFIG_PATH="{ROOT}/jupyter' in r.stdout
     assert "ipykernel install --sys-prefix --name feedbeast" in r.stdout and "--env FEEDBEAST_HOOKS feedbeast.course" in r.stdout
+    assert "--MappingKernelManager.default_kernel_name=feedbeast" in r.stdout    # a new notebook: the course's kernel
 
 
 def _pyproject() -> str:

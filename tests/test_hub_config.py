@@ -114,6 +114,13 @@ def test_the_learners_server_uses_the_course_python_and_installs_nothing(hub, tm
     assert env["CUDA_VISIBLE_DEVICES"] == ""
 
 
+def test_a_new_notebook_on_the_hub_starts_in_the_course_kernel(hub):
+    """The kernel the spawn hook's JUPYTER_PATH offers is the default one, so a learner's new notebook has the
+    course's hooks (recorded figures beside skips, FEEDBEAST_HAZARDS) without choosing a kernel."""
+    args = hub["c"].Spawner.args
+    assert "--MappingKernelManager.default_kernel_name=feedbeast" in args, args
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_grade_and_reset_labs_in_the_copy_build_no_venv(hub, tmp_path):
     """What `make` would run in the learner's copy, with the server's environment (make -n runs nothing)."""
