@@ -259,6 +259,14 @@ def test_a_skipped_bench_carries_the_figures_recorded_for_it(monkeypatch, tmp_pa
                                 "on NVIDIA H200: 3,873.8 GB/s = 91.7 % of copy (results/nvidia-h200/)")
     s = fb.bench(lambda: None, name="ch02/sgemm/n=256")            # the CPU's size: the GPU's record, named
     assert "recorded on NVIDIA H200 (ch02/sgemm/n=4096): 38.1 TFLOP/s = 74.1 % of cublas-fp32/n=4096" in str(s)
+    # every size the GPU recorded, in size order, whichever was recorded last
+    _record(tmp_path / "nvidia-h200", "bench.jsonl", name="ch02/sgemm/n=16384", value=40.2, unit="TFLOP/s",
+            pct=75.0, ceiling="ceiling/cublas-fp32/n=16384", median_ms=220.0, gpu="NVIDIA H200")
+    _record(tmp_path / "nvidia-h200", "bench.jsonl", name="ch02/sgemm/n=1024", value=20.5, unit="TFLOP/s",
+            pct=60.0, ceiling="ceiling/cublas-fp32/n=1024", median_ms=0.1, gpu="NVIDIA H200")
+    s = str(fb.bench(lambda: None, name="ch02/sgemm/n=256"))
+    assert s.index("(ch02/sgemm/n=1024): 20.5") < s.index("(ch02/sgemm/n=4096): 38.1") \
+        < s.index("(ch02/sgemm/n=16384): 40.2"), s
     assert str(fb.bench(lambda: None, name="ch02/other")).endswith("this machine has none")
     assert results.recorded_bench("ch02/sgemm/stages=2") is None   # only sizes stand in for each other
 

@@ -141,7 +141,8 @@ def recorded_under(prefix: str) -> dict[str, dict]:
 
 def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
     """The latest record of `name` per GPU in the course's results/ (and FEEDBEAST_RESULTS'), kind "bench" or
-    "checks"; with other_sizes, records of the same name at another problem size when there is none at this one."""
+    "checks"; with other_sizes, when there is none at this size, the latest record of each other size of the same
+    name per GPU (a CPU run's small sizes are never the GPU's: every size the GPU recorded is the evidence)."""
     exact, sized = {}, {}
     for path in _recorded_logs(kind):
         for line in path.read_text().splitlines():
@@ -150,11 +151,17 @@ def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
             except ValueError:
                 continue
             rec["_folder"] = path.parent.name
+            gpu = rec.get("gpu", path.parent.name)
             if rec.get("name") == name:
-                exact[rec.get("gpu", path.parent.name)] = rec
+                exact[gpu] = rec
             elif other_sizes and _sizeless(rec.get("name", "")) == _sizeless(name):
-                sized[rec.get("gpu", path.parent.name)] = rec
-    return list(exact.values()) or list(sized.values())
+                sized[gpu, rec["name"]] = rec
+    return list(exact.values()) or sorted(sized.values(), key=lambda r: (r.get("gpu", ""), _size_key(r["name"])))
+
+
+def _size_key(name: str) -> list:
+    """Sizes in a name in numeric order ("n=4096" before "n=16384")."""
+    return [int(x) for x in re.findall(r"\d+", name)]
 
 
 def recorded_bench(name: str) -> str | None:
