@@ -8,7 +8,7 @@ FEEDBEAST_RESULTS at the repository's results/ so a real GPU run is kept, with i
 On a machine that cannot run a step, what a GPU run recorded stands beside the skip: `recorded_bench(name)`
 and `recorded_check(name)` read the course's results/<gpu>/ folders (and FEEDBEAST_RESULTS') and give one line
 naming each GPU and its folder, e.g.
-`recorded on NVIDIA H200: 3,873.8 GB/s = 91.7 % of copy (results/nvidia-h200/)`.
+`recorded on NVIDIA H200: 3,873.8 GB/s = 91.7 % of copy (results/nvidia-h200/, 2026-11-29)`.
 """
 from __future__ import annotations
 
@@ -171,7 +171,8 @@ def recorded_bench(name: str) -> str | None:
         at = f" ({r['name']})" if r["name"] != name else ""
         rate = f"{r['value']:,.1f} {r['unit']}" if r.get("value") else f"{r['median_ms'] * 1e3:.1f} us"
         pct = f" = {r['pct']:.1f} % of {r['ceiling'].removeprefix('ceiling/')}" if r.get("pct") is not None else ""
-        parts.append(f"{r.get('gpu', r['_folder'])}{at}: {rate}{pct} (results/{r['_folder']}/)")
+        when = f", {r['time'][:10]}" if r.get("time") else ""     # the prose may quote another run: say which
+        parts.append(f"{r.get('gpu', r['_folder'])}{at}: {rate}{pct} (results/{r['_folder']}/{when})")
     return "recorded on " + "; on ".join(parts) if parts else None
 
 
