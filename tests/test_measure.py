@@ -290,7 +290,10 @@ def test_a_check_on_a_gpu_is_logged_and_its_skip_elsewhere_shows_it(monkeypatch,
     s = fb.check(fb.Skipped("needs sm_90a, this machine has none", "launch ring"), np.ones(3), name="ring 37x1000")
     assert str(s) == ("skipped: launch ring: needs sm_90a, this machine has none; ring 37x1000 recorded on "
                       "NVIDIA H100 80GB HBM3: passed, relative error 0.00e+00 (limit 1e-05)")
-    assert "recorded" not in str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="ring 5x5"))
+    s = str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="ring 5x5"))   # a CPU's size: the GPU's
+    assert s.endswith("ring 5x5 recorded on NVIDIA H100 80GB HBM3 (ring 37x1000): passed, relative error 0.00e+00 "
+                      "(limit 1e-05)"), s
+    assert "recorded" not in str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="other 5x5"))
 
 
 def test_summary_plots_one_row_per_family_of_sizes(tmp_path):

@@ -177,9 +177,13 @@ def recorded_bench(name: str) -> str | None:
 
 
 def recorded_check(name: str) -> str | None:
-    """'recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05)' for a check of this name and size."""
-    parts = [f"{r.get('gpu', r['_folder'])}: {'passed' if r['passed'] else 'FAILED'}, relative error "
-             f"{r['rel_error']:.2e} (limit {r['tolerance']:.0e})" for r in recorded("checks", name)]
+    """'recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05)' for a check of this name, else of the same
+    check at the sizes a GPU ran it at."""
+    parts = []
+    for r in recorded("checks", name, other_sizes=True):   # a CPU run's sizes are smaller: the GPU's, named
+        at = f" ({r['name']})" if r["name"] != name else ""
+        parts.append(f"{r.get('gpu', r['_folder'])}{at}: {'passed' if r['passed'] else 'FAILED'}, relative error "
+                     f"{r['rel_error']:.2e} (limit {r['tolerance']:.0e})")
     return f"{name} recorded on " + "; on ".join(parts) if parts else None
 
 
