@@ -134,3 +134,40 @@ def test_make_grade_and_reset_labs_in_the_copy_build_no_venv(hub, tmp_path):
         out = r.stdout + r.stderr
         assert r.returncode == 0 and command in out, out
         assert "-m venv" not in out and "pip install" not in out, out
+
+
+def _dockerignored(rel: str, patterns: list[str]) -> bool:
+    """Whether Docker leaves `rel` (a path in the build context) out, as .dockerignore reads: each pattern from the
+    context's root (`*` within one name, `**` any number of folders), the last pattern that matches deciding, `!`
+    taking a path back; a folder left out takes what is below it along."""
+    import re
+
+    def regex(pattern: str) -> str:
+        segs = pattern.split("/")
+        return "^" + "".join("(?:[^/]+/)*" if seg == "**" else
+                             "".join("[^/]*" if ch == "*" else "[^/]" if ch == "?" else re.escape(ch) for ch in seg)
+                             + ("/" if i < len(segs) - 1 else "") for i, seg in enumerate(segs)) + "$"
+
+    parts, out = rel.split("/"), False
+    for i in range(1, len(parts) + 1):       # the folders above first: what they decide holds below them
+        prefix = "/".join(parts[:i])
+        for p in patterns:
+            if re.match(regex(p.lstrip("!")), prefix):
+                out = not p.startswith("!")
+        if out:
+            return True
+    return False
+
+
+def test_the_learners_image_leaves_out_what_the_hub_copy_leaves_out(hub, tmp_path):
+    """The k8s image (workshop/k8s/Dockerfile) copies the checkout as .dockerignore filters it: the same files as
+    a learner's copy on the hub, on the same instructor's checkout."""
+    course = hub["_course"]
+    patterns = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    image = sorted(str(p.relative_to(course)) for p in course.rglob("*")
+                   if p.is_file() and not _dockerignored(str(p.relative_to(course)), patterns))
+    _spawn(hub, tmp_path / "home")
+    copy = tmp_path / "home" / "feedbeast"
+    assert image == sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file())
+    assert "COPY . /opt/feedbeast/course" in (ROOT / "workshop/k8s/Dockerfile").read_text()
