@@ -50,7 +50,8 @@ def _checkout(tmp: Path) -> Path:
         "grades.json": "[]", "feedbeast-gpus.json": "{}", "jupyterhub.sqlite": "", "jupyterhub_cookie_secret": "s",
         ".env": "TOKEN=secret\n", ".pytest_cache/v/x": "", "src/feedbeast/__pycache__/x.pyc": "",
         "labs/.ipynb_checkpoints/04-mbarrier-ring-checkpoint.ipynb": "{}",
-        "share/jupyter/kernels/feedbeast/kernel.json": "{}",
+        "share/jupyter/kernels/feedbeast/kernel.json": "{}", "venv/bin/python": "", ".gitattributes": "* text=auto\n",
+        "src/feedbeast.egg-info/PKG-INFO": "", ".cache/x": "", "src/.cache/y": "", "jupyterhub-proxy.pid": "1",
     }
     for rel, text in files.items():
         (course / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +86,7 @@ def test_a_learner_copy_leaves_out_what_is_the_instructors(hub, tmp_path):
     _spawn(hub, tmp_path / "home")
     copy = tmp_path / "home" / "feedbeast"
     got = sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file())
-    assert got == sorted([".ci/run", ".github/workflows/cpu.yml", ".gitignore", "Makefile", "book/book.json",
+    assert got == sorted([".ci/run", ".gitattributes", ".github/workflows/cpu.yml", ".gitignore", "Makefile", "book/book.json",
                           "chapters/04-mbarrier.ipynb", "jupyter/labconfig/page_config.json",
                           "labs/04-mbarrier-ring.ipynb", "results/nvidia-h200/bench.jsonl",
                           "solutions/04-mbarrier-ring.ipynb", "src/feedbeast/__init__.py",
@@ -119,6 +120,8 @@ def test_a_new_notebook_on_the_hub_starts_in_the_course_kernel(hub):
     course's hooks (recorded figures beside skips, FEEDBEAST_HAZARDS) without choosing a kernel."""
     args = hub["c"].Spawner.args
     assert "--MappingKernelManager.default_kernel_name=feedbeast" in args, args
+    values = (ROOT / "workshop/k8s/values.yaml").read_text()      # the same on Kubernetes (Zero to JupyterHub)
+    assert "cmd: [jupyterhub-singleuser, --MappingKernelManager.default_kernel_name=feedbeast]" in values
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
