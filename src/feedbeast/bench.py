@@ -222,6 +222,29 @@ def with_recorded(skip: Skipped, name: str) -> Skipped:
 PEAK_TOLERANCE = 0.01   # timer granularity: a result 1 % over its peak is still an error, 0.5 % is not
 
 
+def plot_recorded(series: dict, *, field: str = "pct", xlabel: str = "", ylabel: str = "% of the ceiling"):
+    """Where a sweep was not timed: the same sweep as GPU runs recorded it ({x: benchmark name}), one line per GPU
+    (feedbeast.hooks.recorded, kind "bench-records": each GPU's latest record of a name; `field` "pct" is the % of
+    the record's same-run ceiling, "value" its rate). Returns (fig, ax), or None after one line saying that no GPU
+    run recorded them."""
+    lines = {}
+    for x, name in series.items():
+        for rec in hooks.recorded_line("bench-records", name) or []:
+            if rec.get(field) is not None:
+                lines.setdefault(rec.get("gpu", "?"), []).append((x, rec[field], rec.get("time", "")[:10]))
+    if not lines:
+        print("no plot: nothing was timed here, and no GPU run recorded these benchmarks")
+        return None
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for gpu_name, pts in lines.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-",
+                label=f"{gpu_name} ({max(p[2] for p in pts) or 'undated'})")
+    ax.set_xlabel(xlabel); ax.set_ylabel(ylabel)
+    ax.set_title("recorded by make bench (no timing here)"); ax.legend(fontsize=8); fig.tight_layout()
+    return fig, ax
+
+
 def _against_peak(res: BenchResult, bound: str | None):
     if name_is_ceiling := res.name.startswith("ceiling/"):
         bound = bound or bound_of(res.name)

@@ -21,7 +21,8 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
     on_check        [f(CheckResult)] each fb.check measured on a GPU: the results log
     on_profile      [f(Profile)] each table fb.profile reads: the results log
     recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line
-                    (str) for a bench ("bench") or a check ("check"), the record (dict) of a profile ("profile");
+                    (str) for a bench ("bench") or a check ("check"), the record (dict) of a profile ("profile"),
+                    each GPU's latest record (list of dicts) of a bench ("bench-records", fb.plot_recorded);
                     None when nothing was recorded
     mode            what the process runs under; `mode.sanitizer` is true inside `make sanitize`'s notebook runs:
                     debug builds wait 100x longer (compile), deliberate failures are not run (isolated, hazards),

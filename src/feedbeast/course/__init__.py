@@ -45,14 +45,16 @@ def pin_hazards(on: bool) -> None:
     hooks.mode.hazards, hooks.mode.hazard_dump = ("check" if on else ""), ""
 
 
-def _recorded(kind: str, name: str) -> str | None:
+def _recorded(kind: str, name: str) -> str | dict | list | None:
     if kind == "bench":
         return results.recorded_bench(name)
     if kind == "check":
         return results.recorded_check(name) if name != "check" else None
     if kind == "profile":
         return results.recorded_profile(name)
-    raise ValueError(f"no recorded results of kind {kind!r}: bench, check or profile")
+    if kind == "bench-records":     # each GPU's latest record of exactly this name (fb.plot_recorded)
+        return results.recorded("bench", name)
+    raise ValueError(f"no recorded results of kind {kind!r}: bench, bench-records, check or profile")
 
 
 def install() -> None:
