@@ -129,5 +129,5 @@ def test_a_cell_is_named_by_the_heading_above_it_and_its_first_line_when_it_shar
                                          'the code cell under "## Your code" starting "b = 2" line 2',
                                          "f line 6", "k.cu line 2"]
     nb.cells = [nb.cells[1], *nb.cells[6:8]]           # no heading above the first; one cell under the other
-    assert g.at(nb.cells, 0, 1) == 'the code cell starting "import numpy as np" line 1'
-    assert g.at(nb.cells, 2, 1) == 'the code cell under "## Your helper" line 1'
+    assert notebook.at(nb.cells, 0, 1) == 'the code cell starting "import numpy as np" line 1'
+    assert notebook.at(nb.cells, 2, 1) == 'the code cell under "## Your helper" line 1'

@@ -62,6 +62,8 @@ from pathlib import Path
 
 import nbformat
 
+from .notebook import at, cuda_name, place, python_of   # places in a learner's notebook, as it names them
+
 FAILED_LINE = re.compile(r"^(?P<name>[^\n:][^\n]*?): FAILED(?::\s*(?P<msg>.*))?$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 HEADING = re.compile(r"^##\s+(?P<title>\S.*)$")
@@ -238,84 +240,6 @@ def find_solution(path: Path, solutions: Path | None = None, course=None) -> Pat
                             + (f" ({len(hits)} start with {m.group(1)}-)" if hits else ""))
 
 
-def _python(source: str) -> str:
-    """A cell's Python with its line magics and shell escapes blanked (line numbers kept)."""
-    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.split("\n"))
-
-
-# ---- where a line of the learner's notebook is ------------------------------------------------------------
-# A notebook shows no cell numbers, and a cell's line numbers only on request: a place is named as the
-# notebook's own messages name it. A %%cuda cell's line is `lab.cu line 35` (its CUDA source's line, the
-# `%%cuda` line not counted: the compile errors' and the TODO notes' count); a line in a top-level function is
-# `producer line 4` (the cell's line, as check_ring, fb.errors.todo_of and IPython's tracebacks count it);
-# any other line names its cell by the heading above it.
-
-MD_HEADING = re.compile(r"^#{1,6}\s+\S")
-
-
-def _headings(cell) -> list[str]:
-    """The markdown headings of a cell, as written ('## Your model'); none inside ``` fences."""
-    if cell.cell_type != "markdown":
-        return []
-    out, fenced = [], False
-    for ln in cell.source.splitlines():
-        if ln.lstrip().startswith("```"):
-            fenced = not fenced
-        elif not fenced and MD_HEADING.match(ln.strip()):
-            out.append(ln.strip().rstrip("#").strip())
-    return out
-
-
-def _first_line(source: str, width: int = 40) -> str:
-    first = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")
-    return first if len(first) <= width else first[:width - 3].rstrip() + "..."
-
-
-def _cell_label(cells, i: int) -> str:
-    """Code cell `i` of `cells` as a learner finds it: the nearest heading above it, and its first line when
-    that heading has other code cells under it."""
-    h = next((j for j in range(i - 1, -1, -1) if _headings(cells[j])), None)
-    end = next((j for j in range(i + 1, len(cells)) if _headings(cells[j])), len(cells))
-    section = [c for c in cells[(h if h is not None else -1) + 1:end] if c.cell_type == "code"]
-    starting = f'starting "{_first_line(cells[i].source)}"'
-    if h is None:
-        return f"the code cell {starting}"
-    under = f'the code cell under "{_headings(cells[h])[-1][:60]}"'
-    return under if len(section) == 1 else f"{under} {starting}"
-
-
-def _function_at(source: str, line: int) -> str | None:
-    """The top-level function (or class) of a Python cell that holds `line`: its body runs to the next
-    top-level statement, indented comments after its last statement included (inspect.getsourcelines does)."""
-    try:
-        body = ast.parse(_python(source)).body
-    except SyntaxError:
-        return None
-    lines = source.split("\n")
-    starts = [min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])]) for n in body]
-    for k, node in enumerate(body):
-        nxt = starts[k + 1] if k + 1 < len(body) else len(lines) + 1
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not starts[k] <= line < nxt:
-            continue
-        if line <= node.end_lineno or lines[line - 1][:1] in (" ", "\t"):
-            return node.name
-    return None
-
-
-def place(cells, i: int, line: int) -> tuple[str, int]:
-    """(where, line) naming line `line` (1: the cell's first) of code cell `i` of `cells` as the notebook's
-    own messages do: ('lab.cu', 35), ('producer', 4), ('the code cell under "## Your model"', 2)."""
-    src = cells[i].source
-    if src.startswith("%%cuda") and line > 1 and _cuda_name(src):
-        return f"{_cuda_name(src)}.cu", line - 1
-    return _function_at(src, line) or _cell_label(cells, i), line
-
-
-def at(cells, i: int, line: int) -> str:
-    where, n = place(cells, i, line)
-    return f"{where} line {n}"     # the form of feedbeast.errors.unwritten
-
-
 def is_given(cell) -> bool:
     """A cell of a solution's learner part that the lab gives as it is (no BEGIN SOLUTION region, no kernel)."""
     return cell.cell_type == "code" and "BEGIN SOLUTION" not in cell.source and not cell.source.startswith("%%")
@@ -326,7 +250,7 @@ def reads_of(cells) -> list[str]:
     from .notebook import _reads, _targets
     bound, free = set(), []
     for c in cells:
-        for node in ast.parse(_python(c.source)).body:
+        for node in ast.parse(python_of(c.source)).body:
             now, later = _reads(node)
             free += [n for n in sorted(now | later) if n not in bound and n not in free and not hasattr(builtins, n)]
             bound |= _targets(node)[0]
@@ -449,7 +373,7 @@ class _CheckChild:
         import linecache
         lines = source.splitlines(keepends=True)
         linecache.cache[where] = (len(source), None, lines, where)
-        exec(compile(_python(source), where, "exec"), self.ns)
+        exec(compile(python_of(source), where, "exec"), self.ns)
 
     def given(self, cells, sol: Path) -> bool:
         """The lab's own cells before the checks (from the solution); False when they broke."""
@@ -473,7 +397,7 @@ class _CheckChild:
         cuda = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("%%cuda")]
         cuda_ns: dict = {}
         for name, lab_line in wanted:
-            cells = [(i, s) for i, s in cuda if _cuda_name(s) == name]
+            cells = [(i, s) for i, s in cuda if cuda_name(s) == name]
             if not cells:
                 self.fail(f"%%cuda --name {name}", f"your notebook has no `%%cuda ... --name {name}` cell before its "
                           "checks: the checks compile and launch the kernels of that cell")
@@ -515,8 +439,8 @@ class _CheckChild:
         except LookupError as e:
             missing = str(e).split(" defines no ", 1)[-1].split(" at top level")[0]
             missing = re.sub(r"(\w+) \(read in cell (\d+)\)",
-                             lambda m: f"{m[1]} (read in {_read_at(nb, m[1], int(m[2]))})", missing)
-            bad = _unparsed(nb)
+                             lambda m: f"{m[1]} (read in {nb.read_at(m[1], int(m[2]))})", missing)
+            bad = nb.unparsed()
             self.fail("your definitions", f"the checks read {missing}, which your cells before `## Check` do not "
                       "define" + (f"; not Python, so not read: {'; '.join(bad)}" if bad else
                                   " (the lab's cells say what to write)"))
@@ -538,7 +462,7 @@ class _CheckChild:
             with contextlib.redirect_stdout(self.log):
                 nb.run(stmts, ns)
         except BaseException as e:
-            self.fail(_raised_at(nb, e) or "your definitions", f"{type(e).__name__}: {e}")
+            self.fail(nb.raised_at(e) or "your definitions", f"{type(e).__name__}: {e}")
 
     def checks(self, cells, env0: dict, base: dict, current: list, launched: list):
         """Each check cell of the solution, with the grader's environment set back before it and the toolkit
@@ -561,7 +485,7 @@ class _CheckChild:
             except BaseException as e:      # SystemExit and KeyboardInterrupt from learner code are failures too
                 tb = traceback.format_exception(type(e), e, e.__traceback__)
                 err = {"ename": type(e).__name__, "evalue": str(e), "tb": "".join(tb)[-3000:],
-                       "at": _raised_at(self.nb, e) if self.nb is not None else None}
+                       "at": self.nb.raised_at(e) if self.nb is not None else None}
             changed = [k for k in set(env0) | set(os.environ) if k.startswith(("FEEDBEAST_", "CUDA_"))
                        and env0.get(k) != os.environ.get(k)]
             problems = _integrity_problems(base, self.ns) + [f"the environment variable {k} was changed"
@@ -615,46 +539,6 @@ def _harness(fd: int) -> int:
         child.checks(job["checks"], env0, base, current, launched)
     send({"t": "done"})
     return 0
-
-
-def _read_at(nb, name: str, k: int) -> str:
-    """Where cell `k` of the notebook reads `name` (what notebook.plan names by the cell's index)."""
-    for s in nb._stmts:
-        if s.pos[0] == k and name in (s.reads | s.reads_later):
-            line = min((n.lineno for n in ast.walk(s.node) if isinstance(n, ast.Name) and n.id == name),
-                       default=s.node.lineno)
-            return at(nb.cells, k, line)
-    return _cell_label(nb.cells, k)
-
-
-def _unparsed(nb) -> list[str]:
-    """'<where>: SyntaxError: ...' for each cell that is not Python (notebook.Notebook skips it, so what it
-    defines is missing)."""
-    out = []
-    for k in nb._unparsed:
-        try:
-            ast.parse(_python(nb.cells[k].source))
-        except SyntaxError as e:
-            out.append(f"{at(nb.cells, k, e.lineno or 1)}: {type(e).__name__}: {e.msg}")
-    return out
-
-
-def _raised_at(nb, exc: BaseException) -> str | None:
-    """The learner's line an exception came from: the deepest frame of the notebook's cells (notebook.run
-    compiles each under '<notebook>, cell <index>'), named by at(); None when no learner line is in it."""
-    import traceback
-    cell = re.compile(rf"{re.escape(nb.path.name)}, cell (\d+)")
-    hits = [(int(m[1]), f.lineno) for f in traceback.extract_tb(exc.__traceback__)
-            if (m := cell.fullmatch(f.filename)) and int(m[1]) < len(nb.cells) and f.lineno]
-    return at(nb.cells, *hits[-1]) if hits else None
-
-
-def _cuda_name(source: str) -> str | None:
-    from .notebook import parse_magic_line
-    try:
-        return parse_magic_line(source.partition("\n")[0])["name"]
-    except Exception:
-        return None
 
 
 # ---- the grader's side --------------------------------------------------------------------------------------
@@ -776,7 +660,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
            if any("BEGIN SOLUTION" in c.source for c in sol_mine) else [],
            # (--name, the solution's magic line): the learner's kernel text is compiled with the lab's flags
            "cuda": [(n, c.source.partition("\n")[0]) for c in sol_mine
-                    if c.cell_type == "code" and c.source.startswith("%%cuda") for n in [_cuda_name(c.source)] if n],
+                    if c.cell_type == "code" and c.source.startswith("%%cuda") for n in [cuda_name(c.source)] if n],
            "needs": reads_of(checks), "checks": [c.source for c in checks]}
 
     lab = re.match(r"(\d\d)-", path.name)

@@ -18,12 +18,16 @@ A copy with a planted change (a bug a grader must reject, a learner's edit) is t
     notebook.planted("solutions/04-mbarrier-ring.ipynb", [(old, new)], to=tmp / "04-bug.ipynb")
 
 and a small notebook for a test is made with `new([markdown("## Check"), "x = 1"], to=path)`.
+
+A line of a notebook is named as the notebook's own messages name it (`at(cells, i, line)`: `lab.cu line 35`,
+`producer line 4`, `the code cell under "## Your model" line 2`), never by a cell index: the grader's reports use it.
 """
 from __future__ import annotations
 
 import ast
 import builtins
 import dataclasses
+import re
 import shlex
 import symtable
 from pathlib import Path
@@ -130,6 +134,92 @@ def parse_magic_line(line: str) -> dict:
 _CACHE: dict = {}
 
 
+def python_of(source: str) -> str:
+    """A cell's Python with its line magics and shell escapes blanked (line numbers kept)."""
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.split("\n"))
+
+
+def cuda_name(source: str) -> str | None:
+    """The --name of a %%cuda cell, None for any other cell or a magic line that does not parse."""
+    try:
+        return parse_magic_line(source.partition("\n")[0])["name"]
+    except Exception:
+        return None
+
+
+# ---- where a line of a notebook is ---------------------------------------------------------------------------
+# A notebook shows no cell numbers, and a cell's line numbers only on request: a place is named as the
+# notebook's own messages name it. A %%cuda cell's line is `lab.cu line 35` (its CUDA source's line, the
+# `%%cuda` line not counted: the compile errors' and the TODO notes' count); a line in a top-level function is
+# `producer line 4` (the cell's line, as check_ring, fb.errors.todo_of and IPython's tracebacks count it);
+# any other line names its cell by the heading above it.
+
+MD_HEADING = re.compile(r"^#{1,6}\s+\S")
+
+
+def _headings(cell) -> list[str]:
+    """The markdown headings of a cell, as written ('## Your model'); none inside ``` fences."""
+    if cell.cell_type != "markdown":
+        return []
+    out, fenced = [], False
+    for ln in cell.source.splitlines():
+        if ln.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and MD_HEADING.match(ln.strip()):
+            out.append(ln.strip().rstrip("#").strip())
+    return out
+
+
+def _first_line(source: str, width: int = 40) -> str:
+    first = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")
+    return first if len(first) <= width else first[:width - 3].rstrip() + "..."
+
+
+def _cell_label(cells, i: int) -> str:
+    """Code cell `i` of `cells` as a learner finds it: the nearest heading above it, and its first line when
+    that heading has other code cells under it."""
+    h = next((j for j in range(i - 1, -1, -1) if _headings(cells[j])), None)
+    end = next((j for j in range(i + 1, len(cells)) if _headings(cells[j])), len(cells))
+    section = [c for c in cells[(h if h is not None else -1) + 1:end] if c.cell_type == "code"]
+    starting = f'starting "{_first_line(cells[i].source)}"'
+    if h is None:
+        return f"the code cell {starting}"
+    under = f'the code cell under "{_headings(cells[h])[-1][:60]}"'
+    return under if len(section) == 1 else f"{under} {starting}"
+
+
+def _function_at(source: str, line: int) -> str | None:
+    """The top-level function (or class) of a Python cell that holds `line`: its body runs to the next
+    top-level statement, indented comments after its last statement included (inspect.getsourcelines does)."""
+    try:
+        body = ast.parse(python_of(source)).body
+    except SyntaxError:
+        return None
+    lines = source.split("\n")
+    starts = [min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])]) for n in body]
+    for k, node in enumerate(body):
+        nxt = starts[k + 1] if k + 1 < len(body) else len(lines) + 1
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not starts[k] <= line < nxt:
+            continue
+        if line <= node.end_lineno or lines[line - 1][:1] in (" ", "\t"):
+            return node.name
+    return None
+
+
+def place(cells, i: int, line: int) -> tuple[str, int]:
+    """(where, line) naming line `line` (1: the cell's first) of code cell `i` of `cells` as the notebook's
+    own messages do: ('lab.cu', 35), ('producer', 4), ('the code cell under "## Your model"', 2)."""
+    src = cells[i].source
+    if src.startswith("%%cuda") and line > 1 and cuda_name(src):
+        return f"{cuda_name(src)}.cu", line - 1
+    return _function_at(src, line) or _cell_label(cells, i), line
+
+
+def at(cells, i: int, line: int) -> str:
+    where, n = place(cells, i, line)
+    return f"{where} line {n}"     # the form of feedbeast.errors.unwritten
+
+
 def load(path) -> "Notebook":
     """The notebook at `path` (read again only when the file changed)."""
     p = Path(path).resolve()
@@ -186,10 +276,8 @@ class Notebook:
 
     # ---- Python definitions
     def _index_python(self, i, source):
-        # Line magics and shell escapes become blank lines, so that line numbers still match the cell.
-        text = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.split("\n"))
         try:
-            tree = ast.parse(text)
+            tree = ast.parse(python_of(source))   # line numbers still those of the cell
         except SyntaxError:
             self._unparsed.append(i)
             return
@@ -288,6 +376,36 @@ class Notebook:
             module = ast.Module(body=[s.node], type_ignores=[])
             exec(compile(module, where, "exec"), ns)
         return ns
+
+    # ---- where a line is, named as the notebook's own messages name it (see place())
+    def read_at(self, name: str, k: int) -> str:
+        """Where code cell `k` reads `name` (plan's errors name the cell by its index)."""
+        for s in self._stmts:
+            if s.pos[0] == k and name in (s.reads | s.reads_later):
+                line = min((n.lineno for n in ast.walk(s.node) if isinstance(n, ast.Name) and n.id == name),
+                           default=s.node.lineno)
+                return at(self.cells, k, line)
+        return _cell_label(self.cells, k)
+
+    def unparsed(self) -> list[str]:
+        """'<where>: SyntaxError: ...' for each cell that is not Python (skipped here, so what it defines is
+        missing)."""
+        out = []
+        for k in self._unparsed:
+            try:
+                ast.parse(python_of(self.cells[k].source))
+            except SyntaxError as e:
+                out.append(f"{at(self.cells, k, e.lineno or 1)}: {type(e).__name__}: {e.msg}")
+        return out
+
+    def raised_at(self, exc: BaseException) -> str | None:
+        """The line of this notebook an exception came from: the deepest frame of its cells (run() compiles each
+        under '<notebook>, cell <index>'), named by at(); None when no line of the notebook is in it."""
+        import traceback
+        cell = re.compile(rf"{re.escape(self.path.name)}, cell (\d+)")
+        hits = [(int(m[1]), f.lineno) for f in traceback.extract_tb(exc.__traceback__)
+                if (m := cell.fullmatch(f.filename)) and int(m[1]) < len(self.cells) and f.lineno]
+        return at(self.cells, *hits[-1]) if hits else None
 
     def definitions(self, *names: str, namespace: dict | None = None, **bound) -> dict:
         """Run the definitions of `names` (and what they need) in a fresh namespace and return it.

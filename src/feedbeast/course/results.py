@@ -222,7 +222,7 @@ def retired_names(folder: Path, latest: dict[str, dict]) -> dict[str, tuple[str,
     out = {}
     for n, r in latest.items():
         nb = notebook_of(n)
-        if nb and n not in last[nb][1] and r["time"] < last[nb][0]:
+        if nb and n not in last[nb][1] and r.get("time", "") < last[nb][0]:
             out[n] = (nb, last[nb][0])
     return out
 
