@@ -652,3 +652,24 @@ def test_gpu_lab_bug_fails_grading(gpu90, tmp_path, bug):
     rep = grade.grade(planted(tmp_path, bug), timeout=120 if HANG in BUGS[bug][1] else 600)
     assert rep.failed, str(rep)
     assert _kinds(rep) & BUGS[bug][1], f"{bug}: expected {BUGS[bug][1]}, got {_kinds(rep)}:\n{rep}"
+
+
+def test_without_a_gpu_the_counters_cell_shows_the_tables_make_bench_recorded(h200_results, monkeypatch, capsys):
+    """The counters cell where nothing can be profiled: each profile it prints is the table a GPU's make bench
+    recorded under that name, or the skip alone where none was recorded."""
+    import json
+    from feedbeast import profiling
+    monkeypatch.setattr(profiling, "needs_gpu", lambda what="": fb.Skipped("needs a GPU, this machine has none", what))
+    (h200_results / "nvidia-h200").mkdir()
+    rec = {"name": "ch09/rung 4", "kernel": "attn_pp_d128", "gpu": "NVIDIA H200", "values": {"tensor_pipe": 71.9},
+           "stalls": {"wait": 1.9, "barrier": 0.5}, "units": {"tensor_pipe": "%"}}
+    (h200_results / "nvidia-h200" / "profile.jsonl").write_text(json.dumps(rec) + "\n")
+    cell = next(c for c in CHAPTER.cells if c.get("id") == "c09-counters-run")
+    ns = {"fb": fb, "np": np}
+    exec(cell.source, ns)
+    rung4 = ns["profiles"]["rung 4"]
+    assert not rung4 and rung4.recorded is not None and rung4.recorded.values == {"tensor_pipe": 71.9}
+    out = capsys.readouterr().out
+    assert "recorded on NVIDIA H200:\nch09/rung 4 (attn_pp_d128) on NVIDIA H200" in out and "71.9 %" in out
+    others = [p for label, p in ns["profiles"].items() if label != "rung 4"]
+    assert all(not p and p.recorded is None for p in others)
