@@ -3,6 +3,7 @@
 The kernel is read from the chapter's %%cuda cell, so the test and the book run the same code.
 GPU tests skip by name without an sm_90a GPU.
 """
+import re
 from pathlib import Path
 
 import numpy as np
@@ -219,3 +220,29 @@ def test_rowsum_consumers_fence_their_reads_before_the_async_refill(notebook, ce
     assert bare != body
     with pytest.raises(fb.SassMismatch, match="no fence.proxy.async"):   # the one-liner that finds a deleted fence
         fb.sass.expect_proxy_fence(fb.compile(bare, "sm_90a", defines=defines), kernel, "test")
+
+
+def test_a_named_timeline_goes_to_the_results_log_and_comes_back_where_no_gpu_ran(h200_results, monkeypatch):
+    """TraceBuffer.spans(name=...) hands its spans to hooks.on_trace (the course writes traces.jsonl), not when
+    timing is off (the sanitizer); recorded_spans reads them back in place of a skipped launch, labelled with the
+    GPU, what ran, the run's figures and date."""
+    from feedbeast import hooks, trace
+    from feedbeast.course import results
+    monkeypatch.setattr(hooks, "on_trace", [results.append_trace])
+    lanes = ["producer", "consumer 0", "stage 0"]
+    spans = [Span("producer", 0, 100, "wait"), Span("stage 0", 100, 900, "load"), Span("consumer 0", 900, 1300, "compute")]
+    tb = TraceBuffer(lanes, per_lane=8)
+    monkeypatch.setattr(tb, "records", lambda: spans_to_records(spans, lanes, KINDS, t0=10**15))
+    monkeypatch.setattr(hooks.mode, "untimed", "timing is off under the sanitizer")
+    tb.spans(name="ch04/ring trace", about="block 0 of 132")
+    assert not (h200_results / "nvidia-h200" / "traces.jsonl").exists()
+    monkeypatch.setattr(hooks.mode, "untimed", "")
+    got = tb.spans(name="ch04/ring trace", about="block 0 of 132", data={"per_sm": 25.5})
+    assert got.title == "block 0 of 132, NVIDIA H200" and got == spans_of(tb.records(), lanes)
+    skipped = fb.Skipped("needs a GPU, this machine has none", "rowsum_ring")
+    back = trace.recorded_spans("ch04/ring trace", skipped)
+    assert [(s.lane, s.kind, s.start, s.end) for s in back] == [(s.lane, s.kind, s.start, s.end) for s in spans]
+    assert back.data == {"per_sm": 25.5} and back.gpu == "NVIDIA H200"
+    assert re.fullmatch(r"block 0 of 132, NVIDIA H200, recorded 20\d\d-\d\d-\d\d, not measured here",
+                        back.title)
+    assert trace.recorded_spans("ch06/cooperative trace", skipped) is skipped      # nothing recorded: the skip

@@ -20,8 +20,10 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
     on_bench        [f(BenchResult)] each result fb.bench returns: the results log
     on_check        [f(CheckResult)] each fb.check measured on a GPU: the results log
     on_profile      [f(Profile)] each table fb.profile reads: the results log
+    on_trace        [f(Spans)] each timeline a TraceBuffer read under a name (feedbeast.trace): the results log
     recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line
-                    (str) for a bench ("bench") or a check ("check"), the record (dict) of a profile ("profile"),
+                    (str) for a bench ("bench") or a check ("check"), the record (dict) of a profile ("profile")
+                    or of a timeline ("trace"),
                     each GPU's latest record (list of dicts) of a bench ("bench-records", fb.plot_recorded);
                     None when nothing was recorded
     mode            what the process runs under; `mode.sanitizer` is true inside `make sanitize`'s notebook runs:
@@ -58,6 +60,7 @@ on_verdict: list = []
 on_bench: list = []
 on_check: list = []
 on_profile: list = []
+on_trace: list = []
 recorded = None
 
 

@@ -6,11 +6,14 @@ Chapter 04 measures its ring's per-role timeline with it; chapters 06 and 09 do 
     mod = fb.compile(src, defines=tb.defines)          # FB_TRACE=1, FB_TRACE_PER_LANE=512
     mod.my_kernel.launch(grid, block, ..., tb.array)   # the kernel's `long long* trace` argument
     spans = tb.spans()                                 # feedbeast.timeline.Span list (ns from the first)
+    spans = tb.spans(name="ch09/rung 4 trace", about="rung 4, block 0")   # the same, handed to hooks.on_trace
+    spans = recorded_spans("ch09/rung 4 trace", skipped)  # no GPU: what a GPU run recorded under the name
 
 A kernel records with `fb::Tracer` from <fb/trace.cuh>: rows of four int64s (lane id, kind id,
 start_ns, end_ns); lane l owns rows [l * per_lane, (l + 1) * per_lane). Rows never written stay zero
 and are dropped when read. On a machine with no GPU the buffer is a placeholder and spans() returns
-a Skipped.
+a Skipped. Named spans go to feedbeast.hooks.on_trace (make bench records them in the results log), so that a
+reader without a GPU still sees the timeline a GPU measured (recorded_spans), labelled with its GPU and date.
 """
 from __future__ import annotations
 
@@ -18,9 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
+from . import hooks
 from .memory import empty
 from .skip import Skipped
-from .timeline import spans_from_records
+from .timeline import Span, spans_from_records
 
 #: kind ids of fb::TraceKind in <fb/trace.cuh>, in order
 KINDS = ("wait", "issue", "load", "full", "consume", "compute", "bubble")
@@ -53,12 +57,57 @@ class TraceBuffer:
             return Skipped("needs a GPU, this machine has none", "read trace")
         return self.array.to_host()
 
-    def spans(self, t0: int | None = None):
-        """The recorded spans, named by lane and kind, times in ns from the earliest start."""
+    def spans(self, t0: int | None = None, *, name: str | None = None, about: str = "", data: dict | None = None):
+        """The recorded spans, named by lane and kind, times in ns from the earliest start. With `name`: a Spans
+        (what ran, `about`, this GPU's name, and `data`: figures of the same run that go with the timeline) handed
+        to hooks.on_trace, except where timing is off (under the sanitizer the kernel runs instrumented, so its
+        times are not the kernel's)."""
         rec = self.records()
         if isinstance(rec, Skipped):
             return rec
-        return spans_from_records(rec, lanes=self.lanes, kinds=KINDS, t0=t0)
+        out = spans_from_records(rec, lanes=self.lanes, kinds=KINDS, t0=t0)
+        if name is None:
+            return out
+        from .device import gpu
+        out = Spans(out, name=name, about=about, gpu=gpu().name, data=data)
+        if not hooks.mode.untimed:
+            hooks.emit(hooks.on_trace, out)
+        return out
+
+
+class Spans(list):
+    """The spans of one traced run, with what ran (`about`), on which GPU, figures of the same run (`data`), and
+    `recorded`: the date of the GPU run they were read back from ("" when they were measured in this process)."""
+
+    def __init__(self, spans=(), *, name: str = "", about: str = "", gpu: str = "", recorded: str = "",
+                 data: dict | None = None):
+        super().__init__(spans)
+        self.name, self.about, self.gpu, self.recorded, self.data = name, about, gpu, recorded, dict(data or {})
+
+    @property
+    def title(self) -> str:
+        """What ran and where: for a timeline's title."""
+        when = f"recorded {self.recorded}, not measured here" if self.recorded else ""
+        return ", ".join(x for x in (self.about, self.gpu, when) if x)
+
+    def as_record(self) -> dict:
+        """A line of the results log: the lanes and kinds named once, each span as four integers (ns)."""
+        lanes, kinds = list(dict.fromkeys(s.lane for s in self)), list(dict.fromkeys(s.kind for s in self))
+        rows = [[lanes.index(s.lane), kinds.index(s.kind), int(s.start), int(s.end)] for s in self]
+        return {"name": self.name, "about": self.about, "gpu": self.gpu, "data": self.data, "lanes": lanes,
+                "kinds": kinds, "rows": rows}
+
+
+def recorded_spans(name: str, why):
+    """Where a traced run was skipped (`why`, the launch's Skipped): the spans a GPU run recorded under `name`
+    (feedbeast.hooks.recorded, kind "trace"), as a Spans that names that GPU and the run's date; else `why`."""
+    rec = hooks.recorded_line("trace", name)
+    if rec is None:
+        return why
+    lanes, kinds = rec["lanes"], rec["kinds"]
+    spans = [Span(lanes[lane], start, end, kinds[kind]) for lane, kind, start, end in rec["rows"]]
+    return Spans(spans, name=name, about=rec.get("about", ""), gpu=rec.get("gpu", ""),
+                 recorded=rec.get("time", "")[:10] or "undated", data=rec.get("data"))
 
 
 

@@ -52,16 +52,18 @@ def _recorded(kind: str, name: str) -> str | dict | list | None:
         return results.recorded_check(name) if name != "check" else None
     if kind == "profile":
         return results.recorded_profile(name)
+    if kind == "trace":
+        return results.recorded_trace(name)
     if kind == "bench-records":     # each GPU's latest record of exactly this name (fb.plot_recorded)
         return results.recorded("bench", name)
-    raise ValueError(f"no recorded results of kind {kind!r}: bench, bench-records, check or profile")
+    raise ValueError(f"no recorded results of kind {kind!r}: bench, bench-records, check, profile or trace")
 
 
 def install() -> None:
     """Install the course's hooks into the library (again: nothing is installed twice)."""
     verdicts.install()
     for sinks, f in ((hooks.on_bench, results.append), (hooks.on_check, results.append_check),
-                     (hooks.on_profile, results.append_profile)):
+                     (hooks.on_profile, results.append_profile), (hooks.on_trace, results.append_trace)):
         if f not in sinks:
             sinks.append(f)
     hooks.recorded = _recorded

@@ -307,7 +307,7 @@ def _integrity_baseline(ns: dict, protected) -> dict:
             "sinks": list(verdicts._sinks), "records": verdicts._records}
 
 
-_HOOK_LISTS = ("before_launch", "on_verdict", "on_bench", "on_check", "on_profile")
+_HOOK_LISTS = ("before_launch", "on_verdict", "on_bench", "on_check", "on_profile", "on_trace")
 
 
 def _hook_state(hooks) -> dict:

@@ -75,13 +75,20 @@ def append_check(res) -> Path | None:
 
 def append_profile(pr) -> Path:
     """A fb.profile table, one line of results/<gpu>/profile.jsonl (next to bench.jsonl)."""
+    return _append_line("profile.jsonl", pr.as_record())
+
+
+def append_trace(spans) -> Path:
+    """A timeline a TraceBuffer read under a name (feedbeast.trace.Spans), one line of results/<gpu>/traces.jsonl."""
+    return _append_line("traces.jsonl", spans.as_record())
+
+
+def _append_line(filename: str, rec: dict) -> Path:
     from ..device import gpu
-    g = gpu()
-    d = results_root() / g.slug
+    d = results_root() / gpu().slug
     d.mkdir(parents=True, exist_ok=True)
-    rec = pr.as_record()
     rec["time"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    path = d / "profile.jsonl"
+    path = d / filename
     with path.open("a") as f:
         f.write(json.dumps(rec) + "\n")
     return path
@@ -90,9 +97,18 @@ def append_profile(pr) -> Path:
 def recorded_profile(name: str) -> dict | None:
     """The latest fb.profile table recorded under `name`: in the results folder in use, else in the course's own
     results/ (a checkout of the course keeps the tables of its GPU runs there)."""
+    return _latest_line("profile.jsonl", name)
+
+
+def recorded_trace(name: str) -> dict | None:
+    """The latest timeline recorded under `name`, looked for as recorded_profile looks for a table."""
+    return _latest_line("traces.jsonl", name)
+
+
+def _latest_line(filename: str, name: str) -> dict | None:
     paths = []
     for root in (results_root(), course_results()):
-        paths += sorted(root.glob("*/profile.jsonl")) if root is not None and root.exists() else []
+        paths += sorted(root.glob(f"*/{filename}")) if root is not None and root.exists() else []
     for path in paths:
         for line in reversed(path.read_text().splitlines()):
             rec = json.loads(line)
