@@ -401,3 +401,23 @@ def test_without_a_gpu_both_parts_show_what_make_bench_recorded(h200_results, ca
     ns["recorded_paged"]()
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("   1024  16  1"))
     assert "TMA pool" in row and "sdpa-flash" in row and row.split("|")[-1].strip() == "1.50"
+
+
+def test_without_a_gpu_the_pdl_chain_is_read_back_from_the_results_log(h200_results, monkeypatch, capsys):
+    """The PDL chain's cell where nothing is timed: its per-layer start and end and its totals come back from the
+    timeline a GPU run recorded, against that run's copy ceiling, and say where they were recorded."""
+    from feedbeast import hooks, trace
+    from feedbeast.course import results
+    from feedbeast.timeline import Span
+    monkeypatch.setattr(hooks, "on_trace", [results.append_trace])
+    for pdl, total_ms in ((False, 0.4066), (True, 0.3640)):
+        trace.named([Span("layers", 12_000.0 * i, 12_000.0 * i + 11_000, "compute") for i in range(32)],
+                    f"ch10/pdl chain pdl={int(pdl)}", about="32 layers", data={"total_ms": total_ms, "copy_gbps": 4250.0})
+    cell = next(c for c in CHAPTER.cells if c.get("id") == "154e7044")
+    ns = {"fb": fb, "np": np, "decode_rows": [], "copy": fb.Skipped("needs a GPU, this machine has none", "copy")}
+    exec(cell.source, ns)
+    out = capsys.readouterr().out
+    assert out.startswith("needs a GPU, this machine has none; recorded on NVIDIA H200 on 20")
+    assert "PDL off:   406.6 us for 32 layers, 12.71 us per layer =  62.1 % of the copy ceiling" in out
+    assert "PDL saves 10.5 % of the chain's time" in out
+    assert ns["chain"][True][1].shape == (32, 2) and ns["chain"][False][1][1].tolist() == [12_000.0, 23_000.0]

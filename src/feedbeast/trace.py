@@ -58,21 +58,24 @@ class TraceBuffer:
         return self.array.to_host()
 
     def spans(self, t0: int | None = None, *, name: str | None = None, about: str = "", data: dict | None = None):
-        """The recorded spans, named by lane and kind, times in ns from the earliest start. With `name`: a Spans
-        (what ran, `about`, this GPU's name, and `data`: figures of the same run that go with the timeline) handed
-        to hooks.on_trace, except where timing is off (under the sanitizer the kernel runs instrumented, so its
-        times are not the kernel's)."""
+        """The recorded spans, named by lane and kind, times in ns from the earliest start. With `name`: named()'s
+        Spans (what ran, `about`, this GPU's name, and `data`: figures of the same run that go with the timeline)."""
         rec = self.records()
         if isinstance(rec, Skipped):
             return rec
         out = spans_from_records(rec, lanes=self.lanes, kinds=KINDS, t0=t0)
-        if name is None:
-            return out
-        from .device import gpu
-        out = Spans(out, name=name, about=about, gpu=gpu().name, data=data)
-        if not hooks.mode.untimed:
-            hooks.emit(hooks.on_trace, out)
-        return out
+        return out if name is None else named(out, name, about=about, data=data)
+
+
+def named(spans, name: str, *, about: str = "", data: dict | None = None) -> "Spans":
+    """Spans measured on this GPU (from a TraceBuffer or any other clock the kernels read), as a Spans named `name`
+    and handed to hooks.on_trace, except where timing is off (under the sanitizer the kernel runs instrumented, so
+    its times are not the kernel's)."""
+    from .device import gpu
+    out = Spans(spans, name=name, about=about, gpu=gpu().name, data=data)
+    if not hooks.mode.untimed:
+        hooks.emit(hooks.on_trace, out)
+    return out
 
 
 class Spans(list):
