@@ -243,6 +243,5 @@ def test_a_named_timeline_goes_to_the_results_log_and_comes_back_where_no_gpu_ra
     back = trace.recorded_spans("ch04/ring trace", skipped)
     assert [(s.lane, s.kind, s.start, s.end) for s in back] == [(s.lane, s.kind, s.start, s.end) for s in spans]
     assert back.data == {"per_sm": 25.5} and back.gpu == "NVIDIA H200"
-    assert re.fullmatch(r"block 0 of 132, NVIDIA H200, recorded 20\d\d-\d\d-\d\d, not measured here",
-                        back.title)
+    assert re.fullmatch(r"block 0 of 132, recorded on NVIDIA H200 on 20\d\d-\d\d-\d\d, not timed here", back.title)
     assert trace.recorded_spans("ch06/cooperative trace", skipped) is skipped      # nothing recorded: the skip

@@ -421,3 +421,41 @@ def test_without_a_gpu_the_pdl_chain_is_read_back_from_the_results_log(h200_resu
     assert "PDL off:   406.6 us for 32 layers, 12.71 us per layer =  62.1 % of the copy ceiling" in out
     assert "PDL saves 10.5 % of the chain's time" in out
     assert ns["chain"][True][1].shape == (32, 2) and ns["chain"][False][1][1].tolist() == [12_000.0, 23_000.0]
+
+
+def test_without_a_gpu_both_plots_draw_what_make_bench_recorded(h200_results, monkeypatch):
+    """The part-1 and part-2 plot cells where nothing is timed: one figure per GPU from the records, "ours" the
+    fastest build at each shape against cuBLAS, each paged column and library at its lengths."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for name, ms in (("ch10/gemv-wgmma 1x8192x8192", 0.040), ("ch10/gemv-mma.sync 1x8192x8192", 0.042),
+                     ("ch10/cublas 1x8192x8192", 0.050), ("ch10/gemv-wgmma 16x8192x8192", 0.044),
+                     ("ch10/cublas 16x8192x8192", 0.043)):
+        fb.result_of(name, [ms], nbytes=134.2e6, ceiling=4000.0, bound="dram")
+    for name, ms in (("ch10/paged-TMA pool L=1024 P=64 nq=1", 0.010), ("ch10/paged-TMA pool L=8192 P=64 nq=1", 0.030),
+                     ("ch10/paged-sdpa-flash L=1024 nq=1", 0.015), ("ch10/paged-sdpa-cudnn L=1024 nq=1", 0.012),
+                     ("ch10/paged-copy-floor L=1024", 0.005)):
+        fb.result_of(name, [ms], nbytes=4.2e6, ceiling=4000.0, bound="dram")
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda: shown.append(plt.gcf()))
+    ns = CHAPTER.definitions("decode_records", "paged_records", "DECODE_BUILDS", "PAGED_COLUMNS", "PAGED_LIBS",
+                             np=np, fb=fb)
+    skipped = fb.Skipped("needs a GPU, this machine has none", "copy")
+    ns.update(plt=plt, decode_rows=[], paged_rows=[], copy=skipped, pcopy=skipped)
+    for cid in ("92686321", "c10-paged-plot"):
+        exec(next(c for c in CHAPTER.cells if c.get("id") == cid).source, ns)
+    part1, part2 = shown
+    left, right = part1.axes
+    curves = {ln.get_label(): ln.get_ydata().tolist() for ln in left.lines if not ln.get_label().startswith("_")}
+    assert curves == {"ours 8192x8192": [pytest.approx(134.2e6 / 0.040e-3 / 1e9 / 40), pytest.approx(134.2e6 / 0.044e-3 / 1e9 / 40)],
+                      "cuBLAS 8192x8192": [pytest.approx(134.2e6 / 0.050e-3 / 1e9 / 40), pytest.approx(134.2e6 / 0.043e-3 / 1e9 / 40)]}
+    assert [ln.get_ydata().tolist() for ln in right.lines if ln.get_label() == "8192x8192"] == [
+        [pytest.approx(1.25), pytest.approx(0.043 / 0.044)]]
+    assert "recorded on NVIDIA H200 (results/nvidia-h200/, 20" in part1._suptitle.get_text()
+    (ax,) = part2.axes
+    got = {ln.get_label(): ln.get_ydata().tolist() for ln in ax.lines if not ln.get_label().startswith("_")}
+    assert got["TMA pool, P = 64"] == [pytest.approx(4.2e6 / 0.010e-3 / 1e9 / 40), pytest.approx(4.2e6 / 0.030e-3 / 1e9 / 40)]
+    assert got["SDPA, best backend (contiguous)"] == [pytest.approx(4.2e6 / 0.012e-3 / 1e9 / 40)]      # cuDNN, the faster
+    assert got["a copy of the same bytes"] == [pytest.approx(4.2e6 / 0.005e-3 / 1e9 / 40)]
+    plt.close("all")

@@ -20,7 +20,7 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
     on_bench        [f(BenchResult)] each result fb.bench returns: the results log
     on_check        [f(CheckResult)] each fb.check measured on a GPU: the results log
     on_profile      [f(Profile)] each table fb.profile reads: the results log
-    on_trace        [f(Spans)] each timeline a TraceBuffer read under a name (feedbeast.trace): the results log
+    on_trace        [f(Spans)] each named timeline measured here (feedbeast.trace.named): the results log
     recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line
                     (str) for a bench ("bench") or a check ("check"), the record (dict) of a profile ("profile")
                     or of a timeline ("trace"),

@@ -24,7 +24,7 @@ import numpy as np
 from . import hooks
 from .memory import empty
 from .skip import Skipped
-from .timeline import Span, spans_from_records
+from .timeline import spans_from_records, spans_to_records
 
 #: kind ids of fb::TraceKind in <fb/trace.cuh>, in order
 KINDS = ("wait", "issue", "load", "full", "consume", "compute", "bubble")
@@ -72,7 +72,8 @@ def named(spans, name: str, *, about: str = "", data: dict | None = None) -> "Sp
     and handed to hooks.on_trace, except where timing is off (under the sanitizer the kernel runs instrumented, so
     its times are not the kernel's)."""
     from .device import gpu
-    out = Spans(spans, name=name, about=about, gpu=gpu().name, data=data)
+    g = gpu()
+    out = Spans(spans, name=name, about=about, gpu=g.name if g else "", data=data)
     if not hooks.mode.untimed:
         hooks.emit(hooks.on_trace, out)
     return out
@@ -88,17 +89,20 @@ class Spans(list):
         self.name, self.about, self.gpu, self.recorded, self.data = name, about, gpu, recorded, dict(data or {})
 
     @property
+    def origin(self) -> str:
+        """Where the spans come from: this GPU's name, or the GPU and date of the run that recorded them."""
+        return f"recorded on {self.gpu} on {self.recorded}, not timed here" if self.recorded else self.gpu
+
+    @property
     def title(self) -> str:
         """What ran and where: for a timeline's title."""
-        when = f"recorded {self.recorded}, not measured here" if self.recorded else ""
-        return ", ".join(x for x in (self.about, self.gpu, when) if x)
+        return ", ".join(x for x in (self.about, self.origin) if x)
 
     def as_record(self) -> dict:
         """A line of the results log: the lanes and kinds named once, each span as four integers (ns)."""
         lanes, kinds = list(dict.fromkeys(s.lane for s in self)), list(dict.fromkeys(s.kind for s in self))
-        rows = [[lanes.index(s.lane), kinds.index(s.kind), int(s.start), int(s.end)] for s in self]
         return {"name": self.name, "about": self.about, "gpu": self.gpu, "data": self.data, "lanes": lanes,
-                "kinds": kinds, "rows": rows}
+                "kinds": kinds, "rows": spans_to_records(self, lanes, kinds).tolist()}
 
 
 def recorded_spans(name: str, why):
@@ -107,8 +111,8 @@ def recorded_spans(name: str, why):
     rec = hooks.recorded_line("trace", name)
     if rec is None:
         return why
-    lanes, kinds = rec["lanes"], rec["kinds"]
-    spans = [Span(lanes[lane], start, end, kinds[kind]) for lane, kind, start, end in rec["rows"]]
+    spans = spans_from_records(np.array(rec["rows"], np.int64).reshape(-1, 4), lanes=rec["lanes"],
+                               kinds=rec["kinds"], t0=0)
     return Spans(spans, name=name, about=rec.get("about", ""), gpu=rec.get("gpu", ""),
                  recorded=rec.get("time", "")[:10] or "undated", data=rec.get("data"))
 

@@ -39,21 +39,16 @@ def versions() -> dict:
 
 
 def append(res) -> Path:
+    """A fb.bench result, one line of results/<gpu>/bench.jsonl."""
     from ..device import gpu
     g = gpu()
-    d = results_root() / g.slug
-    d.mkdir(parents=True, exist_ok=True)
-    rec = {"name": res.name, "median_ms": res.median_ms, "p10_ms": res.spread_ms[0], "p90_ms": res.spread_ms[1],
-           "runs": len(res.times_ms), "value": res.value, "unit": res.unit, "nbytes": res.nbytes,
-           "flops": res.flops, "ceiling": res.ceiling_name, "ceiling_value": res.ceiling_value, "pct": res.pct,
-           "sizes": res.sizes, "bound": res.bound, "peak": res.peak_value, "peak_how": res.peak_how,
-           "pct_peak": res.pct_peak, "kernels": res.kernels, "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}", "sm_count": g.sm_count,
-           "driver": g.driver_version, "nvrtc": "%d.%d" % g.nvrtc_version, "versions": versions(),
-           "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    path = d / "bench.jsonl"
-    with path.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
-    return path
+    return _append_line("bench.jsonl", {
+        "name": res.name, "median_ms": res.median_ms, "p10_ms": res.spread_ms[0], "p90_ms": res.spread_ms[1],
+        "runs": len(res.times_ms), "value": res.value, "unit": res.unit, "nbytes": res.nbytes,
+        "flops": res.flops, "ceiling": res.ceiling_name, "ceiling_value": res.ceiling_value, "pct": res.pct,
+        "sizes": res.sizes, "bound": res.bound, "peak": res.peak_value, "peak_how": res.peak_how,
+        "pct_peak": res.pct_peak, "kernels": res.kernels, "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}",
+        "sm_count": g.sm_count, "driver": g.driver_version, "nvrtc": "%d.%d" % g.nvrtc_version, "versions": versions()})
 
 
 def append_check(res) -> Path | None:
@@ -62,15 +57,9 @@ def append_check(res) -> Path | None:
     g = gpu()
     if g is None:
         return None
-    d = results_root() / g.slug
-    d.mkdir(parents=True, exist_ok=True)
-    rec = {"name": res.name, "passed": res.passed, "rel_error": res.rel_error, "tolerance": res.tolerance,
-           "n_bad": res.n_bad, "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}",
-           "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    path = d / "checks.jsonl"
-    with path.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
-    return path
+    return _append_line("checks.jsonl", {"name": res.name, "passed": res.passed, "rel_error": res.rel_error,
+                                         "tolerance": res.tolerance, "n_bad": res.n_bad, "gpu": g.name,
+                                         "cc": f"{g.cc[0]}.{g.cc[1]}"})
 
 
 def append_profile(pr) -> Path:
@@ -79,11 +68,12 @@ def append_profile(pr) -> Path:
 
 
 def append_trace(spans) -> Path:
-    """A timeline a TraceBuffer read under a name (feedbeast.trace.Spans), one line of results/<gpu>/traces.jsonl."""
+    """A named timeline (feedbeast.trace.Spans), one line of results/<gpu>/traces.jsonl."""
     return _append_line("traces.jsonl", spans.as_record())
 
 
 def _append_line(filename: str, rec: dict) -> Path:
+    """`rec` with the time now, appended to results/<this gpu>/`filename`."""
     from ..device import gpu
     d = results_root() / gpu().slug
     d.mkdir(parents=True, exist_ok=True)
@@ -95,26 +85,19 @@ def _append_line(filename: str, rec: dict) -> Path:
 
 
 def recorded_profile(name: str) -> dict | None:
-    """The latest fb.profile table recorded under `name`: in the results folder in use, else in the course's own
-    results/ (a checkout of the course keeps the tables of its GPU runs there)."""
-    return _latest_line("profile.jsonl", name)
+    """The newest fb.profile table any GPU run recorded under `name` (the course's results/ and
+    FEEDBEAST_RESULTS'), or None."""
+    return _newest("profile", name)
 
 
 def recorded_trace(name: str) -> dict | None:
-    """The latest timeline recorded under `name`, looked for as recorded_profile looks for a table."""
-    return _latest_line("traces.jsonl", name)
+    """The newest timeline any GPU run recorded under `name`, or None."""
+    return _newest("traces", name)
 
 
-def _latest_line(filename: str, name: str) -> dict | None:
-    paths = []
-    for root in (results_root(), course_results()):
-        paths += sorted(root.glob(f"*/{filename}")) if root is not None and root.exists() else []
-    for path in paths:
-        for line in reversed(path.read_text().splitlines()):
-            rec = json.loads(line)
-            if rec.get("name") == name:
-                return rec
-    return None
+def _newest(kind: str, name: str) -> dict | None:
+    recs = [r for path in _recorded_logs(kind) for r in load(path) if r.get("name") == name]
+    return max(recs, key=lambda r: r.get("time", ""), default=None)
 
 
 def course_results() -> Path | None:
