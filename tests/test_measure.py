@@ -364,3 +364,11 @@ def test_a_sweep_not_timed_here_is_drawn_from_what_gpus_recorded(monkeypatch, tm
                    "NVIDIA H200 (2026-11-29)": ([1, 4], [3500.0, 4000.0])}, got
     assert fb.plot_recorded({1: "ch04/other/stages=1"}) is None
     assert "no GPU run recorded these benchmarks" in capsys.readouterr().out
+    # several series ({label: {x: name}}), x a category: one line per series and GPU
+    fig, ax = fb.plot_recorded({"one stage": {"a": "ch04/ring/stages=1"}, "four": {"a": "ch04/ring/stages=4",
+                                                                                 "b": "ch04/other/stages=1"}})
+    got = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
+    assert got == {"one stage, NVIDIA H100 80GB HBM3 (2026-11-23)": [2400.0 / 43],
+                   "one stage, NVIDIA H200 (2026-11-29)": [3500.0 / 43],
+                   "four, NVIDIA H100 80GB HBM3 (2026-11-23)": [2900.0 / 43],
+                   "four, NVIDIA H200 (2026-11-29)": [4000.0 / 43]}, got

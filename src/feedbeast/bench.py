@@ -223,23 +223,26 @@ PEAK_TOLERANCE = 0.01   # timer granularity: a result 1 % over its peak is still
 
 
 def plot_recorded(series: dict, *, field: str = "pct", xlabel: str = "", ylabel: str = "% of the ceiling"):
-    """Where a sweep was not timed: the same sweep as GPU runs recorded it ({x: benchmark name}), one line per GPU
-    (feedbeast.hooks.recorded, kind "bench-records": each GPU's latest record of a name; `field` "pct" is the % of
-    the record's same-run ceiling, "value" its rate). Returns (fig, ax), or None after one line saying that no GPU
-    run recorded them."""
+    """Where a sweep was not timed: the same sweep as GPU runs recorded it, one line per GPU (feedbeast.hooks.recorded,
+    kind "bench-records": each GPU's latest record of a name; `field` "pct" is the % of the record's same-run
+    ceiling, "value" its rate). `series` is {x: benchmark name}, or {label: {x: benchmark name}} for several lines
+    per GPU; x may be a number or a category (a variant's name). Returns (fig, ax), or None after one line saying
+    that no GPU run recorded them."""
+    many = all(isinstance(v, dict) for v in series.values())
     lines = {}
-    for x, name in series.items():
-        for rec in hooks.recorded_line("bench-records", name) or []:
-            if rec.get(field) is not None:
-                lines.setdefault(rec.get("gpu", "?"), []).append((x, rec[field], rec.get("time", "")[:10]))
+    for label, sweep in (series.items() if many else [("", series)]):
+        for x, name in sweep.items():
+            for rec in hooks.recorded_line("bench-records", name) or []:
+                if rec.get(field) is not None:
+                    lines.setdefault((label, rec.get("gpu", "?")), []).append((x, rec[field], rec.get("time", "")[:10]))
     if not lines:
         print("no plot: nothing was timed here, and no GPU run recorded these benchmarks")
         return None
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    for gpu_name, pts in lines.items():
+    for (label, gpu_name), pts in lines.items():
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-",
-                label=f"{gpu_name} ({max(p[2] for p in pts) or 'undated'})")
+                label=f"{label + ', ' if label else ''}{gpu_name} ({max(p[2] for p in pts) or 'undated'})")
     ax.set_xlabel(xlabel); ax.set_ylabel(ylabel)
     ax.set_title("recorded by make bench (no timing here)"); ax.legend(fontsize=8); fig.tight_layout()
     return fig, ax
