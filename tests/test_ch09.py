@@ -674,3 +674,27 @@ def test_without_a_gpu_the_counters_cell_shows_the_tables_make_bench_recorded(h2
     assert "recorded on NVIDIA H200:\nch09/rung 4 (attn_pp_d128) on NVIDIA H200" in out and "71.9 %" in out
     others = [p for label, p in ns["profiles"].items() if label != "rung 4"]
     assert len(others) == 2 and all(not p and p.recorded is None for p in others)
+
+
+def test_without_a_gpu_the_ladder_table_shows_what_make_bench_recorded(h200_results, monkeypatch, capsys):
+    """The ladder's table and chart where nothing is timed: each rung and SDPA backend make bench recorded under
+    ch09/ladder/..., in TFLOP/s, with rung 4 against the best backend; the interleaved rounds' names are not read."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    monkeypatch.setattr(plt, "show", lambda: None)
+    flops = 4 * 4 * 16 * 4096 * 4096 * 128
+    for name, ms in (("ch09/ladder/1 sync/4x16x4096x128/causal=0", 4.0), ("ch09/ladder/4 pp/4x16x4096x128/causal=0", 1.0),
+                     ("ch09/ladder/sdpa-cudnn/4x16x4096x128/causal=0", 0.8), ("ch09/ladder/sdpa-flash/4x16x4096x128/causal=0", 2.0),
+                     ("ch09/sdpa-cudnn/4x16x4096x128/causal=0", 0.6)):           # an interleaved round's name
+        fb.result_of(name, [ms], flops=flops, bound="tensor")
+    cell = next(c for c in CHAPTER.cells if c.get("id") == "c09-measure-table")
+    ns = {"fb": fb, "np": np, "plt": plt, "g": None, "timings": {}}
+    exec(cell.source, ns)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("recorded on NVIDIA H200 (results/nvidia-h200/, 20") and out[0].endswith("not timed here")
+    assert out[1].split() == ["TFLOP/s", "1", "sync", "4", "pp", "flash", "cudnn", "best", "SDPA", "4", "pp/best"]
+    tf = flops / 1e9
+    assert out[2].split() == ["4x16x4096x128", f"{tf / 4.0:.0f}", f"{tf:.0f}", f"{tf / 2.0:.0f}", f"{tf / 0.8:.0f}",
+                              "cudnn", "80.0", "%"]
+    plt.close("all")
