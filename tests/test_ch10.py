@@ -439,8 +439,8 @@ def test_without_a_gpu_both_plots_draw_what_make_bench_recorded(h200_results, mo
         fb.result_of(name, [ms], nbytes=4.2e6, ceiling=4000.0, bound="dram")
     shown = []
     monkeypatch.setattr(plt, "show", lambda: shown.append(plt.gcf()))
-    ns = CHAPTER.definitions("decode_records", "fastest_of_ours", "paged_records", "DECODE_BUILDS", "PAGED_COLUMNS", "PAGED_LIBS",
-                             np=np, fb=fb)
+    ns = CHAPTER.definitions("decode_records", "fastest_of_ours", "paged_records", "DECODE_BUILDS", "PAGED_COLUMNS",
+                             "PAGED_LIBS", np=np, fb=fb)
     skipped = fb.Skipped("needs a GPU, this machine has none", "copy")
     ns.update(plt=plt, decode_rows=[], paged_rows=[], copy=skipped, pcopy=skipped)
     for cid in ("92686321", "c10-paged-plot"):
