@@ -2,6 +2,7 @@
 parsing and its skip path. All run on a CPU; the GPU halves (real counters, real timings) run in make bench."""
 import importlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -281,19 +282,46 @@ def test_a_check_on_a_gpu_is_logged_and_its_skip_elsewhere_shows_it(monkeypatch,
     from feedbeast.course import results
     monkeypatch.setattr(results, "course_results", lambda: None)
     monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(fb.hooks, "on_check", [results.append_check])
     monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
-    r = fb.check(np.ones(3, np.float32), np.ones(3), name="ring 37x1000")
-    assert results.append_check(r) is not None
+    fb.check(np.ones(3, np.float32), np.ones(3), name="ring 37x1000")   # a host copy of a kernel's output: logged too
     log = (tmp_path / H100.slug / "checks.jsonl").read_text().splitlines()
+    assert len(log) == 1
     assert json.loads(log[-1])["name"] == "ring 37x1000" and json.loads(log[-1])["passed"] is True
     monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
     s = fb.check(fb.Skipped("needs sm_90a, this machine has none", "launch ring"), np.ones(3), name="ring 37x1000")
     assert str(s) == ("skipped: launch ring: needs sm_90a, this machine has none; ring 37x1000 recorded on "
-                      "NVIDIA H100 80GB HBM3: passed, relative error 0.00e+00 (limit 1e-05)")
+                      f"NVIDIA H100 80GB HBM3: passed, relative error 0.00e+00 (limit 1e-05; results/{H100.slug}/, "
+                      f"{json.loads(log[-1])['time'][:10]})")
     s = str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="ring 5x5"))   # a CPU's size: the GPU's
-    assert s.endswith("ring 5x5 recorded on NVIDIA H100 80GB HBM3 (ring 37x1000): passed, relative error 0.00e+00 "
-                      "(limit 1e-05)"), s
+    assert re.search(r"ring 5x5 recorded on NVIDIA H100 80GB HBM3 \(ring 37x1000\): passed, relative error 0\.00e\+00 "
+                     r"\(limit 1e-05; results/[\w-]+/, 20\d\d-\d\d-\d\d\)$", s), s
     assert "recorded" not in str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="other 5x5"))
+
+
+def test_a_tally_is_logged_on_a_gpu_and_shown_beside_its_skip_elsewhere(monkeypatch, tmp_path):
+    import feedbeast.device
+    from feedbeast.course import results
+    monkeypatch.setattr(results, "course_results", lambda: None)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(fb.hooks, "on_check", [results.append_check])
+    verdicts = []
+    monkeypatch.setattr(fb.hooks, "on_verdict", [lambda *v: verdicts.append(v)])
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
+    t = fb.tally("ch09/timed builds", True, "timed builds: 3 of 3 cases within the bound")
+    assert t and repr(t) == "timed builds: 3 of 3 cases within the bound"
+    assert not (tmp_path / H100.slug / "checks.jsonl").exists()          # no GPU: nothing logged
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
+    assert not fb.tally("ch09/timed builds", False, "timed builds: 2 of 3 cases within the bound")
+    assert verdicts[-1] == ("failed", "ch09/timed builds", "timed builds: 2 of 3 cases within the bound")
+    rec = json.loads((tmp_path / H100.slug / "checks.jsonl").read_text())
+    assert rec["summary"] == "timed builds: 2 of 3 cases within the bound" and rec["passed"] is False
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
+    s = fb.tally("ch09/timed builds", fb.Skipped("needs sm_90a, this machine has none", "checking"))
+    assert not s and str(s) == (
+        "skipped: checking: needs sm_90a, this machine has none; ch09/timed builds recorded on NVIDIA H100 80GB "
+        f"HBM3: FAILED, timed builds: 2 of 3 cases within the bound (results/{H100.slug}/, {rec['time'][:10]})")
+    assert "recorded" not in str(fb.tally("ch09/other", fb.Skipped("x", "checking")))
 
 
 def test_summary_plots_one_row_per_family_of_sizes(tmp_path):

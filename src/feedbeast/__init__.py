@@ -10,6 +10,7 @@ One way to do each thing:
     kernel.launch(grid, block, *args, shared=, cluster=)
     tensor_map(array, box, swizzle=)   TMA descriptors, checked before the driver sees them
     check(out, ref)                    against a float64 reference
+    tally(name, passed, line)          a check counted over many cases by the notebook (a bound per case)
     bench(fn, name=, nbytes=|flops=, ceiling=)   CUDA-event timing vs a same-run ceiling and the physical peak
     result_of(name, times_ms, ...)     the same for times measured another way (interleaved, host hidden)
     profile(launch)                    Nsight Compute counters of the launch bench times (a small table)
@@ -20,7 +21,7 @@ feedbeast.course: grading, runs): README, "Layout".
 """
 from .bench import BenchResult, bench, plot_recorded, result_of
 from .ceilings import PhysicalLimitError, ceiling, gemm, physical_peak
-from .check import CheckResult, check
+from .check import CheckResult, Tally, check, tally
 from .compile import Module, compile
 from .device import describe, gpu, runs_on
 from .errors import (BarrierTimeout, CheckFailed, CompileError, FeedbeastError, HazardFound, KernelFault,

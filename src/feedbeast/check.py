@@ -74,11 +74,10 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
     from .memory import DeviceArray
     if isinstance(out, Skipped):
         return _with_recorded(out, name)
-    on_gpu = False
     if isinstance(out, DeviceArray):
         if not out.on_gpu:
             return _with_recorded(Skipped("needs a GPU, this machine has none", name), name)
-        out, on_gpu = out.to_host(), True
+        out = out.to_host()
     out = np.asarray(out)
     ref = np.asarray(ref)
     if out.shape != ref.shape:
@@ -125,10 +124,36 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
         lines = [todo.rstrip("\n")] + lines if todo else lines
     result = CheckResult(name, bool(passed), rel, limit, int(bad.sum()), "\n".join(lines))
     hooks.verdict("passed" if result.passed else "failed", name, repr(result))   # what grading reads
-    if on_gpu:
-        hooks.emit(hooks.on_check, result)
+    hooks.emit(hooks.on_check, result)      # the results log keeps it where a GPU is (make bench: results/<gpu>/)
     if not passed and raise_on_fail:
         raise CheckFailed(repr(result))
+    return result
+
+
+@dataclasses.dataclass
+class Tally:
+    """A check a notebook counts over many cases itself (an element-wise bound per case, planted errors that must
+    fail): its verdict and the line that says what was counted."""
+    name: str
+    passed: bool
+    line: str
+
+    def __bool__(self):
+        return self.passed
+
+    def __repr__(self):
+        return self.line
+
+
+def tally(name: str, passed, line: str = ""):
+    """The verdict `passed` of a check counted over many cases, with `line` saying what was counted; logged like a
+    check() (the results log keeps it where a GPU is). Given a Skipped instead (nothing could be counted here),
+    the skip, with what a GPU run recorded under `name`."""
+    if isinstance(passed, Skipped):
+        return _with_recorded(passed, name)
+    result = Tally(name, bool(passed), line)
+    hooks.verdict("passed" if result.passed else "failed", name, line)
+    hooks.emit(hooks.on_check, result)
     return result
 
 

@@ -18,7 +18,8 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
     on_verdict      [f(status, name, message)] each check's outcome, "passed", "failed" or "skipped" (fb.check,
                     the SASS checks, check_ring, the hazard checker, every Skipped): the grader's record
     on_bench        [f(BenchResult)] each result fb.bench returns: the results log
-    on_check        [f(CheckResult)] each fb.check measured on a GPU: the results log
+    on_check        [f(CheckResult | Tally)] each fb.check and fb.tally: the results log (it keeps those made
+                    where a GPU is)
     on_profile      [f(Profile)] each table fb.profile reads: the results log
     on_trace        [f(Spans)] each named timeline measured here (feedbeast.trace.named): the results log
     recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line

@@ -52,13 +52,15 @@ def append(res) -> Path:
 
 
 def append_check(res) -> Path | None:
-    """A check() outcome measured on this GPU, one line of checks.jsonl (nothing without a GPU)."""
+    """A check() or tally() outcome on this GPU, one line of checks.jsonl (nothing without a GPU)."""
+    from ..check import Tally
     from ..device import gpu
     g = gpu()
     if g is None:
         return None
-    return _append_line("checks.jsonl", {"name": res.name, "passed": res.passed, "rel_error": res.rel_error,
-                                         "tolerance": res.tolerance, "n_bad": res.n_bad, "gpu": g.name,
+    what = ({"summary": res.line} if isinstance(res, Tally) else
+            {"rel_error": res.rel_error, "tolerance": res.tolerance, "n_bad": res.n_bad})
+    return _append_line("checks.jsonl", {"name": res.name, "passed": res.passed, **what, "gpu": g.name,
                                          "cc": f"{g.cc[0]}.{g.cc[1]}"})
 
 
@@ -178,15 +180,19 @@ def recorded_bench(name: str) -> str | None:
 
 
 def recorded_check(name: str) -> str | None:
-    """'recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05)' for a check of this name, else of the same
+    """'<name> recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05; results/<gpu>/, <date>)' for a check of this name, else of the same
     check at the sizes a GPU ran it at."""
     parts = []
     for r in recorded("checks", name, other_sizes=True):   # a CPU run's sizes are smaller: the GPU's, named
-        if not {"passed", "rel_error", "tolerance"} <= r.keys():
-            continue          # a record this reader cannot state: left out, never a crash in the learner's cell
         at = f" ({r['name']})" if r["name"] != name else ""
-        parts.append(f"{r.get('gpu', r['_folder'])}{at}: {'passed' if r['passed'] else 'FAILED'}, relative error "
-                     f"{r['rel_error']:.2e} (limit {r['tolerance']:.0e})")
+        where = f"results/{r['_folder']}/" + (f", {r['time'][:10]}" if r.get("time") else "")
+        if isinstance(r.get("summary"), str) and "passed" in r:                         # a tally()
+            parts.append(f"{r.get('gpu', r['_folder'])}{at}: {'passed' if r['passed'] else 'FAILED'}, "
+                         f"{r['summary']} ({where})")
+        elif {"passed", "rel_error", "tolerance"} <= r.keys():                          # a check()
+            parts.append(f"{r.get('gpu', r['_folder'])}{at}: {'passed' if r['passed'] else 'FAILED'}, relative "
+                         f"error {r['rel_error']:.2e} (limit {r['tolerance']:.0e}; {where})")
+        # else: a record this reader cannot state: left out, never a crash in the learner's cell
     return f"{name} recorded on " + "; on ".join(parts) if parts else None
 
 
