@@ -299,6 +299,35 @@ def test_a_check_on_a_gpu_is_logged_and_its_skip_elsewhere_shows_it(monkeypatch,
     assert "recorded" not in str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="other 5x5"))
 
 
+def test_a_record_names_its_notebook_and_a_labs_skip_says_the_figures_are_the_solutions(monkeypatch, tmp_path):
+    """make bench names the notebook it runs (FEEDBEAST_NOTEBOOK) in each record; a lab, whose checks and
+    benchmarks have its solution's names, then shows the solution's figures as the solution's, never as if they
+    were the learner's kernel's."""
+    import numpy as np
+    import feedbeast.device
+    from feedbeast.course import results
+    monkeypatch.setattr(results, "course_results", lambda: None)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(fb.hooks, "on_check", [results.append_check])
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
+    monkeypatch.setenv(results.NOTEBOOK_VARIABLE, "solutions/04-mbarrier-ring.ipynb")
+    fb.check(np.ones(3, np.float32), np.ones(3), name="gemv_ring 13x20")
+    monkeypatch.setenv(results.NOTEBOOK_VARIABLE, "chapters/04-mbarrier.ipynb")
+    fb.check(np.ones(3, np.float32), np.ones(3), name="ring_rowsum 37x1000")
+    monkeypatch.delenv(results.NOTEBOOK_VARIABLE)
+    fb.check(np.ones(3, np.float32), np.ones(3), name="outside make bench")
+    log = [json.loads(x) for x in (tmp_path / H100.slug / "checks.jsonl").read_text().splitlines()]
+    assert [r.get("notebook") for r in log] == ["solutions/04-mbarrier-ring.ipynb", "chapters/04-mbarrier.ipynb", None]
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
+    lab = str(fb.check(fb.Skipped("x", "launch gemv_ring"), None, name="gemv_ring 13x20"))
+    assert "gemv_ring 13x20 recorded on NVIDIA H100 80GB HBM3 by the lab's solution: passed" in lab, lab
+    chapter = str(fb.check(fb.Skipped("x", "launch ring"), None, name="ring_rowsum 37x1000"))
+    assert "ring_rowsum 37x1000 recorded on NVIDIA H100 80GB HBM3: passed" in chapter, chapter
+    assert results._recorder({"name": "lab04/gemv_ring/stages=4"}) == " by the lab's solution"   # older records
+    assert results._recorder({"name": "ch04/ring", "notebook": "/abs/course/chapters/04-mbarrier.ipynb"}) == ""
+    assert results._recorder({"name": "x", "notebook": "/abs/course/solutions/04-mbarrier-ring.ipynb"})
+
+
 def test_a_tally_is_logged_on_a_gpu_and_shown_beside_its_skip_elsewhere(monkeypatch, tmp_path):
     import feedbeast.device
     from feedbeast.course import results
@@ -400,3 +429,29 @@ def test_a_sweep_not_timed_here_is_drawn_from_what_gpus_recorded(monkeypatch, tm
                    "one stage, NVIDIA H200 (2026-11-29)": [3500.0 / 43],
                    "four, NVIDIA H100 80GB HBM3 (2026-11-23)": [2900.0 / 43],
                    "four, NVIDIA H200 (2026-11-29)": [4000.0 / 43]}, got
+
+
+def test_make_bench_names_each_notebook_to_its_kernel_and_to_no_one_after(monkeypatch, tmp_path):
+    """bench_run: the kernel of each notebook sees FEEDBEAST_NOTEBOOK (its records name it); this process, after
+    the run, no longer does."""
+    import os
+    from feedbeast.course import bench_run, results
+    seen = []
+
+    class Client:
+        def __init__(self, nb, **kw):
+            pass
+
+        def execute(self):      # the kernel inherits this process's environment when it starts
+            seen.append(os.environ.get(results.NOTEBOOK_VARIABLE))
+
+    for name in ("a.ipynb", "b.ipynb"):
+        (tmp_path / name).write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    monkeypatch.setattr(bench_run, "gpu", lambda: H100)
+    monkeypatch.setattr(bench_run, "describe", lambda: "a GPU")
+    monkeypatch.setattr(bench_run, "NotebookClient", Client)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path / "results"))
+    monkeypatch.delenv(results.NOTEBOOK_VARIABLE, raising=False)
+    assert bench_run.run([tmp_path / "a.ipynb", tmp_path / "b.ipynb"]) == 0
+    assert seen == [(tmp_path / "a.ipynb").as_posix(), (tmp_path / "b.ipynb").as_posix()]
+    assert results.NOTEBOOK_VARIABLE not in os.environ

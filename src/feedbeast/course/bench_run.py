@@ -18,7 +18,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from ..device import describe, gpu
-from .results import results_root, summarize
+from .results import NOTEBOOK_VARIABLE, results_root, summarize
 
 
 def run(paths, timeout=1800):
@@ -40,6 +40,7 @@ def run(paths, timeout=1800):
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         before = _lines(folder / "bench.jsonl")
         nb = nbformat.read(nb_path, as_version=4)
+        os.environ[NOTEBOOK_VARIABLE] = Path(nb_path).as_posix()   # the kernel's records name their notebook
         try:
             NotebookClient(nb, timeout=timeout, kernel_name="python3",
                            resources={"metadata": {"path": str(nb_path.parent)}}).execute()
@@ -52,6 +53,7 @@ def run(paths, timeout=1800):
         if status == "ok":
             note_run(folder, nb_path, started, _lines(folder / "bench.jsonl")[len(before):])
         print(f"{nb_path}: {status} ({time.time() - t:.0f} s)")
+    os.environ.pop(NOTEBOOK_VARIABLE, None)
     if (folder / "bench.jsonl").exists():
         print(summarize(folder).read_text())
     return 1 if failed else 0

@@ -74,11 +74,16 @@ def append_trace(spans) -> Path:
     return _append_line("traces.jsonl", spans.as_record())
 
 
+NOTEBOOK_VARIABLE = "FEEDBEAST_NOTEBOOK"   # the notebook make bench is running (bench_run), kept with each record
+
+
 def _append_line(filename: str, rec: dict) -> Path:
-    """`rec` with the time now, appended to results/<this gpu>/`filename`."""
+    """`rec` with the time now (and the notebook make bench runs), appended to results/<this gpu>/`filename`."""
     from ..device import gpu
     d = results_root() / gpu().slug
     d.mkdir(parents=True, exist_ok=True)
+    if os.environ.get(NOTEBOOK_VARIABLE):
+        rec["notebook"] = os.environ[NOTEBOOK_VARIABLE]
     rec["time"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     path = d / filename
     with path.open("a") as f:
@@ -167,6 +172,13 @@ def _size_key(name: str) -> tuple:
     return (math.prod(sizes), sizes)
 
 
+def _recorder(r: dict) -> str:
+    """' by the lab's solution' for a record a solution notebook made (a lab's checks and benchmarks have its
+    names: the figures are the solution's, not the learner's kernel's), else ''."""
+    by_solution = "solutions" in Path(r.get("notebook", "")).parts or re.match(r"lab\d\d/", r.get("name", ""))
+    return " by the lab's solution" if by_solution else ""
+
+
 def recorded_bench(name: str) -> str | None:
     """'recorded on <GPU>: <rate> = <%> of <ceiling>; on <GPU>: ...' for a benchmark, or None."""
     parts = []
@@ -175,7 +187,7 @@ def recorded_bench(name: str) -> str | None:
         rate = f"{r['value']:,.1f} {r['unit']}" if r.get("value") else f"{r['median_ms'] * 1e3:.1f} us"
         pct = f" = {r['pct']:.1f} % of {r['ceiling'].removeprefix('ceiling/')}" if r.get("pct") is not None else ""
         when = f", {r['time'][:10]}" if r.get("time") else ""     # the prose may quote another run: say which
-        parts.append(f"{r.get('gpu', r['_folder'])}{at}: {rate}{pct} (results/{r['_folder']}/{when})")
+        parts.append(f"{r.get('gpu', r['_folder'])}{at}{_recorder(r)}: {rate}{pct} (results/{r['_folder']}/{when})")
     return "recorded on " + "; on ".join(parts) if parts else None
 
 
@@ -186,12 +198,12 @@ def recorded_check(name: str) -> str | None:
     for r in recorded("checks", name, other_sizes=True):   # a CPU run's sizes are smaller: the GPU's, named
         at = f" ({r['name']})" if r["name"] != name else ""
         where = f"results/{r['_folder']}/" + (f", {r['time'][:10]}" if r.get("time") else "")
+        who = f"{r.get('gpu', r['_folder'])}{at}{_recorder(r)}"
         if isinstance(r.get("summary"), str) and "passed" in r:                         # a tally()
-            parts.append(f"{r.get('gpu', r['_folder'])}{at}: {'passed' if r['passed'] else 'FAILED'}, "
-                         f"{r['summary']} ({where})")
+            parts.append(f"{who}: {'passed' if r['passed'] else 'FAILED'}, {r['summary']} ({where})")
         elif {"passed", "rel_error", "tolerance"} <= r.keys():                          # a check()
-            parts.append(f"{r.get('gpu', r['_folder'])}{at}: {'passed' if r['passed'] else 'FAILED'}, relative "
-                         f"error {r['rel_error']:.2e} (limit {r['tolerance']:.0e}; {where})")
+            parts.append(f"{who}: {'passed' if r['passed'] else 'FAILED'}, relative error {r['rel_error']:.2e} "
+                         f"(limit {r['tolerance']:.0e}; {where})")
         # else: a record this reader cannot state: left out, never a crash in the learner's cell
     return f"{name} recorded on " + "; on ".join(parts) if parts else None
 
