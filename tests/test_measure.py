@@ -338,15 +338,21 @@ def test_a_tally_is_logged_on_a_gpu_and_shown_beside_its_skip_elsewhere(monkeypa
     monkeypatch.setattr(fb.hooks, "on_verdict", [lambda *v: verdicts.append(v)])
     monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
     t = fb.tally("ch09/timed builds", True, "timed builds: 3 of 3 cases within the bound")
-    assert t and repr(t) == "timed builds: 3 of 3 cases within the bound"
+    assert t and repr(t) == "ch09/timed builds: passed: timed builds: 3 of 3 cases within the bound"
     assert not (tmp_path / H100.slug / "checks.jsonl").exists()          # no GPU: nothing logged
     monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
-    assert not fb.tally("ch09/timed builds", False, "timed builds: 2 of 3 cases within the bound")
-    assert verdicts[-1] == ("failed", "ch09/timed builds", "timed builds: 2 of 3 cases within the bound")
+    with pytest.raises(fb.CheckFailed, match="ch09/timed builds: FAILED: timed builds: 2 of 3"):
+        fb.tally("ch09/timed builds", False, "timed builds: 2 of 3 cases within the bound")
+    assert verdicts[-1] == ("failed", "ch09/timed builds",
+                            "ch09/timed builds: FAILED: timed builds: 2 of 3 cases within the bound")
+    monkeypatch.setattr(fb.hooks.mode, "sanitizer", True)                  # make sanitize: its sizes, not logged
+    assert not fb.tally("ch09/timed builds", False, "1 of 1 (sanitizer)", raise_on_fail=False)
+    monkeypatch.setattr(fb.hooks.mode, "sanitizer", False)
     rec = json.loads((tmp_path / H100.slug / "checks.jsonl").read_text())
     assert rec["summary"] == "timed builds: 2 of 3 cases within the bound" and rec["passed"] is False
     monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
     s = fb.tally("ch09/timed builds", fb.Skipped("needs sm_90a, this machine has none", "checking"))
+    assert verdicts[-1][0] == "skipped"
     assert not s and str(s) == (
         "skipped: checking: needs sm_90a, this machine has none; ch09/timed builds recorded on NVIDIA H100 80GB "
         f"HBM3: FAILED, timed builds: 2 of 3 cases within the bound (results/{H100.slug}/, {rec['time'][:10]})")
@@ -455,3 +461,21 @@ def test_make_bench_names_each_notebook_to_its_kernel_and_to_no_one_after(monkey
     assert bench_run.run([tmp_path / "a.ipynb", tmp_path / "b.ipynb"]) == 0
     assert seen == [(tmp_path / "a.ipynb").as_posix(), (tmp_path / "b.ipynb").as_posix()]
     assert results.NOTEBOOK_VARIABLE not in os.environ
+
+
+def test_a_record_the_reader_cannot_state_is_left_out_never_a_crash(monkeypatch, tmp_path):
+    """A hand-edited or foreign line in checks.jsonl (wrong types, not an object) never breaks a learner's cell."""
+    from feedbeast.course import results
+    monkeypatch.setattr(results, "course_results", lambda: None)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    (tmp_path / "gpu-a").mkdir()
+    good = {"name": "ring 4x4", "passed": True, "rel_error": 0.0, "tolerance": 1e-5, "gpu": "GPU A",
+            "time": "2026-11-29T00:00:00+00:00"}
+    bad = [dict(good, rel_error=None), dict(good, time=12345, gpu="GPU B"), dict(good, name=None),
+           dict(good, passed="false", gpu="GPU C"), [1, 2], "text", dict(good, summary=7, rel_error="x", gpu="GPU D")]
+    (tmp_path / "gpu-a" / "checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bad + [good]) + "{oops\n")
+    line = results.recorded_check("ring 4x4")    # GPU B's record has no usable date: stated without it
+    assert line == ("ring 4x4 recorded on GPU A: passed, relative error 0.00e+00 (limit 1e-05; results/gpu-a/, "
+                    "2026-11-29); on GPU B: passed, relative error 0.00e+00 (limit 1e-05; results/gpu-a/)"), line
+    (tmp_path / "gpu-a" / "checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bad[:1] + bad[3:]))
+    assert results.recorded_check("ring 4x4") is None

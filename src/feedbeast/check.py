@@ -7,6 +7,9 @@ Chapter 00 explains the check against a float64 reference and the poisoned outpu
 
 Passes when the relative error ||out - ref|| / ||ref|| is under the dtype's threshold AND no element
 is NaN or still holds the poison the output was filled with. Fails with the worst elements named.
+
+    tally(name, passed, line)    a check a notebook counts over many cases itself (an element-wise bound per case,
+                                 planted errors that must fail): one verdict, logged and recorded like check()'s
 """
 from __future__ import annotations
 
@@ -142,18 +145,20 @@ class Tally:
         return self.passed
 
     def __repr__(self):
-        return self.line
+        return f"{self.name}: {'passed' if self.passed else 'FAILED'}: {self.line}"
 
 
-def tally(name: str, passed, line: str = ""):
+def tally(name: str, passed, line: str = "", *, raise_on_fail: bool = True):
     """The verdict `passed` of a check counted over many cases, with `line` saying what was counted; logged like a
-    check() (the results log keeps it where a GPU is). Given a Skipped instead (nothing could be counted here),
-    the skip, with what a GPU run recorded under `name`."""
+    check() (the results log keeps it where a GPU is) and, like it, raising CheckFailed when it failed. Given a
+    Skipped instead (nothing could be counted here), the skip, with what a GPU run recorded under `name`."""
     if isinstance(passed, Skipped):
         return _with_recorded(passed, name)
-    result = Tally(name, bool(passed), line)
-    hooks.verdict("passed" if result.passed else "failed", name, line)
+    result = Tally(name, bool(passed), line or "every case")
+    hooks.verdict("passed" if result.passed else "failed", name, repr(result))
     hooks.emit(hooks.on_check, result)
+    if not result.passed and raise_on_fail:
+        raise CheckFailed(repr(result))
     return result
 
 

@@ -16,14 +16,15 @@ earlier one that must not import it:
 
 Installed by the course machinery (feedbeast.course.install), never by the library itself:
     on_verdict      [f(status, name, message)] each check's outcome, "passed", "failed" or "skipped" (fb.check,
-                    the SASS checks, check_ring, the hazard checker, every Skipped): the grader's record
+                    fb.tally, the SASS checks, check_ring, the hazard checker, every Skipped): the grader's record
     on_bench        [f(BenchResult)] each result fb.bench returns: the results log
-    on_check        [f(CheckResult | Tally)] each fb.check and fb.tally: the results log (it keeps those made
-                    where a GPU is)
+    on_check        [f(CheckResult | Tally)] each comparison fb.check makes and each count fb.tally is given: the
+                    results log (it keeps those made where a GPU is, outside make sanitize)
     on_profile      [f(Profile)] each table fb.profile reads: the results log
     on_trace        [f(Spans)] each named timeline measured here (feedbeast.trace.named): the results log
     recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line
-                    (str) for a bench ("bench") or a check ("check"), the record (dict) of a profile ("profile")
+                    (str) for a bench ("bench") or a check or tally ("check"), the record (dict) of a profile
+                    ("profile")
                     or of a timeline ("trace"),
                     each GPU's latest record (list of dicts) of a bench ("bench-records", fb.plot_recorded);
                     None when nothing was recorded

@@ -1,5 +1,5 @@
-"""The results log: every bench() result as one JSON line, with the GPU, versions and sizes; every check()
-on a GPU as one line of checks.jsonl beside it.
+"""The results log: every bench() result as one JSON line, with the GPU, versions and sizes; every check() and
+tally() on a GPU as one line of checks.jsonl beside it.
 
 By default it goes to ~/.cache/feedbeast/results/<gpu>/bench.jsonl; `make bench` points
 FEEDBEAST_RESULTS at the repository's results/ so a real GPU run is kept, with its summary table
@@ -52,11 +52,13 @@ def append(res) -> Path:
 
 
 def append_check(res) -> Path | None:
-    """A check() or tally() outcome on this GPU, one line of checks.jsonl (nothing without a GPU)."""
+    """A check() or tally() outcome on this GPU, one line of checks.jsonl (nothing without a GPU, nothing under
+    make sanitize: its sizes and instrumented builds are not the runs the records stand for)."""
+    from .. import hooks
     from ..check import Tally
     from ..device import gpu
     g = gpu()
-    if g is None:
+    if g is None or hooks.mode.sanitizer:
         return None
     what = ({"summary": res.line} if isinstance(res, Tally) else
             {"rel_error": res.rel_error, "tolerance": res.tolerance, "n_bad": res.n_bad})
@@ -157,6 +159,8 @@ def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
                 rec = json.loads(line)
             except ValueError:
                 continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
+                continue          # not a record this reader can name: left out
             rec["_folder"] = path.parent.name
             gpu = rec.get("gpu", path.parent.name)
             if rec.get("name") == name:
@@ -192,19 +196,22 @@ def recorded_bench(name: str) -> str | None:
 
 
 def recorded_check(name: str) -> str | None:
-    """'<name> recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05; results/<gpu>/, <date>)' for a check of this name, else of the same
-    check at the sizes a GPU ran it at."""
+    """'<name> recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05; results/<gpu>/, <date>)' for a
+    check of this name (for a tally: 'passed, <what it counted> (...)'), else of the same check at the sizes a GPU
+    ran it at."""
     parts = []
     for r in recorded("checks", name, other_sizes=True):   # a CPU run's sizes are smaller: the GPU's, named
+        if not isinstance(r.get("passed"), bool):
+            continue          # a record this reader cannot state: left out, never a crash in the learner's cell
         at = f" ({r['name']})" if r["name"] != name else ""
-        where = f"results/{r['_folder']}/" + (f", {r['time'][:10]}" if r.get("time") else "")
+        where = f"results/{r['_folder']}/" + (f", {r['time'][:10]}" if isinstance(r.get("time"), str) else "")
         who = f"{r.get('gpu', r['_folder'])}{at}{_recorder(r)}"
-        if isinstance(r.get("summary"), str) and "passed" in r:                         # a tally()
-            parts.append(f"{who}: {'passed' if r['passed'] else 'FAILED'}, {r['summary']} ({where})")
-        elif {"passed", "rel_error", "tolerance"} <= r.keys():                          # a check()
-            parts.append(f"{who}: {'passed' if r['passed'] else 'FAILED'}, relative error {r['rel_error']:.2e} "
-                         f"(limit {r['tolerance']:.0e}; {where})")
-        # else: a record this reader cannot state: left out, never a crash in the learner's cell
+        verdict = "passed" if r["passed"] else "FAILED"
+        if isinstance(r.get("summary"), str):                                                 # a tally()
+            parts.append(f"{who}: {verdict}, {r['summary']} ({where})")
+        elif all(isinstance(r.get(k), (int, float)) for k in ("rel_error", "tolerance")):      # a check()
+            parts.append(f"{who}: {verdict}, relative error {r['rel_error']:.2e} (limit {r['tolerance']:.0e}; "
+                         f"{where})")
     return f"{name} recorded on " + "; on ".join(parts) if parts else None
 
 
