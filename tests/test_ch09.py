@@ -698,3 +698,22 @@ def test_without_a_gpu_the_ladder_table_shows_what_make_bench_recorded(h200_resu
     assert out[2].split() == ["4x16x4096x128", f"{tf / 4.0:.0f}", f"{tf:.0f}", f"{tf / 2.0:.0f}", f"{tf / 0.8:.0f}",
                               "cudnn", "80.0", "%"]
     plt.close("all")
+
+
+def test_without_a_gpu_a_counted_check_shows_the_count_make_bench_recorded(h200_results, monkeypatch, capsys):
+    """The backward pass's count at the timed sizes (fb.tally): make bench on an H200 records it; a machine that
+    cannot run it prints its skip with that count, naming the GPU, the folder and the date."""
+    import feedbeast.device
+    import feedbeast.skip
+    from feedbeast.course import results
+    monkeypatch.setattr(fb.hooks, "on_check", [results.append_check])
+    fb.tally("ch09/backward timed builds", True, "80 of 80 cases within the bound")      # make bench, on the H200
+    for module in (feedbeast.device, feedbeast.skip):                                     # then no GPU
+        monkeypatch.setattr(module, "gpu", lambda index=0: None)
+    cell = next(c for c in CHAPTER.cells if c.get("id") == "c09-bwd-check-timed")
+    exec(cell.source, {"fb": fb, "np": np, "torch": None, "g": None})
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("skipped: checking the backward pass at the timed sizes: needs sm_90a, this machine has "
+                          "none; ch09/backward timed builds recorded on NVIDIA H200: passed, 80 of 80 cases within "
+                          "the bound (results/nvidia-h200/, 20"), out
+    assert len(out.splitlines()) == 1

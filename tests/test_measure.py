@@ -326,6 +326,9 @@ def test_a_record_names_its_notebook_and_a_labs_skip_says_the_figures_are_the_so
     assert results._recorder({"name": "lab04/gemv_ring/stages=4"}) == " by the lab's solution"   # older records
     assert results._recorder({"name": "ch04/ring", "notebook": "/abs/course/chapters/04-mbarrier.ipynb"}) == ""
     assert results._recorder({"name": "x", "notebook": "/abs/course/solutions/04-mbarrier-ring.ipynb"})
+    assert results._recorder({"name": "lab04/gemv_ring", "notebook": "labs/04-mbarrier-ring.ipynb"}) == ""
+    assert results._recorder({"name": "x", "notebook": "/solutions/course/chapters/04-mbarrier.ipynb"}) == ""
+    assert results._recorder({"name": "x", "notebook": None}) == results._recorder({"name": "x", "notebook": 7}) == ""
 
 
 def test_a_tally_is_logged_on_a_gpu_and_shown_beside_its_skip_elsewhere(monkeypatch, tmp_path):
@@ -472,7 +475,8 @@ def test_a_record_the_reader_cannot_state_is_left_out_never_a_crash(monkeypatch,
     good = {"name": "ring 4x4", "passed": True, "rel_error": 0.0, "tolerance": 1e-5, "gpu": "GPU A",
             "time": "2026-11-29T00:00:00+00:00"}
     bad = [dict(good, rel_error=None), dict(good, time=12345, gpu="GPU B"), dict(good, name=None),
-           dict(good, passed="false", gpu="GPU C"), [1, 2], "text", dict(good, summary=7, rel_error="x", gpu="GPU D")]
+           dict(good, passed="false", gpu="GPU C"), [1, 2], "text", dict(good, summary=7, rel_error="x", gpu="GPU D"),
+           dict(good, gpu=["a list"]), dict(good, gpu=3), dict(good, notebook=None, gpu="GPU E", passed="yes")]
     (tmp_path / "gpu-a" / "checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bad + [good]) + "{oops\n")
     line = results.recorded_check("ring 4x4")    # GPU B's record has no usable date: stated without it
     assert line == ("ring 4x4 recorded on GPU A: passed, relative error 0.00e+00 (limit 1e-05; results/gpu-a/, "

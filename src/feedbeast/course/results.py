@@ -159,7 +159,8 @@ def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
                 rec = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
+            if not isinstance(rec, dict) or not isinstance(rec.get("name"), str) \
+                    or not isinstance(rec.get("gpu", ""), str):
                 continue          # not a record this reader can name: left out
             rec["_folder"] = path.parent.name
             gpu = rec.get("gpu", path.parent.name)
@@ -179,7 +180,11 @@ def _size_key(name: str) -> tuple:
 def _recorder(r: dict) -> str:
     """' by the lab's solution' for a record a solution notebook made (a lab's checks and benchmarks have its
     names: the figures are the solution's, not the learner's kernel's), else ''."""
-    by_solution = "solutions" in Path(r.get("notebook", "")).parts or re.match(r"lab\d\d/", r.get("name", ""))
+    nb = r.get("notebook")
+    if isinstance(nb, str) and nb:
+        by_solution = Path(nb).parent.name == "solutions"
+    else:                 # a record from before records named their notebook: a lab's benchmark names
+        by_solution = bool(re.match(r"lab\d\d/", r.get("name", "")))
     return " by the lab's solution" if by_solution else ""
 
 
