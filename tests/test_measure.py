@@ -329,6 +329,7 @@ def test_a_record_names_its_notebook_and_a_labs_skip_says_the_figures_are_the_so
     assert results._recorder({"name": "lab04/gemv_ring", "notebook": "labs/04-mbarrier-ring.ipynb"}) == ""
     assert results._recorder({"name": "x", "notebook": "/solutions/course/chapters/04-mbarrier.ipynb"}) == ""
     assert results._recorder({"name": "x", "notebook": None}) == results._recorder({"name": "x", "notebook": 7}) == ""
+    assert results._recorder({"name": "ceiling/copy", "notebook": "solutions/00-copy-kernel.ipynb"}) == ""
 
 
 def test_a_tally_is_logged_on_a_gpu_and_shown_beside_its_skip_elsewhere(monkeypatch, tmp_path):

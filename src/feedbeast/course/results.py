@@ -181,7 +181,9 @@ def _recorder(r: dict) -> str:
     """' by the lab's solution' for a record a solution notebook made (a lab's checks and benchmarks have its
     names: the figures are the solution's, not the learner's kernel's), else ''."""
     nb = r.get("notebook")
-    if isinstance(nb, str) and nb:
+    if r.get("name", "").startswith("ceiling/"):      # a same-run ceiling: any notebook measures the same copy
+        by_solution = False
+    elif isinstance(nb, str) and nb:
         by_solution = Path(nb).parent.name == "solutions"
     else:                 # a record from before records named their notebook: a lab's benchmark names
         by_solution = bool(re.match(r"lab\d\d/", r.get("name", "")))
