@@ -484,3 +484,25 @@ def test_a_record_the_reader_cannot_state_is_left_out_never_a_crash(monkeypatch,
                     "2026-11-29); on GPU B: passed, relative error 0.00e+00 (limit 1e-05; results/gpu-a/)"), line
     (tmp_path / "gpu-a" / "checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bad[:1] + bad[3:]))
     assert results.recorded_check("ring 4x4") is None
+
+
+def test_summary_counts_the_latest_outcome_of_each_check_and_names_every_failure(tmp_path):
+    from feedbeast.course import results
+    rec = lambda name, ok, nb=None, **kw: dict({"name": name, "passed": ok, "rel_error": 0.0, "tolerance": 1e-5,
+                                                "gpu": "GPU A"}, **({"notebook": nb} if nb else {}), **kw)
+    lines = [rec("ring 4x4", False, "chapters/04-mbarrier.ipynb"), rec("ring 4x4", True, "chapters/04-mbarrier.ipynb"),
+             rec("tma 8x8", False, "chapters/05-tma.ipynb"), rec("old", True),
+             {"name": "ch09/timed builds", "passed": True, "summary": "204 of 204 cases within the bound",
+              "gpu": "GPU A", "notebook": "chapters/09-attention.ipynb"}]
+    (tmp_path / "checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    bench = {"name": "ch04/ring", "median_ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.0, "runs": 5, "unit": "GB/s",
+             "value": 3000.0, "pct": 70.0, "ceiling": "ceiling/copy", "ceiling_value": 4000.0, "sizes": None,
+             "bound": "dram", "gpu": "GPU A", "time": "2026-11-29T00:00:00+00:00"}
+    (tmp_path / "bench.jsonl").write_text(json.dumps(bench) + "\n")
+    md = results.summarize(tmp_path).read_text()
+    section = md.split("## Checks (checks.jsonl: the latest outcome of each check)")[1]
+    assert "4 checks: 3 passed, 1 failed." in section
+    assert "- chapters/04-mbarrier.ipynb: 1 of 1 passed" in section and "- chapters/05-tma.ipynb: 0 of 1 passed" in section
+    assert "- (a run before records named their notebook): 1 of 1 passed" in section
+    assert "- ch09/timed builds: passed, 204 of 204 cases within the bound" in section
+    assert section.rstrip().endswith("Failed (latest outcome):\n\n- tma 8x8")

@@ -258,6 +258,30 @@ def retired_names(folder: Path, latest: dict[str, dict]) -> dict[str, tuple[str,
     return out
 
 
+def _checks_summary(path: Path) -> list[str]:
+    """results.md's section on checks.jsonl: the latest outcome of each check per notebook, every failure named,
+    and each count (fb.tally) with what it counted."""
+    if not path.exists():
+        return []
+    latest = {}
+    for r in load(path):
+        latest[r["name"]] = r
+    by_nb = {}
+    for r in latest.values():
+        by_nb.setdefault(r.get("notebook") or "(a run before records named their notebook)", []).append(r)
+    failed = sorted(n for n, r in latest.items() if not r["passed"])
+    out = ["", "## Checks (checks.jsonl: the latest outcome of each check)", "",
+           f"{len(latest)} checks: {len(latest) - len(failed)} passed, {len(failed)} failed.", ""]
+    out += [f"- {nb}: {sum(r['passed'] for r in rs)} of {len(rs)} passed" for nb, rs in sorted(by_nb.items())]
+    tallies = sorted((r for r in latest.values() if isinstance(r.get("summary"), str)), key=lambda r: r["name"])
+    if tallies:
+        out += ["", "Counted over many cases (fb.tally):", ""]
+        out += [f"- {r['name']}: {'passed' if r['passed'] else 'FAILED'}, {r['summary']}" for r in tallies]
+    if failed:
+        out += ["", "Failed (latest outcome):", ""] + [f"- {n}" for n in failed]
+    return out
+
+
 def summarize(folder: Path) -> Path:
     """results.md (the latest result per name) and results.png (% of ceiling) for one GPU's folder."""
     import matplotlib
@@ -301,6 +325,7 @@ def summarize(folder: Path) -> Path:
                              if isinstance(v, (int, float)))
             stalls = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["stalls"].items(), key=lambda kv: -kv[1])[:4])
             lines.append(f"- **{r['name']}** ({r['kernel'][:60]}): {vals}; top stalls (warps per issue): {stalls}")
+    lines += _checks_summary(folder / "checks.jsonl")
     (folder / "results.md").write_text("\n".join(lines) + "\n")
     # One row per family (a chapter's kernel or build over its sizes: "ch09/6-persist", "ch10/cublas"), one dot
     # per size, the family's median marked: a chapter records hundreds of sizes, too many for a bar each.
