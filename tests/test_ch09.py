@@ -710,8 +710,9 @@ def test_without_a_gpu_a_counted_check_shows_the_count_make_bench_recorded(h200_
     fb.tally("ch09/backward timed builds", True, "80 of 80 cases within the bound")      # make bench, on the H200
     for module in (feedbeast.device, feedbeast.skip):                                     # then no GPU
         monkeypatch.setattr(module, "gpu", lambda index=0: None)
-    cell = next(c for c in CHAPTER.cells if c.get("id") == "c09-bwd-check-timed")
-    exec(cell.source, {"fb": fb, "np": np, "torch": None, "g": None})
+    ns = {"fb": fb, "np": np, "torch": None, "g": None}
+    for cid in ("c09-check-timed-def", "c09-bwd-check-timed"):          # why_unchecked, then the cell
+        exec(next(c for c in CHAPTER.cells if c.get("id") == cid).source, ns)
     out = capsys.readouterr().out.strip()
     assert out.startswith("skipped: checking the backward pass at the timed sizes: needs sm_90a, this machine has "
                           "none; ch09/backward timed builds recorded on NVIDIA H200: passed, 80 of 80 cases within "
