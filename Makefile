@@ -50,8 +50,12 @@ help:
 ## make install    set up only: .venv, or with ENV=current WHEELS=dir the bundle into the current Python
 install: $(STAMP)
 
+# pip keeps an installed package whose version the wheel repeats; the course's own wheel always says 0.1.0, so after
+# an update of the course it is installed again over the one before (--force-reinstall).
+COURSE_WHEEL = $(wildcard $(WHEELS)/feedbeast-*.whl)
 bundle-into-current:
 	$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
+	$(if $(COURSE_WHEEL),$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps --force-reinstall $(COURSE_WHEEL))
 
 # A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
 # A bundle holds the wheels of one Python version, so a failed offline install names the version.

@@ -352,6 +352,20 @@ def test_what_a_gpu_recorded_is_read_back_where_there_is_none(h200_results):
     assert ns["recorded_rounds"](["fp8"]) == {}
 
 
+def test_backward_table_of_a_record_made_before_a_build_existed(capsys):
+    """Without a GPU the backward's table is drawn from what a GPU recorded; a build added to BWD since then has no
+    entry there: the table shows the builds recorded (each against cuDNN), never a KeyError in the reader's cell."""
+    ns = CHAPTER.definitions("bwd_table", "bwd_flops", np=np,
+                             BWD={"bwd tensor-reduce": None, "bwd atomics": None, "bwd new": None})
+    a = (1, 2, 1024, 64)
+    rounds = {("bwd tensor-reduce", a, False): [1.0, 1.0], ("bwd atomics", a, False): [2.0, 2.0],
+              ("cudnn", a, False): [0.5, 0.5]}
+    ratios = ns["bwd_table"](rounds)
+    assert ratios == {(a, False): [pytest.approx(50.0), pytest.approx(25.0)]}
+    out = capsys.readouterr().out
+    assert "tensor-reduce / cuDNN" in out and "atomics / cuDNN" in out and "new / cuDNN" not in out
+
+
 def test_lean_softmax_exponential_is_one_instruction():
     # step_fast's 2^x is ex2.approx.ftz: one MUFU.EX2 and nothing around it. exp2f would add an FSETP (is the
     # result below 2^-126?) and two predicated FMUL per call: rung 3's plain softmax shows them.

@@ -247,6 +247,20 @@ def test_gpu_image_whose_python_is_a_venv_gets_the_bundle(tmp_path):
     assert r.returncode == 0 and r.stdout.startswith("image True"), r.stdout + r.stderr
     assert str(site) in r.stdout
 
+    # An update of the course: its wheel has the same version and new contents; installing the bundle again must
+    # replace the installed course (pip alone keeps a package whose version is already there).
+    for edition in ("first", "second"):
+        for old in bundle.glob("feedbeast-*.whl"):
+            old.unlink()
+        _wheel(bundle, "feedbeast", "0.1.0", {"feedbeast/__init__.py": f"EDITION = {edition!r}\n"}, extras=())
+        r = subprocess.run(["make", "-s", "--no-print-directory", "install", "ENV=current",
+                            f"PYTHON3={image_py}", f"WHEELS={bundle}"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = subprocess.run([str(image_py), "-c", "import feedbeast; print(feedbeast.EDITION)"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert r.stdout.strip() == edition, r.stdout + r.stderr
+
     # Why not a --system-site-packages venv on top (the old advice): it sees the base interpreter's
     # packages, not the image venv's.
     sub = tmp_path / "sub"
