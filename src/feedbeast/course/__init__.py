@@ -4,7 +4,8 @@ shape suite, the results log, the notebook loader and run modes.
 It imports the library (feedbeast); the library never imports it. Importing it installs its hooks into the
 library (feedbeast.hooks, which documents each): check outcomes become verdicts the grader reads, bench and
 check results go to the results log, a skipped step shows what a GPU run recorded, and inside `make sanitize`'s
-notebook runs the library runs in the sanitizer's mode. The course's runners and `make lab` set FEEDBEAST_HOOKS
+notebook runs the library runs in the sanitizer's mode. It also says when the feedbeast installed is a copy that
+differs from the course checkout's source (freshness). The course's runners and `make lab` set FEEDBEAST_HOOKS
 to feedbeast.course, so that a notebook process they start installs them too.
 
 The hazard mode is the course's variables': FEEDBEAST_HAZARDS (1 = check every launch, report, isolated; anything
@@ -20,7 +21,7 @@ from __future__ import annotations
 import os
 
 from .. import hooks
-from . import results, runmode, verdicts
+from . import freshness, results, runmode, verdicts
 
 HAZARDS, HAZARDS_DUMP = "FEEDBEAST_HAZARDS", "FEEDBEAST_HAZARDS_DUMP"
 HAZARD_MODES = {"1": "check", "report": "report", "isolated": "isolated"}   # FEEDBEAST_HAZARDS -> mode.hazards
@@ -75,6 +76,9 @@ def install() -> None:
         hooks.mode.sanitizer = True
         hooks.mode.untimed = runmode.TIMED_OFF
         hooks.mode.unprofiled = runmode.UNPROFILED
+    if not _said_stale:
+        _said_stale.append(freshness.warn_if_stale())
 
 
+_said_stale: list = []   # the installed copy is compared with the checkout's source once per process
 install()

@@ -1,0 +1,64 @@
+"""Is the feedbeast this Python runs the one of the course checkout being worked in?
+
+A wheel install (`make install ENV=current` on a GPU image, a hosted notebook's setup cell, pip) copies the package
+into site-packages. Pulling a newer course changes the checkout's src/feedbeast, not that copy, and the notebooks
+then compile the new kernels against the old headers: they fail with errors that name neither. When the course's
+hooks are installed the copy is compared with the checkout's source, and a difference is said once, with the files
+and the way to bring them level. An editable install (`make lab`, `make test`) is the source itself: nothing to do.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+from . import coursedir
+
+
+class CourseCopyDiffers(UserWarning):
+    """The installed feedbeast differs from the course checkout's src/feedbeast."""
+
+
+def differing_files(installed: Path, source: Path) -> list[str]:
+    """The files of `source` (paths relative to it) that `installed` lacks or holds with other contents."""
+    out = []
+    for path in sorted(source.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(source)
+        copy = installed / rel
+        if not copy.is_file() or copy.read_bytes() != path.read_bytes():
+            out.append(rel.as_posix())
+    return out
+
+
+def warning(installed: Path, near=None) -> str | None:
+    """What to say when `installed` (the running package's folder) is a copy that differs from the source of the
+    course checkout found near `near` or the working directory; None when it is that source, equals it, or no
+    checkout with a src/feedbeast is in sight."""
+    try:
+        course = coursedir.find(near)
+    except coursedir.CourseNotFound:
+        return None
+    source = course / "src" / "feedbeast"
+    if not source.is_dir() or installed.resolve() == source.resolve():
+        return None
+    files = differing_files(installed, source)
+    if not files:
+        return None
+    py = "%d.%d" % sys.version_info[:2]
+    shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
+    return (f"the feedbeast this Python runs ({installed}) is an older or other copy than the course's source "
+            f"({source}): {len(files)} file(s) differ ({shown}), and the kernels compile with the installed headers. "
+            f"Install the checkout again: on a GPU image `make wheelhouse PY={py} SET=notebook` and "
+            f"`make install ENV=current WHEELS=wheelhouse` in {course}, elsewhere "
+            f"`python -m pip install --no-deps --force-reinstall {course}`; then restart the kernel.")
+
+
+def warn_if_stale(near=None) -> str | None:
+    """warning() for the running feedbeast, issued as a CourseCopyDiffers warning; returns its text."""
+    import feedbeast
+    text = warning(Path(feedbeast.__file__).resolve().parent, near)
+    if text:
+        warnings.warn(text, CourseCopyDiffers, stacklevel=2)
+    return text
