@@ -1,6 +1,6 @@
-"""The installed feedbeast against the course checkout's source (feedbeast.course.freshness): a wheel copy that
-differs is said once, naming the files and how to install the checkout again; the source itself, an equal copy or
-no checkout in sight says nothing."""
+"""The installed feedbeast against the course checkout's source (feedbeast.course.freshness): a difference is said
+once, naming the files and what to do whichever side is newer; the source itself, an equal copy or no checkout in
+sight says nothing."""
 from __future__ import annotations
 
 import shutil
@@ -38,9 +38,10 @@ def test_a_copy_that_differs_is_named_with_its_files_and_the_way_to_install_agai
     assert freshness.differing_files(installed, course / "src/feedbeast") == ["include/fb/new.cuh",
                                                                               "include/fb/tma.cuh"]
     text = freshness.warning(installed, near=course / "chapters")
-    assert text and "2 file(s) differ (include/fb/new.cuh, include/fb/tma.cuh)" in text, text
+    assert text and "differ in 2 file(s) (include/fb/new.cuh, include/fb/tma.cuh)" in text, text
     assert str(installed) in text and str(course / "src/feedbeast") in text
     assert "make install ENV=current WHEELS=wheelhouse" in text and f"--force-reinstall {course}" in text
+    assert "ask for a fresh copy of the course" in text     # a workshop copy older than the course installed
 
 
 def test_the_source_itself_or_no_checkout_says_nothing(tmp_path, monkeypatch):
@@ -62,7 +63,7 @@ def test_the_warning_is_issued_for_the_running_package(tmp_path, monkeypatch):
     (installed / "__init__.py").write_text("VERSION = 1\n")
     monkeypatch.setattr(feedbeast, "__file__", str(installed / "__init__.py"))
     monkeypatch.chdir(course / "chapters")
-    with pytest.warns(freshness.CourseCopyDiffers, match=r"1 file\(s\) differ \(__init__.py\)"):
+    with pytest.warns(freshness.CourseCopyDiffers, match=r"differ in 1 file\(s\) \(__init__.py\)"):
         freshness.warn_if_stale()
     (installed / "__init__.py").write_text("VERSION = 2\n")
     with warnings.catch_warnings():

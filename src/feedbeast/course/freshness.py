@@ -2,9 +2,11 @@
 
 A wheel install (`make install ENV=current` on a GPU image, a hosted notebook's setup cell, pip) copies the package
 into site-packages. Pulling a newer course changes the checkout's src/feedbeast, not that copy, and the notebooks
-then compile the new kernels against the old headers: they fail with errors that name neither. When the course's
-hooks are installed the copy is compared with the checkout's source, and a difference is said once, with the files
-and the way to bring them level. An editable install (`make lab`, `make test`) is the source itself: nothing to do.
+then compile the new kernels against the old headers: they fail with errors that name neither. The other way round,
+a workshop learner's copy of the course is made once, and the course installed for everyone may be updated after.
+When the course's hooks are installed the running package is compared with the checkout's source, and a difference
+is said once, with the files and what to do either way (which side is newer, the files do not say). An editable
+install of this checkout (`make lab`, `make test`) is the source itself: nothing to compare.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from . import coursedir
 
 
 class CourseCopyDiffers(UserWarning):
-    """The installed feedbeast differs from the course checkout's src/feedbeast."""
+    """The feedbeast this Python runs differs from the course checkout's src/feedbeast."""
 
 
 def differing_files(installed: Path, source: Path) -> list[str]:
@@ -33,9 +35,9 @@ def differing_files(installed: Path, source: Path) -> list[str]:
 
 
 def warning(installed: Path, near=None) -> str | None:
-    """What to say when `installed` (the running package's folder) is a copy that differs from the source of the
-    course checkout found near `near` or the working directory; None when it is that source, equals it, or no
-    checkout with a src/feedbeast is in sight."""
+    """What to say when `installed` (the running package's folder) differs from the source of the course checkout
+    found near `near` or else the working directory; None when it is that source, equals it, or no checkout with a
+    src/feedbeast is in sight."""
     try:
         course = coursedir.find(near)
     except coursedir.CourseNotFound:
@@ -48,11 +50,13 @@ def warning(installed: Path, near=None) -> str | None:
         return None
     py = "%d.%d" % sys.version_info[:2]
     shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
-    return (f"the feedbeast this Python runs ({installed}) is an older or other copy than the course's source "
-            f"({source}): {len(files)} file(s) differ ({shown}), and the kernels compile with the installed headers. "
-            f"Install the checkout again: on a GPU image `make wheelhouse PY={py} SET=notebook` and "
-            f"`make install ENV=current WHEELS=wheelhouse` in {course}, elsewhere "
-            f"`python -m pip install --no-deps --force-reinstall {course}`; then restart the kernel.")
+    return (f"the course installed in this Python ({installed}) and this checkout's source ({source}) differ in "
+            f"{len(files)} file(s) ({shown}); the notebooks here compile their kernels with the installed headers. "
+            f"If this checkout is the newer one (an update pulled), install it again: on a GPU image "
+            f"`make wheelhouse PY={py} SET=notebook` and `make install ENV=current WHEELS=wheelhouse` in {course}, "
+            f"elsewhere `python -m pip install --no-deps --force-reinstall {course}`; then restart the kernel. If the "
+            f"installed course is the newer one (a workshop server updated after this copy was made), ask for a "
+            f"fresh copy of the course.")
 
 
 def warn_if_stale(near=None) -> str | None:
