@@ -11,14 +11,9 @@ install of this checkout (`make lab`, `make test`) is the source itself: nothing
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 from . import coursedir
-
-
-class CourseCopyDiffers(UserWarning):
-    """The feedbeast this Python runs differs from the course checkout's src/feedbeast."""
 
 
 def differing_files(installed: Path, source: Path) -> list[str]:
@@ -60,9 +55,10 @@ def warning(installed: Path, near=None) -> str | None:
 
 
 def warn_if_stale(near=None) -> str | None:
-    """warning() for the running feedbeast, issued as a CourseCopyDiffers warning; returns its text."""
+    """warning() for the running feedbeast, printed to stderr as one paragraph (a warnings.warn would print the
+    toolkit's line that issued it too, which tells a learner nothing); returns its text."""
     import feedbeast
     text = warning(Path(feedbeast.__file__).resolve().parent, near)
     if text:
-        warnings.warn(text, CourseCopyDiffers, stacklevel=2)
+        print(f"feedbeast: {text}", file=sys.stderr)
     return text
