@@ -355,7 +355,7 @@ def test_what_a_gpu_recorded_is_read_back_where_there_is_none(h200_results):
 def test_backward_table_of_a_record_made_before_a_build_existed(capsys):
     """Without a GPU the backward's table is drawn from what a GPU recorded; a build added to BWD since then has no
     entry there: the table shows the builds recorded (each against cuDNN), never a KeyError in the reader's cell."""
-    ns = CHAPTER.definitions("bwd_table", "bwd_flops", np=np,
+    ns = CHAPTER.definitions("bwd_table", "bwd_summary", "bwd_flops", np=np,
                              BWD={"bwd tensor-reduce": None, "bwd atomics": None, "bwd new": None})
     a = (1, 2, 1024, 64)
     rounds = {("bwd tensor-reduce", a, False): [1.0, 1.0], ("bwd atomics", a, False): [2.0, 2.0],
@@ -364,6 +364,10 @@ def test_backward_table_of_a_record_made_before_a_build_existed(capsys):
     assert ratios == {(a, False): [pytest.approx(50.0), pytest.approx(25.0)]}
     out = capsys.readouterr().out
     assert "tensor-reduce / cuDNN" in out and "atomics / cuDNN" in out and "new / cuDNN" not in out
+    ns["bwd_summary"](ratios)
+    assert "met in 0 of 1 cases by the better build; range 50.0-50.0 %" in capsys.readouterr().out
+    ns["bwd_summary"](ns["bwd_table"]({("cudnn", a, False): [0.5]}))        # none of the builds recorded
+    assert capsys.readouterr().out.endswith("goal (>= 90 % of cuDNN): no build of this table in the record\n")
 
 
 def test_lean_softmax_exponential_is_one_instruction():

@@ -4,9 +4,9 @@ shape suite, the results log, the notebook loader and run modes.
 It imports the library (feedbeast); the library never imports it. Importing it installs its hooks into the
 library (feedbeast.hooks, which documents each): check outcomes become verdicts the grader reads, bench and
 check results go to the results log, a skipped step shows what a GPU run recorded, and inside `make sanitize`'s
-notebook runs the library runs in the sanitizer's mode. It also says when the feedbeast installed is a copy that
-differs from the course checkout's source (freshness). The course's runners and `make lab` set FEEDBEAST_HOOKS
-to feedbeast.course, so that a notebook process they start installs them too.
+notebook runs the library runs in the sanitizer's mode. It also says when the feedbeast this Python runs differs
+from the source of the checkout whose notebook runs (freshness). The course's runners and `make lab` set
+FEEDBEAST_HOOKS to feedbeast.course, so that a notebook process they start installs them too.
 
 The hazard mode is the course's variables': FEEDBEAST_HAZARDS (1 = check every launch, report, isolated; anything
 else off) and FEEDBEAST_HAZARDS_DUMP (a folder for the traces) set feedbeast.hooks.mode.hazards and hazard_dump
@@ -80,5 +80,5 @@ def install() -> None:
         _said_stale.append(freshness.warn_if_stale())
 
 
-_said_stale: list = []   # the installed copy is compared with the checkout's source once per process
+_said_stale: list = []   # the running package is compared with the checkout's source once per process
 install()

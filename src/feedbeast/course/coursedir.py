@@ -32,6 +32,11 @@ def _above(start: Path):
     yield from start.parents
 
 
+def around(start) -> Path | None:
+    """The first checkout of the course at or above `start` (a file or folder), or None."""
+    return next((folder for folder in _above(Path(start)) if is_course(folder)), None)
+
+
 def find(near=None, explicit=None) -> Path:
     """The course checkout (see the module's docstring). `near`: a file or folder being worked on."""
     for given, how in ((explicit, "--course"), (os.environ.get("FEEDBEAST_COURSE"), "FEEDBEAST_COURSE")):
@@ -43,9 +48,9 @@ def find(near=None, explicit=None) -> Path:
     starts = [Path(near)] if near is not None else []
     starts.append(Path.cwd())
     for start in starts:
-        for folder in _above(start):
-            if is_course(folder):
-                return folder
+        folder = around(start)
+        if folder is not None:
+            return folder
     looked = " or ".join(str(Path(s).resolve()) for s in starts)
     raise CourseNotFound(f"no checkout of the course (a folder with chapters/ and solutions/) at or above {looked}: "
                          "run from the checkout, or pass --course DIR (or set FEEDBEAST_COURSE)")
