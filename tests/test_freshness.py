@@ -1,7 +1,7 @@
 """The installed feedbeast against the source of the checkout whose notebook runs (feedbeast.course.freshness): a
-difference in the files the wheel ships is said once, naming them and what to do (install again, or, when this
-Python runs another checkout's source, use this checkout's environment); the source itself, an equal copy, no
-checkout in sight or a folder that cannot be read says nothing, and FEEDBEAST_COURSE is not asked."""
+difference in the files the wheel ships is said once per process, naming them and what to do (install again; use
+this checkout's environment when this Python runs another checkout's source; a workshop's copy asks for a fresh
+one); the source itself, an equal copy, no checkout in sight or a folder that cannot be read says nothing."""
 from __future__ import annotations
 
 import os
@@ -44,12 +44,19 @@ def test_a_copy_that_differs_is_named_with_its_files_and_the_way_to_install_agai
     (course / "src/feedbeast/include/fb/new.cuh").write_text("// only in the checkout\n")
     assert freshness.differing_files(installed, course / "src/feedbeast") == [
         "include/fb/gone.cuh", "include/fb/new.cuh", "include/fb/tma.cuh"]
+    (installed / ".ipynb_checkpoints").mkdir()                       # hidden files the wheel leaves out
+    (installed / ".ipynb_checkpoints/x-checkpoint.py").write_text("# an editor's\n")
     text = freshness.warning(installed, near=course / "chapters")
-    assert text and "differ in 3 file(s) of the toolkit (include/fb/gone.cuh, include/fb/new.cuh, " \
-                    "include/fb/tma.cuh)" in text, text
+    assert text and "differ in 3 file(s) (include/fb/gone.cuh, include/fb/new.cuh, include/fb/tma.cuh). " \
+                    "The kernels compile with the installed headers." in text, text
     assert str(installed) in text and str(course) in text
-    assert "make install ENV=current WHEELS=wheelhouse" in text and f"--force-reinstall {course}" in text
-    assert "ask for a fresh copy of the course" in text     # a workshop copy older than the course installed
+    assert "make install ENV=current WHEELS=<a bundle built from it>" in text
+    assert f"-m pip install --no-deps --force-reinstall {course}" in text and "fresh copy" not in text
+
+    # a folder named src/feedbeast that is no checkout's is a copy like any other
+    loose = tmp_path / "loose/src/feedbeast"
+    shutil.copytree(installed, loose)
+    assert "force-reinstall" in freshness.warning(loose, near=course)
 
 
 def test_another_checkouts_source_is_never_to_be_replaced(tmp_path):
@@ -58,9 +65,24 @@ def test_another_checkouts_source_is_never_to_be_replaced(tmp_path):
     a, b = _checkout(tmp_path / "a"), _checkout(tmp_path / "b")
     (a / "src/feedbeast/include/fb/tma.cuh").write_text("// updated in A\n")
     text = freshness.warning(a / "src/feedbeast", near=b / "labs" / "04.ipynb")
-    assert text and "differ in 1 file(s) of the toolkit (include/fb/tma.cuh)" in text, text
-    assert f"the source of another checkout ({a})" in text and f"`make lab` in {b}" in text
+    assert text and "differ in 1 file(s) (include/fb/tma.cuh)" in text, text
+    assert f"the source of another checkout ({a})" in text and f"the environment of {b}" in text
     assert "force-reinstall" not in text
+
+
+def test_a_workshop_copy_is_told_to_ask_for_a_fresh_copy_whatever_is_installed(tmp_path, monkeypatch):
+    # The hub points FEEDBEAST_COURSE at the shared course; a learner's copy (made once) differs after an update of
+    # the course: never a reinstall (the learner cannot write there, and a user install would hide the course).
+    shared, mine = _checkout(tmp_path / "opt/course"), _checkout(tmp_path / "home/ann/feedbeast")
+    (shared / "src/feedbeast/__init__.py").write_text("VERSION = 3\n")
+    wheel_copy = tmp_path / "site-packages/feedbeast"
+    shutil.copytree(shared / "src/feedbeast", wheel_copy)
+    monkeypatch.setenv("FEEDBEAST_COURSE", str(shared))
+    for installed in (shared / "src/feedbeast", wheel_copy):              # the hub's .venv, or a wheel install
+        text = freshness.warning(installed, near=mine / "chapters")
+        assert text and text.endswith("This copy of the course is not the one installed for everyone: ask for a "
+                                      "fresh copy.") and "install it again" not in text, text
+        assert "differ in 1 file(s) (__init__.py)." in text and "headers" not in text   # no header differs
 
 
 def test_the_source_itself_or_no_checkout_says_nothing(tmp_path, monkeypatch):
@@ -72,7 +94,7 @@ def test_the_source_itself_or_no_checkout_says_nothing(tmp_path, monkeypatch):
     assert freshness.warning(tmp_path / "elsewhere") is None                          # no checkout in sight
     (tmp_path / "bare" / "chapters").mkdir(parents=True)
     (tmp_path / "bare" / "solutions").mkdir()
-    assert freshness.warning(tmp_path / "elsewhere", near=tmp_path / "bare") is None   # a checkout without src/
+    assert freshness.warning(course / "src/feedbeast", near=tmp_path / "bare") is None   # a checkout without src/
 
 
 def test_the_running_package_is_compared_and_a_difference_printed(tmp_path, monkeypatch, capsys):
@@ -81,13 +103,10 @@ def test_the_running_package_is_compared_and_a_difference_printed(tmp_path, monk
     shutil.copytree(course / "src/feedbeast", installed)
     (installed / "__init__.py").write_text("VERSION = 1\n")
     monkeypatch.setattr(feedbeast, "__file__", str(installed / "__init__.py"))
-    shared = _checkout(tmp_path / "shared")                   # equal to the installed copy: were it asked, all
-    (shared / "src/feedbeast/__init__.py").write_text("VERSION = 1\n")   # would look level
-    monkeypatch.setenv("FEEDBEAST_COURSE", str(shared))       # not asked: the notebook's checkout is
     monkeypatch.chdir(course / "chapters")
     text = freshness.warn_if_stale()
     err = capsys.readouterr().err
-    assert text and err == f"feedbeast: {text}\n" and "differ in 1 file(s) of the toolkit (__init__.py)" in err, err
+    assert text and err == f"feedbeast: {text}\n" and "differ in 1 file(s) (__init__.py)" in err, err
     (installed / "__init__.py").write_text("VERSION = 2\n")
     assert freshness.warn_if_stale() is None and capsys.readouterr().err == ""
 
@@ -98,3 +117,19 @@ def test_the_running_package_is_compared_and_a_difference_printed(tmp_path, monk
     os.rmdir(gone)
     (installed / "__init__.py").write_text("VERSION = 1\n")
     assert freshness.warn_if_stale() is None and capsys.readouterr().err == ""
+
+    def unreadable(*_):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.chdir(course / "chapters")
+    monkeypatch.setattr(freshness, "differing_files", unreadable)      # a file this user cannot read
+    assert freshness.warn_if_stale() is None and capsys.readouterr().err == ""
+
+
+def test_the_hooks_compare_once_per_process(monkeypatch):
+    import feedbeast.course as course
+    calls = []
+    monkeypatch.setattr(course.freshness, "warn_if_stale", lambda: calls.append(1))
+    monkeypatch.setattr(course, "_said_stale", [])
+    course.install()
+    course.install()
+    assert calls == [1]

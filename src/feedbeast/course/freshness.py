@@ -6,12 +6,13 @@ then compile the new kernels against the old headers: they fail with errors that
 a workshop learner's copy of the course is made once, and the course installed for everyone (often the source of
 the instructor's checkout, installed editable) may be updated after. When the course's hooks are installed, the
 running package is compared with the source of the checkout at or above the working directory (a notebook runs in
-its own folder; FEEDBEAST_COURSE, which a workshop points at the shared course, is not asked), and a difference is
-said once on stderr, with the files and what to do. This checkout's own editable install (`make lab`, `make test`)
-is that source: nothing to compare.
+its own folder; FEEDBEAST_COURSE, which a workshop points at the shared course, only tells a learner's copy from
+the course), and a difference is said once on stderr, with the files and what to do. This checkout's own editable
+install (`make lab`, `make test`) is that source: nothing to compare.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,11 +20,15 @@ from . import coursedir
 
 
 def shipped(package: Path) -> dict[str, Path]:
-    """The files of a feedbeast package folder that its wheel holds (pyproject: the modules and include/), by their
-    path relative to it."""
-    return {p.relative_to(package).as_posix(): p for p in package.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts
-            and (p.suffix == ".py" or p.relative_to(package).parts[0] == "include")}
+    """The files of a feedbeast package folder that its wheel holds (pyproject: the modules and include/; no
+    caches and no hidden files such as .ipynb_checkpoints), by their path relative to it."""
+    out = {}
+    for p in package.rglob("*"):
+        rel = p.relative_to(package)
+        if p.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in rel.parts) \
+                and (p.suffix == ".py" or rel.parts[0] == "include"):
+            out[rel.as_posix()] = p
+    return out
 
 
 def differing_files(installed: Path, source: Path) -> list[str]:
@@ -46,19 +51,19 @@ def warning(installed: Path, near=None) -> str | None:
     if not files:
         return None
     shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
-    said = (f"the notebooks of {course} and the course this Python runs ({installed}) differ in {len(files)} "
-            f"file(s) of the toolkit ({shown}); the kernels compile with the headers of the one this Python runs.")
+    said = (f"the notebooks of {course} and the feedbeast this Python runs ({installed}) differ in {len(files)} "
+            f"file(s) ({shown})." + (" The kernels compile with the installed headers." if any(
+                f.startswith("include/") for f in files) else ""))
+    shared = os.environ.get("FEEDBEAST_COURSE")          # a workshop's course, of which this checkout is a copy
+    if shared and Path(shared).expanduser().resolve() != course.resolve():
+        return f"{said} This copy of the course is not the one installed for everyone: ask for a fresh copy."
     other = installed.parent.parent
     if installed.parent.name == "src" and coursedir.is_course(other):      # another checkout's editable source
-        return (f"{said} That is the source of another checkout ({other}): run these notebooks with this "
-                f"checkout's own environment (`make lab` in {course}); in a workshop, ask for a fresh copy of the "
-                f"course.")
-    py = "%d.%d" % sys.version_info[:2]
-    return (f"{said} If this checkout is the newer one (an update pulled), install it again: on a GPU image "
-            f"`make wheelhouse PY={py} SET=notebook` and `make install ENV=current WHEELS=wheelhouse` in {course}, "
-            f"elsewhere `python -m pip install --no-deps --force-reinstall {course}`; then restart the kernel. If "
-            f"the installed course is the newer one (a workshop server updated after this copy was made), ask for "
-            f"a fresh copy of the course.")
+        return (f"{said} That is the source of another checkout ({other}): run these notebooks with the "
+                f"environment of {course} (`make lab` there).")
+    return (f"{said} After an update of this checkout, install it again (`make install ENV=current "
+            f"WHEELS=<a bundle built from it>`, or `{sys.executable} -m pip install --no-deps --force-reinstall "
+            f"{course}`) and restart the kernel.")
 
 
 def warn_if_stale(near=None) -> str | None:
