@@ -39,7 +39,8 @@ BUILDS = {"tensor-reduce": ({}, "UTMAREDG.2D.ADD", "UBLKRED"),
           "atomics": ({"DQ_TMA": 0}, "REDG.E.ADD.F32x2", "UBLKRED"),
           "dK-first": ({"DQ_FIRST": 0}, "UTMAREDG.2D.ADD", "UBLKRED")}
 SHAPES = {128: ("HGMMA.64x64x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"),
-          64: ("HGMMA.64x64x16.F32.BF16", "HGMMA.64x32x16.F32.BF16")}
+          64: ("HGMMA.64x64x16.F32.BF16", "HGMMA.64x128x16.F32.BF16")}
+QUERY_ROWS = {128: 64, 64: 128}          # the query tile (fb::attention_bwd::query_rows)
 
 
 @pytest.mark.parametrize("build", list(BUILDS))
@@ -50,12 +51,13 @@ def test_backward_sass_and_resources(build, d):
     kernel = f"attn_bwd_d{d}"
     counts = mod.expect_sass(*SHAPES[d], "UTMALDG.2D", dq_op, "MUFU.EX2", kernel=kernel,
                              forbid=(other,))
-    # Per query tile and warpgroup: S^T and dP^T (d / 16 steps each), dQ (8 steps of 16 keys), dV and dK (4 steps).
-    # d = 128: 64x64x16 for S^T, dP^T (8 + 8) and dQ (8), 64x128x16 for dV, dK (4 + 4); d = 64: 64x64x16 for S^T,
-    # dP^T (4 + 4) and dV, dK (4 + 4), 64x32x16 for dQ (8).
-    assert counts[SHAPES[d][0]] == 2 * d // 16 + 8 and counts[SHAPES[d][1]] == 8, counts
-    assert counts["MUFU.EX2"] == 64, counts          # one exponential per element of a 64 x 64 tile per thread, in
-                                                     # the masked and in the unmasked copy of the softmax
+    # Per query tile and warpgroup: S^T and dP^T (d / 16 steps each, N = the tile's queries), dV and dK (tile / 16
+    # steps each, N = d), dQ (8 steps of 16 keys, N = its columns). d = 128, 64 queries: 64x64x16 for S^T, dP^T
+    # (8 + 8) and dQ (8 of 64 columns, half of them), 64x128x16 for dV, dK (4 + 4); d = 64, 128 queries: 64x128x16
+    # for S^T, dP^T (4 + 4), 64x64x16 for dV, dK (8 + 8) and dQ (8 of all 64 columns of its 64 queries).
+    assert counts[SHAPES[d][0]] == 24 and counts[SHAPES[d][1]] == 8, counts
+    # one exponential per element of a 64-key x tile tile per thread (tile / 2), in the masked and the unmasked copy
+    assert counts["MUFU.EX2"] == 2 * QUERY_ROWS[d] // 2, counts
     res = mod.resources[kernel]
     # 384 threads: the consumers take 240 registers each by setmaxnreg, the producer warpgroup gives back to 24; the
     # kernel is compiled for 168 (65536 / 384) and nothing spills.
@@ -67,24 +69,26 @@ def test_backward_sass_and_resources(build, d):
 
 @pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("d", [64, 128])
-def test_backward_reads_L_and_D_before_the_waits_that_need_them(build, d):
-    # In the loop's order of shared loads (L), HGMMA runs (H) and wgmma waits (W): the 8 LDS.64 of L come before the
-    # S^T and dP^T GEMMs are issued, the 8 of D before dV's GEMM (after S^T's wait, before dP^T's), not after a wait.
+def test_backward_reads_L_before_the_gemms_and_D_where_dS_is_formed(build, d):
+    # In the loop's order of shared loads (L), HGMMA runs (H) and wgmma waits (W): the tile / 8 LDS.64 of L come
+    # before the S^T and dP^T GEMMs are issued; those of D after dP^T's wait, where dS^T is formed (held in registers
+    # across dV's GEMM, they made ptxas spill at 128 queries; measured, reading them there was also faster).
     mod = module("bwd", **BUILDS[build][0])
     order = "".join("L" if op.startswith("LDS") else "W" if op.startswith("WARPGROUP.DEPBAR") else
                     "H" if op.startswith("HGMMA") else "" for op in fb.sass.opcodes(mod.sass(f"attn_bwd_d{d}")))
-    assert re.sub("H+", "H", order).startswith("L" * 8 + "HW" + "L" * 8 + "HW"), order
+    n = QUERY_ROWS[d] // 8
+    assert re.sub("H+", "H", order).startswith("L" * n + "HWHW" + "L" * n + "H"), order
 
 
 @pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("d", [64, 128])
 def test_backward_stores_dS_by_stmatrix_and_keeps_descriptors_uniform(build, d):
-    # dS^T goes to shared memory by one stmatrix .x4 per 16 queries (4 a tile), not 16 four-byte stores; and the
+    # dS^T goes to shared memory by one stmatrix .x4 per 16 queries (tile / 16), not four four-byte stores; and the
     # warpgroup index is broadcast from lane 0, so the wgmma descriptors stay in uniform registers: fewer R2UR
     # (vector to uniform register moves) in the kernel than HGMMA, where a descriptor built per thread takes two.
     mod = module("bwd", **BUILDS[build][0])
     kernel = f"attn_bwd_d{d}"
-    assert mod.expect_sass("STSM.16.M88.4", kernel=kernel)["STSM.16.M88.4"] == 4
+    assert mod.expect_sass("STSM.16.M88.4", kernel=kernel)["STSM.16.M88.4"] == QUERY_ROWS[d] // 16
     ops = fb.sass.opcodes(mod.sass(kernel))
     r2ur, hgmma = sum(op.startswith("R2UR") for op in ops), sum(op.startswith("HGMMA") for op in ops)
     assert r2ur < hgmma, (r2ur, hgmma)
@@ -105,7 +109,8 @@ def _bf16(x):
 
 def _grads(q, k, v, do, causal, keep=None, model=False):
     """dQ, dK, dV of one head (numpy). keep: the mask (default: all keys, or causal); model: the kernel's rounding
-    (fp32 math, O stored as bf16 before D, P and dS rounded to bf16 before their GEMMs)."""
+    (fp32 math, O stored as bf16 before D, P rounded to bf16 before dV's GEMM and dS = P (dP - D) formed from that
+    P, dS rounded to bf16 before its GEMMs)."""
     s, d = q.shape
     f = np.float32 if model else np.float64
     q, k, v, do = (x.astype(f) for x in (q, k, v, do))
@@ -118,8 +123,9 @@ def _grads(q, k, v, do, causal, keep=None, model=False):
     o = p @ v
     dp = do @ v.T
     dd = (do * (_bf16(o) if model else o)).sum(1, keepdims=True)
-    ds = p * (dp - dd)
-    pr, dsr = (_bf16(p), _bf16(ds)) if model else (p, ds)
+    pr = _bf16(p) if model else p
+    ds = pr * (dp - dd)
+    dsr = _bf16(ds) if model else ds
     out = {"dq": scale * dsr @ k, "dk": scale * dsr.T @ q, "dv": pr.T @ do}
     if not model:
         mag = p * (np.abs(do) @ np.abs(v).T + np.abs(do * o).sum(1, keepdims=True))
@@ -153,7 +159,7 @@ def test_bound_passes_the_rounding_and_rejects_one_key(s, d, causal):
 # ---- GPU (Hopper, PyTorch): every build on ragged shapes; planted one-key errors rejected -------------------
 
 RAGGED = [(1, 1, 1, 64), (2, 3, 200, 64), (1, 2, 129, 128), (2, 2, 1000, 128), (3, 2, 257, 64), (1, 1, 383, 128),
-          (1, 2, 64, 64), (1, 1, 65, 128)]
+          (1, 2, 64, 64), (1, 1, 65, 128), (1, 2, 129, 64)]
 
 
 _NS = {}
@@ -190,20 +196,23 @@ def test_gpu_backward_ragged_shapes_within_the_bound(bwd_ns, build):
 def test_gpu_backward_planted_one_key_errors_rejected(bwd_ns):
     header = (Path(fb.__file__).parent / "include/fb/attention_bwd.cuh").read_text()
     src = module("bwd").source.replace("#include <fb/attention_bwd.cuh>", header)
-    plants = {False: [("key >= seq ||", "key >= seq - 1 ||"), ("key0 + 15 >= seq", "key0 + 16 >= seq")],
-              True: [("(causal && key > q)", "(causal && key > q + 1)")]}
-    shape = (1, 2, 1000, 128)
-    q, k, v = bwd_ns["attention_inputs"](*shape, seed=5)
-    do = bwd_ns["attention_inputs"](*shape, seed=6)[0]
+    plants = {False: [("min(q + reach, seq - 1)", "min(q + reach, seq - 2)"),
+                      ("key0 + 15 >= seq", "key0 + 16 >= seq")],
+              True: [("min(q + reach,", "min(q + 1 + reach,")]}
+    mods = {}
     for causal, edits in plants.items():
         planted = src
         for old, new in edits:
             assert old in planted, old
             planted = planted.replace(old, new)
-        mod = fb.compile(planted, "sm_90a", defines=module("bwd").defines, name="bwd_planted.cu")
-        # The shipped kernel beside it on the same inputs passes (so the launches ran), and the planted one fails on
-        # its numbers: an output never written (poison, NaN) reads as inf.
-        ok, r = bwd_ns["backward_cases"]({"shipped": module("bwd"), "planted": mod}, q, k, v, do, causal,
-                                         f"causal={causal}")
-        assert ok, ok
-        assert not r and math.isfinite(max(r.ratios)), r
+        mods[causal] = fb.compile(planted, "sm_90a", defines=module("bwd").defines, name="bwd_planted.cu")
+    for shape in ((1, 2, 1000, 128), (1, 2, 1000, 64)):       # both query tiles (64 rows at d = 128, 128 at d = 64)
+        q, k, v = bwd_ns["attention_inputs"](*shape, seed=5)
+        do = bwd_ns["attention_inputs"](*shape, seed=6)[0]
+        for causal, mod in mods.items():
+            # The shipped kernel beside it on the same inputs passes (so the launches ran), and the planted one fails
+            # on its numbers: an output never written (poison, NaN) reads as inf.
+            ok, r = bwd_ns["backward_cases"]({"shipped": module("bwd"), "planted": mod}, q, k, v, do, causal,
+                                             f"{shape} causal={causal}")
+            assert ok, ok
+            assert not r and math.isfinite(max(r.ratios)), r

@@ -5,8 +5,9 @@
 //   dV_j  = sum_i P_ij dO_i
 //   dS_ij = P_ij (dO_i . V_j - D_i)
 //   dK_j  = scale sum_i dS_ij Q_i,   dQ_i = scale sum_j dS_ij K_j
-// One block owns a block of 128 keys (two consumer warpgroups of 64 keys each) and walks the query tiles of 64
-// rows: dK and dV stay in registers, dQ is a sum over key blocks and goes to an fp32 buffer, by TMA reduces
+// One block owns a block of 128 keys (two consumer warpgroups of 64 keys each) and walks the query tiles of QM rows
+// (query_rows<D>: 128 at d = 64, 64 at d = 128): dK and dV stay in registers, dQ is a sum over key blocks and goes
+// to an fp32 buffer, by TMA reduces
 // (cp.reduce.async.bulk(.tensor) .add.f32) or with red.global.add (atomics). A producer warpgroup loads Q, dO and
 // each tile's L and D into a ring of stages and issues the dQ reduces, so the consumers never wait on either.
 // The transposed products S^T = K Q^T and dP^T = V dO^T put the keys on the wgmma M dimension, so that P^T and
@@ -28,102 +29,113 @@ using u32 = cuda::std::uint32_t;
 using u64 = cuda::std::uint64_t;
 namespace fa = fb::attention;
 
+// The query tile: 128 rows at d = 64, 64 at d = 128. A consumer thread holds S^T and dP^T of its 64 keys x QM
+// queries (QM / 2 fp32 registers each) beside dK and dV (D / 2 each): at QM = 128 and d = 128 that is 256 of the
+// 240 registers setmaxnreg gives it. At d = 64 the wider tile halves what each query costs in barriers, waits,
+// loads of L and D and dQ reduces, where the tile's GEMMs are short.
+template <int D> inline constexpr int query_rows = D == 64 ? 128 : 64;
+
 // The wgmma here: fb::wgmma::mma_ss<N, TA, TB> with both operands in shared memory, TA / TB the instruction's
 // imm-trans-a / imm-trans-b (1 reads the operand MN-major, which only 16-bit types allow), and fa::mma_rs_tb.
 
-// X^T (64 keys x 64 queries) = A(64 x D) B^T with A = 64 rows of K (or V), B = the query tile's Q (or dO), both
+// X^T (64 keys x QM queries) = A(64 x D) B^T with A = 64 rows of K (or V), B = the query tile's Q (or dO), both
 // K-major tiles of D / 64 panels (`a_panel`, `b_panel` bytes apart): D / 16 steps of 32 B along the row.
-template <int D>
-__device__ inline void gemm_t(float (&x)[32], const unsigned char* a, int a_panel, const unsigned char* b,
+template <int D, int QM>
+__device__ inline void gemm_t(float (&x)[QM / 2], const unsigned char* a, int a_panel, const unsigned char* b,
                               int b_panel) {
   const u64 da = fb::wgmma::descriptor_k_major_sw128(a), db = fb::wgmma::descriptor_k_major_sw128(b);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    fb::wgmma::mma_ss<64, 0, 0>(x, da + ((kk / 4) * a_panel + (kk % 4) * 32) / 16,
+    fb::wgmma::mma_ss<QM, 0, 0>(x, da + ((kk / 4) * a_panel + (kk % 4) * 32) / 16,
                                 db + ((kk / 4) * b_panel + (kk % 4) * 32) / 16, kk > 0);
 }
 
-// acc(64 keys x D) += X^T(64 x 64, bf16 A fragments in registers) T(64 queries x D): the query tile T read
-// MN-major (its rows of D contiguous), 4 steps of 16 rows; panels of 64 rows x 128 B.
-template <int D>
-__device__ inline void gemm_acc(float (&acc)[D / 2], const u32 (&x)[4][4], const unsigned char* t) {
-  const u64 dt = fa::descriptor_mn_major_sw128(t, 64 * 128, 1024);
+// acc(64 keys x D) += X^T(64 x QM, bf16 A fragments in registers) T(QM queries x D): the query tile T read
+// MN-major (its rows of D contiguous), QM / 16 steps of 16 rows; panels of QM rows x 128 B.
+template <int D, int QM>
+__device__ inline void gemm_acc(float (&acc)[D / 2], const u32 (&x)[QM / 16][4], const unsigned char* t) {
+  const u64 dt = fa::descriptor_mn_major_sw128(t, QM * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < QM / 16; ++kk) {
     fa::mma_rs_tb<D>(acc, x[kk], dt + kk * 16 * 128 / 16, 1);
   }
 }
 
-// dQ tile (64 queries x D/2 columns from `col`) = dS (64 x 128 keys) K: dS read from `ds` where it is stored
+// dQ tile (64 queries x NC columns from `col`) = dS (64 x 128 keys) K: dS read from `ds` where it is stored
 // transposed (128 rows of keys x 64 queries, 128 B a row: A MN-major), K from the key block (128 rows, D / 64
 // panels of 128 x 128 B: B MN-major). 8 steps of 16 keys, 16 * 128 B each on both sides.
-template <int D>
-__device__ inline void gemm_dq(float (&dq)[D / 4], const unsigned char* ds, const unsigned char* k, int col) {
+template <int NC>
+__device__ inline void gemm_dq(float (&dq)[NC / 2], const unsigned char* ds, const unsigned char* k, int col) {
   const u64 da = fa::descriptor_mn_major_sw128(ds, 128 * 128, 1024);
   const u64 db = fa::descriptor_mn_major_sw128(k + (col / 64) * 128 * 128 + (col % 64) * 2, 128 * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
-    fb::wgmma::mma_ss<D / 2, 1, 1>(dq, da + kk * 128, db + kk * 128, kk > 0);
+    fb::wgmma::mma_ss<NC, 1, 1>(dq, da + kk * 128, db + kk * 128, kk > 0);
   }
 }
 
 // ---- shared memory and the query tiles -----------------------------------------------------------------------
-// K and V of the key block (128 rows); NST stages of the query tile's Q and dO (64 rows) and of its L log2 e and
-// D (64 floats each); dS^T (128 x 64 bf16) twice, so that one warpgroup may write the next tile's while the other
-// still reads this one's; for the TMA reduces the fp32 dQ tile (64 x D) they read from. The tiles are 1024-byte
-// aligned (128-byte swizzle).
-template <int D, int NST> struct Plan {
-  static constexpr int KV = 128 * D * 2, QT = 64 * D * 2, DS = 128 * 64 * 2, ROW = 64 * 4;
+// K and V of the key block (128 rows); NST stages of the query tile's Q and dO (QM rows) and of its L log2 e and
+// D (QM floats each); dS^T (128 keys x QM bf16, in panels of 64 queries) twice, so that one warpgroup may write the
+// next tile's while the other still reads this one's; for the TMA reduces the fp32 dQ tile (QM x D) they read
+// from. The tiles are 1024-byte aligned (128-byte swizzle).
+template <int D, int NST, int QM = query_rows<D>> struct Plan {
+  static constexpr int KV = 128 * D * 2, QT = QM * D * 2, DS = 128 * QM * 2, ROW = QM * 4;
   static constexpr int K_OFF = 0, V_OFF = KV, Q_OFF = 2 * KV, DO_OFF = Q_OFF + NST * QT, DS_OFF = DO_OFF + NST * QT;
-  static constexpr int DQ_OFF = DS_OFF + 2 * DS, LSE_OFF = DQ_OFF + 64 * D * 4, DLT_OFF = LSE_OFF + NST * ROW;
+  static constexpr int DQ_OFF = DS_OFF + 2 * DS, LSE_OFF = DQ_OFF + QM * D * 4, DLT_OFF = LSE_OFF + NST * ROW;
   static constexpr int BYTES = DLT_OFF + NST * ROW + 1024;
+  static_assert(QM == 64 || D == 64, "a 128-row query tile is one panel of 128-byte rows: d = 64 only");
 };
 
-// The byte where the 128-byte swizzle puts byte `b` (< 128) of row `r` of a 1024-aligned tile of 128-byte rows
-// (what TMA does with swizzle 128: 16-byte chunk c of row r goes to chunk c ^ (r % 8)).
-__device__ inline int swizzled(int r, int b) { return r * 128 + ((((b >> 4) ^ r) & 7) << 4) + (b & 15); }
-
-// This thread's elements of a 64 x 64 transposed score tile (rows: keys, columns: queries): element i is at key
+// This thread's elements of a 64 x QM transposed score tile (rows: keys, columns: queries): element i is at key
 // row 16 w + lane / 4 + 8 ((i % 4) / 2) of the warpgroup's 64, query column 8 (i / 4) + 2 t + (i % 2).
-// The 16 values of a tile's per-query statistic (L log2 e, or D) that this thread's columns need, x[j] for columns
-// 8 j + 2 t and + 1: read from shared memory before the wait for the GEMM whose result uses them, they are in
-// registers when that result is.
-__device__ inline void column_stats(float2 (&x)[8], const float* stat) {
+// The QM / 8 values of L log2 e that this thread's columns need, x[j] for columns 8 j + 2 t and + 1: read from
+// shared memory before the tile's GEMMs are issued, they are in registers when S^T is.
+template <int QM> __device__ inline void column_stats(float2 (&x)[QM / 8], const float* stat) {
   const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) x[j] = *reinterpret_cast<const float2*>(stat + 8 * j + 2 * t);
+  for (int j = 0; j < QM / 8; ++j) x[j] = *reinterpret_cast<const float2*>(stat + 8 * j + 2 * t);
 }
 
 // P^T = 2^(S^T scale log2 e - L log2 e) in place of S^T, 0 where masked. l: column_stats of L log2 e. MASK: the
 // tile reaches past the sequence or the diagonal (the caller branches on it, uniform in a warp, so that the other
 // tiles carry no compares).
-template <bool MASK>
-__device__ inline void probabilities(float (&s)[32], const float2 (&l)[8], int key0, int q0, int seq,
+template <bool MASK, int QM>
+__device__ inline void probabilities(float (&s)[QM / 2], const float2 (&l)[QM / 8], int key0, int q0, int seq,
                                      float scale_log2, bool causal) {
-  const int lane = threadIdx.x % 32, t = lane % 4;
+  const int lane = threadIdx.x % 32, t = lane % 4, reach = causal ? 0 : seq;
 #pragma unroll
-  for (int i = 0; i < 32; i += 2) {
+  for (int i = 0; i < QM / 2; i += 2) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int key = key0 + lane / 4 + 8 * ((i % 4) / 2), q = q0 + 8 * (i / 4) + 2 * t + e;
       float p = fa::exp2_approx(fmaf(s[i + e], scale_log2, -(e ? l[i / 4].y : l[i / 4].x)));
-      if (MASK && (q >= seq || key >= seq || (causal && key > q))) p = 0.f;
+      // the last key query q sees: none past the sequence, else the sequence's last key or, causal, q (one compare
+      // per element: three made ptxas spill in the masked copy at 128 queries)
+      if (MASK && key > (q >= seq ? -1 : min(q + reach, seq - 1))) p = 0.f;
       s[i + e] = p;
     }
   }
 }
 
-// dS^T = P^T (dP^T - D) in place of dP^T. d: column_stats of D.
-__device__ inline void score_grads(const float (&p)[32], float (&dp)[32], const float2 (&d)[8]) {
+// dS^T = P^T (dP^T - D) in place of dP^T, with P^T read back from the bf16 A fragments that dV's GEMM takes
+// (fa::p_fragments: p[j][r] packs columns 8 j + 2 r in its low half, + 1 in its high half) and D from shared
+// memory here: S^T's fp32 registers and D's are then not live beside dP^T's while dV's GEMM runs. P is the bf16
+// value dV's GEMM used, so dS = P (dP - D) and dV = P^T dO take the same P.
+template <int QM>
+__device__ inline void score_grads(const u32 (&p)[QM / 16][4], float (&dp)[QM / 2], const float* dlt) {
+  const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int i = 0; i < 32; i += 2) {
-    dp[i] = p[i] * (dp[i] - d[i / 4].x);
-    dp[i + 1] = p[i + 1] * (dp[i + 1] - d[i / 4].y);
+  for (int i = 0; i < QM / 2; i += 2) {
+    const u32 x = p[i / 8][(i % 8) / 2];
+    const float2 d = *reinterpret_cast<const float2*>(dlt + 8 * (i / 4) + 2 * t);
+    dp[i] = __uint_as_float(x << 16) * (dp[i] - d.x);
+    dp[i + 1] = __uint_as_float(x & 0xffff0000u) * (dp[i + 1] - d.y);
   }
 }
 
 // One warp: L log2 e and D of the 64 query rows from q0 into shared memory, two rows a lane; 0 past the end of the
-// sequence (those columns are masked).
+// sequence (those columns are masked). A tile of 128 rows takes two calls.
 __device__ inline void load_row_stats(float* lse2, float* dlt, const float* lse, const float* delta, int q0, int seq) {
   const int q = q0 + 2 * (threadIdx.x % 32);
   float2 l = make_float2(0.f, 0.f), d = make_float2(0.f, 0.f);
@@ -134,16 +146,20 @@ __device__ inline void load_row_stats(float* lse2, float* dlt, const float* lse,
 }
 
 // dS^T of warpgroup w's 64 keys, as the bf16 pairs fa::p_fragments packed, into shared memory: rows = keys, 128 B
-// a row, swizzled. x[kk] holds the four 8x8 matrices of queries 16 kk .. 16 kk + 15 in the order of a wgmma A
-// fragment (keys 0-7 / 8-15 of the warp's 16, then the same for the upper 8 queries), which is the order stmatrix
-// .x4 takes them in: one instruction per 16 queries instead of four 4-byte stores. Lane l gives the address of its
-// row of matrix l / 8, a 16-byte chunk that the swizzle keeps whole.
-__device__ inline void store_ds(unsigned char* ds, const u32 (&x)[4][4], int w) {
+// a row, with the 128-byte swizzle (TMA's: 16-byte chunk c of row r at chunk c ^ (r % 8)), one panel of 128 rows
+// per 64 queries. x[kk] holds the four 8x8 matrices of queries 16 kk ..
+// 16 kk + 15 in the order of a wgmma A fragment (keys 0-7 / 8-15 of the warp's 16, then the same for the upper 8
+// queries), which is the order stmatrix .x4 takes them in: one instruction per 16 queries instead of four 4-byte
+// stores. Lane l gives the address of its row of matrix l / 8, a 16-byte chunk that the swizzle keeps whole:
+// chunk 2 (kk % 4) + m / 2 of row r lands at (2 (kk % 4) + m / 2) ^ (r % 8) = 2 (kk % 4) ^ key, one XOR per store
+// from the row's address (at QM = 128, eight addresses kept apart made ptxas spill one of them).
+template <int QM> __device__ inline void store_ds(unsigned char* ds, const u32 (&x)[QM / 16][4], int w) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, m = lane / 8;
-  const int r = 64 * w + 16 * warp + lane % 8 + 8 * (m % 2);
+  const int r = 64 * w + 16 * warp + lane % 8 + 8 * (m % 2), key = (m / 2) ^ (r % 8);
+  unsigned char* row = ds + r * 128;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    fa::stmatrix_x4(ds + swizzled(r, 32 * kk + 16 * (m / 2)), x[kk][0], x[kk][1], x[kk][2], x[kk][3]);
+  for (int kk = 0; kk < QM / 16; ++kk)
+    fa::stmatrix_x4(row + (kk / 4) * 128 * 128 + ((2 * (kk % 4) ^ key) << 4), x[kk][0], x[kk][1], x[kk][2], x[kk][3]);
 }
 
 // ---- dQ: two ways to add a tile into the fp32 buffer -----------------------------------------------------------
