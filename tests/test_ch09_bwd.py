@@ -56,8 +56,8 @@ def test_backward_sass_and_resources(build, d):
     # (8 + 8) and dQ (8 of 64 columns, half of them), 64x128x16 for dV, dK (4 + 4); d = 64, 128 queries: 64x128x16
     # for S^T, dP^T (4 + 4), 64x64x16 for dV, dK (8 + 8) and dQ (8 of all 64 columns of its 64 queries).
     assert counts[SHAPES[d][0]] == 24 and counts[SHAPES[d][1]] == 8, counts
-    # one exponential per element of a 64-key x tile tile per thread (tile / 2), in the masked and the unmasked copy
-    assert counts["MUFU.EX2"] == 2 * QUERY_ROWS[d] // 2, counts
+    # one exponential per element of the 64 keys x tile a thread holds (tile / 2), in the masked and the unmasked copy
+    assert counts["MUFU.EX2"] == QUERY_ROWS[d], counts
     res = mod.resources[kernel]
     # 384 threads: the consumers take 240 registers each by setmaxnreg, the producer warpgroup gives back to 24; the
     # kernel is compiled for 168 (65536 / 384) and nothing spills.
@@ -69,15 +69,20 @@ def test_backward_sass_and_resources(build, d):
 
 @pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("d", [64, 128])
-def test_backward_reads_L_before_the_gemms_and_D_where_dS_is_formed(build, d):
+def test_backward_reads_L_before_the_gemms_D_under_dV_and_P_after_its_wait(build, d):
     # In the loop's order of shared loads (L), HGMMA runs (H) and wgmma waits (W): the tile / 8 LDS.64 of L come
-    # before the S^T and dP^T GEMMs are issued; those of D after dP^T's wait, where dS^T is formed (held in registers
-    # across dV's GEMM, they made ptxas spill at 128 queries; measured, reading them there was also faster).
+    # before the S^T and dP^T GEMMs are issued; those of D after dP^T's wait, while dV's GEMM runs (held in registers
+    # across it, they made ptxas spill at 128 queries; measured, reading them there was also faster). Then a wait
+    # for everything in flight (gsb0, 0x0), dV's GEMM included, before P^T's registers, its A operand, are read
+    # (PTX ISA: a wgmma's register operands may be accessed only after a wait that covers it).
     mod = module("bwd", **BUILDS[build][0])
+    sass = mod.sass(f"attn_bwd_d{d}")
     order = "".join("L" if op.startswith("LDS") else "W" if op.startswith("WARPGROUP.DEPBAR") else
-                    "H" if op.startswith("HGMMA") else "" for op in fb.sass.opcodes(mod.sass(f"attn_bwd_d{d}")))
+                    "H" if op.startswith("HGMMA") else "" for op in fb.sass.opcodes(sass))
     n = QUERY_ROWS[d] // 8
-    assert re.sub("H+", "H", order).startswith("L" * n + "HWHW" + "L" * n + "H"), order
+    assert re.sub("H+", "H", order).startswith("L" * n + "HWHW" + "L" * n + "WH"), order
+    # S^T's wait and dP^T's leave one group in flight; the third waits for all
+    assert re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)[:3] == ["0x1", "0x1", "0x0"], sass
 
 
 @pytest.mark.parametrize("build", list(BUILDS))
@@ -92,6 +97,14 @@ def test_backward_stores_dS_by_stmatrix_and_keeps_descriptors_uniform(build, d):
     ops = fb.sass.opcodes(mod.sass(kernel))
     r2ur, hgmma = sum(op.startswith("R2UR") for op in ops), sum(op.startswith("HGMMA") for op in ops)
     assert r2ur < hgmma, (r2ur, hgmma)
+
+
+def test_backward_shared_memory_size_is_the_kernels_plan():
+    # The kernel cell's static_assert pins fb::attention_bwd::Plan's sizes (the module compiles in the tests above);
+    # the launch's dynamic shared memory, bwd_shared(d) on the host, must be the same bytes.
+    bwd_shared = CHAPTER.definitions("bwd_shared")["bwd_shared"]
+    assert (bwd_shared(64), bwd_shared(128)) == (199680, 198656)
+    assert "Plan<64, NST>::BYTES == 199680 && ab::Plan<128, NST>::BYTES == 198656" in module("bwd").source
 
 
 def test_backward_preprocess_and_conversion_use_no_shared_memory_or_barriers():
@@ -203,7 +216,7 @@ def test_gpu_backward_planted_one_key_errors_rejected(bwd_ns):
     for causal, edits in plants.items():
         planted = src
         for old, new in edits:
-            assert old in planted, old
+            assert planted.count(old) == 1, old
             planted = planted.replace(old, new)
         mods[causal] = fb.compile(planted, "sm_90a", defines=module("bwd").defines, name="bwd_planted.cu")
     for shape in ((1, 2, 1000, 128), (1, 2, 1000, 64)):       # both query tiles (64 rows at d = 128, 128 at d = 64)

@@ -7,8 +7,7 @@
 //   dK_j  = scale sum_i dS_ij Q_i,   dQ_i = scale sum_j dS_ij K_j
 // One block owns a block of 128 keys (two consumer warpgroups of 64 keys each) and walks the query tiles of QM rows
 // (query_rows<D>: 128 at d = 64, 64 at d = 128): dK and dV stay in registers, dQ is a sum over key blocks and goes
-// to an fp32 buffer, by TMA reduces
-// (cp.reduce.async.bulk(.tensor) .add.f32) or with red.global.add (atomics). A producer warpgroup loads Q, dO and
+// to an fp32 buffer, by TMA reduces (cp.reduce.async.bulk(.tensor) .add.f32) or with red.global.add (atomics). A producer warpgroup loads Q, dO and
 // each tile's L and D into a ring of stages and issues the dQ reduces, so the consumers never wait on either.
 // The transposed products S^T = K Q^T and dP^T = V dO^T put the keys on the wgmma M dimension, so that P^T and
 // dS^T are already the register A operands of dV += P^T dO and dK += dS^T Q (the forward's P V step).
@@ -118,19 +117,27 @@ __device__ inline void probabilities(float (&s)[QM / 2], const float2 (&l)[QM / 
   }
 }
 
-// dS^T = P^T (dP^T - D) in place of dP^T, with P^T read back from the bf16 A fragments that dV's GEMM takes
-// (fa::p_fragments: p[j][r] packs columns 8 j + 2 r in its low half, + 1 in its high half) and D from shared
-// memory here: S^T's fp32 registers and D's are then not live beside dP^T's while dV's GEMM runs. P is the bf16
-// value dV's GEMM used, so dS = P (dP - D) and dV = P^T dO take the same P.
-template <int QM>
-__device__ inline void score_grads(const u32 (&p)[QM / 16][4], float (&dp)[QM / 2], const float* dlt) {
+// dS^T = P^T (dP^T - D) in place of dP^T, in two steps around the wait for dV's GEMM. (1) dP^T - D, with D read from
+// shared memory here, while dV's GEMM still runs. (2) after that wait, times P^T read back from the bf16 A fragments
+// that dV's GEMM took (fa::p_fragments: p[j][r] packs columns 8 j + 2 r in its low half, + 1 in its high half):
+// the registers of a wgmma's A operand may be read only once a wait covers it (PTX ISA, "wgmma.mma_async"). So
+// neither S^T's fp32 registers nor D's stay live beside dP^T's across dV's GEMM, and dS = P (dP - D) takes the
+// same rounded P as dV = P^T dO.
+template <int QM> __device__ inline void minus_d(float (&dp)[QM / 2], const float* dlt) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int i = 0; i < QM / 2; i += 2) {
-    const u32 x = p[i / 8][(i % 8) / 2];
     const float2 d = *reinterpret_cast<const float2*>(dlt + 8 * (i / 4) + 2 * t);
-    dp[i] = __uint_as_float(x << 16) * (dp[i] - d.x);
-    dp[i + 1] = __uint_as_float(x & 0xffff0000u) * (dp[i + 1] - d.y);
+    dp[i] -= d.x;
+    dp[i + 1] -= d.y;
+  }
+}
+template <int QM> __device__ inline void times_p(const u32 (&p)[QM / 16][4], float (&dp)[QM / 2]) {
+#pragma unroll
+  for (int i = 0; i < QM / 2; i += 2) {
+    const u32 x = p[i / 8][(i % 8) / 2];
+    dp[i] *= __uint_as_float(x << 16);
+    dp[i + 1] *= __uint_as_float(x & 0xffff0000u);
   }
 }
 
@@ -147,12 +154,12 @@ __device__ inline void load_row_stats(float* lse2, float* dlt, const float* lse,
 
 // dS^T of warpgroup w's 64 keys, as the bf16 pairs fa::p_fragments packed, into shared memory: rows = keys, 128 B
 // a row, with the 128-byte swizzle (TMA's: 16-byte chunk c of row r at chunk c ^ (r % 8)), one panel of 128 rows
-// per 64 queries. x[kk] holds the four 8x8 matrices of queries 16 kk ..
-// 16 kk + 15 in the order of a wgmma A fragment (keys 0-7 / 8-15 of the warp's 16, then the same for the upper 8
-// queries), which is the order stmatrix .x4 takes them in: one instruction per 16 queries instead of four 4-byte
-// stores. Lane l gives the address of its row of matrix l / 8, a 16-byte chunk that the swizzle keeps whole:
-// chunk 2 (kk % 4) + m / 2 of row r lands at (2 (kk % 4) + m / 2) ^ (r % 8) = 2 (kk % 4) ^ key, one XOR per store
-// from the row's address (at QM = 128, eight addresses kept apart made ptxas spill one of them).
+// per 64 queries. x[kk] holds the four 8x8 matrices of queries 16 kk .. 16 kk + 15 in the order of a wgmma A
+// fragment (keys 0-7 / 8-15 of the warp's 16, then the same for the upper 8 queries), which is the order stmatrix
+// .x4 takes them in: one instruction per 16 queries instead of four 4-byte stores. Lane l gives the address of its
+// row of matrix l / 8, a 16-byte chunk that the swizzle keeps whole: chunk 2 (kk % 4) + m / 2 of row r lands at
+// (2 (kk % 4) + m / 2) ^ (r % 8) = 2 (kk % 4) ^ key, one XOR per store from the row's address (at QM = 128, eight
+// addresses kept apart made ptxas spill one of them).
 template <int QM> __device__ inline void store_ds(unsigned char* ds, const u32 (&x)[QM / 16][4], int w) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, m = lane / 8;
   const int r = 64 * w + 16 * warp + lane % 8 + 8 * (m % 2), key = (m / 2) ^ (r % 8);
@@ -162,7 +169,7 @@ template <int QM> __device__ inline void store_ds(unsigned char* ds, const u32 (
     fa::stmatrix_x4(row + (kk / 4) * 128 * 128 + ((2 * (kk % 4) ^ key) << 4), x[kk][0], x[kk][1], x[kk][2], x[kk][3]);
 }
 
-// ---- dQ: two ways to add a tile into the fp32 buffer -----------------------------------------------------------
+// ---- dQ: three ways to add a tile into the fp32 buffer ---------------------------------------------------------
 // (1) red.global.add.v2.f32 from registers (PTX ISA "red": .v2.f32 from sm_90): one atomic per column pair.
 template <int NC>
 __device__ inline void dq_atomic(float* dq, const float (&x)[NC / 2], int q0, int col0, int seq, int D) {
@@ -175,7 +182,8 @@ __device__ inline void dq_atomic(float* dq, const float (&x)[NC / 2], int q0, in
                    "f"(x[i]), "f"(x[i + 1]) : "memory");
   }
 }
-// (2) the tile in shared memory (64 rows x D fp32, row-major, as in global memory), then one TMA reduce:
+// (2) the tile in shared memory (QM rows x D fp32, row-major, as in global memory; a warpgroup writes 64 of the rows
+// from `tile`), then one TMA reduce:
 // cp.reduce.async.bulk .add.f32 adds `bytes` contiguous bytes (multiple of 16, both addresses 16-aligned).
 template <int NC>
 __device__ inline void dq_stage(float* tile, const float (&x)[NC / 2], int col0, int D) {
@@ -186,8 +194,8 @@ __device__ inline void dq_stage(float* tile, const float (&x)[NC / 2], int col0,
     *reinterpret_cast<float2*>(tile + r * D + c) = make_float2(x[i], x[i + 1]);
   }
 }
-// (3) the tile in shared memory as D / 32 panels of 64 rows x 128 B, each with the 128-byte swizzle, then one tensor
-// TMA reduce per panel (fb::tma::reduce_add_2d). A row-major tile puts the 8 rows a warp stores at once 4 D bytes
+// (3) the tile in shared memory as D / 32 panels of 64 rows x 128 B per 64 rows (a warpgroup writes those of its 64
+// rows from `tile`), each with the 128-byte swizzle, then one tensor TMA reduce per panel (fb::tma::reduce_add_2d). A row-major tile puts the 8 rows a warp stores at once 4 D bytes
 // apart, all in the same banks (8 wavefronts per st.shared.v2); swizzled, they fill all 32 banks (2, the least).
 template <int NC>
 __device__ inline void dq_stage_swizzled(unsigned char* tile, const float (&x)[NC / 2], int col0) {
