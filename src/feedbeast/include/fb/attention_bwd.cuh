@@ -7,8 +7,9 @@
 //   dK_j  = scale sum_i dS_ij Q_i,   dQ_i = scale sum_j dS_ij K_j
 // One block owns a block of 128 keys (two consumer warpgroups of 64 keys each) and walks the query tiles of QM rows
 // (query_rows<D>: 128 at d = 64, 64 at d = 128): dK and dV stay in registers, dQ is a sum over key blocks and goes
-// to an fp32 buffer, by TMA reduces (cp.reduce.async.bulk(.tensor) .add.f32) or with red.global.add (atomics). A producer warpgroup loads Q, dO and
-// each tile's L and D into a ring of stages and issues the dQ reduces, so the consumers never wait on either.
+// to an fp32 buffer, by TMA reduces (cp.reduce.async.bulk(.tensor) .add.f32) or with red.global.add (atomics). A
+// producer warpgroup loads Q, dO and each tile's L and D into a ring of stages and issues the dQ reduces, so the
+// consumers never wait on either.
 // The transposed products S^T = K Q^T and dP^T = V dO^T put the keys on the wgmma M dimension, so that P^T and
 // dS^T are already the register A operands of dV += P^T dO and dK += dS^T Q (the forward's P V step).
 //
@@ -195,8 +196,9 @@ __device__ inline void dq_stage(float* tile, const float (&x)[NC / 2], int col0,
   }
 }
 // (3) the tile in shared memory as D / 32 panels of 64 rows x 128 B per 64 rows (a warpgroup writes those of its 64
-// rows from `tile`), each with the 128-byte swizzle, then one tensor TMA reduce per panel (fb::tma::reduce_add_2d). A row-major tile puts the 8 rows a warp stores at once 4 D bytes
-// apart, all in the same banks (8 wavefronts per st.shared.v2); swizzled, they fill all 32 banks (2, the least).
+// rows from `tile`), each with the 128-byte swizzle, then one tensor TMA reduce per panel (fb::tma::reduce_add_2d).
+// A row-major tile puts the 8 rows a warp stores at once 4 D bytes apart, all in the same banks (8 wavefronts per
+// st.shared.v2); swizzled, they fill all 32 banks (2, the least).
 template <int NC>
 __device__ inline void dq_stage_swizzled(unsigned char* tile, const float (&x)[NC / 2], int col0) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, t = lane % 4;
