@@ -224,7 +224,7 @@ def test_kernel_sass_and_resources(name, kernel, opcodes, defines):
     mod.expect_sass(*opcodes, kernel=kernel, forbid=("LDG",) if name == "ring" else ())
     res = mod.resources[kernel]
     assert res.spills == 0 and res.stack == 0, str(res)
-    assert not any("C7515" in line for line in mod.log.splitlines()), "wgmma serialised"
+    assert not mod.performance_losses, mod.performance_losses   # wgmma serialised, for any reason
 
 
 def test_gemm_keeps_one_wgmma_group_in_flight():

@@ -2,7 +2,7 @@
 
 CPU: every rung of the ladder and the lab solution compile for sm_90a with the instructions they are about
 (HMMA/LDSM, HGMMA, UTMALDG, the mbarrier waits, USETMAXREG, the named barriers), no spills and no ptxas
-diagnostic that drops setmaxnreg (C7508) or serialises wgmma (C7515); the chapter's numpy model of the online
+diagnostic that drops setmaxnreg (C7508) or serialises wgmma (C7510-C7520, any reason); the chapter's numpy model of the online
 softmax matches the float64 definition; the lab's tile ranges are the minimal ones.
 GPU (Hopper; skipped by name elsewhere): every rung on ragged shapes, causal and not, O and LSE against
 float64 with poisoned outputs; the lab solution passes grading and each planted bug fails it.
@@ -65,7 +65,7 @@ def test_rung_sass_and_no_spills(name, kernel, opcodes):
     mod.expect_sass(*opcodes, kernel=kernel)
     assert mod.resources[kernel].spills == 0, mod.report()
     assert mod.resources[kernel].stack == 0, mod.report()
-    assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
+    assert not mod.performance_losses, mod.performance_losses
 
 
 def test_rung1_loads_with_ordinary_instructions_and_the_tma_rungs_only_with_tma():
@@ -125,7 +125,7 @@ def test_rung6_schedule_registers_and_overlap(schedule):
         atomics = sum(n for op, n in mod.histogram(kernel).items() if op.startswith(("ATOM", "RED")))
         assert (atomics > 0) == bool(schedule), (kernel, sorted(mod.histogram(kernel)))
         assert _exps_between_the_waits(mod, kernel) >= exps, kernel
-    assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
+    assert not mod.performance_losses, mod.performance_losses
 
 
 def test_rung6_two_consumers_at_d64():

@@ -2,8 +2,8 @@
 
 CPU: the kernel compiles for sm_90a with fp8 wgmma (QGMMA) for both GEMMs and no bf16 HGMMA, P converted to e4m3
 in registers (F2FP ... E4M3, no shuffle beyond the softmax's), the V transpose's ldmatrix .trans, PRMT and stmatrix
-(LDSM / STSM, and no 4-byte shared loads or stores left), no spills, no ptxas C7508 /
-C7515; with Q_REGS=1 the GEMMs of S take Q's fragments from registers; the softmax between the loop's two waits; the key order that P and V^T share is the one the PTX ISA's
+(LDSM / STSM, and no 4-byte shared loads or stores left), no spills, no ptxas performance loss (C7508,
+serialised wgmma); with Q_REGS=1 the GEMMs of S take Q's fragments from registers; the softmax between the loop's two waits; the key order that P and V^T share is the one the PTX ISA's
 fragments imply (read from the header); a model of the transpose's lanes (ldmatrix .trans, prmt, stmatrix, the
 128-byte swizzle) writes every byte of V^T where key_at puts it, with no bank conflict; the fp8 element-wise bound holds for a numpy model of the kernel's
 arithmetic and rejects a causal mask one key too wide.
@@ -53,7 +53,7 @@ def test_fp8_sass_and_resources():
     assert not any(op.startswith(("LDS", "STS")) and not op.startswith(("LDSM", "STSM")) for op in hist), hist
     res = mod.resources[KERNEL]
     assert res.spills == 0 and res.stack == 0, mod.report()
-    assert not any("C7508" in ln or "C7515" in ln for ln in mod.log.splitlines()), mod.log
+    assert not mod.performance_losses, mod.performance_losses
     # Q K^T: 4 k32 steps per key tile, P V: 4; in the first tile, the loop and the last P V: 16 in all.
     assert mod.histogram(KERNEL)["QGMMA.64x128x32.F32.E4M3.E4M3"] == 16
 

@@ -246,6 +246,31 @@ def test_ptxas_performance_notes_are_reported_as_warnings():
     mod = fb.compile(src, "sm_90a")
     assert any("C7508" in w for w in mod.warnings)
     assert "C7508" in mod.report()
+    assert [ln[:7] for ln in mod.performance_losses] == ["(C7508)"]
+
+
+def test_every_reason_ptxas_gives_for_serialising_wgmma_is_a_performance_loss():
+    # A branch that picks the shape of a wgmma: ptxas cannot prove it uniform and serialises every wgmma of the
+    # kernel, with C7520 (not C7515, the reason a check for one code would see); the same kernel without the
+    # branch compiles as written.
+    body = r"""#include <fb/wgmma.cuh>
+extern "C" __global__ void __launch_bounds__(128) k(float* out, unsigned long long desc) {
+  float d[32];
+  fb::wgmma::fence();
+  %s
+  fb::wgmma::commit_group();
+  fb::wgmma::wait_group<0>();
+  fb::wgmma::fence_operand(d);
+  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = d[i];
+}"""
+    branch = ("if (out[threadIdx.x] > 0.f) fb::wgmma::mma<64>(d, desc, desc, 0); "
+              "else fb::wgmma::mma<32>(reinterpret_cast<float (&)[16]>(d), desc, desc, 0);")
+    serialised = fb.compile(body % branch, "sm_90a")
+    losses = serialised.performance_losses
+    assert len(losses) == 1 and losses[0].startswith("(C7520)") and "serialized" in losses[0], losses
+    assert not any("C7515" in ln for ln in serialised.log.splitlines())
+    assert any("C7520" in w for w in serialised.warnings)
+    assert fb.compile(body % "fb::wgmma::mma<64>(d, desc, desc, 0);", "sm_90a").performance_losses == []
 
 
 def test_debug_waits_are_longer_under_a_sanitizer(monkeypatch):

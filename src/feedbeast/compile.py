@@ -177,6 +177,14 @@ class Module:
         return [ln.strip() for ln in self.log.splitlines()
                 if ("warning" in ln.lower() or re.search(r"\(C75\d\d\)", ln)) and not ln.strip().startswith("Remark")]
 
+    @property
+    def performance_losses(self) -> list[str]:
+        """ptxas's "Potential Performance Loss" notes, each from its C75xx code on: C7508 ('setmaxnreg' ignored),
+        and every reason it gives for serialising wgmma (C7510 to C7520: accumulators written by other instructions
+        inside a pipeline stage, a branch around a wgmma it cannot prove uniform, too few registers for the pipeline,
+        ...). Test this, not one code: each reason has its own. Empty where the kernels compiled as written."""
+        return [ln.split(":", 1)[-1].strip() for ln in self.log.splitlines() if "Potential Performance Loss" in ln]
+
     def kernel(self, name: str):
         from .launch import Kernel
         if name not in self._kernels:
