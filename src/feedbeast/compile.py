@@ -179,10 +179,12 @@ class Module:
 
     @property
     def performance_losses(self) -> list[str]:
-        """ptxas's "Potential Performance Loss" notes, each from its C75xx code on: C7508 ('setmaxnreg' ignored),
-        and every reason it gives for serialising wgmma (C7510 to C7520: accumulators written by other instructions
-        inside a pipeline stage, a branch around a wgmma it cannot prove uniform, too few registers for the pipeline,
-        ...). Test this, not one code: each reason has its own. Empty where the kernels compiled as written."""
+        """ptxas's "Potential Performance Loss" notes, each from its C75xx code on: 'setmaxnreg' ignored (C7508 and
+        the other reasons ptxas gives for it) and every reason it gives for serialising wgmma (C7515: accumulators
+        written by other instructions inside a pipeline stage; C7520: a branch around a wgmma it cannot prove
+        uniform; C7511: too few registers for the pipeline; ...). Test this, not one code: each reason has its own.
+        Not among them: C7517 and C7519, a wait or fence ptxas added itself (the hazard checker reports those).
+        Empty where the kernels compiled as written."""
         return [ln.split(":", 1)[-1].strip() for ln in self.log.splitlines() if "Potential Performance Loss" in ln]
 
     def kernel(self, name: str):
