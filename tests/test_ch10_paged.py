@@ -80,6 +80,24 @@ def test_sass_and_resources(ch, mode, producers, rg, cw, kind):
     assert res.spills == 0 and res.stack == 0, res
 
 
+def test_a_block_of_9_warps_gets_the_registers_of_12():
+    # The pitfall "9 warps can cost 12 warps of registers": with __launch_bounds__(288, 1) ptxas caps a kernel that
+    # wants more at 168 registers, as for 384 threads (65 536 / 384, a multiple of 8), while 256 threads allow more.
+    src = r"""extern "C" __global__ void __launch_bounds__(%d, 1) k(float* x) {
+  float a[200];
+#pragma unroll
+  for (int i = 0; i < 200; ++i) a[i] = x[threadIdx.x + i * 1024];
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int i = 0; i < 200; ++i) s += a[i] * a[(i * 7 + j) %% 200];
+  x[threadIdx.x] = s;
+}"""
+    regs = {t: fb.compile(src % t, "sm_90a").resources["k"].registers for t in (256, 288, 384)}
+    assert regs[288] == regs[384] == 168 and regs[256] > 168, regs
+
+
 @pytest.mark.parametrize("nq", [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 64])
 @pytest.mark.parametrize("L", [1, 63, 1000, 4097, 131072])
 def test_plan(ch, nq, L):
