@@ -3,7 +3,8 @@
 CPU: each way of reaching the pages (cp.async gathers with cp.async.mbarrier.arrive, TMA from the pool's tensor map,
 TMA from a tensor map per page rewritten on the device) compiles for sm_90a at every row configuration with the
 instructions it is about and none of the others' loads, with either consumer (mma.sync warps: HMMA; wgmma warpgroups:
-HGMMA and no HMMA), in registers that fit one block per SM and with no spills; the planner keeps its promises (rows and tokens split evenly,
+HGMMA and no HMMA), in registers that fit one block per SM and with no spills (and ptxas gives a block of 9 warps the
+registers of 12, as the pitfall says); the planner keeps its promises (rows and tokens split evenly,
 one block per SM at most, the partials bounded); bad input (a page table past the pool, a page size a path cannot
 express, a head count GQA cannot group, too many queries, a short table) is refused with a message; the float64
 reference is itself checked against a direct computation and ignores the NaN rows past L; the traced build
