@@ -2,8 +2,9 @@
 
 CPU: every rung of the ladder and the lab solution compile for sm_90a with the instructions they are about
 (HMMA/LDSM, HGMMA, UTMALDG, the mbarrier waits, USETMAXREG, the named barriers), no spills and no ptxas
-diagnostic that drops setmaxnreg (C7508) or serialises wgmma (for any reason: Module.performance_losses); the chapter's numpy model of the online
-softmax matches the float64 definition; the lab's tile ranges are the minimal ones.
+diagnostic that drops setmaxnreg (C7508) or serialises wgmma, for any reason (Module.performance_losses); the
+chapter's numpy model of the online softmax matches the float64 definition; the lab's tile ranges are the minimal
+ones.
 GPU (Hopper; skipped by name elsewhere): every rung on ragged shapes, causal and not, O and LSE against
 float64 with poisoned outputs; the lab solution passes grading and each planted bug fails it.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.

@@ -251,8 +251,8 @@ def test_ptxas_performance_notes_are_reported_as_warnings():
 
 def test_every_reason_ptxas_gives_for_serialising_wgmma_is_a_performance_loss():
     # A branch that picks the shape of a wgmma: ptxas cannot prove it uniform and serialises every wgmma of the
-    # kernel, with C7520 (not C7515, the code a check for one code would look for); the same kernel without the
-    # branch compiles as written.
+    # kernel, saying so with C7520, where a check for C7515 alone sees nothing; the same kernel without the branch
+    # compiles as written.
     body = r"""#include <fb/wgmma.cuh>
 extern "C" __global__ void __launch_bounds__(128) k(float* out, unsigned long long desc) {
   float d[32];
