@@ -8,12 +8,13 @@ stage of B boxes issues B weight and B token loads and 4 B k16 steps, and the ho
 kernel's (a compile-time check); prefetch builds issue UTMAPF (before the dependency wait with PDL); two token blocks per tile multicast the weight
 tile (one multicast per box, with four boxes too) and arrive on each other's barriers; the planner and the host checks refuse what the hardware cannot do, with
 a message; the tuner's candidates are both consumers, both block heights and two token blocks with every portable K
-split, each a launch the host side binds; the launch configuration carries the PDL attribute; the lab's
+split, each a launch the host side binds; a tile with no K split launches without a cluster; the launch
+configuration carries the PDL attribute; the lab's
 quantization matches its definition and its kernel shows the fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs (two
 token blocks per tile too), the cluster reduction giving the same bits twice, a PDL chain giving the same result as
 the plain one; one and four boxes per stage against float64 (four with two token blocks too); each ring against the driver's occupancy calculator;
-the lab's fp8 kernel against float64 of the dequantized weights.
+every K split (S = 1 without a cluster) against float64; the lab's fp8 kernel against float64 of the dequantized weights.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.
 """
 from __future__ import annotations
@@ -268,6 +269,23 @@ def test_bad_input_is_refused_with_a_reason(ch):
         prepare(fb.empty((3, 64), bf), fb.empty((100, 64), bf), fb.empty((3, 100), bf), split=16)
 
 
+def test_a_tile_with_no_split_launches_without_a_cluster(ch):
+    # Red 0 with S = 1: the block's partial is its tile's sum, so the launch has no cluster and the kernel (a branch
+    # on S) passes no cluster barrier; S > 1 keeps its cluster of S, two token blocks their pair, and the TMA reduce
+    # (red=1) needs one only for the pair.
+    bf = fb.bfloat16
+    x, w, c = fb.empty((17, 1032), bf), fb.empty((4104, 1032), bf), fb.empty((17, 4104), bf)
+
+    def cluster(**variant):
+        f = ch["prepare_gemv"](x, w, c, **variant)
+        f = getattr(f, "launch", f)          # red=1 wraps its launch in the zeroing of C
+        return None if f.cluster is None else tuple(f.cluster)
+    assert cluster(split=1) is None
+    assert cluster(split=2) == (1, 2, 1) and cluster(split=8, rows=64) == (1, 8, 1)
+    assert cluster(split=1, token_blocks=2) == (1, 1, 2) and cluster(split=4, token_blocks=2) == (1, 4, 2)
+    assert cluster(red=1, split=4) is None and cluster(red=1, split=2, token_blocks=2) == (1, 1, 2)
+
+
 def test_pdl_launch_attribute():
     from cuda.bindings import driver
     from feedbeast.launch import Kernel
@@ -349,6 +367,21 @@ def test_gpu_gemv_token_blocks_against_float64(gpu90, ch, variant, m, n, k):
     # Two blocks per weight tile, each half of the tokens, the tile multicast to both: every output row once (with
     # four boxes per stage too: four multicast weight boxes, K not a multiple of 256).
     r = ch["run_gemv_check"](m, n, k, seed=m * n + k, token_blocks=2, **variant)
+    assert r, r
+
+
+EVERY_SPLIT = [(S, v, shape) for S in (1, 2, 4, 8)
+               for v in (dict(mma=0), dict(mma=1), dict(mma=1, rows=64), dict(mma=1, token_blocks=2))
+               for shape in ((1, 1000, 4104), (33, 264, 1032), (64, 136, 520))
+               if v.get("token_blocks", 1) == 1 or (S <= 4 and shape[0] > 8)]
+
+
+@pytest.mark.parametrize("split, variant, shape", EVERY_SPLIT)
+def test_gpu_gemv_every_split_against_float64(gpu90, ch, split, variant, shape):
+    # S = 1 sums its tile alone, with no cluster and no cluster barrier; S = 2, 4 and 8 through distributed shared
+    # memory (two token blocks: S x 2 in the cluster). Ragged shapes, both consumers, both heights.
+    m, n, k = shape
+    r = ch["run_gemv_check"](m, n, k, seed=m * n + k + split, split=split, **variant)
     assert r, r
 
 

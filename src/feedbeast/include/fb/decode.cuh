@@ -192,7 +192,7 @@ struct Shape {
 };
 
 // One block of the GEMV. Red 0: the S blocks of an n-tile form a cluster (1, S, TokenBlocks) and add their partials
-// through DSMEM into C. Red 1: each adds its partial (bf16) into C with the TMA unit; C must be zero before.
+// through DSMEM into C; with S = 1 and one token block the launch needs no cluster. Red 1: each adds its partial (bf16) into C with the TMA unit; C must be zero before.
 // Hint: weights evict-first, activations evict-last. Pdl: weights of the first Stages tiles are requested before
 // griddepcontrol.wait (they do not depend on the previous kernel; the activations do).
 // stamps (or null): [0] gets the earliest block start, [1] the latest block end (%globaltimer, ns).
@@ -347,14 +347,18 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
   __syncthreads();                   // (B) the partial tile is written
 
   if (Red == 0) {
-    cluster_sync();                  // every partial of the cluster is written (release/acquire at cluster scope)
+    // S = 1: the tile's sum is this block's partial: no cluster barrier, no distributed shared memory (chapter 10
+    // measures what the two barriers and the remote loads cost).
+    const bool alone = S == 1;
+    if (!alone) cluster_sync();      // every partial of the cluster is written (release/acquire at cluster scope)
     // This block adds the chunks [lo, hi) of 4 weight rows x 1 token, over the S blocks in rank order.
     const int chunks = M * (Rows / 4), lo = split * chunks / S, hi = (split + 1) * chunks / S;
     const u32 P = smem_addr(smem);
     for (int c = lo + tid; c < hi; c += THREADS) {
       const int m = c / (Rows / 4), r = 4 * (c % (Rows / 4));
       const u32 off = P + (m * PB + r) * 4;
-      float4 sum = ld_cluster_f4(mapa_shared_cluster(off, S * half));
+      float4 sum = alone ? *reinterpret_cast<const float4*>(smem + (m * PB + r) * 4)
+                         : ld_cluster_f4(mapa_shared_cluster(off, S * half));
       for (int q = 1; q < S; ++q) {
         const float4 v = ld_cluster_f4(mapa_shared_cluster(off, q + S * half));
         sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
@@ -366,7 +370,9 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
         if (n < N) C[(size_t)m * ldc + n] = __float2bfloat16(scale ? vals[e] * scale[n] : vals[e]);
       }
     }
-    cluster_sync();                  // no block leaves while a peer still reads its shared memory
+    // No block leaves while a peer still reads its shared memory, or (two token blocks) may still arrive on its
+    // barriers.
+    if (!alone || TokenBlocks > 1) cluster_sync();
   } else {
     if (tid < M) {
       const int cols = N - n0 < Rows ? N - n0 : Rows;
