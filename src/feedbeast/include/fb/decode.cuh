@@ -192,7 +192,8 @@ struct Shape {
 };
 
 // One block of the GEMV. Red 0: the S blocks of an n-tile form a cluster (1, S, TokenBlocks) and add their partials
-// through DSMEM into C; with S = 1 and one token block the launch needs no cluster. Red 1: each adds its partial (bf16) into C with the TMA unit; C must be zero before.
+// through DSMEM into C (with S = 1 and one token block the launch needs no cluster). Red 1: each adds its partial
+// (bf16) into C with the TMA unit; C must be zero before.
 // Hint: weights evict-first, activations evict-last. Pdl: weights of the first Stages tiles are requested before
 // griddepcontrol.wait (they do not depend on the previous kernel; the activations do).
 // stamps (or null): [0] gets the earliest block start, [1] the latest block end (%globaltimer, ns).
