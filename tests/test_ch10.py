@@ -5,16 +5,18 @@ instructions it is about (TMA loads with and without an L2 policy, the cluster b
 UBLKRED for the TMA reduce, PREEXIT and ACQBULK for programmatic dependent launch), with no spills; 64 rows issue
 half the mma of 128 per stage; the wgmma consumers issue one HGMMA per k16 step and m64 tile and no ldmatrix; a
 stage of B boxes issues B weight and B token loads and 4 B k16 steps, and the host's shared-memory size is the
-kernel's (a compile-time check); prefetch builds issue UTMAPF (before the dependency wait with PDL); two token blocks per tile multicast the weight
-tile (one multicast per box, with four boxes too) and arrive on each other's barriers; the planner and the host checks refuse what the hardware cannot do, with
-a message; the tuner's candidates are both consumers, both block heights and two token blocks with every portable K
-split, each a launch the host side binds; a tile with no K split launches without a cluster; the launch
-configuration carries the PDL attribute; the lab's
-quantization matches its definition and its kernel shows the fp8 conversion.
+kernel's (a compile-time check); prefetch builds issue UTMAPF (before the dependency wait with PDL); two token
+blocks per tile multicast the weight tile (one multicast per box, with four boxes too) and arrive on each other's
+barriers; the planner and the host checks refuse what the hardware cannot do, with a message; the tuner's
+candidates are both consumers, both block heights and two token blocks with every portable K split, each a launch
+the host side binds; a tile with no K split and one token block launches without a cluster; the launch
+configuration carries the PDL attribute; the lab's quantization matches its definition and its kernel shows the
+fp8 conversion.
 GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against float64 with poisoned outputs (two
 token blocks per tile too), the cluster reduction giving the same bits twice, a PDL chain giving the same result as
-the plain one; one and four boxes per stage against float64 (four with two token blocks too); each ring against the driver's occupancy calculator;
-every K split (S = 1 without a cluster) against float64; the lab's fp8 kernel against float64 of the dequantized weights.
+the plain one; one and four boxes per stage against float64 (four with two token blocks too); each ring against
+the driver's occupancy calculator; every K split S = 1, 2, 4, 8 against float64 (S = 1 with one token block has
+no cluster; two token blocks up to S = 4); the lab's fp8 kernel against float64 of the dequantized weights.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.
 """
 from __future__ import annotations

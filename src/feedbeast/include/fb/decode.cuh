@@ -348,8 +348,8 @@ __device__ void gemv(const TensorMap& tw, const TensorMap& tx, __nv_bfloat16* C,
   __syncthreads();                   // (B) the partial tile is written
 
   if (Red == 0) {
-    // S = 1: the tile's sum is this block's partial: no cluster barrier, no distributed shared memory (chapter 10
-    // measures what the two barriers and the remote loads cost).
+    // S = 1: the tile's sum is this block's partial: no barrier before the sum, no distributed shared memory
+    // (chapter 10 reports what the two barriers and the remote loads cost).
     const bool alone = S == 1;
     if (!alone) cluster_sync();      // every partial of the cluster is written (release/acquire at cluster scope)
     // This block adds the chunks [lo, hi) of 4 weight rows x 1 token, over the S blocks in rank order.
