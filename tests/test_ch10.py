@@ -380,8 +380,8 @@ EVERY_SPLIT = [(S, v, shape) for S in (1, 2, 4, 8)
 
 @pytest.mark.parametrize("split, variant, shape", EVERY_SPLIT)
 def test_gpu_gemv_every_split_against_float64(gpu90, ch, split, variant, shape):
-    # S = 1 sums its tile alone, with no cluster and no cluster barrier; S = 2, 4 and 8 through distributed shared
-    # memory (two token blocks: S x 2 in the cluster). Ragged shapes, both consumers, both heights.
+    # S = 1 with one token block sums its tile alone, with no cluster and no cluster barrier; S = 2, 4 and 8 through
+    # distributed shared memory (two token blocks: S x 2 in the cluster). Ragged shapes, both consumers, both heights.
     m, n, k = shape
     r = ch["run_gemv_check"](m, n, k, seed=m * n + k + split, split=split, **variant)
     assert r, r
