@@ -16,7 +16,8 @@ GPU (Hopper; skipped by name elsewhere): each variant on ragged shapes against f
 token blocks per tile too), the cluster reduction giving the same bits twice, a PDL chain giving the same result as
 the plain one; one and four boxes per stage against float64 (four with two token blocks too); each ring against
 the driver's occupancy calculator; every K split S = 1, 2, 4, 8 against float64 (S = 1 with one token block has
-no cluster; two token blocks up to S = 4); the lab's fp8 kernel against float64 of the dequantized weights.
+no cluster; two token blocks up to S = 4); the lab's fp8 kernel against float64 of the dequantized weights; the
+tuner's kinds of build at a ragged shape, and with `make stress` (FEEDBEAST_STRESS=N) at N random ragged ones each.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast import stress
 from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -385,6 +387,25 @@ def test_gpu_gemv_every_split_against_float64(gpu90, ch, split, variant, shape):
     m, n, k = shape
     r = ch["run_gemv_check"](m, n, k, seed=m * n + k + split, split=split, **variant)
     assert r, r
+
+
+# The tuner's kinds of build (both consumers, both heights, two token blocks, four boxes) and the TMA reduce. With
+# FEEDBEAST_STRESS=N (make stress) each takes N random ragged shapes after the base one (feedbeast.stress.sizes: a
+# quarter of them tiny), else the base shape alone. Two token blocks need M >= 9, four boxes M <= 32 (the ring),
+# the TMA reduce N a multiple of 8, and every build K a multiple of 8 (a tensor map's 16-byte row stride).
+STRESSED_GEMV = [dict(mma=0), dict(mma=1), dict(mma=1, rows=64), dict(mma=0, rows=64, split=2),
+                 dict(mma=1, token_blocks=2), dict(mma=1, rows=64, boxes=4), dict(mma=1, red=1)]
+
+
+@pytest.mark.parametrize("variant", STRESSED_GEMV, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))
+def test_gpu_gemv_random_ragged_sizes(gpu90, ch, variant):
+    lo_m = 9 if variant.get("token_blocks") == 2 else 1
+    hi_m = 32 if variant.get("boxes") == 4 else 64
+    n_align = 8 if variant.get("red") == 1 else 1
+    for m, n, k in stress.sizes((hi_m, 4104, 2056), multiple_of=(8, 128, 128), align=(1, n_align, 8),
+                                at_least=(lo_m, 8, 8)):
+        r = ch["run_gemv_check"](m, n, k, seed=m * n + k, **variant)
+        assert r, r
 
 
 @pytest.mark.parametrize("boxes", [1, 2, 4])

@@ -14,7 +14,8 @@ GPU (Hopper; skipped by name elsewhere): every path at ragged sizes (L not a mul
 partial and NaN past L, 1 and 64 queries, one slice and many) against float64 with poisoned outputs, twice with the
 same bits; the hazard checker on the TMA producers with both consumer kinds and on the gathers read by wgmma; the traced
 build gives the same result and every block's phases back to back; both combines (the last block, combine_paged)
-right and bit-identical run to run.
+right and bit-identical run to run; every producer at a ragged shape, and with `make stress` (FEEDBEAST_STRESS=N) at
+N random ragged ones each, the page size turning.
 Kernels and helpers are read from the chapter, so what is tested is what ships.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
-
+from feedbeast import stress
 from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,6 +200,21 @@ def test_cache_scatters_pages(ch):
 def test_gpu_paged_ragged_against_float64(gpu90, ch, mode, nq, L, P):
     r = ch["run_paged_check"](nq, L, P, mode, seed=nq * 7 + L + P)
     assert r, r
+
+
+# Every producer, the plan's consumer and split. With FEEDBEAST_STRESS=N (make stress) each takes N random ragged
+# (nq, L) after the base one (feedbeast.stress.sizes: a quarter of them tiny), the page size turning through those
+# the producer takes (TMA boxes cover whole 8-row swizzle atoms: P >= 8), else the base shape alone.
+STRESS_PAGES = (16, 64, 4, 256, 8, 128, 32)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_gpu_paged_random_ragged_sizes(gpu90, ch, mode):
+    pages = [p for p in STRESS_PAGES if mode == 0 or p >= 8]
+    for i, (nq, L) in enumerate(stress.sizes((64, 5000), multiple_of=(16, 64))):
+        P = pages[i % len(pages)]
+        r = ch["run_paged_check"](nq, L, P, mode, seed=nq * 7 + L + P + mode)
+        assert r, r
 
 
 @pytest.mark.parametrize("nq, L, P, mode, split, warps", [(5, 777, 4, 0, None, 1), (64, 3000, 64, 0, 1, 1),
