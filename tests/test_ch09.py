@@ -6,7 +6,9 @@ diagnostic that drops setmaxnreg (C7508) or serialises wgmma, for any reason (Mo
 chapter's numpy model of the online softmax matches the float64 definition; the lab's tile ranges are the minimal
 ones.
 GPU (Hopper; skipped by name elsewhere): every rung on ragged shapes, causal and not, O and LSE against
-float64 with poisoned outputs; the lab solution passes grading and each planted bug fails it.
+float64 with poisoned outputs; rung 6's timed builds within the element-wise bound at a ragged shape, and with
+`make stress` (FEEDBEAST_STRESS=N) at N random ragged ones; the lab solution passes grading and each planted bug
+fails it.
 Kernels and helpers are read from the notebooks, so what is tested is what ships.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast import stress
 from feedbeast.course import notebook
 from feedbeast.course.notebook import load
 
@@ -567,6 +570,26 @@ def test_gpu_rung6_one_block_runs_every_tile(gpu90, consumers):
                 ns["attend"](mod[f"attn_persist_d{d}"], ins, o, lse, causal)
             finally:
                 hooks.mode.hazards = ""
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_rung6_random_ragged_shapes_within_the_bound(gpu90, d):
+    # Rung 6's timed builds (both tile heights at d = 64), causal and not, within the element-wise bound at a ragged
+    # shape; with FEEDBEAST_STRESS=N (make stress) at N random ragged (b, h, s) after it, a quarter of them tiny.
+    torch = pytest.importorskip("torch")
+    ns = CHAPTER.definitions("reference_bound", "check_bound", "attention_inputs", "Inputs", "attend", np=np, fb=fb,
+                             torch=torch, math=__import__("math"))
+    mods = [module("persist")] + ([module("persist", D64_CONSUMERS=2)] if d == 64 else [])
+    for b, h, s in stress.sizes((2, 3, 1000), multiple_of=(1, 1, 128)):
+        q, k, v = ns["attention_inputs"](b, h, s, d, seed=1000 * b + 100 * h + s + d)
+        ins = ns["Inputs"](q, k, v)
+        for causal in (False, True):
+            ref = ns["reference_bound"](q, k, v, causal)
+            for mod in mods:
+                o, lse = fb.empty((b, h, s, d), fb.bfloat16), fb.empty((b, h, s), np.float32)
+                ns["attend"](mod[f"attn_persist_d{d}"], ins, o, lse, causal)
+                r = ns["check_bound"](o, lse, ref, f"attn_persist {mod.defines} {b}x{h}x{s}x{d} causal={causal}")
+                assert r, r
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -11,7 +11,8 @@ The persistent kernel (attn_fp8_persist_d128): the counter's atomic, Q's fragmen
 O's TMA stores only where the host gives them room, the same GEMMs and softmax.
 GPU (Hopper; skipped by name elsewhere), both kernels (the persistent one on 5 blocks, many tiles each): the debug
 build on ragged shapes and the timed build at s = 4096, normal and outlier inputs, causal and not, within the bound
-against float64; the planted one-key-too-many mask outside it.
+against float64; the planted one-key-too-many mask outside it; the timed builds at a ragged shape, and with `make
+stress` (FEEDBEAST_STRESS=N) at N random ragged ones.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 
 import feedbeast as fb
+from feedbeast import stress
 from feedbeast.course.notebook import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,6 +329,24 @@ def test_fp8_bound_holds_for_the_model_and_rejects_one_key_too_many():
 
 
 # ---- GPU (Hopper) -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel", [KERNEL, PERSIST])
+def test_gpu_fp8_random_ragged_shapes_within_the_bound(gpu90, kernel):
+    # The timed builds, causal and not, normal inputs, within the fp8 bound at a ragged shape; with FEEDBEAST_STRESS=N
+    # (make stress) at N random ragged (b, h, s) after it, a quarter of them tiny. The persistent kernel on 5 blocks.
+    torch = pytest.importorskip("torch")
+    ns = CHAPTER.definitions("Inputs8", "attend_fp8", "check_bound_fp8", "float_inputs", "reference_bound_fp8",
+                             np=np, fb=fb, torch=torch, math=math)
+    blocks = 5 if kernel == PERSIST else None
+    for b, h, s in stress.sizes((2, 3, 1000), multiple_of=(1, 1, 128)):
+        shape = (b, h, s, 128)
+        ins = ns["Inputs8"](*ns["float_inputs"]("normal", *shape, seed=sum(shape)))
+        for causal in (False, True):
+            o, lse = fb.empty(shape, fb.bfloat16), fb.empty(shape[:3], np.float32)
+            ns["attend_fp8"](module()[kernel], ins, o, lse, causal, blocks=blocks)
+            res = ns["check_bound_fp8"](o, lse, ns["reference_bound_fp8"](*ins.host, causal), f"{shape} causal={causal}")
+            assert res, res
+
 
 @pytest.mark.parametrize("kernel", [KERNEL, PERSIST])
 def test_gpu_fp8_within_the_bound(gpu90, kernel):
