@@ -330,13 +330,18 @@ def test_fp8_bound_holds_for_the_model_and_rejects_one_key_too_many():
 
 # ---- GPU (Hopper) -------------------------------------------------------------------------------------------------
 
+def fp8_ns():
+    """The chapter's fp8 host helpers (inputs, launch, float64 reference and bound); the reference needs PyTorch."""
+    torch = pytest.importorskip("torch")
+    return CHAPTER.definitions("Inputs8", "attend_fp8", "check_bound_fp8", "float_inputs", "reference_bound_fp8",
+                               np=np, fb=fb, torch=torch, math=math)
+
+
 @pytest.mark.parametrize("kernel", [KERNEL, PERSIST])
 def test_gpu_fp8_random_ragged_shapes_within_the_bound(gpu90, kernel):
     # The timed builds, causal and not, normal inputs, within the fp8 bound at a ragged shape; with FEEDBEAST_STRESS=N
     # (make stress) at N random ragged (b, h, s) after it, a quarter of them tiny. The persistent kernel on 5 blocks.
-    torch = pytest.importorskip("torch")
-    ns = CHAPTER.definitions("Inputs8", "attend_fp8", "check_bound_fp8", "float_inputs", "reference_bound_fp8",
-                             np=np, fb=fb, torch=torch, math=math)
+    ns = fp8_ns()
     blocks = 5 if kernel == PERSIST else None
     for b, h, s in stress.sizes((2, 3, 1000), multiple_of=(1, 1, 128)):
         shape = (b, h, s, 128)
@@ -350,11 +355,9 @@ def test_gpu_fp8_random_ragged_shapes_within_the_bound(gpu90, kernel):
 
 @pytest.mark.parametrize("kernel", [KERNEL, PERSIST])
 def test_gpu_fp8_within_the_bound(gpu90, kernel):
-    torch = pytest.importorskip("torch")
     # The persistent kernel runs 5 blocks, so that each block runs many tiles, ragged ones among them, and the
     # ring, the turns and Q's buffer go on from one tile to the next.
-    ns = CHAPTER.definitions("Inputs8", "attend_fp8", "check_bound_fp8", "float_inputs", "reference_bound_fp8",
-                             np=np, fb=fb, torch=torch, math=math)
+    ns = fp8_ns()
     blocks = 5 if kernel == PERSIST else None
     src = CHAPTER.cuda("fp8").source
     assert src.count("sm.step(sc, alpha, row0,") == 2
