@@ -8,7 +8,8 @@ Paths:
            make install ENV=current WHEELS=DIR, then make test ENV=current
   cuda12   the CUDA 12 pins in a fresh venv (make test CUDA=12 WHEELS=DIR), where the driver runs CUDA 12 code
 A path without what it needs (no bundle given and no package index) is recorded as not run, with the reason.
-Each path's row replaces that path's earlier row in results/<gpu>/ci.md, so the paths can run one at a time.
+Each path's row replaces that path's earlier row in the script's own block of results/<gpu>/ci.md, so the paths can
+run one at a time; the rest of that file (earlier runs, notes) is kept as it is.
 Exit status: 1 if a path that ran had a failure or an error, else 0.
 """
 from __future__ import annotations
@@ -114,23 +115,50 @@ def table(rows: dict) -> str:
     return "\n".join(out)
 
 
+# The part of ci.md that make gpu-check owns. Everything outside it (the title, earlier runs' rows and notes written
+# by hand) is evidence of its own and is kept as it is.
+BEGIN = "<!-- make gpu-check: begin (written by .ci/gpu_check.py; the rest of this file is kept as it is) -->"
+END = "<!-- make gpu-check: end -->"
+ROWS = re.compile(r"<!-- rows: (.*) -->")
+
+
 def read_rows(md: Path) -> dict:
+    """The rows of the latest make gpu-check, from its own block only (a row quoted elsewhere is not one)."""
     import json
     if not md.exists():
         return {}
-    m = re.search(r"<!-- rows: (.*) -->", md.read_text())
+    text = md.read_text()
+    if BEGIN in text and END in text:
+        text = text[text.index(BEGIN):text.index(END)]
+    m = ROWS.search(text)
     return json.loads(m.group(1)) if m else {}
 
 
-def write(md: Path, rows: dict, name: str, driver: str):
+def block(rows: dict, driver: str) -> str:
     import json
-    md.parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    md.write_text(f"# make test on the README's GPU paths: {name}\n\n"
-                  f"Driver {driver}; last written {stamp} by `make gpu-check` (.ci/gpu_check.py). One row per path;\n"
-                  "each row is that path's latest run (passed / failed / errors / skipped are pytest's counts, the\n"
-                  "time is the whole row's: install and tests). Logs: build/gpu-check/<path>.log.\n\n"
-                  f"{table(rows)}\n\n<!-- rows: {json.dumps(rows)} -->\n")
+    return (f"{BEGIN}\n## The latest make gpu-check\n\n"
+            f"Driver {driver}; written {stamp}. One row per path, each that path's latest run (passed / failed /\n"
+            "errors / skipped are pytest's counts, the time is the whole row's: install and tests). Logs:\n"
+            f"build/gpu-check/<path>.log.\n\n{table(rows)}\n\n<!-- rows: {json.dumps(rows)} -->\n{END}")
+
+
+def merged(text: str, new_block: str) -> str:
+    """text with new_block in place of its make gpu-check block; without one, new_block goes after the title (a
+    file that an earlier version wrote whole keeps its table as history, its rows comment dropped)."""
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        return head + new_block + rest.split(END, 1)[1]
+    text = ROWS.sub("", text)
+    lines = text.splitlines(keepends=True)
+    at = 1 if lines and lines[0].startswith("# ") else 0
+    return "".join(lines[:at]) + ("\n" if at else "") + new_block + "\n\n" + "".join(lines[at:]).lstrip("\n")
+
+
+def write(md: Path, rows: dict, name: str, driver: str):
+    md.parent.mkdir(parents=True, exist_ok=True)
+    text = md.read_text() if md.exists() else f"# make test on the README's GPU paths: {name}\n"
+    md.write_text(merged(text, block(rows, driver)).rstrip("\n") + "\n")
 
 
 def main(argv=None) -> int:

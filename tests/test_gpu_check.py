@@ -73,3 +73,37 @@ def test_a_path_that_ran_with_a_failure_fails_the_run(monkeypatch, tmp_path, cap
         monkeypatch.setattr(gc, "run", lambda path, cmds, logdir, row=row: {"path": path, "commands": cmds, **row})
         assert gc.main(argv) == want, outcome
     assert set(gc.read_rows(tmp_path / "results" / "gpu-x" / "ci.md")) == {"current"}
+
+
+def test_writing_keeps_what_the_file_already_holds(tmp_path):
+    # ci.md holds earlier runs and notes written by hand: make gpu-check replaces only its own block.
+    md = tmp_path / "ci.md"
+    by_hand = ("# make test on the README's GPU paths: GPU X\n\nNotes on the runs of last week.\n\n"
+               "| path | commit | passed |\n|---|---|---|\n| current, by hand | 1111111 | 5 |\n\nA note after the table.\n")
+    md.write_text(by_hand)
+    ran = {"path": "cuda12", "commands": ["make test CUDA=12"], "exit": 0, "seconds": 451, "passed": 2131,
+           "failed": 0, "skipped": 78, "errors": 0, "commit": "055c13e"}
+    gc.write(md, {"cuda12": ran}, "GPU X", "580")
+    first = md.read_text()
+    rows = gc.read_rows(md)
+    rows["venv"] = {"path": "venv", "why": "no bundle"}
+    gc.write(md, rows, "GPU X", "580")
+    text = md.read_text()
+    assert text.startswith("# make test on the README's GPU paths: GPU X\n")
+    assert by_hand.split("\n", 2)[2] in first and by_hand.split("\n", 2)[2] in text
+    assert text.count(gc.BEGIN) == 1 and text.count(gc.END) == 1 and text.count("<!-- rows:") == 1
+    assert "| cuda12 | 055c13e | `make test CUDA=12` | 2131 | 0 | 0 | 78 | 7:31 | 0 |" in text
+    assert "| venv | | not run: no bundle |" in text
+    assert set(gc.read_rows(md)) == {"cuda12", "venv"}
+
+
+def test_a_file_an_earlier_version_wrote_whole_keeps_its_table(tmp_path):
+    # The earlier format: the whole file generated, its rows in a comment at the end. Its table stays as history;
+    # its rows comment goes, so only the new block's rows are read.
+    md = tmp_path / "ci.md"
+    md.write_text("# make test on the README's GPU paths: GPU X\n\nDriver 570.\n\n| path | commit |\n|---|---|\n"
+                  "| venv | 2222222 |\n\n<!-- rows: {\"venv\": {\"path\": \"venv\", \"why\": \"old\"}} -->\n")
+    gc.write(md, {"current": {"path": "current", "why": "no notebook bundle"}}, "GPU X", "580")
+    text = md.read_text()
+    assert "| venv | 2222222 |" in text and "Driver 570." in text
+    assert text.count("<!-- rows:") == 1 and set(gc.read_rows(md)) == {"current"}
