@@ -57,6 +57,11 @@ bundle-into-current:
 	$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
 	$(if $(COURSE_WHEEL),$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps --force-reinstall $(COURSE_WHEEL))
 
+# The notebooks' kernel, "Feeding the Beast", installed into the environment (not into your home): make install
+# writes it so that any Jupyter front end run from .venv finds the kernel the notebooks name; make lab again.
+KERNELSPEC = -m ipykernel install --sys-prefix --name feedbeast --display-name "Feeding the Beast" \
+	  --env FEEDBEAST_HOOKS feedbeast.course >/dev/null
+
 # A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
 # A bundle holds the wheels of one Python version, so a failed offline install names the version.
 $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
@@ -70,6 +75,7 @@ $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt
 	$$($(VENV)/bin/python -c '$(PYVER)'))$(if $(WHEELS),$(comma) from $(WHEELS)/: a bundle holds one Python version's wheels \
 	(make wheelhouse PY=...); pass PYTHON3=python3.X for that version,)" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
+	$(VENV)/bin/python $(KERNELSPEC)
 	rm -f $(VENV)/.installed-cu*
 	touch $@
 
@@ -87,8 +93,7 @@ lab: $(STAMP)
 	  else echo "make lab: JupyterLab is not installed in $(PYTHON). Install it from the package index with" \
 	    "$(PYTHON) -m pip install -r requirements/lab.txt, or offline with make lab WHEELS=dir" \
 	    "(a bundle from make wheelhouse; see README, Offline install)" >&2; exit 1; fi; }
-	$(PYTHON) -m ipykernel install --sys-prefix --name feedbeast --display-name "Feeding the Beast" \
-	  --env FEEDBEAST_HOOKS feedbeast.course >/dev/null
+	$(PYTHON) $(KERNELSPEC)
 	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 	  $(PYTHON) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" \
 	  --LabApp.app_settings_dir="$(CURDIR)/jupyter/lab/settings" \

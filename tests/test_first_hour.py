@@ -671,6 +671,18 @@ def test_make_lab_allows_root_only_for_root(tmp_path, uid):
     assert "--MappingKernelManager.default_kernel_name=feedbeast" in r.stdout    # a new notebook: the course's kernel
 
 
+def test_make_install_installs_the_notebooks_kernel(tmp_path):
+    # The notebooks name the kernel "feedbeast": a front end run from a fresh .venv (nbconvert, an editor) needs it
+    # before make lab has ever run.
+    r = subprocess.run(["make", "-n", "--no-print-directory", "install", f"VENV={tmp_path / 'v'}",
+                        f"PYTHON3={sys.executable}"], cwd=ROOT, env=make_env(), capture_output=True, text=True,
+                       check=True)
+    lines = r.stdout.splitlines()
+    course = next(i for i, ln in enumerate(lines) if "--no-deps -e ." in ln)
+    spec = next(i for i, ln in enumerate(lines) if "ipykernel install --sys-prefix --name feedbeast" in ln)
+    assert course < spec and "--env FEEDBEAST_HOOKS feedbeast.course" in lines[spec], r.stdout
+
+
 def _pyproject() -> str:
     return (ROOT / "pyproject.toml").read_text()
 

@@ -478,6 +478,8 @@ def test_a_launch_without_a_gpu_is_skipped_by_name():
         pytest.skip("this machine has a GPU: tests/test_hazards_gpu.py runs the check there")
     r = fb.compile(RING, "sm_90a").hazard_check("ring", 1, 160, None, None, 1)
     assert isinstance(r, fb.Skipped) and "hazard check of ring" in str(r)
+    # the README's chained form runs on: the skip comes back (falsy), nothing is raised and nothing passes
+    assert r.raise_if_any() is r and not r
 
 
 def test_a_relaxed_remote_arrive_after_wgmma_wait_group_releases_the_stage():

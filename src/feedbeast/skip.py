@@ -28,6 +28,11 @@ class Skipped:
     def _repr_html_(self):
         return f"<b>skipped</b>: {self.what + ': ' if self.what else ''}{self.reason}"
 
+    def raise_if_any(self):
+        # A hazard check that could not run (hazard_check returns a Skipped then) has nothing to raise: the chained
+        # form `mod.hazard_check(...).raise_if_any()` runs on without a GPU, and returns the skip, never a pass.
+        return self
+
 
 def needs(arch: str, what: str = "") -> Skipped | None:
     """None when this machine can run `arch` code, else the Skipped that says why not."""

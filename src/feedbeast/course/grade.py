@@ -160,7 +160,8 @@ class Report:
     def summary(self) -> str:
         verdict = {"ok": "ok", "failed": "FAILED", "partial": "PARTIAL"}[self.status]
         if self.status == "partial":
-            verdict += " (some checks could not run on this machine; nothing failed)"
+            verdict += (" (nothing that ran failed; the checks that could not run on this machine, listed as skipped,"
+                        " are not known to pass)")
         elif not self.outcomes and not self.error:
             verdict += " (the notebook reported no check)"
         return (f"{self.path}: {verdict}: {len(self.passed)} passed, {len(self.failed)} failed, "
