@@ -195,10 +195,14 @@ clean:
 ## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
 # PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is
 # not a make error unless STRICT=1; CI reads the status from `python -m feedbeast grade` itself.
-LAB ?= [0-9][0-9]
-LAB_NN = $(if $(filter 0 1 2 3 4 5 6 7 8 9,$(LAB)),0$(LAB),$(LAB))
+# LAB: a number (4, 04), a lab's name (04-mbarrier-ring) or its file (labs/04-mbarrier-ring.ipynb), as reset-labs takes.
+LAB ?=
+LAB_NUM = $(firstword $(subst -, ,$(notdir $(LAB))))
+LAB_NN = $(if $(LAB),$(if $(filter 0 1 2 3 4 5 6 7 8 9,$(LAB_NUM)),0$(LAB_NUM),$(LAB_NUM)),[0-9][0-9])
 grade: $(STAMP)
-	@$(PYTHON) -m feedbeast grade labs/$(LAB_NN)-*.ipynb; status=$$?; \
+	@set -- labs/$(LAB_NN)-*.ipynb; if [ ! -e "$$1" ]; then echo "make grade: no lab $(LAB): the labs are" \
+	  $$(cd labs && ls [0-9][0-9]-*.ipynb | sed 's/-.*//' | tr '\n' ' ')"(LAB=04 or a lab's name)" >&2; exit 2; fi; \
+	$(PYTHON) -m feedbeast grade "$$@"; status=$$?; \
 	if [ $$status -eq 2 ] && [ -z "$(STRICT)" ]; then \
 	  echo "make grade: PARTIAL is the best grade this machine can give (STRICT=1 makes it an error)"; exit 0; fi; \
 	exit $$status

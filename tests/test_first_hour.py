@@ -880,6 +880,21 @@ def test_reset_labs_restores_only_the_lab_named(tmp_path):
     assert r.returncode == 2 and "no lab '42'" in r.stdout and "04-mbarrier-ring.ipynb" in r.stdout, r.stdout
 
 
+def test_make_grade_takes_a_lab_as_reset_labs_does():
+    # A number, a lab's name, its file or its path all grade that one lab; a lab that does not exist is named with
+    # the ones that do, before anything is graded.
+    env = make_env()
+    for lab in ("4", "04", "04-mbarrier-ring", "04-mbarrier-ring.ipynb", "labs/04-mbarrier-ring.ipynb"):
+        dry = subprocess.run(["make", "-n", "--no-print-directory", "grade", "ENV=current",
+                              f"PYTHON3={sys.executable}", f"LAB={lab}"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, check=True).stdout
+        assert "set -- labs/04-*.ipynb;" in dry and "feedbeast grade" in dry, (lab, dry)
+    r = subprocess.run(["make", "--no-print-directory", "grade", "ENV=current", f"PYTHON3={sys.executable}",
+                        "LAB=42"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "make grade: no lab 42: the labs are 00 01" in r.stderr, r.stderr
+    assert "grading" not in r.stdout, r.stdout
+
+
 def test_grading_a_lab_as_given_names_the_missing_part_first(tmp_path):
     """`python -m feedbeast grade` (make grade LAB=04) on lab 04 as given: its first failure names the TODO
     lines of the learner's part (the model's, the kernel's)."""
