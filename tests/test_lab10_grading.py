@@ -83,3 +83,29 @@ def test_gpu_solution_runs_the_kernel_checks(gpu90, graded):
 def test_gpu_lab_bug_fails_grading(gpu90, graded, bug):
     rep = graded[bug]
     assert rep.failed and _numbers_failed(rep), f"{bug}: not rejected on the numbers:\n{rep}"
+
+
+def test_the_kernel_checks_use_their_own_quantization():
+    # The lab's quantize starts as zeros; kernel checks fed by it would compare a zero product with a zero reference
+    # and pass any kernel. They quantize for themselves, bit for bit as the solution's quantize does.
+    import ast
+    import json
+
+    import numpy as np
+
+    cells = {c.get("id"): "".join(c["source"]) for c in json.loads(SOLUTION_PATH.read_text())["cells"]}
+    check = ast.parse(cells["1f1cd9ec"])
+    fns = {f.name: f for f in check.body if isinstance(f, ast.FunctionDef)}
+    called = {n.func.id for n in ast.walk(fns["check_fp8"]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "reference_quantize" in called and "quantize" not in called, called
+    helpers = ast.parse(cells["d9aa756f"])
+    ns = {"np": np, "E4M3_MAX": 448.0}
+    for tree, name in ((helpers, "quantize"), (check, "reference_quantize")):
+        exec(compile(ast.Module([fn for fn in tree.body if getattr(fn, "name", "") == name], []), name, "exec"), ns)
+    ns["__builtins__"] = __builtins__
+    rng = np.random.default_rng(3)
+    for n, k in ((1000, 144), (37, 300), (8, 16)):
+        w = rng.standard_normal((n, k)) * rng.uniform(0.1, 4, (n, 1))
+        w[0] = 0
+        (a8, a_s), (b8, b_s) = ns["quantize"](w), ns["reference_quantize"](w)
+        assert np.array_equal(a8, b8) and np.array_equal(a_s, b_s) and a8.any()
