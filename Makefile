@@ -40,6 +40,13 @@ endif
 endif
 REQS    := requirements/base.txt requirements/cu$(CUDA).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
+# What an offline install from WHEELS can tell about its bundle when pip fails: a notebook bundle (make wheelhouse
+# SET=notebook) holds no JupyterLab and no hub, and a bundle holds one Python version's wheels.
+NOTEBOOK_BUNDLE = $(if $(WHEELS),$(if $(wildcard $(WHEELS)/jupyterlab-*.whl),,yes))
+BUNDLE_PY = $(shell ls $(WHEELS) 2>/dev/null | sed -n 's/.*-cp3\([0-9][0-9]*\)-cp3[0-9]*-.*/3.\1/p' | sort -u | head -1)
+NOTEBOOK_BUNDLE_HINT = $(WHEELS)/ is a notebook bundle (make wheelhouse SET=notebook): it holds the course's packages \
+	for a Python that already has Jupyter (make install ENV=current WHEELS=$(WHEELS)), not JupyterLab or the hub; \
+	bring the full bundle (make wheelhouse PY=$(or $(BUNDLE_PY),3.12))
 comma   := ,
 
 .PHONY: help install bundle-into-current lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \
@@ -71,9 +78,11 @@ $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/build.txt -r requirements/lab.txt \
-	  -r requirements/book.txt || { echo "make: pip could not install the pinned requirements into $(VENV) (Python \
-	$$($(VENV)/bin/python -c '$(PYVER)'))$(if $(WHEELS),$(comma) from $(WHEELS)/: a bundle holds one Python version's wheels \
-	(make wheelhouse PY=...); pass PYTHON3=python3.X for that version,)" >&2; exit 1; }
+	  -r requirements/book.txt || { have=$$($(VENV)/bin/python -c '$(PYVER)'); \
+	  echo "make: pip could not install the pinned requirements into $(VENV) (Python $$have)$(if $(WHEELS),$(comma) from $(WHEELS)/)" >&2; \
+	  $(if $(WHEELS),[ -z "$(BUNDLE_PY)" ] || [ "$$have" = "$(BUNDLE_PY)" ] || echo "  its wheels are for Python $(BUNDLE_PY): \
+	  pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have)" >&2; \
+	  $(if $(NOTEBOOK_BUNDLE),echo "  $(NOTEBOOK_BUNDLE_HINT)" >&2;)) exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	$(VENV)/bin/python $(KERNELSPEC)
 	rm -f $(VENV)/.installed-cu*
@@ -89,7 +98,9 @@ LAB_FLAGS ?=
 # unasked: a workshop room may have no network, and ENV=current promises to install nothing else.
 lab: $(STAMP)
 	@$(PYTHON) -c "import jupyterlab" 2>/dev/null || { \
-	  if [ -n "$(WHEELS)" ]; then $(PIP_ENV) $(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r requirements/lab.txt; \
+	  if [ -n "$(WHEELS)" ]; then $(if $(NOTEBOOK_BUNDLE),echo "make lab: JupyterLab is not installed in $(PYTHON)$(comma) and \
+	  $(NOTEBOOK_BUNDLE_HINT)" >&2; exit 1;) \
+	  $(PIP_ENV) $(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r requirements/lab.txt; \
 	  else echo "make lab: JupyterLab is not installed in $(PYTHON). Install it from the package index with" \
 	    "$(PYTHON) -m pip install -r requirements/lab.txt, or offline with make lab WHEELS=dir" \
 	    "(a bundle from make wheelhouse; see README, Offline install)" >&2; exit 1; fi; }
@@ -177,11 +188,15 @@ endif
 # The proxy is configurable-http-proxy at the version workshop/package-lock.json pins: from the npm registry, or
 # offline from the copy make wheelhouse packs (WHEELS=dir: dir/workshop/node_modules.tar.gz).
 workshop: $(STAMP)
+	@$(if $(NOTEBOOK_BUNDLE),echo "make workshop: $(NOTEBOOK_BUNDLE_HINT)" >&2; exit 1)
 	$(PIP_ENV) $(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/hub.txt
 	@if [ -n "$(WHEELS)" ] && [ -f "$(WHEELS)/workshop/node_modules.tar.gz" ]; then \
 	  echo "workshop/node_modules from $(WHEELS)/workshop/node_modules.tar.gz"; \
 	  rm -rf workshop/node_modules && tar -xzf "$(WHEELS)/workshop/node_modules.tar.gz" -C workshop; \
-	elif command -v npm >/dev/null; then npm ci --prefix workshop --no-audit --no-fund --loglevel=error; \
+	elif command -v npm >/dev/null; then \
+	  $(if $(WHEELS),echo "make workshop: $(WHEELS)/ has no workshop/node_modules.tar.gz (make wheelhouse packs it where npm \
+	  is): the proxy comes from the npm registry$(comma) which needs the network";) \
+	  npm ci --prefix workshop --no-audit --no-fund --loglevel=error; \
 	else echo "make workshop: no npm here and no $(if $(WHEELS),$(WHEELS),WHEELS=dir)/workshop/node_modules.tar.gz: \
 	the hub needs configurable-http-proxy (Node.js): install npm, or bring a bundle from make wheelhouse"; exit 1; fi
 	@command -v node >/dev/null || { echo "make workshop: the proxy is in workshop/node_modules, but no node is on \

@@ -225,6 +225,32 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
 # the GPU-image path: python3 is itself a venv
 # ---------------------------------------------------------------------------------------------------
 
+def test_a_notebook_bundle_where_the_full_one_is_needed_is_named(tmp_path):
+    # A notebook bundle (make wheelhouse SET=notebook) holds no JupyterLab and no hub: make lab and make workshop
+    # from it say so and what to bring before pip's own error, and a failed .venv from it names both the bundle's
+    # kind and its Python version. A full bundle gets no such line.
+    notebook, full = tmp_path / "nb", tmp_path / "full"
+    for d, names in ((notebook, ["numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl"]),
+                     (full, ["numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl", "jupyterlab-4.6.6-py3-none-any.whl"])):
+        d.mkdir()
+        for n in names:
+            (d / n).write_bytes(b"")
+    env = make_env()
+
+    def dry(target, bundle, *more):
+        return subprocess.run(["make", "-n", "--no-print-directory", target, f"WHEELS={bundle}", *more], cwd=ROOT,
+                              env=env, capture_output=True, text=True, check=True).stdout
+
+    hint = f"{notebook}/ is a notebook bundle (make wheelhouse SET=notebook)"
+    for target in ("lab", "workshop"):
+        assert hint in dry(target, notebook, "ENV=current", f"PYTHON3={sys.executable}"), target
+        assert "is a notebook bundle" not in dry(target, full, "ENV=current", f"PYTHON3={sys.executable}"), target
+    venv = dry("install", notebook, f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
+    assert hint in venv and "its wheels are for Python 3.99: pass PYTHON3=python3.99" in venv, venv
+    assert "make wheelhouse PY=3.99" in venv
+    assert "is a notebook bundle" not in dry("install", full, f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
+
+
 def test_gpu_image_whose_python_is_a_venv_gets_the_bundle(tmp_path):
     """The documented way onto a GPU image (README, Offline install): `make install ENV=current
     WHEELS=dir` installs the bundle into the image's own environment, even when that is a venv."""
