@@ -62,7 +62,7 @@ def test_a_round_regrades_only_changed_notebooks_and_names_who_is_stuck(tmp_path
     assert "lab 04" not in lines["learner12"] and "04:ok" in lines["learner12"]
     roster.write_csv([state[n]["doc"] for n in sorted(state)], tmp_path / "g.csv")
     rows = {r["username"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
-    assert rows["learner07"]["first failing check"] == "lab 04: model (check_ring): does not hold:"
+    assert rows["learner07"]["first failing check"] == "lab 04: model (check_ring): does not hold: trace"
     assert rows["learner12"]["first failing check"] == "" and rows["learner12"]["labs ok"] == "2"
 
 
@@ -74,3 +74,15 @@ def test_a_learner_who_adds_a_lab_is_graded_for_that_lab_only(tmp_path):
     new([markdown("## Check"), code("x = 5")], to=found["learner01"] / "05-lab.ipynb")
     assert roster.watch_round(found, state, rec) == ["learner01 05"]
     assert [lab["lab"] for lab in state["learner01"]["doc"]["labs"]] == ["03", "04", "05"]
+
+
+def test_the_first_failing_check_keeps_what_its_first_line_introduces():
+    # A SassMismatch's first line ends in ':' and names nothing missing; the CSV column must carry the next line.
+    from feedbeast.course.grade import gist
+    msg = "SassMismatch: SASS of kernel copy_x2 for sm_75:\n  missing LDG.E.128, STG.E.128\n  most frequent: IMAD×9"
+    doc = {"labs": [{"lab": "00", "checks": [{"status": "failed", "name": "SASS of kernel copy_x2", "message": msg}]}]}
+    assert roster.first_failing(doc) == ("lab 00: SASS of kernel copy_x2: SassMismatch: SASS of kernel copy_x2 for "
+                                         "sm_75: missing LDG.E.128, STG.E.128")
+    assert gist("CheckFailed: x: FAILED: relative error 7e-01\n  at (0, 1): got 1") == \
+        "CheckFailed: x: FAILED: relative error 7e-01"
+    assert gist("a:\n" + "b" * 300) == ("a: " + "b" * 300)[:160] and gist("") == ""

@@ -152,9 +152,9 @@ class Report:
 
     @property
     def first_failure(self) -> str:
-        """The first failed check, 'name: first line of why' ('' when none failed)."""
+        """The first failed check, 'name: the gist of why' ('' when none failed)."""
         for o in self.failed:
-            return f"{o.name}: {o.message.strip().splitlines()[0] if o.message.strip() else 'FAILED'}"
+            return f"{o.name}: {gist(o.message) or 'FAILED'}"
         return ""
 
     def summary(self) -> str:
@@ -807,6 +807,18 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
                 break
     recorded_names = {o.name for o in records + errors if o.status == "failed"}
     return outcomes + records + errors + [p for p in printed if p.name not in recorded_names], error
+
+
+def gist(message: str, limit: int = 160) -> str:
+    """A failure's message on one line: its first line, and while that ends in ':' the lines it introduces
+    ('SASS of kernel k for sm_90a:' + 'missing LDG.E.128'), at most `limit` characters."""
+    lines = [ln.strip() for ln in (message or "").strip().splitlines() if ln.strip()]
+    out = lines[0] if lines else ""
+    for ln in lines[1:]:
+        if not out.endswith(":") or len(out) >= limit:
+            break
+        out += " " + ln
+    return out[:limit]
 
 
 def expand(patterns) -> list[Path]:

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 from .coursedir import find as find_course
-from .grade import HAZARD_LABS, lab_of
+from .grade import HAZARD_LABS, gist, lab_of
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
 ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({python}): that interpreter and its "
@@ -189,14 +189,14 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
 
 
 def first_failing(doc: dict, labs=None) -> str:
-    """The first lab (in order) with a failed check, as 'lab 04: check name: first line of why' ('' if none)."""
+    """The first lab (in order) with a failed check, as 'lab 04: check name: the gist of why' ('' if none)."""
     for lab in sorted(doc.get("labs", []), key=lambda x: x["lab"]):
         if labs is not None and lab["lab"] not in labs:
             continue
         for c in lab.get("checks", []):
             if c["status"] == "failed":
-                why = (c.get("message") or "").strip().splitlines()
-                return f"lab {lab['lab']}: {c['name']}" + (f": {why[0][:160]}" if why else "")
+                why = gist(c.get("message") or "")
+                return f"lab {lab['lab']}: {c['name']}" + (f": {why}" if why else "")
     return doc.get("error", "")[:160] if not doc.get("labs") else ""
 
 
