@@ -74,6 +74,24 @@ def hub(tmp_path, monkeypatch):
     return module
 
 
+def test_an_admin_without_an_account_is_named_before_the_hub_starts(tmp_path, monkeypatch):
+    import pwd
+    monkeypatch.setenv("FEEDBEAST_HUB_COURSE", str(_checkout(tmp_path)))
+    monkeypatch.setenv("FEEDBEAST_HUB_STATE", str(tmp_path))
+    monkeypatch.setenv("FEEDBEAST_HUB_GPUS", "")
+    me = pwd.getpwuid(os.getuid()).pw_name
+    monkeypatch.setenv("FEEDBEAST_HUB_ADMINS", f"{me}, fb-no-such-instructor")
+    with pytest.raises(SystemExit, match="FEEDBEAST_HUB_ADMINS names fb-no-such-instructor, with no account"):
+        runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: _Section()})
+    monkeypatch.setenv("FEEDBEAST_HUB_CREATE_USERS", "1")          # created on first login: no complaint
+    runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: _Section()})
+    monkeypatch.delenv("FEEDBEAST_HUB_CREATE_USERS")
+    monkeypatch.setenv("FEEDBEAST_HUB_ADMINS", me)
+    config = _Section()
+    runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: config})
+    assert config.Authenticator.admin_users == {me}
+
+
 def _spawn(hub, home: Path) -> dict:
     spawner = types.SimpleNamespace(user=types.SimpleNamespace(name="fb-test-learner-no-such-user"),
                                     home_dir=str(home), environment={},

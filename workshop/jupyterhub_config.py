@@ -73,6 +73,22 @@ else:
     c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {u.strip() for u in os.environ.get("FEEDBEAST_HUB_ADMINS", "").split(",") if u.strip()}
 
+# PAM logs in system users only, and the hub looks its admins up at start: an admin with no account would stop it
+# with a KeyError from deep inside JupyterHub. Said here, with what to do, unless users are created on first login.
+def _no_account(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return False
+    except KeyError:
+        return True
+
+
+_missing = sorted(u for u in c.Authenticator.admin_users if _no_account(u))
+if _missing and os.environ.get("FEEDBEAST_HUB_CREATE_USERS") != "1":
+    raise SystemExit(f"FEEDBEAST_HUB_ADMINS names {', '.join(_missing)}, with no account on this server: the hub logs "
+                     f"in system users (PAM). Create the account (sudo adduser {_missing[0]}), name an existing user, "
+                     "or set FEEDBEAST_HUB_CREATE_USERS=1 to create accounts on first login.")
+
 # ---- the learners' servers ----------------------------------------------------------------------------------
 if os.environ.get("FEEDBEAST_HUB_SPAWNER", "localprocess") == "systemd":
     c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"
