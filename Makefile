@@ -42,11 +42,14 @@ REQS    := requirements/base.txt requirements/cu$(CUDA).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 # What an offline install from WHEELS can tell about its bundle when pip fails: a notebook bundle (make wheelhouse
 # SET=notebook) holds no JupyterLab and no hub, and a bundle holds one Python version's wheels.
-NOTEBOOK_BUNDLE = $(if $(WHEELS),$(if $(wildcard $(WHEELS)/jupyterlab-*.whl),,yes))
-BUNDLE_PY = $(shell ls $(WHEELS) 2>/dev/null | sed -n 's/.*-cp3\([0-9][0-9]*\)-cp3[0-9]*-.*/3.\1/p' | sort -u | head -1)
-NOTEBOOK_BUNDLE_HINT = $(WHEELS)/ is a notebook bundle (make wheelhouse SET=notebook): it holds the course's packages \
-	for a Python that already has Jupyter (make install ENV=current WHEELS=$(WHEELS)), not JupyterLab or the hub; \
-	bring the full bundle (make wheelhouse PY=$(or $(BUNDLE_PY),3.12))
+WHEELS_DIR = $(patsubst %/,%,$(WHEELS))
+NOTEBOOK_BUNDLE = $(if $(wildcard $(WHEELS_DIR)/*.whl),$(if $(wildcard $(WHEELS_DIR)/jupyterlab-*.whl),,yes))
+BUNDLE_PY = $(shell ls $(WHEELS_DIR) 2>/dev/null | sed -n 's/.*-cp3\([0-9][0-9]*\)-cp3[0-9]*-.*/3.\1/p' | sort -u | head -1)
+NOTEBOOK_BUNDLE_HINT = $(WHEELS_DIR)/ is a notebook bundle (make wheelhouse SET=notebook): it holds the course's \
+	packages for a Python that already has Jupyter (make install ENV=current WHEELS=$(WHEELS_DIR)), not JupyterLab \
+	or the hub; bring the full bundle (make wheelhouse, for the Python that installs it)
+NO_WHEELS_HINT = $(if $(WHEELS),$(if $(wildcard $(WHEELS_DIR)/*.whl),,$(WHEELS_DIR)/ holds no wheels: give the folder \
+	that make wheelhouse wrote (wheelhouse/)))
 comma   := ,
 
 .PHONY: help install bundle-into-current lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \
@@ -79,7 +82,8 @@ $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/build.txt -r requirements/lab.txt \
 	  -r requirements/book.txt || { have=$$($(VENV)/bin/python -c '$(PYVER)'); \
-	  echo "make: pip could not install the pinned requirements into $(VENV) (Python $$have)$(if $(WHEELS),$(comma) from $(WHEELS)/)" >&2; \
+	  echo "make: pip could not install the pinned requirements into $(VENV) (Python $$have)$(if $(WHEELS),$(comma) from $(WHEELS_DIR)/)" >&2; \
+	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
 	  $(if $(WHEELS),[ -z "$(BUNDLE_PY)" ] || [ "$$have" = "$(BUNDLE_PY)" ] || echo "  its wheels are for Python $(BUNDLE_PY): \
 	  pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have)" >&2; \
 	  $(if $(NOTEBOOK_BUNDLE),echo "  $(NOTEBOOK_BUNDLE_HINT)" >&2;)) exit 1; }
@@ -142,7 +146,7 @@ labs: $(STAMP)
 
 ## make reset-labs [LAB=04]  restore labs/ (or lab 04 only) from solutions/, keeping a backup of any lab you edited
 reset-labs: $(STAMP)
-	$(PYTHON) -m feedbeast.course.labs reset solutions labs $(filter-out [0-9][0-9],$(LAB_NN))
+	$(PYTHON) -m feedbeast.course.labs reset solutions labs $(LAB)
 
 ## make wheelhouse PY=3.12 [SET=notebook] [COMPARE=1]   wheels for an offline install (see README)
 # Built in wheelhouse.new and moved into place only when complete: a failed or offline run keeps the bundle there.
@@ -210,13 +214,11 @@ clean:
 ## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
 # PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is
 # not a make error unless STRICT=1; CI reads the status from `python -m feedbeast grade` itself.
-# LAB: a number (4, 04), a lab's name (04-mbarrier-ring) or its file (labs/04-mbarrier-ring.ipynb), as reset-labs takes.
+# LAB: a number (4, 04), a lab's name (04-mbarrier-ring, .ipynb or not) or a lab file's path, as reset-labs takes it.
 LAB ?=
-LAB_NUM = $(firstword $(subst -, ,$(notdir $(LAB))))
-LAB_NN = $(if $(LAB),$(if $(filter 0 1 2 3 4 5 6 7 8 9,$(LAB_NUM)),0$(LAB_NUM),$(LAB_NUM)),[0-9][0-9])
 grade: $(STAMP)
-	@set -- labs/$(LAB_NN)-*.ipynb; if [ ! -e "$$1" ]; then echo "make grade: no lab $(LAB): the labs are" \
-	  $$(cd labs && ls [0-9][0-9]-*.ipynb | sed 's/-.*//' | tr '\n' ' ')"(LAB=04 or a lab's name)" >&2; exit 2; fi; \
+	@if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
+	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 2; set -- $$labs; fi; \
 	$(PYTHON) -m feedbeast grade "$$@"; status=$$?; \
 	if [ $$status -eq 2 ] && [ -z "$(STRICT)" ]; then \
 	  echo "make grade: PARTIAL is the best grade this machine can give (STRICT=1 makes it an error)"; exit 0; fi; \

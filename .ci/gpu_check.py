@@ -92,7 +92,10 @@ def _commit() -> str:
                        text=True)
     lines = r.stdout.split()
     if r.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == ROOT:
-        return lines[1]
+        # tracked files that differ from that commit: the row says so, it did not test the commit alone
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                 capture_output=True, text=True).stdout.strip()
+        return lines[1] + ("-dirty" if changed else "")
     stamped = (ROOT / ".ci" / "commit").read_text().strip() if (ROOT / ".ci" / "commit").exists() else ""
     return stamped if stamped and not stamped.startswith("$Format") else "?"
 
@@ -128,10 +131,18 @@ def read_rows(md: Path) -> dict:
     if not md.exists():
         return {}
     text = md.read_text()
-    if BEGIN in text and END in text:
-        text = text[text.index(BEGIN):text.index(END)]
+    span = _block_span(text)
+    if span:
+        text = text[span[0]:span[1]]
     m = ROWS.search(text)
     return json.loads(m.group(1)) if m else {}
+
+
+def _block_span(text: str) -> tuple[int, int] | None:
+    """Where the block lies in text (the first BEGIN and the first END after it), or None."""
+    start = text.find(BEGIN)
+    end = text.find(END, start) if start >= 0 else -1
+    return (start, end + len(END)) if end >= 0 else None
 
 
 def block(rows: dict, driver: str) -> str:
@@ -146,19 +157,26 @@ def block(rows: dict, driver: str) -> str:
 def merged(text: str, new_block: str) -> str:
     """text with new_block in place of its make gpu-check block; without one, new_block goes after the title (a
     file that an earlier version wrote whole keeps its table as history, its rows comment dropped)."""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        return head + new_block + rest.split(END, 1)[1]
-    text = ROWS.sub("", text)
+    span = _block_span(text)
+    if span:
+        return text[:span[0]] + new_block + text[span[1]:]
+    text = ROWS.sub("", text.replace(BEGIN, ""))          # a BEGIN without its END: what is left of a block
     lines = text.splitlines(keepends=True)
     at = 1 if lines and lines[0].startswith("# ") else 0
-    return "".join(lines[:at]) + ("\n" if at else "") + new_block + "\n\n" + "".join(lines[at:]).lstrip("\n")
+    tail = "".join(lines[at:]).lstrip("\r\n")
+    return "".join(lines[:at]) + ("\n" if at else "") + new_block + ("\n\n" + tail if tail else "\n")
 
 
 def write(md: Path, rows: dict, name: str, driver: str):
     md.parent.mkdir(parents=True, exist_ok=True)
-    text = md.read_text() if md.exists() else f"# make test on the README's GPU paths: {name}\n"
-    md.write_text(merged(text, block(rows, driver)).rstrip("\n") + "\n")
+    # newline="": the file's own line ends (CRLF too) stay as they are
+    if md.exists():
+        with md.open(newline="") as f:
+            text = f.read()
+    else:
+        text = f"# make test on the README's GPU paths: {name}\n"
+    with md.open("w", newline="") as f:
+        f.write(merged(text, block(rows, driver)))
 
 
 def main(argv=None) -> int:
@@ -178,6 +196,7 @@ def main(argv=None) -> int:
     logdir = ROOT / "build" / "gpu-check"
     logdir.mkdir(parents=True, exist_ok=True)
     md = ROOT / "results" / slug / "ci.md"
+    commit = args.commit or _commit()          # before this run writes ci.md
     rows = read_rows(md)
     worst = 0
     for path in args.paths.split(","):
@@ -188,7 +207,7 @@ def main(argv=None) -> int:
             continue
         print(f"{path}: {' && '.join(cmds)}", flush=True)
         rows[path] = run(path, cmds, logdir)
-        rows[path]["commit"] = args.commit or _commit()
+        rows[path]["commit"] = commit
         r = rows[path]
         print(f"{path}: {r['passed']} passed, {r['failed']} failed, {r['errors']} errors, {r['skipped']} skipped, "
               f"{r['seconds']} s, exit {r['exit']}", flush=True)

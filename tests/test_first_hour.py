@@ -247,8 +247,12 @@ def test_a_notebook_bundle_where_the_full_one_is_needed_is_named(tmp_path):
         assert "is a notebook bundle" not in dry(target, full, "ENV=current", f"PYTHON3={sys.executable}"), target
     venv = dry("install", notebook, f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
     assert hint in venv and "its wheels are for Python 3.99: pass PYTHON3=python3.99" in venv, venv
-    assert "make wheelhouse PY=3.99" in venv
+    assert "make wheelhouse PY=$have" in venv
     assert "is a notebook bundle" not in dry("install", full, f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
+    # a folder with no wheels (a typo, or not the bundle) is not called a notebook bundle; a trailing / is no matter
+    nothing = dry("install", f"{tmp_path / 'none'}/", f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
+    assert f"{tmp_path / 'none'}/ holds no wheels" in nothing and "notebook bundle" not in nothing, nothing
+    assert f"{notebook}// " not in dry("lab", f"{notebook}/", "ENV=current", f"PYTHON3={sys.executable}")
 
 
 def test_gpu_image_whose_python_is_a_venv_gets_the_bundle(tmp_path):
@@ -907,18 +911,24 @@ def test_reset_labs_restores_only_the_lab_named(tmp_path):
 
 
 def test_make_grade_takes_a_lab_as_reset_labs_does():
-    # A number, a lab's name, its file or its path all grade that one lab; a lab that does not exist is named with
-    # the ones that do, before anything is graded.
-    env = make_env()
+    # A number, a lab's name or its path names that one lab, the way reset-labs reads it (labs.select); a name that
+    # is no lab's is refused with the list of labs before anything is graded, never read as another lab.
     for lab in ("4", "04", "04-mbarrier-ring", "04-mbarrier-ring.ipynb", "labs/04-mbarrier-ring.ipynb"):
-        dry = subprocess.run(["make", "-n", "--no-print-directory", "grade", "ENV=current",
-                              f"PYTHON3={sys.executable}", f"LAB={lab}"], cwd=ROOT, env=env, capture_output=True,
-                             text=True, check=True).stdout
-        assert "set -- labs/04-*.ipynb;" in dry and "feedbeast grade" in dry, (lab, dry)
-    r = subprocess.run(["make", "--no-print-directory", "grade", "ENV=current", f"PYTHON3={sys.executable}",
-                        "LAB=42"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert r.returncode == 2 and "make grade: no lab 42: the labs are 00 01" in r.stderr, r.stderr
-    assert "grading" not in r.stdout, r.stdout
+        r = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs", lab], cwd=ROOT,
+                           capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout.split() == ["labs/04-mbarrier-ring.ipynb"], (lab, r.stdout, r.stderr)
+    every = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert every == sorted(str(p.relative_to(ROOT)) for p in (ROOT / "labs").glob("[0-9][0-9]-*.ipynb"))
+    env = make_env()
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "grade", "ENV=current", f"PYTHON3={sys.executable}",
+                          "LAB=04-mbarrier-ring"], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    assert '[ -f "04-mbarrier-ring" ]' in dry and "feedbeast.course.labs find solutions labs 04-mbarrier-ring" in dry
+    for wrong in ("42", "05-mbarrier-ring"):
+        r = subprocess.run(["make", "--no-print-directory", "grade", "ENV=current", f"PYTHON3={sys.executable}",
+                            f"LAB={wrong}"], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert r.returncode == 2 and f"no lab '{wrong}': the labs are 00-copy-kernel.ipynb" in r.stderr, r.stderr
+        assert "grading" not in r.stdout, r.stdout
 
 
 def test_grading_a_lab_as_given_names_the_missing_part_first(tmp_path):

@@ -3,6 +3,7 @@ its reason (never a pass), rows merge per path, and without a GPU nothing runs."
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import types
 from pathlib import Path
@@ -107,3 +108,39 @@ def test_a_file_an_earlier_version_wrote_whole_keeps_its_table(tmp_path):
     text = md.read_text()
     assert "| venv | 2222222 |" in text and "Driver 570." in text
     assert text.count("<!-- rows:") == 1 and set(gc.read_rows(md)) == {"current"}
+
+
+def test_the_block_is_found_where_it_is_and_line_ends_stay(tmp_path):
+    md = tmp_path / "ci.md"
+    row = {"path": "venv", "why": "no bundle"}
+    # a note above the block that quotes the END comment; CRLF line ends
+    md.write_bytes(f"# title\r\n\r\nnote: the block ends at {gc.END}\r\n\r\n".encode())
+    gc.write(md, {"venv": row}, "GPU X", "580")
+    gc.write(md, {**gc.read_rows(md), "current": {"path": "current", "why": "no notebook bundle"}}, "GPU X", "580")
+    raw = md.read_bytes()
+    assert raw.startswith(b"# title\r\n") and f"note: the block ends at {gc.END}\r\n".encode() in raw
+    assert set(gc.read_rows(md)) == {"venv", "current"} and raw.count(gc.BEGIN.encode()) == 1
+    # a BEGIN left without its END (an edit that cut the block short) is replaced, not doubled
+    md.write_text(f"# title\n\n{gc.BEGIN}\n| half a table |\n\nhand notes\n")
+    gc.write(md, {"venv": row}, "GPU X", "580")
+    text = md.read_text()
+    assert text.count(gc.BEGIN) == 1 and text.count(gc.END) == 1 and "hand notes" in text
+
+
+def test_a_row_from_a_changed_tree_says_so(tmp_path, monkeypatch):
+    import shutil
+    if shutil.which("git") is None:
+        import pytest
+        pytest.skip("git is not installed")
+    repo = tmp_path / "r"
+    (repo / ".ci").mkdir(parents=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    (repo / "f.txt").write_text("one\n")
+    for cmd in (["git", "init", "-q"], ["git", "add", "f.txt"], ["git", "commit", "-qm", "x"]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True)
+    monkeypatch.setattr(gc, "ROOT", repo)
+    clean = gc._commit()
+    assert len(clean) >= 7 and not clean.endswith("-dirty")
+    (repo / "f.txt").write_text("two\n")
+    assert gc._commit() == clean + "-dirty"

@@ -86,6 +86,8 @@ def test_an_admin_without_an_account_is_named_before_the_hub_starts(tmp_path, mo
     monkeypatch.setenv("FEEDBEAST_HUB_CREATE_USERS", "1")          # created on first login: no complaint
     runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: _Section()})
     monkeypatch.delenv("FEEDBEAST_HUB_CREATE_USERS")
+    monkeypatch.setenv("FEEDBEAST_HUB_ADMINS", me.upper())                # JupyterHub lowercases it first
+    runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: _Section()})
     monkeypatch.setenv("FEEDBEAST_HUB_ADMINS", me)
     config = _Section()
     runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: config})
@@ -148,7 +150,8 @@ def test_make_grade_and_reset_labs_in_the_copy_build_no_venv(hub, tmp_path):
     env = _spawn(hub, tmp_path / "home")
     copy = tmp_path / "home" / "feedbeast"
     run_env = {"HOME": str(tmp_path / "home"), **env}
-    for target, commands in (("grade", ["set -- labs/04-*.ipynb;", f'{sys.executable} -m feedbeast grade "$@"']),
+    for target, commands in (("grade", [f"{sys.executable} -m feedbeast.course.labs find solutions labs 04",
+                                        f'{sys.executable} -m feedbeast grade "$@"']),
                              ("reset-labs", [f"{sys.executable} -m feedbeast.course.labs reset solutions labs 04"])):
         r = subprocess.run(["make", "-n", target, "LAB=04"], cwd=copy, env=run_env, capture_output=True,
                            text=True, timeout=60)

@@ -83,7 +83,7 @@ def _no_account(name: str) -> bool:
         return True
 
 
-_missing = sorted(u for u in c.Authenticator.admin_users if _no_account(u))
+_missing = sorted(u for u in c.Authenticator.admin_users if _no_account(u.lower()))   # JupyterHub lowercases names
 if _missing and os.environ.get("FEEDBEAST_HUB_CREATE_USERS") != "1":
     raise SystemExit(f"FEEDBEAST_HUB_ADMINS names {', '.join(_missing)}, with no account on this server: the hub logs "
                      f"in system users (PAM). Create the account (sudo adduser {_missing[0]}), name an existing user, "

@@ -13,6 +13,7 @@ given: `// LAB: const int use = 0;`); in the solution it is a comment. A cell ta
     python -m feedbeast.course.labs check solutions labs    # exit 1 if labs/ is stale
     python -m feedbeast.course.labs reset solutions labs    # restore labs/, backing up edited ones
     python -m feedbeast.course.labs reset solutions labs 04 # only lab 04 (a number, a name or a lab's path; several)
+    python -m feedbeast.course.labs find solutions labs 04  # the lab files that 04 names (make grade LAB=04)
 """
 from __future__ import annotations
 
@@ -129,7 +130,8 @@ def reset(solutions, labs, which=()):
 
 def main(argv=None):
     argv = argv or sys.argv[1:]
-    if len(argv) < 3 or argv[0] not in ("build", "check", "reset") or (len(argv) > 3 and argv[0] != "reset"):
+    if len(argv) < 3 or argv[0] not in ("build", "check", "reset", "find") or (len(argv) > 3 and argv[0] not in
+                                                                                ("reset", "find")):
         print(__doc__)
         return 2
     cmd, solutions, labs, which = argv[0], argv[1], argv[2], argv[3:]
@@ -140,6 +142,12 @@ def main(argv=None):
             return 2
     if cmd == "build":
         build(solutions, labs)
+    elif cmd == "find":
+        try:
+            print(*(str(lab) for _, lab in select(solutions, labs, which)), sep="\n")
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
     elif cmd == "reset":
         try:
             reset(solutions, labs, which)
