@@ -130,6 +130,15 @@ def test_vector_width_bug_names_the_missing_instruction_in_full(graded):
 def test_compile_error_is_reported_as_a_failure(graded):
     rep = graded("compile-error")
     assert any("CompileError" in o.message and "a_typo" in o.message for o in rep.failed), str(rep)
+    # once: the kernels the cell declares are not then reported again as definitions the notebook lacks
+    assert [o.name for o in rep.failed] == ["your %%cuda --name lab cell"], str(rep)
+
+
+def test_the_kernels_a_cell_declares_are_read_from_its_text():
+    src = ('extern "C" __global__ void copy_x2(const float* a) {}\n'
+           'extern "C" __global__ void __launch_bounds__(128, 2) ring(int n) {}\n'
+           'extern "C" __global__ __launch_bounds__(256) void tail (int n) {}\n__device__ void helper() {}\n')
+    assert g.KERNEL_DECL.findall(src) == ["copy_x2", "ring", "tail"]
 
 
 def test_a_cuda_flag_error_names_the_flag(graded):

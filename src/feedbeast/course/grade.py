@@ -397,6 +397,7 @@ class _CheckChild:
         ns = self.ns
         cuda = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("%%cuda")]
         cuda_ns: dict = {}
+        self.unbuilt = set()     # what a cell that failed here would have defined: not reported missing again
         for name, lab_line in wanted:
             cells = [(i, s) for i, s in cuda if cuda_name(s) == name]
             if not cells:
@@ -405,6 +406,7 @@ class _CheckChild:
                 continue
             _, src = cells[-1]
             body = src.partition("\n")[2]
+            would = {name, *KERNEL_DECL.findall(body)}
             line = lab_line      # the lab's flags: the build the checks read (lab.source) is the build launched
             # its first line is what the learner sees; its compile errors name it `<name>.cu`
             where = f"your {'last ' if len(cells) > 1 else ''}%%cuda --name {name} cell"
@@ -412,6 +414,7 @@ class _CheckChild:
             if bad:
                 self.fail(where, f"not compiled: it sets or tests {', '.join(bad)}, the toolkit's own build switches "
                           "(the hazard and debug builds set them): a graded kernel is the same in every build")
+                self.unbuilt |= would
                 continue
             mod_ns = dict(ns)
             try:
@@ -419,6 +422,7 @@ class _CheckChild:
                     magic.cuda_cell(line[len("%%cuda"):], body, mod_ns)
             except BaseException as e:
                 self.fail(where, f"{type(e).__name__}: {e}")
+                self.unbuilt |= would
                 continue
             new = {k: v for k, v in mod_ns.items() if k not in ns or mod_ns[k] is not ns[k]}
             clash = sorted(set(new) & (given | set(cuda_ns)))
@@ -434,7 +438,7 @@ class _CheckChild:
         import types
         from .notebook import refusals
         ns = self.ns
-        needed = [n for n in needs if n not in ns]
+        needed = [n for n in needs if n not in ns and n not in getattr(self, "unbuilt", ())]
         try:
             stmts, _ = nb.plan(*needed, given=protected)
         except LookupError as e:
@@ -807,6 +811,11 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
                 break
     recorded_names = {o.name for o in records + errors if o.status == "failed"}
     return outcomes + records + errors + [p for p in printed if p.name not in recorded_names], error
+
+
+# The kernels a %%cuda cell declares (`extern "C" __global__ void [__launch_bounds__(...)] name(`).
+KERNEL_DECL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                         r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 
 
 def gist(message: str, limit: int = 160) -> str:
