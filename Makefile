@@ -198,7 +198,7 @@ workshop: $(STAMP)
 	  echo "workshop/node_modules from $(WHEELS)/workshop/node_modules.tar.gz"; \
 	  rm -rf workshop/node_modules && tar -xzf "$(WHEELS)/workshop/node_modules.tar.gz" -C workshop; \
 	elif command -v npm >/dev/null; then \
-	  $(if $(WHEELS),echo "make workshop: $(WHEELS)/ has no workshop/node_modules.tar.gz (make wheelhouse packs it where npm \
+	  $(if $(WHEELS),echo "make workshop: $(WHEELS_DIR)/ has no workshop/node_modules.tar.gz (make wheelhouse packs it where npm \
 	  is): the proxy comes from the npm registry$(comma) which needs the network";) \
 	  npm ci --prefix workshop --no-audit --no-fund --loglevel=error; \
 	else echo "make workshop: no npm here and no $(if $(WHEELS),$(WHEELS),WHEELS=dir)/workshop/node_modules.tar.gz: \

@@ -358,6 +358,7 @@ class _CheckChild:
         self.log = io.StringIO()     # what given and learner cells print: not a verdict, not shown
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
         self.nb = None               # the learner's notebook (feedbeast.course.notebook.Notebook), once read
+        self.unbuilt: set[str] = set()   # what a %%cuda cell that failed would have defined: not reported again
 
     def send(self, msg):
         body = json.dumps({**msg, "seq": self.seq}, default=str)
@@ -397,7 +398,6 @@ class _CheckChild:
         ns = self.ns
         cuda = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("%%cuda")]
         cuda_ns: dict = {}
-        self.unbuilt = set()     # what a cell that failed here would have defined: not reported missing again
         for name, lab_line in wanted:
             cells = [(i, s) for i, s in cuda if cuda_name(s) == name]
             if not cells:
@@ -438,7 +438,7 @@ class _CheckChild:
         import types
         from .notebook import refusals
         ns = self.ns
-        needed = [n for n in needs if n not in ns and n not in getattr(self, "unbuilt", ())]
+        needed = [n for n in needs if n not in ns and n not in self.unbuilt]
         try:
             stmts, _ = nb.plan(*needed, given=protected)
         except LookupError as e:
