@@ -3,6 +3,7 @@
     grade labs/00-*.ipynb            grade lab notebooks with the labs' own checks (exit 0 ok, 1 failed,
                                      2 partial: some checks cannot run here); --json for machines
     roster --homes /home --csv grades.csv   grade every learner's labs on a workshop server, one CSV
+    roster merge --csv room.csv a.json b.json   one CSV from the roster --json files of several servers
     sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck
     stress [--n 100]                 the GPU tests with random ragged sizes and repeated runs
     build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.course.labs)
@@ -24,6 +25,9 @@ def main(argv=None) -> int:
     if cmd == "grade":
         from .grade import main as run
         return run(rest)
+    if cmd == "roster" and rest[:1] == ["merge"]:   # several servers' roster --json files into one CSV
+        from .roster_merge import main as run
+        return run(rest[1:])
     if cmd == "roster":
         from .roster import main as run
         return run(rest)

@@ -21,6 +21,11 @@ the learner could not be graded, e.g. the grader could not start as them). Colum
 "lab 04: name: why"; for an error row, why it could not be graded).
 Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise.
 
+A room on several servers: run the roster with --json on each, then merge the files into one CSV
+(feedbeast.course.roster_merge, which `python -m feedbeast roster merge` runs):
+
+    python -m feedbeast roster merge --csv room.csv --json room.json server-a.json server-b.json
+
 Live view during a workshop (who is stuck, and on what):
 
     sudo python -m feedbeast roster --homes /home --csv grades.csv --watch 30 --jobs 4
@@ -305,7 +310,10 @@ def watch(args, found) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m feedbeast roster", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m feedbeast roster", description=__doc__.split("\n\n")[0],
+                                 epilog="A room on several servers: run the roster with --json on each, then "
+                                        "`python -m feedbeast roster merge --csv room.csv a.json b.json ...` "
+                                        "(see --help there).")
     ap.add_argument("--homes", required=True, help="folder with one folder per learner (e.g. /home)")
     ap.add_argument("--subdir", default="feedbeast/labs", help="labs folder inside a learner's folder")
     ap.add_argument("--labs", nargs="*", default=None, type=lab_number,

@@ -1,0 +1,108 @@
+"""One grade sheet for a room spread over several servers: the roster's --json files merged into one CSV.
+
+    python -m feedbeast roster merge --csv room.csv --json room.json server-a.json server-b.json
+
+Each input is the `--json` file of one roster run (one server). A learner is known by their username: the same
+name in several files is taken as one person, so give each learner one name on every server. For each lab the
+merge keeps the best grade any server gave it: ok before partial before failed, then the higher score; a lab graded
+on one server wins over the same lab handed in but not graded (`error`) on another. Each kept lab names the file it
+came from (`"server"` in the merged JSON), and the merge prints which learners it found in more than one file.
+The CSV is the roster's own (`roster.write_csv`): the same columns, scores and statuses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .roster import lab_number, score, write_csv
+
+RANK = {"ok": 3, "partial": 2, "failed": 1}
+
+
+class MergeError(ValueError):
+    """An input that is not a roster --json file, or an output that would overwrite an input."""
+
+
+def load(path) -> list[dict]:
+    """The learners of one roster --json file."""
+    path = Path(path)
+    how = ("write one on each server with `python -m feedbeast roster --homes /home --csv grades.csv "
+           "--json grades.json` and merge those")
+    try:
+        docs = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise MergeError(f"{path}: no such file; {how}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise MergeError(f"{path} is not a roster --json file ({e}); {how}") from None
+    if not isinstance(docs, list) or not all(isinstance(d, dict) and isinstance(d.get("learner"), str)
+                                             and isinstance(d.get("labs", []), list) for d in docs):
+        raise MergeError(f"{path} is not a roster --json file (a list with one entry per learner); {how}")
+    return docs
+
+
+def _rank(lab: dict) -> tuple:
+    points = score(lab)
+    return RANK.get(lab.get("status"), 0), -1.0 if points is None else points
+
+
+def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, list[str]]]:
+    """(source name, learners) pairs -> the merged learners (in order of first appearance) and, for each learner,
+    the sources they appear in."""
+    merged: dict[str, dict] = {}
+    sources: dict[str, list[str]] = {}
+    for src, docs in inputs:
+        for d in docs:
+            name = d["learner"]
+            sources.setdefault(name, []).append(src)
+            m = merged.setdefault(name, {"learner": name, "labs": [], "ungraded": [], "errors": []})
+            for lab in d.get("labs", []):
+                lab = {**lab, "server": src}
+                i = next((k for k, x in enumerate(m["labs"]) if x.get("lab") == lab.get("lab")), None)
+                if i is None:
+                    m["labs"].append(lab)
+                elif _rank(lab) > _rank(m["labs"][i]):
+                    m["labs"][i] = lab
+            m["ungraded"] += d.get("ungraded", [])
+            if d.get("error"):
+                m["errors"].append(f"{src}: {d['error']}")
+    out = []
+    for m in merged.values():
+        graded = {lab.get("lab") for lab in m["labs"]}
+        m["labs"].sort(key=lambda lab: str(lab.get("lab")))
+        m["ungraded"] = sorted(set(m["ungraded"]) - graded)
+        errors = m.pop("errors")
+        if errors:
+            m["error"] = "; ".join(errors)
+        out.append(m)
+    return out, sources
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m feedbeast roster merge", description=__doc__.split("\n\n")[0])
+    ap.add_argument("inputs", nargs="+", metavar="ROSTER_JSON", help="the --json file of each server's roster run")
+    ap.add_argument("--csv", required=True, help="CSV to write (one row per learner, the roster's columns)")
+    ap.add_argument("--json", default=None, help="also write the merged learners, every check, here")
+    ap.add_argument("--labs", nargs="*", default=None, type=lab_number,
+                    help="lab numbers to put in the CSV, 4 or 04 (default: every lab in the inputs)")
+    args = ap.parse_args(argv)
+    inputs = [Path(p) for p in args.inputs]
+    try:
+        for out in filter(None, (args.csv, args.json)):
+            if any(Path(out).resolve() == p.resolve() for p in inputs):
+                raise MergeError(f"{out} is one of the inputs: write the merged grades to another file")
+        named = [(str(p), load(p)) for p in inputs]
+    except MergeError as e:
+        print(f"roster merge: {e}")
+        return 2
+    docs, sources = merge(named)
+    for name, where in sources.items():
+        if len(where) > 1:
+            doc = next(d for d in docs if d["learner"] == name)
+            kept = ", ".join(f"lab {lab['lab']} from {lab['server']}" for lab in doc["labs"])
+            print(f"{name}: in {', '.join(where)}; kept {kept or 'no graded lab'}")
+    cols = write_csv(docs, args.csv, sorted(set(args.labs)) if args.labs else None)
+    if args.json:
+        Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
+    print(f"wrote {args.csv}: {len(docs)} learners from {len(inputs)} files x labs {', '.join(cols)}")
+    return 0

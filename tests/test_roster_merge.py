@@ -1,0 +1,103 @@
+"""A room on several servers: `roster merge` makes one CSV from each server's roster --json file.
+
+Learners here are the roster's own JSON documents (grade.Report.to_dict for each lab), written to files as
+`roster --json` writes them; what is tested is which grade the merge keeps for a learner found on two servers,
+that nothing is lost for a learner found on one, and that bad input is refused with what to do, writing nothing.
+"""
+import csv
+import json
+from pathlib import Path
+
+from feedbeast.course import roster, roster_merge
+from feedbeast.course.__main__ import main as cli
+from feedbeast.course.grade import Outcome, Report
+
+
+def _lab(name: str, passed: int = 0, failed: int = 0, skipped: int = 0) -> dict:
+    outcomes = ([Outcome("passed", "check", count=passed)] if passed else []) + \
+               ([Outcome("failed", "check_ring", "does not hold", count=failed)] if failed else []) + \
+               ([Outcome("skipped", "launch", "needs a GPU, this machine has none", count=skipped)] if skipped else [])
+    return Report(path=f"{name}.ipynb", outcomes=outcomes).to_dict()
+
+
+def _write(path: Path, docs: list) -> Path:
+    path.write_text(json.dumps(docs, indent=1) + "\n")
+    return path
+
+
+def _rows(path: Path) -> dict:
+    return {r["username"]: r for r in csv.DictReader(path.open())}
+
+
+def _room(tmp_path: Path) -> tuple[Path, Path]:
+    """alice moved from server a to server b: lab 03 failed on a and passed on b, lab 04 only on a; bob is on a
+    only; carol's grader could not start on a (her lab 05 handed in, not graded) and graded her lab 05 on b."""
+    a = _write(tmp_path / "a.json", [
+        {"learner": "alice", "labs": [_lab("03-cp-async-rowsum", passed=2, failed=1),
+                                      _lab("04-mbarrier-ring", passed=3)]},
+        {"learner": "bob", "labs": [_lab("03-cp-async-rowsum", passed=3, skipped=2)]},
+        {"learner": "carol", "labs": [], "ungraded": ["05"], "error": "could not start the grader as uid 1003"},
+    ])
+    b = _write(tmp_path / "b.json", [
+        {"learner": "alice", "labs": [_lab("03-cp-async-rowsum", passed=3)]},
+        {"learner": "carol", "labs": [_lab("05-tma-ring", passed=1, failed=1)]},
+    ])
+    return a, b
+
+
+def test_the_best_grade_of_each_lab_is_kept_and_names_its_server(tmp_path, capsys):
+    a, b = _room(tmp_path)
+    out, js = tmp_path / "room.csv", tmp_path / "room.json"
+    assert cli(["roster", "merge", "--csv", str(out), "--json", str(js), str(a), str(b)]) == 0
+    rows = _rows(out)
+    assert list(rows) == ["alice", "bob", "carol"]
+    assert (rows["alice"]["lab 03"], rows["alice"]["lab 03 status"]) == ("100.0", "ok")      # b's, not a's 66.7
+    assert (rows["alice"]["lab 04"], rows["alice"]["lab 04 status"]) == ("100.0", "ok")      # only on a
+    assert rows["alice"]["labs ok"] == "2" and rows["alice"]["first failing check"] == ""
+    assert (rows["bob"]["lab 03 status"], rows["bob"]["lab 04 status"]) == ("partial", "missing")
+    assert (rows["carol"]["lab 05"], rows["carol"]["lab 05 status"]) == ("50.0", "failed")   # graded on b wins
+    assert rows["carol"]["first failing check"].startswith("lab 05: check_ring")
+    merged = {d["learner"]: d for d in json.loads(js.read_text())}
+    assert {lab["lab"]: lab["server"] for lab in merged["alice"]["labs"]} == {"03": str(b), "04": str(a)}
+    assert merged["carol"]["ungraded"] == [] and "uid 1003" in merged["carol"]["error"]
+    said = capsys.readouterr().out
+    assert f"alice: in {a}, {b}; kept lab 03 from {b}, lab 04 from {a}" in said
+    assert "bob:" not in said and "3 learners from 2 files" in said
+
+
+def test_a_lab_ungraded_everywhere_stays_an_error_not_a_zero(tmp_path):
+    a = _write(tmp_path / "a.json", [{"learner": "dan", "labs": [], "ungraded": ["06"], "error": "ran past 3600 s"}])
+    b = _write(tmp_path / "b.json", [{"learner": "dan", "labs": [_lab("04-mbarrier-ring", passed=1)]}])
+    assert cli(["roster", "merge", "--csv", str(tmp_path / "g.csv"), str(a), str(b)]) == 0
+    row = _rows(tmp_path / "g.csv")["dan"]
+    assert (row["lab 06"], row["lab 06 status"]) == ("", "error")
+    assert row["lab 04 status"] == "ok"
+
+
+def test_a_file_that_is_not_a_roster_json_is_refused_and_nothing_is_written(tmp_path, capsys):
+    a, _ = _room(tmp_path)
+    grades_csv = tmp_path / "grades.csv"
+    roster.write_csv(json.loads(a.read_text()), grades_csv)                    # the CSV, not the --json file
+    out = tmp_path / "room.csv"
+    for bad, why in ((grades_csv, "is not a roster --json file"), (tmp_path / "none.json", "no such file"),
+                     (_write(tmp_path / "d.json", {"alice": 1}), "a list with one entry per learner")):
+        assert cli(["roster", "merge", "--csv", str(out), str(a), str(bad)]) == 2
+        said = capsys.readouterr().out
+        assert why in said and "--json grades.json" in said, said
+        assert not out.exists()
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path, capsys):
+    a, b = _room(tmp_path)
+    before = a.read_text()
+    assert cli(["roster", "merge", "--csv", str(tmp_path / "room.csv"), "--json", str(a), str(a), str(b)]) == 2
+    assert "is one of the inputs" in capsys.readouterr().out
+    assert a.read_text() == before and not (tmp_path / "room.csv").exists()
+
+
+def test_labs_restrict_the_columns_as_learners_type_them(tmp_path):
+    a, b = _room(tmp_path)
+    assert roster_merge.main(["--csv", str(tmp_path / "g.csv"), str(a), str(b), "--labs", "4", "3"]) == 0
+    header = next(csv.reader((tmp_path / "g.csv").open()))
+    assert header == ["username", "lab 03", "lab 03 status", "lab 04", "lab 04 status", "labs ok",
+                      "first failing check"]
