@@ -8,7 +8,7 @@ FEEDBEAST_RESULTS at the repository's results/ so a real GPU run is kept, with i
 On a machine that cannot run a step, what a GPU run recorded stands beside the skip: `recorded_bench(name)`
 and `recorded_check(name)` read the course's results/<gpu>/ folders (and FEEDBEAST_RESULTS') and give one line
 naming each GPU and its folder, e.g.
-`recorded on NVIDIA H200: 3,873.8 GB/s = 91.7 % of copy (results/nvidia-h200/, 2026-11-29)`.
+`recorded on NVIDIA H200: 3,877.3 GB/s = 91.3 % of copy (results/nvidia-h200/, 2026-11-29)`.
 """
 from __future__ import annotations
 
