@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 from pathlib import Path
 
 from .roster import lab_number, score, write_csv
@@ -78,6 +80,18 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
     return out, sources
 
 
+def _labs_last(argv: list[str]) -> list[str]:
+    """--labs and the lab numbers after it moved to the end, so that `--labs 3 4 a.json b.json` leaves the files to
+    the inputs (argparse's --labs would take every word after it)."""
+    if "--labs" not in argv:
+        return argv
+    i = j = argv.index("--labs")
+    j += 1
+    while j < len(argv) and re.fullmatch(r"[0-9]{1,2}", argv[j]):
+        j += 1
+    return argv[:i] + argv[j:] + argv[i:j]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedbeast roster merge", description=__doc__.split("\n\n")[0])
     ap.add_argument("inputs", nargs="+", metavar="ROSTER_JSON", help="the --json file of each server's roster run")
@@ -85,7 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the merged learners, every check, here")
     ap.add_argument("--labs", nargs="*", default=None, type=lab_number,
                     help="lab numbers to put in the CSV, 4 or 04 (default: every lab in the inputs)")
-    args = ap.parse_args(argv)
+    args = ap.parse_args(_labs_last(sys.argv[1:] if argv is None else list(argv)))
     inputs = [Path(p) for p in args.inputs]
     try:
         for out in filter(None, (args.csv, args.json)):
