@@ -151,6 +151,21 @@ def test_bench_and_ceilings(anygpu, tmp_path, monkeypatch):
     assert rec[1]["gpu"] == anygpu.name and rec[1]["sizes"] == {"n": n}
 
 
+def test_bench_keeps_the_hosts_time_out_of_the_timed_runs(anygpu):
+    """2 ms of host time before each launch of a kernel of a few microseconds: the times are the kernel's."""
+    mod = fb.compile(SAXPY)
+    n = 1 << 20
+    x, y = fb.to_device(fb.random(n, seed=1)), fb.to_device(fb.random(n, seed=2))
+
+    def slow_host():
+        time.sleep(0.002)
+        mod.saxpy.launch(n // 256, 256, y, x, 1.0001, n)
+    r = fb.bench(slow_host, name="test/slow-host", nbytes=3 * 4 * n, record=False)
+    print(r)
+    assert r.host_hidden and r.host_us >= 2000
+    assert r.median_ms < 0.5        # without the hold each run would measure the 2 ms of sleep
+
+
 def test_cublas_gemm_is_right_and_rated(anygpu):
     if not fb.ceilings.cublas_available():
         pytest.skip("skipped: needs cuBLAS, none found")

@@ -89,7 +89,7 @@ def test_a_results_log_hears_each_bench_result_only_when_asked(monkeypatch):
     heard = []
     monkeypatch.setattr(hooks, "on_bench", [heard.append])
     monkeypatch.setattr(bench_mod, "needs_gpu", lambda what="": None)
-    monkeypatch.setattr(bench_mod, "_time", lambda call, warmup, reps, flush: [1.0, 1.0, 1.0])
+    monkeypatch.setattr(bench_mod, "_time", lambda call, warmup, reps, flush: ([1.0, 1.0, 1.0], 5.0, True))
     monkeypatch.setattr(bench_mod, "_against_peak", lambda res, bound: None)
     r = fb.bench(lambda: None, name="t/heard", nbytes=1e6)
     fb.bench(lambda: None, name="t/not", nbytes=1e6, record=False)

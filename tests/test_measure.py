@@ -506,3 +506,45 @@ def test_summary_counts_the_latest_outcome_of_each_check_and_names_every_failure
     assert "- (a run before records named their notebook): 1 of 1 passed" in section
     assert "- ch09/timed builds: passed, 204 of 204 cases within the bound" in section
     assert section.rstrip().endswith("Failed (latest outcome):\n\n- tma 8x8")
+
+
+class _FakeEvents:
+    def __init__(self, n):
+        pass
+
+    def record(self, i):
+        pass
+
+    def elapsed(self, i, j):
+        return 1.0
+
+
+def _timer_without_gpu(monkeypatch):
+    """bench's timer with the GPU parts replaced: the holds it queues are listed instead."""
+    holds = []
+    monkeypatch.setattr(fbb, "_hold", holds.append)
+    monkeypatch.setattr(fbb, "flush_l2", lambda: None)
+    monkeypatch.setattr(fbb, "_Events", _FakeEvents)
+    monkeypatch.setattr(importlib.import_module("feedbeast.memory"), "sync", lambda: None)
+    return holds
+
+
+def test_each_timed_run_is_held_back_longer_than_the_host_needs_to_issue_it(monkeypatch):
+    import time
+    holds = _timer_without_gpu(monkeypatch)
+    # warm-up calls are quick, the timed ones take 3 ms of host time: the first holds (from the warm-up) are too
+    # short, so the runs are timed again behind holds of twice the longest host time seen
+    times, host_us, hidden = fbb._time(lambda i: time.sleep(0.003) if i >= 3 else None, warmup=3, reps=4, flush=True)
+    assert len(set(holds[:4])) == 1 and fbb.HOLD_MIN_NS <= holds[0] < 3_000_000 and len(holds) == 8
+    assert all(h >= 6_000_000 for h in holds[4:]) and len(set(holds[4:])) == 1
+    assert hidden and host_us >= 3000 and times == [1.0] * 4
+
+
+def test_a_host_time_no_hold_covers_is_reported_not_hidden(monkeypatch):
+    import time
+    holds = _timer_without_gpu(monkeypatch)
+    monkeypatch.setattr(fbb, "HOLD_MAX_NS", 1_000_000)
+    times, host_us, hidden = fbb._time(lambda i: time.sleep(0.002), warmup=2, reps=3, flush=False)
+    assert holds == [1_000_000] * 3 and not hidden and host_us >= 2000     # no second try: the hold is at its cap
+    r = fb.result_of("x", times, nbytes=1e6, record=False, host_us=host_us, host_hidden=hidden)
+    assert "host time not hidden" in repr(r) and "Kernel.bind" in repr(r)

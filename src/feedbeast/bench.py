@@ -14,11 +14,21 @@ not the hardware, is wrong. Each result carries the identity of the kernels it t
 registers, a hash of its source): the ones its first run launched, or `kernel=`. bench times and returns; the
 course keeps a results log of them (feedbeast.hooks.on_bench). Timings are reported, never asserted.
 result_of does the same for times measured another way (interleaved rounds with the host hidden).
+
+The host's time is kept out of every timed run. Each run's start event is queued behind a kernel that holds the
+GPU for longer than the host needs to issue the run (measured on the warm-up runs), so the timed work is already
+queued when the clock starts, however slow the host is: a Python launch that builds its arguments can take longer
+than the L2 flush before it, and a timing that depended on the host would then differ from one process to the
+next. A timed call whose host time outlasted its hold is timed once more behind a longer hold; if one still
+does, the result says so (`host_hidden`). NVBench keeps host time out the same way, with a kernel that blocks
+the stream until the host has queued the run.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import inspect
+import time
 
 import numpy as np
 
@@ -42,6 +52,8 @@ class BenchResult:
     peak_value: float | None = None      # that resource's physical peak, in the unit of the result
     peak_how: str | None = None          # the arithmetic behind the peak
     kernels: list | None = None          # identity of the kernel(s) timed: see kernel_identity()
+    host_us: float | None = None         # median host time to issue one timed run (hidden behind the hold)
+    host_hidden: bool = True             # False: some runs' host time outlasted their hold and may be in the times
 
     @property
     def median_ms(self):
@@ -93,6 +105,8 @@ class BenchResult:
             s += f" = {self.pct:.1f}% of {self.ceiling_name} ({self.ceiling_value:.1f} {self.unit})"
         if self.pct_peak is not None:
             s += f", {self.pct_peak:.1f}% of the {self.bound} peak ({self.peak_value:,.0f})"
+        if not self.host_hidden:
+            s += f"; host time not hidden ({self.host_us:.0f} us per call): bind the launch (Kernel.bind)"
         return s
 
 
@@ -156,18 +170,20 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
     if hooks.mode.untimed:        # make sanitize: one run is what the tools check; a time would mean nothing
         return Skipped(hooks.mode.untimed, f"bench {name}")
     launched = [x.kernel for x in launched if "FB_HAZARDS" not in (x.kernel.module.defines or {})]   # not hazard builds
-    return result_of(name, _time(call, warmup, reps, flush), nbytes=nbytes, flops=flops, ceiling=ceiling,
-                     bound=bound, kernel=[kernel] if kernel is not None else [getattr(fn, "kernel", None), launched],
-                     sizes=sizes, record=record)
+    times, host_us, hidden = _time(call, warmup, reps, flush)
+    return result_of(name, times, nbytes=nbytes, flops=flops, ceiling=ceiling, bound=bound,
+                     kernel=[kernel] if kernel is not None else [getattr(fn, "kernel", None), launched],
+                     sizes=sizes, record=record, host_us=host_us, host_hidden=hidden)
 
 
 def result_of(name: str, times_ms, *, nbytes: float | None = None, flops: float | None = None, ceiling=None,
-              bound: str | None = None, kernel=None, sizes: dict | None = None, record: bool = True) -> BenchResult:
+              bound: str | None = None, kernel=None, sizes: dict | None = None, record: bool = True,
+              host_us: float | None = None, host_hidden: bool = True) -> BenchResult:
     """The BenchResult of per-run times measured another way (interleaved rounds, launches queued behind a GPU
     spin so that the host is hidden), held to what bench() holds its own to: the same-run ceiling, the physical
     peak of `bound` (above it: PhysicalLimitError), the identity of `kernel`, and the results log when `record`.
     `ceiling`, `bound` and `kernel` as for bench()."""
-    res = BenchResult(name, list(times_ms), nbytes, flops, sizes=sizes)
+    res = BenchResult(name, list(times_ms), nbytes, flops, sizes=sizes, host_us=host_us, host_hidden=host_hidden)
     _set_ceiling(res, ceiling)
     _against_peak(res, bound)
     res.kernels = kernel_identity(kernel)
@@ -176,21 +192,67 @@ def result_of(name: str, times_ms, *, nbytes: float | None = None, flops: float 
     return res
 
 
-def _time(call, warmup: int, reps: int, flush: bool) -> list:
-    """Per-run times in ms: the warm-up runs (the first made by the caller), then `reps` runs between events."""
+HOLD_MIN_NS = 20_000          # the shortest hold: a bound launch needs a few microseconds of host time
+HOLD_MAX_NS = 100_000_000     # the longest: a call that needs more host time than this is not a kernel launch
+
+
+def _time(call, warmup: int, reps: int, flush: bool) -> tuple[list, float, bool]:
+    """Per-run times in ms: the warm-up runs (the first made by the caller), then `reps` runs between events,
+    each queued behind an L2 flush and a hold longer than the host time of the warm-up runs (see the module's
+    docstring). Returns (times, median host time of a timed call in us, whether every call's was hidden)."""
     from .memory import sync
-    for i in range(1, warmup):
-        call(i)
+    host = [_host_time(call, i) for i in range(1, warmup)]
     sync()
-    ev = _Events(2 * reps)
-    for r in range(reps):
-        if flush:
-            flush_l2()
-        ev.record(2 * r)
-        call(warmup + r)
-        ev.record(2 * r + 1)
-    sync()
-    return [ev.elapsed(2 * r, 2 * r + 1) for r in range(reps)]
+    hold_ns = _hold_for(max(host, default=0.0))
+    for attempt in range(2):
+        ev, host = _Events(2 * reps), []
+        for r in range(reps):
+            if flush:
+                flush_l2()
+            _hold(hold_ns)
+            ev.record(2 * r)
+            host.append(_host_time(call, warmup + r))
+            ev.record(2 * r + 1)
+        sync()
+        hidden = max(host) * 1e9 < hold_ns
+        if hidden or hold_ns >= HOLD_MAX_NS:
+            break
+        hold_ns = _hold_for(max(host))
+    return [ev.elapsed(2 * r, 2 * r + 1) for r in range(reps)], float(np.median(host)) * 1e6, hidden
+
+
+def _host_time(call, i) -> float:
+    """Seconds the host spends issuing call(i)."""
+    t = time.perf_counter()
+    call(i)
+    return time.perf_counter() - t
+
+
+def _hold_for(host_s: float) -> int:
+    """A hold (ns) with room for twice the host time given."""
+    return int(min(max(2 * host_s * 1e9, HOLD_MIN_NS), HOLD_MAX_NS))
+
+
+_hold_kernel = None
+_HOLD_SOURCE = r"""
+extern "C" __global__ void fb_hold(long long ns) {   // one thread reads the clock until ns have passed
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}"""
+
+
+def _hold(ns: int) -> None:
+    """Queue a one-thread kernel that keeps the stream busy for `ns` nanoseconds (%globaltimer, PTX ISA "Special
+    Registers"). Launched directly: it is the timer's, not a launch of the notebook's (no hooks, not recorded)."""
+    global _hold_kernel
+    if _hold_kernel is None:
+        from .compile import compile
+        _hold_kernel = compile(_HOLD_SOURCE, name="fb_hold.cu").kernel("fb_hold")
+        _hold_kernel._load()
+    arg = ctypes.c_longlong(ns)
+    ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+    _hold_kernel._raw_launch((1, 1, 1), (1, 1, 1), 0, None, 0, ptrs)
 
 
 def _set_ceiling(res: BenchResult, ceiling) -> None:

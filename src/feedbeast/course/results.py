@@ -47,7 +47,8 @@ def append(res) -> Path:
         "runs": len(res.times_ms), "value": res.value, "unit": res.unit, "nbytes": res.nbytes,
         "flops": res.flops, "ceiling": res.ceiling_name, "ceiling_value": res.ceiling_value, "pct": res.pct,
         "sizes": res.sizes, "bound": res.bound, "peak": res.peak_value, "peak_how": res.peak_how,
-        "pct_peak": res.pct_peak, "kernels": res.kernels, "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}",
+        "pct_peak": res.pct_peak, "kernels": res.kernels, "host_us": res.host_us, "host_hidden": res.host_hidden,
+        "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}",
         "sm_count": g.sm_count, "driver": g.driver_version, "nvrtc": "%d.%d" % g.nvrtc_version, "versions": versions()})
 
 
