@@ -529,14 +529,13 @@ def _timer_without_gpu(monkeypatch):
     return holds
 
 
-def test_each_timed_run_is_held_back_longer_than_the_host_needs_to_issue_it(monkeypatch):
+def test_the_runs_are_queued_behind_a_hold_longer_than_the_host_needs_to_queue_them(monkeypatch):
     import time
     holds = _timer_without_gpu(monkeypatch)
-    # warm-up calls are quick, the timed ones take 3 ms of host time: the first holds (from the warm-up) are too
-    # short, so the runs are timed again behind holds of twice the longest host time seen
+    # warm-up calls are quick, the timed ones take 3 ms of host time each: the first hold (from the warm-up) is too
+    # short for 4 of them, so the runs are timed again behind a hold of twice the time they took to queue
     times, host_us, hidden = fbb._time(lambda i: time.sleep(0.003) if i >= 3 else None, warmup=3, reps=4, flush=True)
-    assert len(set(holds[:4])) == 1 and fbb.HOLD_MIN_NS <= holds[0] < 3_000_000 and len(holds) == 8
-    assert all(h >= 6_000_000 for h in holds[4:]) and len(set(holds[4:])) == 1
+    assert len(holds) == 2 and holds[0] < 12_000_000 <= 24_000_000 <= holds[1]
     assert hidden and host_us >= 3000 and times == [1.0] * 4
 
 
@@ -545,6 +544,6 @@ def test_a_host_time_no_hold_covers_is_reported_not_hidden(monkeypatch):
     holds = _timer_without_gpu(monkeypatch)
     monkeypatch.setattr(fbb, "HOLD_MAX_NS", 1_000_000)
     times, host_us, hidden = fbb._time(lambda i: time.sleep(0.002), warmup=2, reps=3, flush=False)
-    assert holds == [1_000_000] * 3 and not hidden and host_us >= 2000     # no second try: the hold is at its cap
+    assert holds == [1_000_000] and not hidden and host_us >= 2000     # no second try: the hold is at its cap
     r = fb.result_of("x", times, nbytes=1e6, record=False, host_us=host_us, host_hidden=hidden)
     assert "host time not hidden" in repr(r) and "Kernel.bind" in repr(r)
