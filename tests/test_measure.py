@@ -509,41 +509,72 @@ def test_summary_counts_the_latest_outcome_of_each_check_and_names_every_failure
 
 
 class _FakeEvents:
+    log = None
+
     def __init__(self, n):
         pass
 
     def record(self, i):
-        pass
+        self.log.append(("event", i))
 
     def elapsed(self, i, j):
         return 1.0
 
 
+class _FakeClock:
+    """time.perf_counter for bench's timer: it moves only when a fake call says it took host time."""
+    def __init__(self):
+        self.t = 0.0
+
+    def perf_counter(self):
+        return self.t
+
+
 def _timer_without_gpu(monkeypatch):
-    """bench's timer with the GPU parts replaced: the holds it queues are listed instead."""
-    holds = []
-    monkeypatch.setattr(fbb, "_hold", holds.append)
-    monkeypatch.setattr(fbb, "flush_l2", lambda: None)
+    """bench's timer with the GPU parts and the clock replaced: what it queues is listed in order instead."""
+    log, clock = [], _FakeClock()
+    monkeypatch.setattr(fbb, "_hold", lambda ns: log.append(("hold", ns)))
+    monkeypatch.setattr(fbb, "flush_l2", lambda: log.append(("flush",)))
+    monkeypatch.setattr(_FakeEvents, "log", log)
     monkeypatch.setattr(fbb, "_Events", _FakeEvents)
+    monkeypatch.setattr(fbb, "time", clock)
     monkeypatch.setattr(importlib.import_module("feedbeast.memory"), "sync", lambda: None)
-    return holds
+    return log, clock
 
 
-def test_the_runs_are_queued_behind_a_hold_longer_than_the_host_needs_to_queue_them(monkeypatch):
-    import time
-    holds = _timer_without_gpu(monkeypatch)
-    # warm-up calls are quick, the timed ones take 3 ms of host time each: the first hold (from the warm-up) is too
-    # short for 4 of them, so the runs are timed again behind a hold of twice the time they took to queue
-    times, host_us, hidden = fbb._time(lambda i: time.sleep(0.003) if i >= 3 else None, warmup=3, reps=4, flush=True)
-    assert len(holds) == 2 and holds[0] < 12_000_000 <= 24_000_000 <= holds[1]
-    assert hidden and host_us >= 3000 and times == [1.0] * 4
+def test_the_runs_are_queued_behind_one_hold_longer_than_the_host_needs_to_queue_them(monkeypatch):
+    log, clock = _timer_without_gpu(monkeypatch)
+
+    def call(i):           # warm-up calls (1, 2) take no host time, the timed ones (3 on) 3 ms each
+        clock.t += 0.003 if i >= 3 else 0.0
+    times, host_us, hidden = fbb._time(call, warmup=3, reps=4, flush=True)
+    holds = [x[1] for x in log if x[0] == "hold"]
+    # the warm-up predicts nothing, so the shortest hold; queueing the 4 runs took 12 ms, so they are timed again
+    # behind twice that, which holds
+    assert holds == [fbb.HOLD_MIN_NS, 24_000_000] and hidden and host_us == pytest.approx(3000)
+    second = log[log.index(("hold", 24_000_000)):]
+    assert second[1:] == [("flush",), ("event", 0), ("event", 1), ("flush",), ("event", 2), ("event", 3),
+                          ("flush",), ("event", 4), ("event", 5), ("flush",), ("event", 6), ("event", 7)]
+    assert times == [1.0] * 4
+
+
+def test_a_warm_up_that_predicts_the_host_needs_one_hold(monkeypatch):
+    log, clock = _timer_without_gpu(monkeypatch)
+
+    def call(i):
+        clock.t += 0.001
+    fbb._time(call, warmup=3, reps=5, flush=False)
+    assert [x for x in log if x[0] == "hold"] == [("hold", 10_000_000)]      # 2 x 5 runs x 1 ms, no second pass
 
 
 def test_a_host_time_no_hold_covers_is_reported_not_hidden(monkeypatch):
-    import time
-    holds = _timer_without_gpu(monkeypatch)
+    log, clock = _timer_without_gpu(monkeypatch)
     monkeypatch.setattr(fbb, "HOLD_MAX_NS", 1_000_000)
-    times, host_us, hidden = fbb._time(lambda i: time.sleep(0.002), warmup=2, reps=3, flush=False)
-    assert holds == [1_000_000] and not hidden and host_us >= 2000     # no second try: the hold is at its cap
+
+    def call(i):
+        clock.t += 0.002
+    times, host_us, hidden = fbb._time(call, warmup=2, reps=3, flush=False)
+    assert [x[1] for x in log if x[0] == "hold"] == [1_000_000] and not hidden    # no second try: at its cap
     r = fb.result_of("x", times, nbytes=1e6, record=False, host_us=host_us, host_hidden=hidden)
-    assert "host time not hidden" in repr(r) and "Kernel.bind" in repr(r)
+    assert "host time not hidden (2000 us per call)" in repr(r) and "Kernel.bind" in repr(r)
+    assert "host time not hidden: bind" in repr(fb.result_of("y", times, nbytes=1e6, record=False, host_hidden=False))

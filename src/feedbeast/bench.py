@@ -16,15 +16,16 @@ course keeps a results log of them (feedbeast.hooks.on_bench). Timings are repor
 result_of does the same for times measured another way (interleaved rounds with the host hidden).
 
 The host's time is kept out of every timed run. The runs (an L2 flush, then the call between two events) are
-all queued behind one kernel that holds the GPU for twice the time the host needs to queue them (from the
-warm-up calls), so when the first start event fires every run is already queued, and the GPU runs them back to
-back as it would for a host that is never late. Without it, a call slower on the host than flush and kernel on
-the GPU (a Python launch that builds a tensor map, say) lets the queue run dry, and then host time enters the
-intervals, more in one process than in the next. A hold before each run instead would leave the GPU idle before
-each one; that made cuBLAS's 180 us GEMM 2-3 % slower (timing.md in the H200's results). If the host took longer
-than the hold to queue the runs, they are timed once more behind a hold twice as long; a result whose runs may
-still hold host time says so (`host_hidden`). Chapters 09 and 10 time their interleaved rounds the same way, and
-NVBench blocks the stream in the same spirit, with a kernel that waits until the host releases it.
+all queued behind one kernel that holds the GPU for twice `reps` times the host time of the slowest warm-up run
+(its flush and call), so when the first start event fires every run is already queued, and the GPU runs them
+back to back as it would for a host that is never late. Without it, a call slower on the host than flush and
+kernel on the GPU (a Python launch that builds a tensor map, say) lets the queue run dry, and then host time
+enters the intervals, more in one process than in the next. A hold before each run instead would leave the GPU
+idle before each one; that made cuBLAS's 173 us bf16 GEMM at 4096^3 2-3.5 % slower (timing.md in the H200's
+results). If the host took longer than the hold to queue the runs, they are timed once more behind a hold of
+twice the time they took to queue; a result whose runs may still hold host time says so (`host_hidden`).
+Chapters 09 and 10 time their interleaved rounds the same way, and NVBench blocks the stream in the same
+spirit, with a kernel that waits until the host releases it.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class BenchResult:
     peak_value: float | None = None      # that resource's physical peak, in the unit of the result
     peak_how: str | None = None          # the arithmetic behind the peak
     kernels: list | None = None          # identity of the kernel(s) timed: see kernel_identity()
-    host_us: float | None = None         # median host time to issue one timed run
+    host_us: float | None = None         # median host time of one timed call
     host_hidden: bool = True             # False: the host took longer to queue the runs than the hold lasted
 
     @property
@@ -109,7 +110,8 @@ class BenchResult:
         if self.pct_peak is not None:
             s += f", {self.pct_peak:.1f}% of the {self.bound} peak ({self.peak_value:,.0f})"
         if not self.host_hidden:
-            s += f"; host time not hidden ({self.host_us:.0f} us per call): bind the launch (Kernel.bind)"
+            per_call = f" ({self.host_us:.0f} us per call)" if self.host_us is not None else ""
+            s += f"; host time not hidden{per_call}: bind the launch (Kernel.bind)"
         return s
 
 
@@ -204,7 +206,9 @@ def _time(call, warmup: int, reps: int, flush: bool) -> tuple[list, float, bool]
     the call between two events, all queued behind one hold (see the module's docstring). Returns (times, median
     host time of a timed call in us, whether the host had queued every run before the hold ended)."""
     from .memory import sync
-    host = [_host_time(call, i) for i in range(1, warmup)]
+    if flush:
+        flush_l2()      # allocates the flush buffer now, outside the held window
+    host = [_host_time(call, i, flush) for i in range(1, warmup)]     # each warm-up run as a timed one: flush, call
     sync()
     hold_ns = _hold_for(reps * max(host, default=0.0))
     for attempt in range(2):
@@ -226,9 +230,11 @@ def _time(call, warmup: int, reps: int, flush: bool) -> tuple[list, float, bool]
     return [ev.elapsed(2 * r, 2 * r + 1) for r in range(reps)], float(np.median(host)) * 1e6, hidden
 
 
-def _host_time(call, i) -> float:
-    """Seconds the host spends issuing call(i)."""
+def _host_time(call, i, flush: bool = False) -> float:
+    """Seconds the host spends issuing call(i), and the L2 flush before it when `flush`."""
     t = time.perf_counter()
+    if flush:
+        flush_l2()
     call(i)
     return time.perf_counter() - t
 
