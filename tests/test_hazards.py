@@ -999,6 +999,63 @@ def test_lanes_whose_bytes_do_not_meet_are_not_a_race():
     assert tr.check(instrumented=True).ok
 
 
+# A warp's lanes in different laps. In solution 04's gemv_ring at 10007 x 8188 (its last segment holds 255 float4, so
+# lane 31 leaves the row loop one iteration early) an H200 executed a load for lanes 1-30 in stage s and lane 31,
+# already in the next lap, in stage s + 1, together: one event, recorded by lane 1. Each lane's part is its own.
+FULLS, EMPTIES, STAGES2 = (0x100, 0x110), (0x108, 0x118), (STAGE, STAGE + BYTES)
+
+
+def lanes_a_lap_apart(recorder_ahead=False):
+    """Producer thread 64 fills both stages of a two-stage ring; consumer threads 1 and 31 read them. The lane ahead
+    reads its bytes of stage 0, releases it and waits for stage 1; then one event (recorded by lane 1) holds the
+    behind lane's read of stage 0 and the ahead lane's read of stage 1. The behind lane releases stage 0 and the
+    producer refills it."""
+    tr = Trace()
+    for s in (0, 1):
+        tr.init(64, FULLS[s], 1).init(64, EMPTIES[s], 2)
+    for t in (1, 31, 64):
+        tr.sync(t)
+    for s in (0, 1):
+        tr.wait(64, EMPTIES[s], 1, "empty", s).arrive(64, FULLS[s], BYTES).bulk(64, STAGES2[s], BYTES, FULLS[s])
+    behind, ahead = (31, 1) if recorder_ahead else (1, 31)
+    for t in (1, 31):
+        tr.wait(t, FULLS[0], 0, "full", 0)
+    tr.smem(ahead, STAGES2[0] + 16 * ahead, 16).fence(ahead).arrive(ahead, EMPTIES[0])
+    tr.wait(ahead, FULLS[1], 0, "full", 1)
+    at = {behind: STAGES2[0] + 16 * behind, ahead: STAGES2[1] + 16 * ahead}
+    tr.smem(1, at[1], 16, mask=1 << 1 | 1 << 31, stride=at[31] - at[1])      # stride: from one set lane to the next
+    tr.fence(behind).arrive(behind, EMPTIES[0])
+    tr.wait(64, EMPTIES[0], 0, "empty", 0).arrive(64, FULLS[0], BYTES)
+    return tr.bulk(64, STAGES2[0], BYTES, FULLS[0])
+
+
+@pytest.mark.parametrize("recorder_ahead", [False, True], ids=["the lane ahead reads", "the recording lane is ahead"])
+def test_lanes_of_one_warp_event_a_lap_apart_are_each_checked_at_their_own_point(recorder_ahead):
+    """Checked with the recording lane's clock, the first case was a read of stage 1 before its copy landed and the
+    second a refill of stage 0 before its last read: both false."""
+    tr = lanes_a_lap_apart(recorder_ahead)
+    assert hz._Cluster.lanes(1, hz.decode(hz.encode(tr.events))[-6]) == (
+        (1, STAGES2[1] + 16 if recorder_ahead else STAGES2[0] + 16), (31, STAGES2[0] + 496 if recorder_ahead
+                                                                      else STAGES2[1] + 496))
+    r = tr.check(threads=96, instrumented=True)
+    assert r.ok, str(r)
+
+
+def test_a_lane_that_did_not_wait_is_found_though_the_lane_that_recorded_the_event_did():
+    tr = Trace()
+    tr.init(64, FULL, 1).init(64, EMPTY, 2)
+    for t in (1, 31, 64):
+        tr.sync(t)
+    tr.wait(64, EMPTY, 1, "empty").arrive(64, FULL, BYTES).bulk(64, STAGE, BYTES, FULL)
+    tr.wait(1, FULL, 0)                 # lane 31 does not wait
+    tr.smem(1, STAGE + 16, 16, mask=1 << 1 | 1 << 31, stride=16 * 30)
+    r = tr.check(threads=96, instrumented=True)
+    assert rules(r) == ["unordered-access"], str(r)
+    v = r.violations[0]
+    assert (v.second.thread, v.first.name) == (31, "cp.async.bulk"), str(r)
+    assert f"[{STAGE + 16 * 31:#x}, +16)" in v.message, v.message    # lane 31's bytes, not the event's first
+
+
 def cp_mbar_ring(noinc: bool, arrive=True, laps=2):
     """Producer thread 0 copies a stage with cp.async and lets FULL track them (cp.async.mbarrier.arrive); thread
     1 waits on FULL, reads, fences nothing (cp.async is generic proxy), releases EMPTY."""

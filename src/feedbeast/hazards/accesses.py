@@ -23,6 +23,7 @@ class _Access:
     write: bool
     generic: bool        # the proxy: generic (ld/st, cp.async) or async (bulk, TMA, wgmma)
     done: object = None  # completion: ("at", thread, time) | ("phase", barrier, phase) | ("any", {thread: time})
+                         # | ("lanes", {thread: time}): a warp's ordinary access, each lane's part at that lane's time
     what: str = ""
     plain: bool = False  # an ordinary load or store (marked or assumed): two of them are racecheck's business
     dead: bool = False   # replaced by a later write of its bytes
@@ -51,25 +52,34 @@ class _Accesses:
     def _pages(rank, start, size):
         return [(rank, p) for p in range(start >> PAGE_BITS, ((start + max(size, 1) - 1) >> PAGE_BITS) + 1)]
 
-    def _ordered(self, a: _Access, t, new: _Access) -> bool:
+    def _ordered(self, a: _Access, t, new: _Access, lanes=None) -> bool:
         """Has access a completed before thread t's current point (where it makes access `new`)? That an async
-        operation completed may also be known through a .relaxed arrive, unless `new` reads what it wrote."""
+        operation completed may also be known through a .relaxed arrive, unless `new` reads what it wrote. `lanes`:
+        the threads of a warp access `a` whose bytes meet `new` (only their parts must have completed)."""
         if a.done is None:
             return False
         vc = self.vc[t]
         known = vc if a.generic or a.write and not new.write else np.maximum(vc, self.cc[t])
-        return self._known(a.done, known)
+        return self._known(a.done, known, lanes)
 
-    def _known(self, d, known) -> bool:
+    def _known(self, d, known, lanes=None) -> bool:
         """Does a clock know the completion d: ("at", thread, time) | ("phase", barrier, phase) | ("any", {thread:
-        time}) | ("either", (completion, ...)) (a cp.async tracked by a barrier's phase and waited for by its thread)?"""
+        time}) | ("lanes", {thread: time}) (all of them, or of those in `lanes`) | ("either", (completion, ...)) (a
+        cp.async tracked by a barrier's phase and waited for by its thread)?"""
         if d[0] == "phase":
             return known[self.T + d[1]] >= d[2] + 1
         if d[0] == "at":
             return known[d[1]] >= d[2]
         if d[0] == "either":
             return any(self._known(x, known) for x in d[1])
+        if d[0] == "lanes":
+            return all(known[v] >= r for v, r in d[1].items() if lanes is None or v in lanes)
         return any(known[v] >= r for v, r in d[1].items())
+
+    @staticmethod
+    def _lane_event(acc: _Access, v):
+        """acc's event as lane v made it (a warp's event is recorded by its first lane)."""
+        return acc.ev if v == acc.t else acc.ev._replace(thread=acc.ev.thread + v - acc.t)
 
     @staticmethod
     def _pairs(old: _Access, new: _Access) -> set:
@@ -83,13 +93,25 @@ class _Accesses:
         if lanes:       # one event for a warp's lanes: start and size are their hull; each lane has `size` bytes
             lo, hi = min(s for _, s in lanes), max(s for _, s in lanes) + size
             pages = self._pages(rank, lo, hi - lo)
+            # The lanes of one event need not be at the same point of their own programs: a lane that left a loop
+            # early runs ahead and can execute the same load together with the others a lap later, in another stage
+            # (seen on an H200). So each lane's part is that lane's access: its clock ticks, its part completes at
+            # its own time, and it is checked against that lane's clock.
+            when = {}
+            for v, _ in lanes:
+                c = self.clock(v)
+                if v != t:
+                    c[v] += 1
+                when[v] = int(c[v])
+            if done is not None and done[0] == "at":
+                done = ("lanes", when)
         else:
             lo, hi = start, start + size
             pages = self._pages(rank, start, size)
         if not generic and write:
             self.async_pages.update(pages)
         elif generic and (peer or not self.async_pages.isdisjoint(pages)):
-            self.touched.add(t)
+            self.touched.update(v for v, _ in lanes) if lanes else self.touched.add(t)
         a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain, lanes=lanes,
                     peer=peer)
         mergeable = plain and not write and not lanes and not peer
@@ -105,15 +127,15 @@ class _Accesses:
                     pairs = self._pairs(old, a) if old.lanes or lanes else {(old.t, t)}
                     if not pairs:
                         continue
-                    own = {u for u, v in pairs if u == v}
-                    if len(own) == len(pairs):      # each lane meets only its own bytes: program order
-                        if old.generic and generic and old.ev.kind != CP_ASYNC:
+                    meets = {}      # each thread of the new access -> the threads of the old one whose bytes it meets
+                    for u, v in pairs:
+                        meets.setdefault(v, set()).add(u)
+                    for v, us in meets.items():
+                        # a lane that meets only its own bytes: program order, but a cp.async needs its own wait
+                        if us == {v} and old.generic and generic and old.ev.kind != CP_ASYNC:
                             continue
-                        u = own.pop()
-                        self.clock(u)
-                        self.check_pair(old, a, u)      # a cp.async: its own thread must have waited for it
-                    else:
-                        self.check_pair(old, a, t)
+                        if self.check_pair(old, a, v, us):
+                            break       # one report per pair of accesses
         if write:   # a write replaces what it was checked against
             for table in (self.reads, self.writes):
                 for key in pages:
@@ -155,15 +177,20 @@ class _Accesses:
                 self.reads[page].append(old)
         return True
 
-    def check_pair(self, old: _Access, new: _Access, t):
-        if not self._ordered(old, t, new):
+    def check_pair(self, old: _Access, new: _Access, t, lanes=None) -> bool:
+        """Check thread t's part of `new` against the part of `old` made by the threads in `lanes` (default: all of
+        it); True when a violation was reported."""
+        if not self._ordered(old, t, new, lanes):
+            u = min(lanes) if lanes else old.t
+            first, second = self._lane_event(old, u) if old.lanes else old.ev, self._lane_event(new, t)
+            start = dict(new.lanes).get(t, new.start) if new.lanes else new.start
             if not old.generic and not old.write:
                 self.violate(Violation(
                     "async-read-in-flight",
                     f"the {old.what} of [{old.start:#x}, +{old.size}) had not completed before this "
                     + ("write: no wait retired it" if old.done is None or old.done[0] == "any" and not old.done[1]
                        else "write: the wait that retired it is not ordered before it (it comes after the arrive "
-                            "or barrier that let this write happen)"), new.ev, old.ev))
+                            "or barrier that let this write happen)"), second, first))
             else:
                 what = {(True, True): "write after write", (True, False): "write after read",
                         (False, True): "read after write"}[(new.write, old.write)]
@@ -181,15 +208,22 @@ class _Accesses:
                             "scope, orders the two")
                 elif not old.write and old.plain and new.write:
                     hint = ": the read is not ordered before this write (a release arrive or barrier before the read?)"
-                self.violate(Violation("unordered-access", f"{what} of [{new.start:#x}, +{new.size}){hint}",
-                                       new.ev, old.ev))
-            return
-        if old.generic and not new.generic and self.fv[t][old.t] < old.time:
+                self.violate(Violation("unordered-access", f"{what} of [{start:#x}, +{new.size}){hint}",
+                                       second, first))
+            return True
+        if not old.generic or new.generic:
+            return False
+        times = old.done[1] if old.done is not None and old.done[0] == "lanes" else {old.t: old.time}
+        late = [u for u, r in times.items() if (lanes is None or u in lanes) and self.fv[t][u] < r]
+        if late:
             self.violate(Violation(
                 "missing-proxy-fence",
                 f"the generic-proxy {'write' if old.write else 'read'} of [{old.start:#x}, +{old.size}) is ordered "
                 f"before this async-proxy {'write' if new.write else 'read'} only by release/acquire: no "
-                "fence.proxy.async on that path (one after the release does not count)", new.ev, old.ev))
+                "fence.proxy.async on that path (one after the release does not count)", new.ev,
+                self._lane_event(old, min(late)) if old.lanes else old.ev))
+            return True
+        return False
 
 
     def commit_implicit(self, t):
