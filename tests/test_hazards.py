@@ -1339,27 +1339,30 @@ def test_a_tma_reduce_of_stores_without_the_writers_proxy_fence_is_found():
     assert rules(r) == ["missing-proxy-fence"], str(r)
 
 
-def dsmem(first_sync=True, last_sync=True, owner_rewrites=False):
+def dsmem(first_sync=True, last_sync=True, owner_rewrites=False, warps=False):
     """Chapter 10's cluster reduction in two CTAs of 32 threads: each CTA's thread 1 writes its partial (st.shared),
     barrier.cluster; thread 0 of each reads the peer's partial through .shared::cluster (the address carries the
-    peer's rank above bit 24), barrier.cluster again before the CTAs exit."""
+    peer's rank above bit 24), barrier.cluster again before the CTAs exit. `warps`: lanes 0-3 write and read 16 bytes
+    each, one event per warp (recorded by lane 0); each lane passes the barrier on its own."""
     ev = []
+    lanes = (0, 1, 2, 3) if warps else (0, 1)
+    mask, stride = (0b1111, 16 << 4) if warps else (0, 0)
 
     def e(kind, rank, t, a=0, b=0, c=0, d=0):
         ev.append((kind, len(ev) + 1, rank, t, rank, a, b, c, d))
     for r in (0, 1):
-        e(hz.SMEM_WRITE, r, 1, STAGE, 16)
+        e(hz.SMEM_WRITE, r, 0 if warps else 1, STAGE, 16, stride, mask)
     if first_sync:
         for r in (0, 1):
-            for t in (0, 1):
+            for t in lanes:
                 e(hz.CLUSTER_SYNC, r, t)
     for r in (0, 1):
-        e(hz.SMEM_READ, r, 0, (1 - r) << 24 | STAGE, 16, 1)
+        e(hz.SMEM_READ, r, 0, (1 - r) << 24 | STAGE, 16, 1 | stride, mask)
     if owner_rewrites:
         e(hz.SMEM_WRITE, 1, 1, STAGE, 16)
     if last_sync:
         for r in (0, 1):
-            for t in (0, 1):
+            for t in lanes:
                 e(hz.CLUSTER_SYNC, r, t)
     return hz.check(hz.decode(hz.encode(ev)), threads_per_block=32, grid=(2, 1, 1), cluster=(2, 1, 1),
                     instrumented=True)
@@ -1367,6 +1370,21 @@ def dsmem(first_sync=True, last_sync=True, owner_rewrites=False):
 
 def test_a_cluster_reduction_ordered_by_barrier_cluster_is_clean():
     assert dsmem().ok, str(dsmem())
+
+
+def test_each_lane_of_a_warp_event_is_past_the_barriers_it_passed():
+    """A lane's barrier.cluster (or bar.sync) completes for it at its next event, which may be a warp event another
+    lane records: its part of that event is checked after the barrier (lab 10's cluster sum on an H200)."""
+    assert dsmem(warps=True).ok, str(dsmem(warps=True))
+    r = dsmem(warps=True, first_sync=False)
+    assert rules(r) == ["unordered-access"], str(r)
+    tr = Trace()
+    tr.cp_async(1, STAGE + 16).cp_commit(1).cp_wait(1, 0)
+    for t in range(4):
+        tr.sync(t)
+    tr.smem(0, STAGE, 16, mask=0b1111, stride=16)       # lane 1's chunk read by itself after its wait: ordered
+    tr.smem(0, STAGE + 16, 16, mask=0b1111, stride=0)   # every lane reads lane 1's chunk, after the bar.sync
+    assert tr.check(threads=32, instrumented=True).ok
 
 
 def test_a_peer_read_before_the_owners_write_is_ordered_is_found():

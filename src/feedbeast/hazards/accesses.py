@@ -95,14 +95,14 @@ class _Accesses:
             pages = self._pages(rank, lo, hi - lo)
             # The lanes of one event need not be at the same point of their own programs: a lane that left a loop
             # early runs ahead and can execute the same load together with the others a lap later, in another stage
-            # (seen on an H200). So each lane's part is that lane's access: its clock ticks, its part completes at
-            # its own time, and it is checked against that lane's clock.
+            # (seen on an H200). So each lane's part is that lane's access, made past the barriers that lane passed:
+            # its clock ticks, its part completes at its own time, and it is checked against that lane's clock.
             when = {}
             for v, _ in lanes:
-                c = self.clock(v)
                 if v != t:
-                    c[v] += 1
-                when[v] = int(c[v])
+                    self.past_barriers(v)
+                    self.clock(v)[v] += 1
+                when[v] = int(self.clock(v)[v])
             if done is not None and done[0] == "at":
                 done = ("lanes", when)
         else:

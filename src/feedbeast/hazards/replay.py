@@ -121,17 +121,21 @@ class _Cluster(_Accesses, _Barriers):
         elif ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
             ev = ev._replace(a=ev.a % SMEM_WINDOW, c=ev.c % SMEM_WINDOW if ev.kind in (BULK_LOAD, TMA_LOAD) else ev.c)
         t = rank * self.tpb + ev.thread
-        if t in self.pending_sync:          # the thread is past its barrier: the barrier completed
-            self.sync_complete(self.pending_sync[t])
-        if t in self.cl_pending:            # past barrier.cluster: every arrival of the cluster is in the trace
-            self.cl_pending.discard(t)
-            self._cl_wait(t)
+        self.past_barriers(t)
         self.clock(t)[t] += 1
         if t in self.implicit:
             self._assumed_reads(t, ev.kind)
         handler = _HANDLERS.get(ev.kind)
         if handler is not None:
             handler(self, t, rank, ev, target)
+
+    def past_barriers(self, t):
+        """Thread t makes its next event (or its part of a warp's event): it is past the barriers it arrived at."""
+        if t in self.pending_sync:          # the thread is past its barrier: the barrier completed
+            self.sync_complete(self.pending_sync[t])
+        if t in self.cl_pending:            # past barrier.cluster: every arrival of the cluster is in the trace
+            self.cl_pending.discard(t)
+            self._cl_wait(t)
 
     def _assumed_reads(self, t, k):
         """Reads assumed after a wait (traces without instrumentation) end at the thread's next access."""
