@@ -942,12 +942,12 @@ def test_grading_a_lab_as_given_names_the_missing_part_first(tmp_path):
     assert "your part is not written yet" in failed[0]["message"][:200], failed[0]
 
 
-def test_the_guides_cover_chapters_and_labs_00_to_09():
-    """The instructor guide: every chapter and lab 00-09, the agendas, a room without GPUs, the results on
+def test_the_guides_cover_chapters_and_labs_00_to_10():
+    """The instructor guide: every chapter and lab 00-10, the agendas, a room without GPUs, the results on
     record for each GPU; the README: how to do a lab; the learner sheet; the names they use exist."""
     import re
     guide = (ROOT / "docs/instructors.md").read_text()
-    for n in range(10):
+    for n in range(11):
         assert re.search(rf"^\| {n:02d} \| ", guide, re.M), f"chapter {n:02d} missing from the guide's table"
         assert f"### Lab {n:02d} ·" in guide, f"lab {n:02d} has no section in the guide's common mistakes"
     assert "**One day (00–04)" in guide and "**Two days" in guide and guide.count("| break |") >= 3
