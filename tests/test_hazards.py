@@ -1056,6 +1056,42 @@ def test_a_lane_that_did_not_wait_is_found_though_the_lane_that_recorded_the_eve
     assert f"[{STAGE + 16 * 31:#x}, +16)" in v.message, v.message    # lane 31's bytes, not the event's first
 
 
+def two_lanes_read_a_stage(fence=(1, 31), arrive=(1, 31)):
+    """Lanes 1 and 31 wait for the stage and read their bytes of it (one event); the threads in `fence` fence their
+    reads, those in `arrive` release the stage (EMPTY counts them); the producer refills it."""
+    tr = Trace().init(64, FULL, 1).init(64, EMPTY, len(arrive))
+    for t in (1, 31, 64):
+        tr.sync(t)
+    tr.wait(64, EMPTY, 1, "empty").arrive(64, FULL, BYTES).bulk(64, STAGE, BYTES, FULL)
+    tr.wait(1, FULL, 0).wait(31, FULL, 0)
+    tr.smem(1, STAGE + 16, 16, mask=1 << 1 | 1 << 31, stride=16 * 30)
+    for t in fence:
+        tr.fence(t)
+    for t in arrive:
+        tr.arrive(t, EMPTY)
+    tr.wait(64, EMPTY, 0, "empty").arrive(64, FULL, BYTES)
+    return tr.bulk(64, STAGE, BYTES, FULL).check(threads=96, instrumented=True)
+
+
+def test_each_lane_of_a_warp_read_must_fence_and_release_its_own_part():
+    """The recording lane's fence and arrive do not order the other lane's read (the old check missed both)."""
+    assert two_lanes_read_a_stage().ok
+    r = two_lanes_read_a_stage(fence=(1,))
+    assert rules(r) == ["missing-proxy-fence"] and r.violations[0].first.thread == 31, str(r)
+    assert f"[{STAGE + 16 * 31:#x}, +16)" in r.violations[0].message, str(r)
+    r = two_lanes_read_a_stage(arrive=(1,))
+    assert rules(r) == ["unordered-access"] and r.violations[0].first.thread == 31, str(r)
+
+
+def test_a_write_retires_only_the_lanes_of_a_warp_read_it_meets():
+    """The refill of stage 0 meets the behind lane's part of the event; the ahead lane's part, in stage 1, is still
+    read when a cp.async rewrites stage 1 with nothing ordering it (the old replay had dropped the whole event)."""
+    tr = lanes_a_lap_apart()
+    assert tr.check(threads=96, instrumented=True).ok
+    r = tr.cp_async(64, STAGES2[1] + 16 * 31).check(threads=96, instrumented=True)
+    assert rules(r) == ["unordered-access"] and r.violations[0].first.thread == 31, str(r)
+
+
 def cp_mbar_ring(noinc: bool, arrive=True, laps=2):
     """Producer thread 0 copies a stage with cp.async and lets FULL track them (cp.async.mbarrier.arrive); thread
     1 waits on FULL, reads, fences nothing (cp.async is generic proxy), releases EMPTY."""
@@ -1339,11 +1375,12 @@ def test_a_tma_reduce_of_stores_without_the_writers_proxy_fence_is_found():
     assert rules(r) == ["missing-proxy-fence"], str(r)
 
 
-def dsmem(first_sync=True, last_sync=True, owner_rewrites=False, warps=False):
+def dsmem(first_sync=True, last_sync=True, owner_rewrites=False, warps=False, leave_early=()):
     """Chapter 10's cluster reduction in two CTAs of 32 threads: each CTA's thread 1 writes its partial (st.shared),
     barrier.cluster; thread 0 of each reads the peer's partial through .shared::cluster (the address carries the
     peer's rank above bit 24), barrier.cluster again before the CTAs exit. `warps`: lanes 0-3 write and read 16 bytes
-    each, one event per warp (recorded by lane 0); each lane passes the barrier on its own."""
+    each, one event per warp (recorded by lane 0); each lane passes the barrier on its own. `leave_early`: lanes
+    that skip the last barrier."""
     ev = []
     lanes = (0, 1, 2, 3) if warps else (0, 1)
     mask, stride = (0b1111, 16 << 4) if warps else (0, 0)
@@ -1363,7 +1400,8 @@ def dsmem(first_sync=True, last_sync=True, owner_rewrites=False, warps=False):
     if last_sync:
         for r in (0, 1):
             for t in lanes:
-                e(hz.CLUSTER_SYNC, r, t)
+                if t not in leave_early:
+                    e(hz.CLUSTER_SYNC, r, t)
     return hz.check(hz.decode(hz.encode(ev)), threads_per_block=32, grid=(2, 1, 1), cluster=(2, 1, 1),
                     instrumented=True)
 
@@ -1373,18 +1411,18 @@ def test_a_cluster_reduction_ordered_by_barrier_cluster_is_clean():
 
 
 def test_each_lane_of_a_warp_event_is_past_the_barriers_it_passed():
-    """A lane's barrier.cluster (or bar.sync) completes for it at its next event, which may be a warp event another
-    lane records: its part of that event is checked after the barrier (lab 10's cluster sum on an H200)."""
+    """A lane's barrier.cluster wait is taken at its next event, which may be a warp event another lane records: its
+    part of that event comes after the barrier (lab 10's cluster sum on an H200)."""
     assert dsmem(warps=True).ok, str(dsmem(warps=True))
     r = dsmem(warps=True, first_sync=False)
-    assert rules(r) == ["unordered-access"], str(r)
-    tr = Trace()
-    tr.cp_async(1, STAGE + 16).cp_commit(1).cp_wait(1, 0)
-    for t in range(4):
-        tr.sync(t)
-    tr.smem(0, STAGE, 16, mask=0b1111, stride=16)       # lane 1's chunk read by itself after its wait: ordered
-    tr.smem(0, STAGE + 16, 16, mask=0b1111, stride=0)   # every lane reads lane 1's chunk, after the bar.sync
-    assert tr.check(threads=32, instrumented=True).ok
+    assert rules(r) == ["unordered-access"] and r.violations[0].second.thread == 0, str(r)
+
+
+def test_a_lane_whose_peer_access_is_not_ordered_before_the_exit_is_named():
+    """Lanes 2 and 3 leave without the last barrier.cluster: their remote reads may outlive the peer CTA."""
+    r = dsmem(warps=True, leave_early=(2, 3))
+    assert rules(r) == ["peer-access-at-exit"], str(r)
+    assert r.violations[0].second.thread == 2 and f"[{STAGE + 32:#x}, +16)" in r.violations[0].message, str(r)
 
 
 def test_a_peer_read_before_the_owners_write_is_ordered_is_found():

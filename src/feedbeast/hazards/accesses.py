@@ -76,6 +76,16 @@ class _Accesses:
             return all(known[v] >= r for v, r in d[1].items() if lanes is None or v in lanes)
         return any(known[v] >= r for v, r in d[1].items())
 
+    def _unordered_lanes(self, a: _Access, t, lanes) -> list:
+        """The lanes of warp access `a` (of those in `lanes`) whose parts thread t does not know complete."""
+        times = a.done[1] if a.done is not None and a.done[0] == "lanes" else {}
+        return [u for u in (lanes or times) if u in times and self.vc[t][u] < times[u]] or sorted(lanes or {a.t})
+
+    @staticmethod
+    def _lane_start(acc: _Access, v):
+        """Where lane v's bytes of acc start."""
+        return dict(acc.lanes).get(v, acc.start) if acc.lanes else acc.start
+
     @staticmethod
     def _lane_event(acc: _Access, v):
         """acc's event as lane v made it (a warp's event is recorded by its first lane)."""
@@ -130,7 +140,7 @@ class _Accesses:
                     meets = {}      # each thread of the new access -> the threads of the old one whose bytes it meets
                     for u, v in pairs:
                         meets.setdefault(v, set()).add(u)
-                    for v, us in meets.items():
+                    for v, us in sorted(meets.items()):
                         # a lane that meets only its own bytes: program order, but a cp.async needs its own wait
                         if us == {v} and old.generic and generic and old.ev.kind != CP_ASYNC:
                             continue
@@ -143,10 +153,19 @@ class _Accesses:
                     if lst:
                         keep = []
                         for o in lst:
-                            if o.hi <= lo or hi <= o.lo or (o.lanes or lanes) and not self._pairs(o, a):
+                            met = None if o.hi <= lo or hi <= o.lo else (
+                                {u for u, _ in self._pairs(o, a)} if o.lanes or lanes else {o.t})
+                            if met and o.lanes and len(met) < len(o.lanes):
+                                # a warp access: only the lanes this write meets are replaced; the others (in another
+                                # stage, a lap apart) are still checked against later writes
+                                o.lanes = tuple((u, st) for u, st in o.lanes if u not in met)
+                                starts = [st for _, st in o.lanes]
+                                o.lo, o.hi = min(starts), max(starts) + o.size
                                 keep.append(o)
-                            else:
+                            elif met:
                                 o.dead = True
+                            else:
+                                keep.append(o)
                         lst[:] = keep
         if mergeable and self._merge(t, rank, a, pages):
             return a
@@ -181,9 +200,9 @@ class _Accesses:
         """Check thread t's part of `new` against the part of `old` made by the threads in `lanes` (default: all of
         it); True when a violation was reported."""
         if not self._ordered(old, t, new, lanes):
-            u = min(lanes) if lanes else old.t
+            u = min(self._unordered_lanes(old, t, lanes)) if old.lanes else old.t
             first, second = self._lane_event(old, u) if old.lanes else old.ev, self._lane_event(new, t)
-            start = dict(new.lanes).get(t, new.start) if new.lanes else new.start
+            start = self._lane_start(new, t)
             if not old.generic and not old.write:
                 self.violate(Violation(
                     "async-read-in-flight",
@@ -218,7 +237,8 @@ class _Accesses:
         if late:
             self.violate(Violation(
                 "missing-proxy-fence",
-                f"the generic-proxy {'write' if old.write else 'read'} of [{old.start:#x}, +{old.size}) is ordered "
+                f"the generic-proxy {'write' if old.write else 'read'} of [{self._lane_start(old, min(late)):#x}, "
+                f"+{old.size}) is ordered "
                 f"before this async-proxy {'write' if new.write else 'read'} only by release/acquire: no "
                 "fence.proxy.async on that path (one after the release does not count)", new.ev,
                 self._lane_event(old, min(late)) if old.lanes else old.ev))
@@ -280,15 +300,22 @@ class _Accesses:
             by_rank.setdefault(u // self.tpb, []).append(u)
         for a, target, counted in self.peer_accesses:
             owners = by_rank.get(target, ())
+            if not owners:
+                continue
+            # a warp's access: each lane's part must be ordered before the exit of some owner thread
+            parts = ([(u, ("lanes", {u: r})) for u, r in a.done[1].items()]
+                     if a.done is not None and a.done[0] == "lanes" else [(a.t, a.done)])
             # a remote arrive is also done once an owner thread knows its phase completed (its wait, or its own
             # arrival completing it): the arrive was counted before that
-            if owners and not any(self._known(a.done, self.vc[u]) or counted and self._known(counted, np.maximum(
-                    self.vc[u], self.cc[u])) for u in owners):
+            late = [u for u, done in parts if not any(
+                done is not None and self._known(done, self.vc[o]) or counted and self._known(
+                    counted, np.maximum(self.vc[o], self.cc[o])) for o in owners)]
+            if late:
                 self.violate(Violation("peer-access-at-exit", f"the {a.what} of CTA rank {target}'s "
-                                       f"[{a.start:#x}, +{a.size}) is not ordered before that CTA exits: no "
-                                       "barrier.cluster arrive.release / wait.acquire after it in both CTAs (CUDA C++ "
-                                       "Programming Guide: Distributed Shared Memory; PTX ISA: barrier.cluster)",
-                                       a.ev, None))
+                                       f"[{self._lane_start(a, late[0]):#x}, +{a.size}) is not ordered before that "
+                                       "CTA exits: no barrier.cluster arrive.release / wait.acquire after it in both "
+                                       "CTAs (CUDA C++ Programming Guide: Distributed Shared Memory; PTX ISA: "
+                                       "barrier.cluster)", self._lane_event(a, late[0]) if a.lanes else a.ev, None))
 
     def remote_arrive(self, t, ev, b):
         """mbarrier.arrive on a peer CTA's barrier (.shared::cluster): an access of that CTA's shared memory, which
