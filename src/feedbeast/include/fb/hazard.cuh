@@ -151,9 +151,9 @@ __device__ __forceinline__ unsigned map_id(const void* map) {
 // The lanes of a warp at the same instruction whose addresses are base + k * stride (k: the lane's rank among
 // them) record one event for all: a = base, b = bytes, c = flags | stride << 4, d = the lanes' mask. The rows of
 // an ldmatrix/stmatrix in another pattern (padded or swizzled) record one event for their hull: the warp reads or
-// writes them together. Other patterns record one event per lane (d = 0). The lanes of one event need not be in the
-// same iteration of their loops (a lane that left a loop early can meet the others at this load a lap later): the
-// checker takes each lane's part at that lane's own point of its program.
+// writes them together. Other patterns record one event per lane (d = 0). The lanes of one evenly spaced event (d != 0)
+// need not be in the same iteration of their loops (a lane that left a loop early can meet the others at this load
+// a lap later): the checker takes each lane's part at that lane's own point of its program.
 namespace fb {
 namespace hazard {
 __device__ __forceinline__ void access_warp(unsigned addr, unsigned info, unsigned line, unsigned site) {
