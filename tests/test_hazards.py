@@ -1074,7 +1074,8 @@ def two_lanes_read_a_stage(fence=(1, 31), arrive=(1, 31)):
 
 
 def test_each_lane_of_a_warp_read_must_fence_and_release_its_own_part():
-    """The recording lane's fence and arrive do not order the other lane's read (the old check missed both)."""
+    """The recording lane's fence and arrive do not order the other lane's read (the checker before 0c7a0cb missed
+    both); the report names the other lane and its bytes."""
     assert two_lanes_read_a_stage().ok
     r = two_lanes_read_a_stage(fence=(1,))
     assert rules(r) == ["missing-proxy-fence"] and r.violations[0].first.thread == 31, str(r)
@@ -1084,11 +1085,18 @@ def test_each_lane_of_a_warp_read_must_fence_and_release_its_own_part():
 
 
 def test_a_write_retires_only_the_lanes_of_a_warp_read_it_meets():
-    """The refill of stage 0 meets the behind lane's part of the event; the ahead lane's part, in stage 1, is still
-    read when a cp.async rewrites stage 1 with nothing ordering it (the old replay had dropped the whole event)."""
-    tr = lanes_a_lap_apart()
+    """Lanes 1 and 31 read 16 bytes each of one page in one event; only lane 1 releases the stage. The producer's
+    write of lane 1's bytes is ordered; its cp.async into lane 31's bytes is not, and is found: the first write
+    replaces lane 1's part only (the replay used to drop the whole event)."""
+    tr = Trace().init(64, FULL, 1).init(64, EMPTY, 1)
+    for t in (1, 31, 64):
+        tr.sync(t)
+    tr.wait(64, EMPTY, 1, "empty").arrive(64, FULL, BYTES).bulk(64, STAGE, BYTES, FULL)
+    tr.wait(1, FULL, 0).wait(31, FULL, 0)
+    tr.smem(1, STAGE + 16, 16, mask=1 << 1 | 1 << 31, stride=16)
+    tr.fence(1).arrive(1, EMPTY).wait(64, EMPTY, 0, "empty").cp_async(64, STAGE + 16)
     assert tr.check(threads=96, instrumented=True).ok
-    r = tr.cp_async(64, STAGES2[1] + 16 * 31).check(threads=96, instrumented=True)
+    r = tr.cp_async(64, STAGE + 32).check(threads=96, instrumented=True)
     assert rules(r) == ["unordered-access"] and r.violations[0].first.thread == 31, str(r)
 
 
@@ -1412,10 +1420,17 @@ def test_a_cluster_reduction_ordered_by_barrier_cluster_is_clean():
 
 def test_each_lane_of_a_warp_event_is_past_the_barriers_it_passed():
     """A lane's barrier.cluster wait is taken at its next event, which may be a warp event another lane records: its
-    part of that event comes after the barrier (lab 10's cluster sum on an H200)."""
+    part of that event comes after the barrier (lab 10's cluster sum on an H200). Also after a bar.sync: every lane
+    reads lane 1's cp.async chunk once lane 1 waited for it and all four synced."""
     assert dsmem(warps=True).ok, str(dsmem(warps=True))
     r = dsmem(warps=True, first_sync=False)
     assert rules(r) == ["unordered-access"] and r.violations[0].second.thread == 0, str(r)
+    tr = Trace()
+    tr.cp_async(1, STAGE + 16).cp_commit(1).cp_wait(1, 0)
+    for t in range(4):
+        tr.sync(t)
+    tr.smem(0, STAGE + 16, 16, mask=0b1111, stride=0)
+    assert tr.check(threads=32, instrumented=True).ok
 
 
 def test_a_lane_whose_peer_access_is_not_ordered_before_the_exit_is_named():

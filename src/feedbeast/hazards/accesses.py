@@ -32,10 +32,12 @@ class _Access:
 
     lo: int = 0          # the hull of its bytes, [lo, hi)
     hi: int = 0
+    parts: tuple = ()    # the lanes as recorded; `lanes` loses those a later write replaces
 
     def __post_init__(self):
         starts = [s for _, s in self.lanes] or [self.start]
         self.lo, self.hi = min(starts), max(starts) + self.size
+        self.parts = self.lanes
 
     def meet(self, start, end) -> set:
         """The threads whose bytes of this access meet [start, end)."""
@@ -76,15 +78,18 @@ class _Accesses:
             return all(known[v] >= r for v, r in d[1].items() if lanes is None or v in lanes)
         return any(known[v] >= r for v, r in d[1].items())
 
-    def _unordered_lanes(self, a: _Access, t, lanes) -> list:
-        """The lanes of warp access `a` (of those in `lanes`) whose parts thread t does not know complete."""
+    def _unordered_lanes(self, a: _Access, t, new: _Access, lanes) -> list:
+        """The lanes of warp access `a` (of those in `lanes`, else its live ones) whose parts thread t does not know
+        complete, with the clock _ordered uses."""
         times = a.done[1] if a.done is not None and a.done[0] == "lanes" else {}
-        return [u for u in (lanes or times) if u in times and self.vc[t][u] < times[u]] or sorted(lanes or {a.t})
+        mine = lanes or {u for u, _ in a.lanes}
+        known = self.vc[t] if a.generic or a.write and not new.write else np.maximum(self.vc[t], self.cc[t])
+        return [u for u in sorted(mine) if u in times and known[u] < times[u]] or sorted(mine or {a.t})
 
     @staticmethod
     def _lane_start(acc: _Access, v):
         """Where lane v's bytes of acc start."""
-        return dict(acc.lanes).get(v, acc.start) if acc.lanes else acc.start
+        return dict(acc.parts).get(v, acc.start) if acc.parts else acc.start
 
     @staticmethod
     def _lane_event(acc: _Access, v):
@@ -200,8 +205,8 @@ class _Accesses:
         """Check thread t's part of `new` against the part of `old` made by the threads in `lanes` (default: all of
         it); True when a violation was reported."""
         if not self._ordered(old, t, new, lanes):
-            u = min(self._unordered_lanes(old, t, lanes)) if old.lanes else old.t
-            first, second = self._lane_event(old, u) if old.lanes else old.ev, self._lane_event(new, t)
+            u = self._unordered_lanes(old, t, new, lanes)[0] if old.parts else old.t
+            first, second = self._lane_event(old, u) if old.parts else old.ev, self._lane_event(new, t)
             start = self._lane_start(new, t)
             if not old.generic and not old.write:
                 self.violate(Violation(
@@ -241,7 +246,7 @@ class _Accesses:
                 f"+{old.size}) is ordered "
                 f"before this async-proxy {'write' if new.write else 'read'} only by release/acquire: no "
                 "fence.proxy.async on that path (one after the release does not count)", new.ev,
-                self._lane_event(old, min(late)) if old.lanes else old.ev))
+                self._lane_event(old, min(late)) if old.parts else old.ev))
             return True
         return False
 
@@ -315,7 +320,7 @@ class _Accesses:
                                        f"[{self._lane_start(a, late[0]):#x}, +{a.size}) is not ordered before that "
                                        "CTA exits: no barrier.cluster arrive.release / wait.acquire after it in both "
                                        "CTAs (CUDA C++ Programming Guide: Distributed Shared Memory; PTX ISA: "
-                                       "barrier.cluster)", self._lane_event(a, late[0]) if a.lanes else a.ev, None))
+                                       "barrier.cluster)", self._lane_event(a, late[0]) if a.parts else a.ev, None))
 
     def remote_arrive(self, t, ev, b):
         """mbarrier.arrive on a peer CTA's barrier (.shared::cluster): an access of that CTA's shared memory, which
