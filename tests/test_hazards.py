@@ -1041,13 +1041,19 @@ def test_lanes_of_one_warp_event_a_lap_apart_are_each_checked_at_their_own_point
     assert r.ok, str(r)
 
 
-def test_a_lane_that_did_not_wait_is_found_though_the_lane_that_recorded_the_event_did():
-    tr = Trace()
-    tr.init(64, FULL, 1).init(64, EMPTY, 2)
+def filled_for_two_lanes(arrivals=2, waiters=(1, 31)):
+    """Producer thread 64 fills the stage (EMPTY counts `arrivals`); the `waiters` among lanes 1 and 31 wait for it."""
+    tr = Trace().init(64, FULL, 1).init(64, EMPTY, arrivals)
     for t in (1, 31, 64):
         tr.sync(t)
     tr.wait(64, EMPTY, 1, "empty").arrive(64, FULL, BYTES).bulk(64, STAGE, BYTES, FULL)
-    tr.wait(1, FULL, 0)                 # lane 31 does not wait
+    for t in waiters:
+        tr.wait(t, FULL, 0)
+    return tr
+
+
+def test_a_lane_that_did_not_wait_is_found_though_the_lane_that_recorded_the_event_did():
+    tr = filled_for_two_lanes(waiters=(1,))     # lane 31 does not wait
     tr.smem(1, STAGE + 16, 16, mask=1 << 1 | 1 << 31, stride=16 * 30)
     r = tr.check(threads=96, instrumented=True)
     assert rules(r) == ["unordered-access"], str(r)
@@ -1059,11 +1065,7 @@ def test_a_lane_that_did_not_wait_is_found_though_the_lane_that_recorded_the_eve
 def two_lanes_read_a_stage(fence=(1, 31), arrive=(1, 31)):
     """Lanes 1 and 31 wait for the stage and read their bytes of it (one event); the threads in `fence` fence their
     reads, those in `arrive` release the stage (EMPTY counts them); the producer refills it."""
-    tr = Trace().init(64, FULL, 1).init(64, EMPTY, len(arrive))
-    for t in (1, 31, 64):
-        tr.sync(t)
-    tr.wait(64, EMPTY, 1, "empty").arrive(64, FULL, BYTES).bulk(64, STAGE, BYTES, FULL)
-    tr.wait(1, FULL, 0).wait(31, FULL, 0)
+    tr = filled_for_two_lanes(arrivals=len(arrive))
     tr.smem(1, STAGE + 16, 16, mask=1 << 1 | 1 << 31, stride=16 * 30)
     for t in fence:
         tr.fence(t)
@@ -1088,11 +1090,7 @@ def test_a_write_retires_only_the_lanes_of_a_warp_read_it_meets():
     """Lanes 1 and 31 read 16 bytes each of one page in one event; only lane 1 releases the stage. The producer's
     write of lane 1's bytes is ordered; its cp.async into lane 31's bytes is not, and is found: the first write
     replaces lane 1's part only (the replay used to drop the whole event)."""
-    tr = Trace().init(64, FULL, 1).init(64, EMPTY, 1)
-    for t in (1, 31, 64):
-        tr.sync(t)
-    tr.wait(64, EMPTY, 1, "empty").arrive(64, FULL, BYTES).bulk(64, STAGE, BYTES, FULL)
-    tr.wait(1, FULL, 0).wait(31, FULL, 0)
+    tr = filled_for_two_lanes(arrivals=1)
     tr.smem(1, STAGE + 16, 16, mask=1 << 1 | 1 << 31, stride=16)
     tr.fence(1).arrive(1, EMPTY).wait(64, EMPTY, 0, "empty").cp_async(64, STAGE + 16)
     assert tr.check(threads=96, instrumented=True).ok

@@ -126,7 +126,7 @@ class _Accesses:
         if not generic and write:
             self.async_pages.update(pages)
         elif generic and (peer or not self.async_pages.isdisjoint(pages)):
-            self.touched.update(v for v, _ in lanes) if lanes else self.touched.add(t)
+            self.touched.update([v for v, _ in lanes] if lanes else [t])
         a = _Access(ev, t, int(vc[t]), start, size, write, generic, done, what or ev.name, plain, lanes=lanes,
                     peer=peer)
         mergeable = plain and not write and not lanes and not peer
