@@ -222,6 +222,36 @@ def test_rowsum_consumers_fence_their_reads_before_the_async_refill(notebook, ce
         fb.sass.expect_proxy_fence(fb.compile(bare, "sm_90a", defines=defines), kernel, "test")
 
 
+WAITS = """#include <fb/mbarrier.cuh>
+extern "C" __global__ void waits(float* y, int n) {
+  __shared__ fb::mbar::u64 bars[2];
+  if (threadIdx.x == 0) { fb::mbar::init(&bars[0], 1); fb::mbar::init(&bars[1], 1); }
+  __syncthreads();
+  for (int i = 0; i < n; ++i) {
+    WAIT_A
+    y[i] += 1.f;
+    WAIT_B
+    y[i] *= 2.f;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_wait_and_its_retry_loop_count_as_one_mbarrier_wait(debug):
+    """ptxas compiles one mbar::wait to a try-wait and an out-of-line retry with a second try-wait: two
+    SYNCS.PHASECHK, one wait (lab 04's count of two instructions let a kernel with one of its two waits pass)."""
+    wait = "fb::mbar::wait(&bars[{}], i & 1);"
+    both = fb.compile(WAITS.replace("WAIT_A", wait.format(0)).replace("WAIT_B", wait.format(1)), "sm_90a", debug=debug)
+    one = fb.compile(WAITS.replace("WAIT_A", wait.format(0)).replace("WAIT_B", ""), "sm_90a", debug=debug)
+    ins = fb.sass.instructions(both, "waits")["waits"]
+    assert len(fb.sass.mbarrier_wait_sites(ins)) == 2
+    assert len(fb.sass.expect_mbarrier_waits(both, "waits", 2, "test")) == 2
+    assert len(fb.sass.mbarrier_wait_sites(fb.sass.instructions(one, "waits")["waits"])) == 1
+    with pytest.raises(fb.SassMismatch, match=r"1 mbarrier wait\(s\).*expected at least 2: test"):
+        fb.sass.expect_mbarrier_waits(one, "waits", 2, "test")
+
+
 def test_a_named_timeline_goes_to_the_results_log_and_comes_back_where_no_gpu_ran(h200_results, monkeypatch):
     """TraceBuffer.spans(name=...) hands its spans to hooks.on_trace (the course writes traces.jsonl), not when
     timing is off (the sanitizer); recorded_spans reads them back in place of a skipped launch, labelled with the

@@ -359,6 +359,48 @@ def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
     return waits
 
 
+_BRANCH_TARGET = re.compile(r"0x[0-9a-f]+")
+
+
+def mbarrier_wait_sites(ins) -> list[int]:
+    """The offset of each mbarrier wait of a kernel, one per wait loop in the source, not per try-wait instruction.
+    ptxas may compile a loop on mbarrier.try_wait into a first try-wait whose failure branches to an out-of-line
+    retry loop with a second try-wait (SYNCS.PHASECHK); that second one belongs to the same wait and is not
+    counted."""
+    ins = list(ins)
+    at = {i.offset: k for k, i in enumerate(ins)}
+    tries = [k for k, i in enumerate(ins) if matches(i.opcode, "SYNCS.PHASECHK")]
+    retries = set()
+    for k in tries:
+        nxt = ins[k + 1] if k + 1 < len(ins) else None
+        if nxt is None or not matches(nxt.opcode, "BRA"):
+            continue
+        target = next((int(o, 16) for o in nxt.operands if _BRANCH_TARGET.fullmatch(o)), None)
+        if target not in at:
+            continue
+        for m in range(at[target], min(at[target] + 4, len(ins))):       # the retry loop's first instructions
+            if matches(ins[m].opcode, "SYNCS.PHASECHK"):
+                if m != k:
+                    retries.add(m)
+                break
+    return [ins[k].offset for k in tries if k not in retries]
+
+
+def expect_mbarrier_waits(mod, kernel: str, least: int, why: str) -> list[int]:
+    """Raise SassMismatch (saying `why`) unless `kernel` has at least `least` mbarrier wait loops (counted by
+    mbarrier_wait_sites, so a wait compiled to a try-wait and its retry counts once). Returns their offsets."""
+    sites = mbarrier_wait_sites(instructions(mod, kernel)[kernel])
+    name = f"mbarrier waits in the SASS of kernel {kernel}"
+    if len(sites) < least:
+        found = ", ".join(f"{o:#06x}" for o in sites) or "none"
+        msg = (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: {len(sites)} mbarrier wait(s) "
+               f"(SYNCS.PHASECHK at {found}, each with its retry loop); expected at least {least}: {why}")
+        hooks.failed(name, msg)
+        raise SassMismatch(msg)
+    hooks.passed(name, f"{len(sites)} wait(s)")
+    return sites
+
+
 def highlight(sass: str, *patterns: str, context: int = 2, limit: int = 40) -> str:
     """The lines of `sass` that hold `patterns`, with `context` lines around, marked with '>>'."""
     lines = sass.splitlines()
