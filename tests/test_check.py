@@ -78,3 +78,32 @@ def test_placeholder_array_without_gpu_is_skipped_not_passed():
     out = fb.empty((4, 4))
     r = fb.check(out, np.ones((4, 4)))
     assert isinstance(r, fb.Skipped) and not r and "needs a GPU" in str(r)
+
+
+def test_a_device_array_of_the_wrong_shape_or_a_float32_reference_fails_on_every_machine():
+    """The shape and dtype of a device array are known without a GPU: check says what is wrong before any skip."""
+    with pytest.raises(fb.CheckFailed, match=r"shape \(10,\) but the reference has \(12,\)"):
+        fb.check(fb.empty(10, np.float32), np.ones(12))
+    with pytest.raises(fb.CheckFailed, match="compute it in float64"):
+        fb.check(fb.empty(10, np.float32), np.ones(10, np.float32))
+    with pytest.raises(fb.CheckFailed, match="cannot compare an output of dtype"):
+        fb.check(fb.empty(3, np.complex64), np.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint32, np.float32, fb.bfloat16])
+def test_random_data_has_no_zeros_in_any_dtype(dtype):
+    x = fb.random(4096, dtype, seed=1)
+    assert x.dtype == np.dtype(dtype) and not (x.astype(np.float64) == 0).any()
+    assert len(np.unique(x.astype(np.float64))) > 50           # random, not a constant
+
+
+def test_random_floats_are_the_seeded_uniform_draw():
+    """Kept as before for floats: a seed gives the same inputs, so recorded runs stay comparable."""
+    want = np.random.default_rng(5).uniform(-1, 1, size=(3, 4)).astype(np.float32)
+    assert np.array_equal(fb.random((3, 4), np.float32, seed=5), want)
+
+
+@pytest.mark.parametrize("shape", [-1, (3, -2), 2.5, (4, 1.0)])
+def test_empty_refuses_a_size_that_is_not_a_whole_number(shape):
+    with pytest.raises(ValueError, match="whole number >= 0"):
+        fb.empty(shape, np.float32)

@@ -71,25 +71,33 @@ def _with_recorded(skip: Skipped, name: str) -> Skipped:
     return skip
 
 
+def _compatible(shape, dtype, ref: np.ndarray, name: str):
+    """Raise CheckFailed when an output of this shape and dtype cannot be compared with `ref`."""
+    dtype = np.dtype(dtype)
+    if tuple(shape) != ref.shape:
+        raise CheckFailed(f"{name}: output has shape {tuple(shape)} but the reference has {ref.shape}")
+    if ref.dtype.kind == "f" and ref.dtype != np.float64:
+        raise CheckFailed(f"{name}: the reference is {ref.dtype}; compute it in float64 "
+                          "(e.g. a.astype(np.float64) @ b.astype(np.float64)) so that it is the exact one")
+    if dtype.kind not in "fiubV" and dtype.name != "bfloat16":
+        raise CheckFailed(f"{name}: cannot compare an output of dtype {dtype}")
+
+
 def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True, show: int = 5):
     """Compare `out` with the float64 reference `ref`. Returns a CheckResult (or a Skipped, which carries what a
     GPU run recorded for this check when the course's results/ has it)."""
     from .memory import DeviceArray
     if isinstance(out, Skipped):
         return _with_recorded(out, name)
+    ref = np.asarray(ref)
+    # The shapes and dtypes are known without a GPU: a mistake in them is said on every machine, before any skip.
+    _compatible(tuple(out.shape) if isinstance(out, DeviceArray) else np.shape(out),
+                out.dtype if isinstance(out, DeviceArray) else np.asarray(out).dtype, ref, name)
     if isinstance(out, DeviceArray):
         if not out.on_gpu:
             return _with_recorded(Skipped("needs a GPU, this machine has none", name), name)
         out = out.to_host()
     out = np.asarray(out)
-    ref = np.asarray(ref)
-    if out.shape != ref.shape:
-        raise CheckFailed(f"{name}: output has shape {out.shape} but the reference has {ref.shape}")
-    if ref.dtype.kind == "f" and ref.dtype != np.float64:
-        raise CheckFailed(f"{name}: the reference is {ref.dtype}; compute it in float64 "
-                          "(e.g. a.astype(np.float64) @ b.astype(np.float64)) so that it is the exact one")
-    if out.dtype.kind not in "fiubV" and out.dtype.name != "bfloat16":
-        raise CheckFailed(f"{name}: cannot compare an output of dtype {out.dtype}")
     limit = tolerance_for(out.dtype, tol)
     unwritten = _poisoned(out) if out.dtype.itemsize > 1 else np.zeros(out.shape, bool)
     if out.dtype.kind in "iu":

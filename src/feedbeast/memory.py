@@ -130,6 +130,11 @@ def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
     """Uninitialised device memory, poisoned unless told otherwise."""
     dtype = np.dtype(dtype)
     shape = (shape,) if np.isscalar(shape) else tuple(shape)
+    bad = [n for n in shape if not isinstance(n, (int, np.integer)) or n < 0]
+    if bad:
+        raise ValueError(f"empty: shape {shape}: each size must be a whole number >= 0, not {bad[0]!r} "
+                         "(use // for a size computed by division)")
+    shape = tuple(int(n) for n in shape)
     nbytes = int(np.prod(shape)) * dtype.itemsize
     if gpu() is None:
         return DeviceArray(shape, dtype, None)
@@ -234,7 +239,23 @@ def sync():
     _check((err,))
 
 
-def random(shape, dtype=np.float32, *, seed=None, low=-1.0, high=1.0) -> np.ndarray:
-    """Random host data (never zeros): uniform in [low, high), rounded to `dtype`."""
+def random(shape, dtype=np.float32, *, seed=None, low=None, high=None) -> np.ndarray:
+    """Random host data, never zero: uniform in [low, high), rounded to `dtype`. By default floats lie in [-1, 1)
+    and integers in [-100, 100) ([1, 100) unsigned). A value that rounds to zero (a tiny float in fp8, a 0 drawn
+    as an integer) is drawn again, so a kernel that skips an element cannot pass by the zero it left behind."""
+    dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
-    return rng.uniform(low, high, size=shape).astype(dtype)
+    if dtype.kind in "iub":
+        lo = int(low) if low is not None else (1 if dtype.kind in "ub" else -100)
+        hi = int(high) if high is not None else (2 if dtype.kind == "b" else 100)
+        draw = lambda n: rng.integers(lo, hi, size=n)          # noqa: E731
+    else:
+        lo, hi = (-1.0 if low is None else low), (1.0 if high is None else high)
+        draw = lambda n: rng.uniform(lo, hi, size=n)           # noqa: E731
+    out = np.asarray(draw(shape)).astype(dtype)
+    for _ in range(16):
+        zero = out == 0
+        if not zero.any():
+            return out
+        out[zero] = draw(int(zero.sum())).astype(dtype)
+    raise ValueError(f"random: [{lo}, {hi}) gives only zeros in {dtype}: pick a range with nonzero {dtype} values")
