@@ -276,6 +276,32 @@ def test_a_skipped_bench_carries_the_figures_recorded_for_it(monkeypatch, tmp_pa
     assert results.recorded_bench("ch02/sgemm/stages=2") is None   # only sizes stand in for each other
 
 
+def test_a_peak_without_a_gpu_is_a_skip_that_shows_the_peak_each_gpu_was_held_to(monkeypatch, tmp_path):
+    """Chapter 00 prints the four peaks; with no GPU each is a skip line with the peak and its arithmetic from each
+    GPU's latest benchmark bound by that resource (never 'unknown' with nothing to show)."""
+    from feedbeast.course import results
+    import feedbeast.device
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
+    monkeypatch.setattr(results, "course_results", lambda: None)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(fb.hooks, "recorded", None)
+    assert repr(fb.physical_peak("tensor")) == "skipped: tensor peak: needs a GPU, this machine has none"
+    from feedbeast import course
+    monkeypatch.setattr(fb.hooks, "recorded", course._recorded)
+    for value, how, time in ((1000.0, "old", "2026-11-01T00:00:00+00:00"),
+                             (1070.5, "132 SMs x 4096 flop/clock x 1.980 GHz", "2026-11-30T00:00:00+00:00")):
+        _record(tmp_path / "nvidia-h200", "bench.jsonl", name="ch00/cublas", bound="tensor", peak=value, peak_how=how,
+                gpu="NVIDIA H200", time=time)
+    _record(tmp_path / "nvidia-h200", "bench.jsonl", name="ch00/copy", bound="dram", peak=4814.3, peak_how="x",
+            gpu="NVIDIA H200")
+    p = fb.physical_peak("tensor")
+    assert p.skipped and p.value is None and not p.unit
+    assert repr(p) == ("skipped: tensor peak: needs a GPU, this machine has none; recorded on NVIDIA H200: "
+                       "1,070.5 TFLOP/s = 132 SMs x 4096 flop/clock x 1.980 GHz (results/nvidia-h200/, 2026-11-30)")
+    assert repr(fb.physical_peak("smem")) == "skipped: smem peak: needs a GPU, this machine has none"
+    assert not ceilings.physical_peak("tensor", H100).skipped
+
+
 def test_a_check_on_a_gpu_is_logged_and_its_skip_elsewhere_shows_it(monkeypatch, tmp_path):
     import numpy as np
     import feedbeast.device

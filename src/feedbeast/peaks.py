@@ -52,9 +52,12 @@ class PhysicalPeak:
     resource: str
     value: float | None      # GB/s for memories, TFLOP/s for pipes; None where no figure is known
     unit: str
-    how: str                 # the arithmetic, with this GPU's numbers
+    how: str                 # the arithmetic, with this GPU's numbers (with no GPU: why, and what a GPU recorded)
+    skipped: bool = False    # no GPU here: nothing to compute it from
 
     def __repr__(self):
+        if self.skipped:
+            return f"skipped: {self.resource} peak: {self.how}"
         if self.value is None:
             return f"{self.resource} peak: unknown ({self.how})"
         return f"{self.resource} peak: {self.value:,.1f} {self.unit} = {self.how}"
@@ -69,7 +72,10 @@ def physical_peak(resource: str, g=None) -> PhysicalPeak:
     if resource not in RESOURCES:
         raise ValueError(f"unknown resource {resource!r}: one of {', '.join(RESOURCES)}")
     if g is None:
-        return PhysicalPeak(resource, None, "", "no GPU here")
+        from . import hooks      # the course's results log, when installed: the peak a GPU run was held to
+        line = hooks.recorded_line("peak", resource)
+        return PhysicalPeak(resource, None, "", "needs a GPU, this machine has none" + (f"; {line}" if line else ""),
+                            skipped=True)
     ghz, sms, cc = g.sm_clock_mhz / 1e3, g.sm_count, tuple(g.cc)
     if resource == "dram":
         # Two transfers per memory clock on the whole bus: CUDA C++ Best Practices Guide, "Theoretical

@@ -57,7 +57,9 @@ def _recorded(kind: str, name: str) -> str | dict | list | None:
         return results.recorded_trace(name)
     if kind == "bench-records":     # each GPU's latest record of exactly this name (fb.plot_recorded)
         return results.recorded("bench", name)
-    raise ValueError(f"no recorded results of kind {kind!r}: bench, bench-records, check, profile or trace")
+    if kind == "peak":              # a resource's physical peak, as each GPU's latest benchmark bound by it gave it
+        return results.recorded_peak(name)
+    raise ValueError(f"no recorded results of kind {kind!r}: bench, bench-records, check, peak, profile or trace")
 
 
 def install() -> None:

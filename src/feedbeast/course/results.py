@@ -203,6 +203,26 @@ def recorded_bench(name: str) -> str | None:
     return "recorded on " + "; on ".join(parts) if parts else None
 
 
+def recorded_peak(resource: str) -> str | None:
+    """'recorded on <GPU>: <peak> = <its arithmetic> (results/<gpu>/, <date>); on ...' for a physical peak
+    ("dram", "tensor", ...): the peak each GPU's latest benchmark bound by that resource was held to, or None."""
+    latest = {}
+    for path in _recorded_logs("bench"):
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(r, dict) and r.get("bound") == resource and isinstance(r.get("peak"), (int, float)) \
+                    and isinstance(r.get("peak_how"), str):
+                latest[r.get("gpu", path.parent.name)] = (r, path.parent.name)
+    unit = "GB/s" if resource in ("dram", "l2", "smem") else "TFLOP/s"
+    parts = [f"{gpu}: {r['peak']:,.1f} {unit} = {r['peak_how']} (results/{folder}/"
+             + (f", {r['time'][:10]})" if isinstance(r.get("time"), str) else ")")
+             for gpu, (r, folder) in latest.items()]
+    return "recorded on " + "; on ".join(parts) if parts else None
+
+
 def recorded_check(name: str) -> str | None:
     """'<name> recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05; results/<gpu>/, <date>)' for a
     check of this name (for a tally: 'passed, <what it counted> (...)'), else of the same check at the sizes a GPU
