@@ -165,10 +165,11 @@ else
 	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
 	  -r requirements/hub.txt
 ifeq ($(CUDA),13)
-	@# compute-sanitizer's wheel serves only make sanitize: an index without it leaves it out, with a note
+	@# compute-sanitizer's wheel serves only make sanitize: an index without it leaves it out, with a note.
+	@# Its wheels are tagged manylinux_2_25 only.
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	  -r requirements/sanitize.txt || echo "compute-sanitizer's wheel is not in the bundle: make sanitize will use the \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -r requirements/sanitize.txt || echo "compute-sanitizer's wheel is not in the bundle: make sanitize will use the \
 	compute-sanitizer of a CUDA toolkit on the offline host (PATH, CUDA_HOME, /usr/local/cuda)"
 endif
 	@if command -v npm >/dev/null; then \
@@ -234,7 +235,9 @@ book: $(STAMP)
 SANITIZE_FLAGS ?=
 sanitize: $(STAMP)
 ifeq ($(ENV)-$(CUDA),venv-13)
-	$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/sanitize.txt
+	@$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/sanitize.txt || echo "make sanitize: compute-sanitizer's \
+	wheel could not be installed$(if $(WHEELS), from $(WHEELS)/): using the compute-sanitizer of a CUDA toolkit on this \
+	machine (PATH, CUDA_HOME, /usr/local/cuda)" >&2
 endif
 	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast sanitize $(SANITIZE_FLAGS) chapters solutions
 

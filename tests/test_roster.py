@@ -86,3 +86,19 @@ def test_the_first_failing_check_keeps_what_its_first_line_introduces():
     assert gist("CheckFailed: x: FAILED: relative error 7e-01\n  at (0, 1): got 1") == \
         "CheckFailed: x: FAILED: relative error 7e-01"
     assert gist("a:\n" + "b" * 300) == ("a: " + "b" * 300)[:160] and gist("") == ""
+
+
+def test_one_notebook_per_lab_is_graded_and_a_stray_copy_is_named_not_graded(tmp_path):
+    """A backup beside a lab (01-....bak.ipynb sorts after it) once replaced the lab's grade in the CSV; now the
+    notebook with the course's name is graded, or a lab's only notebook, and every other one is refused by name."""
+    from feedbeast.course.roster import _copy_labs
+    labs, dest = tmp_path / "labs", tmp_path / "dest"
+    labs.mkdir()
+    dest.mkdir()
+    for name in ("01-tiled-rowsum.ipynb", "01-tiled-rowsum.bak.ipynb", "02-mine.ipynb", "03-a.ipynb", "03-b.ipynb"):
+        (labs / name).write_text("{}")
+    copies, refused = _copy_labs(labs, dest, None, names={"01-tiled-rowsum.ipynb", "03-cp-async-rowsum.ipynb"})
+    assert [c.name for c in copies] == ["01-tiled-rowsum.ipynb", "02-mine.ipynb"]
+    assert any("01-tiled-rowsum.bak.ipynb" in r and "graded: 01-tiled-rowsum.ipynb" in r for r in refused), refused
+    assert any(r.startswith("lab 03: 2 notebooks (03-a.ipynb, 03-b.ipynb)") for r in refused), refused
+    assert len(refused) == 2

@@ -56,8 +56,16 @@ from .grade import HAZARD_LABS, gist, lab_of
 # Printed when the grader could not start as a learner: what the instructor can do about it.
 ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({python}): that interpreter and its "
                "environment must be readable and executable by every learner. Keep the course checkout outside a "
-               "private home (a 700 or 750 home blocks them), e.g. under /opt or /srv with `chmod -R a+rX`, or "
-               "grade with --as-me (learners' code then runs with your rights)")
+               "private home (a 700 or 750 home blocks them), e.g. under /opt or /srv with `chmod -R a+rX`; a venv's "
+               "python is a link to the Python it was made from, so that one must be within reach too (a pyenv "
+               "Python under /root is not: remove .venv and run make install PYTHON3=/usr/bin/python3). Or grade "
+               "with --as-me (learners' code then runs with your rights)")
+
+
+def _interpreter(python: str) -> str:
+    """The interpreter as a learner's process meets it: a venv's python and the file it links to."""
+    real = os.path.realpath(python)
+    return python if real == python else f"{python}, a link to {real}"
 
 
 def learners(homes: Path, subdir: str) -> dict[str, Path]:
@@ -70,11 +78,29 @@ def learners(homes: Path, subdir: str) -> dict[str, Path]:
     return found
 
 
-def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None) -> tuple[list[Path], list[str]]:
-    """Copy the regular .ipynb files of `labs` into `dest` without following links."""
+def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None, names=()) -> tuple[list[Path], list[str]]:
+    """Copy the regular .ipynb files of `labs` into `dest` without following links. One notebook per lab: where
+    a lab has several (a copy, a backup), the one with the course's name (`names`) is graded, or the only one;
+    the others are refused, by name, so that no grade comes from a file the learner did not mean."""
     copies, refused = [], []
-    for entry in sorted(os.scandir(labs), key=lambda e: e.name):
-        if not entry.name.endswith(".ipynb") or (wanted and entry.name[:2] not in wanted):
+    entries = sorted((e for e in os.scandir(labs) if e.name.endswith(".ipynb")
+                      and not (wanted and e.name[:2] not in wanted)), key=lambda e: e.name)
+    by_lab: dict[str, list] = {}
+    for e in entries:
+        by_lab.setdefault(e.name[:2], []).append(e)
+    keep = set()
+    for lab, group in by_lab.items():
+        own = [e for e in group if e.name in names]
+        if own or len(group) == 1:
+            keep.add((own or group)[0].name)
+            continue
+        refused.append(f"lab {lab}: {len(group)} notebooks ({', '.join(e.name for e in group)}) and none named as the "
+                       "course names it: not graded; keep one, named as in the course's labs/")
+    for entry in entries:
+        if entry.name not in keep:
+            if entry.name[:2] in {k[:2] for k in keep}:
+                refused.append(f"{entry.name}: another notebook of lab {entry.name[:2]}: not graded "
+                               f"(graded: {next(k for k in keep if k[:2] == entry.name[:2])})")
             continue
         if not entry.is_file(follow_symlinks=False):
             refused.append(f"{entry.name}: not a regular file (a link?): not graded")
@@ -106,7 +132,7 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
     solutions = Path(solutions) if solutions else find_course() / "solutions"
     with tempfile.TemporaryDirectory(prefix=f"fb-roster-{name}-") as tmp:
         tmp = Path(tmp)
-        copies, refused = _copy_labs(labs, tmp, wanted)
+        copies, refused = _copy_labs(labs, tmp, wanted, names={p.name for p in solutions.glob("*.ipynb")})
         if not copies:
             return {"learner": name, "exit": 1, "labs": [], "refused": refused, "seconds": 0.0,
                     "error": f"no lab notebook in {labs}"}
@@ -132,13 +158,13 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
             doc = {"learner": name, "exit": 1, "labs": [],
                    "error": f"could not start the grader{who}: {e}"}
             if ids:     # as the learner: most likely the course's Python is out of their reach
-                doc["hint"] = ACCESS_HINT.format(python=cmd[0])
+                doc["hint"] = ACCESS_HINT.format(python=_interpreter(cmd[0]))
         except json.JSONDecodeError:
             tail = (r.stderr or r.stdout).strip().splitlines()[-5:]
             doc = {"learner": name, "exit": 1, "labs": [],
                    "error": f"the grader gave no report (exit {r.returncode}): " + " | ".join(tail)}
             if ids and any(s in r.stderr for s in ("Permission denied", "No module named 'feedbeast'")):
-                doc["hint"] = ACCESS_HINT.format(python=cmd[0])   # it started, but the course is out of reach
+                doc["hint"] = ACCESS_HINT.format(python=_interpreter(cmd[0]))   # it started, but the course is out of reach
         if "error" in doc:      # handed in, not graded: these labs' rows say error, not missing
             doc["ungraded"] = sorted({lab_of(c) for c in copies})
         doc["learner"] = name
