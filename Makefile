@@ -20,6 +20,8 @@ NB_TIMEOUT ?= 900
 export FEEDBEAST_HOOKS ?= feedbeast.course
 
 PYVER = import sys; print("%d.%d" % sys.version_info[:2])
+# Which Python: its version and the interpreter a venv of it links to (a venv's python is a link to its base)
+PYID = import os, sys; print("%d.%d" % sys.version_info[:2], os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
 ifeq ($(ENV),current)
 PYTHON  := $(PYTHON3)
 STAMP   := $(if $(WHEELS),bundle-into-current,)
@@ -30,10 +32,10 @@ else
 PYTHON  := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-cu$(CUDA)
 PIP_ENV :=
-# A .venv made by another Python than PYTHON3 (or one whose Python no longer runs) is made again: venv would keep
-# its interpreter, and the stamp knows only the requirements.
+# A .venv made by another Python than PYTHON3 (another version or another interpreter, or one that no longer runs)
+# is made again: venv would keep its interpreter, and the stamp knows only the requirements.
 ifneq ($(wildcard $(VENV)),)
-ifneq ($(shell $(VENV)/bin/python -c '$(PYVER)' 2>/dev/null),$(shell $(PYTHON3) -c '$(PYVER)' 2>/dev/null))
+ifneq ($(shell $(VENV)/bin/python -c '$(PYID)' 2>/dev/null),$(shell $(PYTHON3) -c '$(PYID)' 2>/dev/null))
 $(shell rm -f $(VENV)/.installed-cu*)
 endif
 endif
@@ -64,7 +66,12 @@ install: $(STAMP)
 # an update of the course it is installed again over the one before (--force-reinstall).
 COURSE_WHEEL = $(wildcard $(WHEELS)/feedbeast-*.whl)
 bundle-into-current:
-	$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl
+	@$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl || { have=$$($(PYTHON) -c '$(PYVER)'); \
+	  echo "make install ENV=current: pip could not install $(WHEELS_DIR)/ into $(PYTHON) (Python $$have)" >&2; \
+	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
+	  [ -z "$(BUNDLE_PY)" ] || [ "$$have" = "$(BUNDLE_PY)" ] || echo "  its wheels are for Python $(BUNDLE_PY): \
+	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have SET=notebook)" >&2; \
+	  exit 1; }
 	$(if $(COURSE_WHEEL),$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps --force-reinstall $(COURSE_WHEEL))
 
 # The notebooks' kernel, "Feeding the Beast", installed into the environment (not into your home): make install
@@ -75,7 +82,7 @@ KERNELSPEC = -m ipykernel install --sys-prefix --name feedbeast --display-name "
 # A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
 # A bundle holds the wheels of one Python version, so a failed offline install names the version.
 $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
-	@want=$$($(PYTHON3) -c '$(PYVER)'); have=$$($(VENV)/bin/python -c '$(PYVER)' 2>/dev/null || echo none); \
+	@want=$$($(PYTHON3) -c '$(PYID)'); have=$$($(VENV)/bin/python -c '$(PYID)' 2>/dev/null || echo none); \
 	  if [ -e $(VENV) ] && [ "$$have" != "$$want" ]; then \
 	  echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again"; rm -rf $(VENV); fi
 	$(PYTHON3) -m venv $(VENV)
@@ -85,7 +92,7 @@ $(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt
 	  echo "make: pip could not install the pinned requirements into $(VENV) (Python $$have)$(if $(WHEELS),$(comma) from $(WHEELS_DIR)/)" >&2; \
 	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
 	  $(if $(WHEELS),[ -z "$(BUNDLE_PY)" ] || [ "$$have" = "$(BUNDLE_PY)" ] || echo "  its wheels are for Python $(BUNDLE_PY): \
-	  pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have)" >&2; \
+	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have)" >&2; \
 	  $(if $(NOTEBOOK_BUNDLE),echo "  $(NOTEBOOK_BUNDLE_HINT)" >&2;)) exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	$(VENV)/bin/python $(KERNELSPEC)
@@ -194,7 +201,9 @@ endif
 # offline from the copy make wheelhouse packs (WHEELS=dir: dir/workshop/node_modules.tar.gz).
 workshop: $(STAMP)
 	@$(if $(NOTEBOOK_BUNDLE),echo "make workshop: $(NOTEBOOK_BUNDLE_HINT)" >&2; exit 1)
-	$(PIP_ENV) $(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/hub.txt
+	@$(PIP_ENV) $(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/hub.txt || { echo "make workshop: pip could \
+	not install the hub (requirements/hub.txt)$(if $(WHEELS), from $(WHEELS_DIR)/: $(or $(NO_WHEELS_HINT),the bundle \
+	lacks it: bring the full bundle of make wheelhouse))" >&2; exit 1; }
 	@if [ -n "$(WHEELS)" ] && [ -f "$(WHEELS)/workshop/node_modules.tar.gz" ]; then \
 	  echo "workshop/node_modules from $(WHEELS)/workshop/node_modules.tar.gz"; \
 	  rm -rf workshop/node_modules && tar -xzf "$(WHEELS)/workshop/node_modules.tar.gz" -C workshop; \

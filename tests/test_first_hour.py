@@ -253,6 +253,11 @@ def test_a_notebook_bundle_where_the_full_one_is_needed_is_named(tmp_path):
     nothing = dry("install", f"{tmp_path / 'none'}/", f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
     assert f"{tmp_path / 'none'}/ holds no wheels" in nothing and "notebook bundle" not in nothing, nothing
     assert f"{notebook}// " not in dry("lab", f"{notebook}/", "ENV=current", f"PYTHON3={sys.executable}")
+    # the GPU image's path (ENV=current) names the bundle's Python too, and the hub's install an empty folder
+    current = " ".join(dry("install", notebook, "ENV=current", f"PYTHON3={sys.executable}").replace("\\\n", " ").split())
+    assert "its wheels are for Python 3.99: pass PYTHON3=python3.99" in current and "SET=notebook" in current, current
+    hub = dry("workshop", f"{tmp_path / 'none'}", "ENV=current", f"PYTHON3={sys.executable}")
+    assert f"{tmp_path / 'none'}/ holds no wheels" in hub, hub
 
 
 def test_gpu_image_whose_python_is_a_venv_gets_the_bundle(tmp_path):
