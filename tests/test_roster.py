@@ -85,7 +85,11 @@ def test_the_first_failing_check_keeps_what_its_first_line_introduces():
                                          "sm_75: missing LDG.E.128, STG.E.128")
     assert gist("CheckFailed: x: FAILED: relative error 7e-01\n  at (0, 1): got 1") == \
         "CheckFailed: x: FAILED: relative error 7e-01"
-    assert gist("a:\n" + "b" * 300) == ("a: " + "b" * 300)[:160] and gist("") == ""
+    assert gist("a:\n" + "b" * 300) == ("a: " + "b" * 300)[:157] + "..." and gist("") == ""
+    long = "your part is not written yet (lab.cu line 36): write it in place of each line " * 3
+    cut = gist(long)
+    assert len(cut) <= 160 and cut.endswith("...") and long.startswith(cut[:-3]), cut
+    assert long[len(cut) - 3] == " ", cut           # cut at a word, and marked
 
 
 def test_one_notebook_per_lab_is_graded_and_a_stray_copy_is_named_not_graded(tmp_path):

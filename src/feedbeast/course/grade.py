@@ -820,14 +820,18 @@ KERNEL_DECL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?voi
 
 def gist(message: str, limit: int = 160) -> str:
     """A failure's message on one line: its first line, and while that ends in ':' the lines it introduces
-    ('SASS of kernel k for sm_90a:' + 'missing LDG.E.128'), at most `limit` characters."""
+    ('SASS of kernel k for sm_90a:' + 'missing LDG.E.128'), at most `limit` characters, cut at a word with '...'."""
     lines = [ln.strip() for ln in (message or "").strip().splitlines() if ln.strip()]
     out = lines[0] if lines else ""
     for ln in lines[1:]:
         if not out.endswith(":") or len(out) >= limit:
             break
         out += " " + ln
-    return out[:limit]
+    if len(out) <= limit:
+        return out
+    cut = out[:limit - 3]
+    word = cut.rfind(" ")
+    return (cut[:word] if word >= limit - 40 else cut) + "..."      # at a word, unless the word is very long
 
 
 def expand(patterns) -> list[Path]:
