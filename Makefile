@@ -216,6 +216,13 @@ workshop: $(STAMP)
 	@command -v node >/dev/null || { echo "make workshop: the proxy is in workshop/node_modules, but no node is on \
 	PATH and the hub cannot start without it: install Node.js 20 before the room goes offline (the OS's nodejs package, \
 	or the Linux tarball from nodejs.org unpacked with its bin/ on PATH)" >&2; exit 1; }
+	@# configurable-http-proxy's package.json asks for node >= 20; Debian 12 and Ubuntu 24.04 ship 18
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || { echo "make workshop: node \
+	$$(node --version) is too old for the proxy (configurable-http-proxy needs Node.js 20 or newer): install Node.js 20 \
+	(the Linux tarball from nodejs.org, unpacked with its bin/ on PATH; docs/instructors.md)" >&2; exit 1; }
+	@echo "make workshop: the hub is ready; start it as root from a folder for its state (docs/instructors.md, \
+	A workshop room on one server): python -m jupyterhub -f $(CURDIR)/workshop/jupyterhub_config.py, with \
+	workshop/node_modules/.bin on PATH"
 
 # The offline bundle (wheelhouse/) stays: on a host without internet it cannot be made again.
 clean:
