@@ -269,6 +269,10 @@ def test_parameters_come_from_the_cubin_without_a_gpu():
     (lambda m, y: m.takes.launch(16, 32, y, y, 1.0, 4, cluster=16), "portable cluster size"),
     (lambda m, y: m.takes.launch(1, 32, y, y, 1.0, 4, shared=-1), "shared=-1"),
     (lambda m, y: m.with_map.launch(1, 32, y, y), "a device array is a pointer \\(8 B\\) but the parameter is 128 B"),
+    # a float for `int n` (n / 4 for n // 4) would be read as the float's bits: a huge count
+    (lambda m, y: m.takes.launch(1, 32, y, y, 1.0, 4096 / 4), r"argument 3 \(int n\): 1024.0 is a float and the "
+                                                               r"parameter an integer: pass an int"),
+    (lambda m, y: m.takes.launch(1, 32, y, y, 2, 4), None),         # an int for `float a` is 2.0 (below)
 ])
 def test_launch_arguments_are_checked_before_the_skip(call, message):
     mod = fb.compile(LAUNCH_CHECKS, "sm_90a")
@@ -279,6 +283,18 @@ def test_launch_arguments_are_checked_before_the_skip(call, message):
         return
     with pytest.raises(fb.LaunchError, match=message):
         call(mod, y)
+
+
+def test_a_python_int_for_a_float_parameter_is_passed_as_that_float():
+    """Before, 2 for `float a` went in as the int's bits (2.8e-45); the declaration says float, so 2.0 goes in."""
+    from feedbeast.memory import DeviceArray
+    mod = fb.compile(LAUNCH_CHECKS, "sm_90a")
+    assert mod.takes.declared == ["float* y", "const float* x", "float a", "int n"]
+    y = DeviceArray(4, np.float32, 0x7000_0000, owner=False)        # an address: nothing is launched
+    _buf, ptrs = mod.takes._pack((y, y, 2, 4))
+    import ctypes
+    assert ctypes.c_float.from_address(ptrs[2]).value == 2.0 and ctypes.c_int.from_address(ptrs[3]).value == 4
+    assert mod.with_map.declared == ["const __grid_constant__ TensorMap t", "float* y"]
 
 
 def test_clusters_need_sm90():

@@ -18,6 +18,7 @@ skipped. Each limit below names its source: the CUDA C++ Programming Guide ("Com
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 
 import numpy as np
@@ -126,6 +127,7 @@ class Kernel:
         self.name = name
         self._fn = None
         self._params = None
+        self._declared = False      # the parameters' declarations, read from the source on first use
         self._limits = None
         self._dyn_limit = 0
 
@@ -165,13 +167,28 @@ class Kernel:
         from cuda.bindings import driver
         return _check(driver.cuFuncGetAttribute(getattr(driver.CUfunction_attribute, a), self._fn))
 
+    @property
+    def declared(self) -> list[str] | None:
+        """Each parameter's declaration as the source writes it ('int n', 'const float* x'), or None where the
+        source does not show them plainly (no source, a macro or template in the way)."""
+        if self._declared is False:
+            decls = declared_params(getattr(self.module, "source", "") or "", self.name)
+            self._declared = decls if decls is not None and len(decls) == len(self.params) else None
+        return self._declared
+
+    def _what(self, i) -> str:
+        decls = self.declared
+        return f"{self.name} argument {i}" + (f" ({decls[i]})" if decls else "")
+
     def check_args(self, args):
         """Count and kind of every argument against the kernel's parameters; raises LaunchError."""
         params = self.params
         if len(args) != len(params):
             raise LaunchError(f"{self.name} takes {len(params)} arguments, got {len(args)}")
+        decls = self.declared
         for i, (arg, (_offset, size)) in enumerate(zip(args, params)):
-            _arg_bytes(arg, size, f"{self.name} argument {i}", check_only=True)
+            _arg_bytes(_as_declared(arg, decls[i] if decls else None, self._what(i)), size, self._what(i),
+                       check_only=True)
 
     def _pack(self, args):
         # cuLaunchKernelEx takes one pointer per parameter and copies `size` bytes from each: every value
@@ -181,8 +198,9 @@ class Kernel:
         buf = ctypes.create_string_buffer(sum(slots) + 64)
         at = (ctypes.addressof(buf) + 63) // 64 * 64
         ptrs = (ctypes.c_void_p * max(len(args), 1))()
+        decls = self.declared
         for i, (arg, (_offset, size), slot) in enumerate(zip(args, params, slots)):
-            data = _arg_bytes(arg, size, f"{self.name} argument {i}")
+            data = _arg_bytes(_as_declared(arg, decls[i] if decls else None, self._what(i)), size, self._what(i))
             ctypes.memmove(at, data, size)
             ptrs[i] = at
             at += slot
@@ -345,6 +363,51 @@ class Launch:
     def __repr__(self):
         return (f"<launch of {self.kernel.name}: grid {self.grid}, block {self.block}, shared {self.shared} B"
                 f"{f', cluster {self.cluster}' if self.cluster else ''}>")
+
+
+_INTEGER_WORDS = re.compile(r"\b(int|unsigned|signed|long|short|char|bool|size_t|ptrdiff_t|u?int(8|16|32|64)_t|[iu](8|16|32|64))\b")
+_FLOAT_TYPE = re.compile(r"^(const\s+)?(float|double)\b")
+
+
+def declared_params(source: str, name: str) -> list[str] | None:
+    """The declarations of kernel `name`'s parameters in `source` (`extern "C" __global__ void name(...)`), split at
+    the top-level commas, comments dropped; None when the declaration is not found."""
+    m = re.search(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+                  + re.escape(name) + r"\s*\(", source)
+    if m is None:
+        return None
+    depth, out, cur = 1, [], ""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source[m.end():], flags=re.S)
+    for ch in text:
+        if ch in "([<":
+            depth += 1
+        elif ch in ")]>":
+            depth -= 1
+            if depth == 0:
+                break
+        if ch == "," and depth == 1:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    else:
+        return None
+    out.append(cur)
+    decls = [" ".join(d.split()) for d in out]
+    return [] if decls == [""] or decls == ["void"] else decls
+
+
+def _as_declared(arg, decl: str | None, what: str):
+    """A Python number made to fit its declared parameter: an int for a float or double is that value in
+    floating point, a float for an integer parameter is refused (its bits would be read as a huge integer)."""
+    if decl is None or "*" in decl or "&" in decl or isinstance(arg, bool):
+        return arg
+    if isinstance(arg, float) and _INTEGER_WORDS.search(decl):
+        raise LaunchError(f"{what}: {arg!r} is a float and the parameter an integer: pass an int "
+                          f"(n // 4, not n / 4; int(x) where a float is meant)")
+    if isinstance(arg, int) and _FLOAT_TYPE.match(decl):
+        return float(arg)
+    return arg
 
 
 def _is_tensor_map(arg):
