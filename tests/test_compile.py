@@ -42,6 +42,8 @@ def test_expect_sass_names_the_missing_instruction():
         mod.expect_sass(kernel="stage", forbid=("LDGSTS",))
     hist = mod.histogram("stage")
     assert hist["LDGSTS.E.BYPASS.128.ZFILL"] + hist["LDGSTS.E.BYPASS.128"] >= 1
+    with pytest.raises(fb.SassMismatch, match=r"missing ldgsts\n  \(SASS opcodes are upper case: LDGSTS is there\)"):
+        mod.expect_sass("ldgsts", kernel="stage")
 
 
 def test_sass_text_and_highlight():

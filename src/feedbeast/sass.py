@@ -259,6 +259,9 @@ def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = ()
         msg = [f"{todo}SASS of {where}{f' for {arch}' if arch else ''}:"]
         if missing:
             msg.append(f"  missing {', '.join(missing)}")
+            cased = [p for p in missing if p != p.upper() and any(matches(op, p.upper()) for op in hist)]
+            if cased:       # SASS mnemonics are upper case: 'ldg' matches nothing, 'LDG' matches LDG.E
+                msg.append(f"  (SASS opcodes are upper case: {', '.join(p.upper() for p in cased)} is there)")
         if present:
             msg.append(f"  should not contain {', '.join(present)}")
         top = ", ".join(f"{op}×{n}" for op, n in hist.most_common(12))
