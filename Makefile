@@ -252,7 +252,7 @@ SANITIZE_FLAGS ?=
 sanitize: $(STAMP)
 ifeq ($(ENV)-$(CUDA),venv-13)
 	@$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/sanitize.txt || echo "make sanitize: compute-sanitizer's \
-	wheel could not be installed$(if $(WHEELS), from $(WHEELS)/): using the compute-sanitizer of a CUDA toolkit on this \
+	wheel could not be installed$(if $(WHEELS), from $(WHEELS_DIR)/): using the compute-sanitizer of a CUDA toolkit on this \
 	machine (PATH, CUDA_HOME, /usr/local/cuda)" >&2
 endif
 	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast sanitize $(SANITIZE_FLAGS) chapters solutions

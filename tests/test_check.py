@@ -97,6 +97,20 @@ def test_random_data_has_no_zeros_in_any_dtype(dtype):
     assert len(np.unique(x.astype(np.float64))) > 50           # random, not a constant
 
 
+def test_random_integers_take_every_nonzero_value_of_their_range_alike():
+    x = fb.random(200_000, np.int8, low=-2, high=3, seed=1)
+    values, counts = np.unique(x, return_counts=True)
+    assert values.tolist() == [-2, -1, 1, 2] and counts.min() > 0.9 * counts.max()
+    assert np.unique(fb.random(100_000, np.int32, low=0, high=2)).tolist() == [1]     # 0 is never drawn
+    for kw, says in ((dict(low=0, high=1), "holds no nonzero integer"),):
+        with pytest.raises(ValueError, match=says):
+            fb.random(3, np.int32, **kw)
+    with pytest.raises(ValueError, match="no negative values"):
+        fb.random(3, np.uint8, low=-5)
+    with pytest.raises(ValueError, match="all True"):
+        fb.random(3, bool)
+
+
 def test_random_floats_are_the_seeded_uniform_draw():
     """Kept as before for floats: a seed gives the same inputs, so recorded runs stay comparable."""
     want = np.random.default_rng(5).uniform(-1, 1, size=(3, 4)).astype(np.float32)

@@ -177,8 +177,11 @@ class Kernel:
         return self._declared
 
     def _what(self, i) -> str:
-        decls = self.declared
-        return f"{self.name} argument {i}" + (f" ({decls[i]})" if decls else "")
+        if getattr(self, "_whats", None) is None:      # built once: a launch stays cheap
+            decls = self.declared
+            self._whats = [f"{self.name} argument {j}" + (f" ({decls[j]})" if decls else "")
+                           for j in range(len(self.params))]
+        return self._whats[i]
 
     def check_args(self, args):
         """Count and kind of every argument against the kernel's parameters; raises LaunchError."""
@@ -365,48 +368,63 @@ class Launch:
                 f"{f', cluster {self.cluster}' if self.cluster else ''}>")
 
 
-_INTEGER_WORDS = re.compile(r"\b(int|unsigned|signed|long|short|char|bool|size_t|ptrdiff_t|u?int(8|16|32|64)_t|[iu](8|16|32|64))\b")
-_FLOAT_TYPE = re.compile(r"^(const\s+)?(float|double)\b")
+_INTEGER_TYPE = re.compile(r"\b(int|unsigned|signed|long|short|char|size_t|ptrdiff_t|u?int(8|16|32|64)_t|[iu](8|16|32|64))\b")
+_FLOAT_TYPE = re.compile(r"\b(float|double)\b")
 
 
 def declared_params(source: str, name: str) -> list[str] | None:
-    """The declarations of kernel `name`'s parameters in `source` (`extern "C" __global__ void name(...)`), split at
-    the top-level commas, comments dropped; None when the declaration is not found."""
-    m = re.search(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
-                  + re.escape(name) + r"\s*\(", source)
-    if m is None:
-        return None
-    depth, out, cur = 1, [], ""
-    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source[m.end():], flags=re.S)
-    for ch in text:
-        if ch in "([<":
-            depth += 1
-        elif ch in ")]>":
-            depth -= 1
-            if depth == 0:
-                break
-        if ch == "," and depth == 1:
-            out.append(cur)
-            cur = ""
+    """The declarations of kernel `name`'s parameters in `source` (`extern "C" __global__ void name(...)`, with
+    whatever stands between: `__launch_bounds__(...)`, preprocessor lines), split at the top-level commas, comments
+    dropped; None when no such declaration is found."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    for m in re.finditer(r"\b" + re.escape(name) + r"\s*\(", text):
+        head = text[:m.start()]
+        head = head[max(head.rfind(";"), head.rfind("}"), head.rfind("{")) + 1:]   # this declaration's own start
+        if "__global__" not in head or not re.search(r"\bvoid\b", head):
+            continue
+        depth, out, cur = 1, [], ""
+        for ch in text[m.end():]:
+            if ch in "([<":
+                depth += 1
+            elif ch in ")]>":
+                depth -= 1
+                if depth == 0:
+                    break
+            if ch == "," and depth == 1:
+                out.append(cur)
+                cur = ""
+            else:
+                cur += ch
         else:
-            cur += ch
-    else:
-        return None
-    out.append(cur)
-    decls = [" ".join(d.split()) for d in out]
-    return [] if decls == [""] or decls == ["void"] else decls
+            return None
+        out.append(cur)
+        decls = [" ".join(d.split()) for d in out]
+        return [] if decls in ([""], ["void"]) else decls
+    return None
+
+
+def _declared_type(decl: str) -> str:
+    """The type part of a parameter declaration: 'const int n' -> 'const int' (the name may be any word)."""
+    words = decl.replace("*", " * ").replace("&", " & ").split()
+    return " ".join(words[:-1]) if len(words) > 1 and re.fullmatch(r"[A-Za-z_]\w*", words[-1]) else decl
 
 
 def _as_declared(arg, decl: str | None, what: str):
-    """A Python number made to fit its declared parameter: an int for a float or double is that value in
-    floating point, a float for an integer parameter is refused (its bits would be read as a huge integer)."""
-    if decl is None or "*" in decl or "&" in decl or isinstance(arg, bool):
+    """A number made to fit its declared parameter: an int for a float or double is that value in floating point,
+    a float for an integer parameter is refused (its bits would be read as a huge integer)."""
+    if decl is None or isinstance(arg, (bool, np.bool_)):
         return arg
-    if isinstance(arg, float) and _INTEGER_WORDS.search(decl):
+    kind = _declared_type(decl)
+    if "*" in kind or "&" in kind:
+        return arg
+    if isinstance(arg, (float, np.floating)) and _INTEGER_TYPE.search(kind) and not _FLOAT_TYPE.search(kind):
         raise LaunchError(f"{what}: {arg!r} is a float and the parameter an integer: pass an int "
                           f"(n // 4, not n / 4; int(x) where a float is meant)")
-    if isinstance(arg, int) and _FLOAT_TYPE.match(decl):
-        return float(arg)
+    if isinstance(arg, (int, np.integer)) and _FLOAT_TYPE.search(kind) and not _INTEGER_TYPE.search(kind):
+        try:
+            return float(arg)
+        except OverflowError:
+            raise LaunchError(f"{what}: {arg} is too large for a floating-point parameter") from None
     return arg
 
 

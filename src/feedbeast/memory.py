@@ -241,21 +241,29 @@ def sync():
 
 def random(shape, dtype=np.float32, *, seed=None, low=None, high=None) -> np.ndarray:
     """Random host data, never zero: uniform in [low, high), rounded to `dtype`. By default floats lie in [-1, 1)
-    and integers in [-100, 100) ([1, 100) unsigned). A value that rounds to zero (a tiny float in fp8, a 0 drawn
-    as an integer) is drawn again, so a kernel that skips an element cannot pass by the zero it left behind."""
+    and integers in [-100, 100) ([1, 100) unsigned); an integer range that holds 0 gives each nonzero value in it
+    alike, and a float that rounds to zero (a tiny value in fp8) is drawn again, so a kernel that skips an element
+    cannot pass by the zero it left behind."""
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
-    if dtype.kind in "iub":
-        lo = int(low) if low is not None else (1 if dtype.kind in "ub" else -100)
-        hi = int(high) if high is not None else (2 if dtype.kind == "b" else 100)
-        draw = lambda n: rng.integers(lo, hi, size=n)          # noqa: E731
-    else:
-        lo, hi = (-1.0 if low is None else low), (1.0 if high is None else high)
-        draw = lambda n: rng.uniform(lo, hi, size=n)           # noqa: E731
-    out = np.asarray(draw(shape)).astype(dtype)
+    if dtype.kind == "b":
+        raise ValueError("random: a bool array that is never False is all True; for random bools use "
+                         "np.random.default_rng(seed).integers(0, 2, size).astype(bool)")
+    if dtype.kind in "iu":
+        lo = int(low) if low is not None else (1 if dtype.kind == "u" else -100)
+        hi = int(high) if high is not None else 100
+        if dtype.kind == "u" and lo < 0:
+            raise ValueError(f"random: low={lo} for {dtype}, which has no negative values")
+        zero_inside = lo <= 0 < hi
+        if hi - lo - zero_inside < 1:
+            raise ValueError(f"random: [{lo}, {hi}) holds no nonzero integer: pick a wider range")
+        v = rng.integers(lo, hi - zero_inside, size=shape)
+        return (v + (zero_inside & (v >= 0))).astype(dtype)          # 0 .. hi-2 become 1 .. hi-1
+    lo, hi = (-1.0 if low is None else low), (1.0 if high is None else high)
+    out = np.asarray(rng.uniform(lo, hi, size=shape)).astype(dtype)
     for _ in range(16):
         zero = out == 0
         if not zero.any():
             return out
-        out[zero] = draw(int(zero.sum())).astype(dtype)
-    raise ValueError(f"random: [{lo}, {hi}) gives only zeros in {dtype}: pick a range with nonzero {dtype} values")
+        out[zero] = rng.uniform(lo, hi, size=int(zero.sum())).astype(dtype)
+    raise ValueError(f"random: [{lo}, {hi}) rounds to zero in {dtype}: pick a range with nonzero {dtype} values")

@@ -375,10 +375,13 @@ def mbarrier_wait_sites(ins) -> list[int]:
     tries = [k for k, i in enumerate(ins) if matches(i.opcode, "SYNCS.PHASECHK")]
     retries = set()
     for k in tries:
-        nxt = ins[k + 1] if k + 1 < len(ins) else None
-        if nxt is None or not matches(nxt.opcode, "BRA"):
+        pred = next(iter(ins[k].predicate_operands), None)          # the try-wait's result: P0 = phase complete
+        # its failure branch: the first `@!P0 BRA` within a few instructions (ptxas may schedule one between)
+        fail = next((b for b in ins[k + 1:k + 5] if pred and matches(b.opcode, "BRA") and b.predicate == f"@!{pred}"),
+                    None)
+        if fail is None:
             continue
-        target = next((int(o, 16) for o in nxt.operands if _BRANCH_TARGET.fullmatch(o)), None)
+        target = next((int(o, 16) for o in fail.operands if _BRANCH_TARGET.fullmatch(o)), None)
         if target not in at:
             continue
         for m in range(at[target], min(at[target] + 4, len(ins))):       # the retry loop's first instructions

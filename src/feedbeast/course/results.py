@@ -215,7 +215,9 @@ def recorded_peak(resource: str) -> str | None:
                 continue
             if isinstance(r, dict) and r.get("bound") == resource and isinstance(r.get("peak"), (int, float)) \
                     and isinstance(r.get("peak_how"), str):
-                latest[r.get("gpu", path.parent.name)] = (r, path.parent.name)
+                gpu = r.get("gpu", path.parent.name)
+                if gpu not in latest or str(r.get("time", "")) >= str(latest[gpu][0].get("time", "")):
+                    latest[gpu] = (r, path.parent.name)
     unit = "GB/s" if resource in ("dram", "l2", "smem") else "TFLOP/s"
     parts = [f"{gpu}: {r['peak']:,.1f} {unit} = {r['peak_how']} (results/{folder}/"
              + (f", {r['time'][:10]})" if isinstance(r.get("time"), str) else ")")

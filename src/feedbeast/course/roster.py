@@ -86,21 +86,22 @@ def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None, names=()) -> tu
     entries = sorted((e for e in os.scandir(labs) if e.name.endswith(".ipynb")
                       and not (wanted and e.name[:2] not in wanted)), key=lambda e: e.name)
     by_lab: dict[str, list] = {}
-    for e in entries:
-        by_lab.setdefault(e.name[:2], []).append(e)
-    keep = set()
+    for e in entries:                                  # a lab's notebooks by their NN- prefix; other names each alone
+        by_lab.setdefault(lab_of(e.name) if re.match(r"\d\d-", e.name) else e.name, []).append(e)
+    keep = {}                                          # lab -> the name of the notebook that stands for it
     for lab, group in by_lab.items():
         own = [e for e in group if e.name in names]
         if own or len(group) == 1:
-            keep.add((own or group)[0].name)
+            keep[lab] = (own or group)[0].name
             continue
         refused.append(f"lab {lab}: {len(group)} notebooks ({', '.join(e.name for e in group)}) and none named as the "
                        "course names it: not graded; keep one, named as in the course's labs/")
     for entry in entries:
-        if entry.name not in keep:
-            if entry.name[:2] in {k[:2] for k in keep}:
-                refused.append(f"{entry.name}: another notebook of lab {entry.name[:2]}: not graded "
-                               f"(graded: {next(k for k in keep if k[:2] == entry.name[:2])})")
+        lab = next(k for k, g in by_lab.items() if entry in g)
+        if entry.name != keep.get(lab):
+            if lab in keep:
+                refused.append(f"{entry.name}: another notebook of lab {lab}: not graded (the lab's notebook is "
+                               f"{keep[lab]})")
             continue
         if not entry.is_file(follow_symlinks=False):
             refused.append(f"{entry.name}: not a regular file (a link?): not graded")
