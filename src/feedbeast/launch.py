@@ -128,6 +128,7 @@ class Kernel:
         self._fn = None
         self._params = None
         self._declared = False      # the parameters' declarations, read from the source on first use
+        self._whats = None          # each argument's name in messages, built once: a launch stays cheap
         self._limits = None
         self._dyn_limit = 0
 
@@ -177,7 +178,7 @@ class Kernel:
         return self._declared
 
     def _what(self, i) -> str:
-        if getattr(self, "_whats", None) is None:      # built once: a launch stays cheap
+        if self._whats is None:
             decls = self.declared
             self._whats = [f"{self.name} argument {j}" + (f" ({decls[j]})" if decls else "")
                            for j in range(len(self.params))]
