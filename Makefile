@@ -76,8 +76,7 @@ bundle-into-current:
 
 # The notebooks' kernel, "Feeding the Beast", installed into the environment (not into your home): make install
 # writes it so that any Jupyter front end run from .venv finds the kernel the notebooks name; make lab again.
-KERNELSPEC = -m ipykernel install --sys-prefix --name feedbeast --display-name "Feeding the Beast" \
-	  --env FEEDBEAST_HOOKS feedbeast.course >/dev/null
+KERNELSPEC = -m feedbeast.course.kernelspec >/dev/null
 
 # A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
 # A bundle holds the wheels of one Python version, so a failed offline install names the version.

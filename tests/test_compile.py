@@ -233,6 +233,23 @@ def test_magic_compiles_a_cell_into_the_namespace(capsys):
     assert "compiled for sm_90a" in out and "ring" in out
 
 
+def test_a_cell_that_no_longer_compiles_unbinds_what_it_compiled_before(capsys):
+    """A check run after a failed compile must not test the kernel of the run before: the cell's module and
+    kernels are bound to a placeholder whose every use says the cell did not compile."""
+    from feedbeast.magic import NotCompiled, cuda_cell
+    ns = {}
+    cuda_cell("--name lab", 'extern "C" __global__ void __launch_bounds__(32) ring(int* x) { x[0] = 1; }', ns)
+    assert isinstance(ns["ring"], fb.Kernel)
+    with pytest.raises(fb.CompileError):
+        cuda_cell("--name lab", 'extern "C" __global__ void __launch_bounds__(32) ring(int* x) { x[0] = 1 }', ns)
+    assert isinstance(ns["lab"], NotCompiled) and isinstance(ns["ring"], NotCompiled)
+    for use in (lambda: ns["lab"].expect_sass("STG"), lambda: ns["ring"].launch(1, 32, None)):
+        with pytest.raises(fb.CompileError, match=r"the last run of the `%%cuda --name lab` cell did not compile"):
+            use()
+    cuda_cell("--name lab", 'extern "C" __global__ void __launch_bounds__(32) ring(int* x) { x[0] = 2; }', ns)
+    assert isinstance(ns["ring"], fb.Kernel)
+
+
 def test_arch_compatibility_rules():
     assert fb.runs_on("sm_80", (8, 6)) and fb.runs_on("sm_80", (8, 9))
     assert not fb.runs_on("sm_90a", (8, 9)) and fb.runs_on("sm_90a", (9, 0))

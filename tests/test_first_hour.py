@@ -702,7 +702,7 @@ def test_make_lab_allows_root_only_for_root(tmp_path, uid):
     assert ("--allow-root" in r.stdout) == (uid == "0"), r.stdout
     assert f'--ServerApp.root_dir="{ROOT}"' in r.stdout and "chapters/00-feeding-the-beast.ipynb" in r.stdout
     assert f'JUPYTER_CONFIG_PATH="{ROOT}/jupyter' in r.stdout
-    assert "ipykernel install --sys-prefix --name feedbeast" in r.stdout and "--env FEEDBEAST_HOOKS feedbeast.course" in r.stdout
+    assert "-m feedbeast.course.kernelspec" in r.stdout
     assert "--MappingKernelManager.default_kernel_name=feedbeast" in r.stdout    # a new notebook: the course's kernel
 
 
@@ -714,8 +714,30 @@ def test_make_install_installs_the_notebooks_kernel(tmp_path):
                        check=True)
     lines = r.stdout.splitlines()
     course = next(i for i, ln in enumerate(lines) if "--no-deps -e ." in ln)
-    spec = next(i for i, ln in enumerate(lines) if "ipykernel install --sys-prefix --name feedbeast" in ln)
-    assert course < spec and "--env FEEDBEAST_HOOKS feedbeast.course" in lines[spec], r.stdout
+    spec = next(i for i, ln in enumerate(lines) if "-m feedbeast.course.kernelspec" in ln)
+    assert course < spec, r.stdout
+
+
+def test_the_course_kernel_has_cuda_cells_before_any_cell_runs(tmp_path, monkeypatch):
+    """After a restart a learner may run a %%cuda cell first: the kernel "Feeding the Beast" loads the toolkit's
+    extension itself (feedbeast.course.kernelspec), with the course's hooks."""
+    pytest.importorskip("jupyter_client")
+    pytest.importorskip("ipykernel")
+    from jupyter_client.manager import start_new_kernel
+
+    from feedbeast.course import kernelspec
+    kernelspec.write(tmp_path / "kernels" / "feedbeast")
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    km, kc = start_new_kernel(kernel_name="feedbeast", startup_timeout=120)
+    try:
+        out = []
+        kc.execute_interactive("import os; print(get_ipython().find_cell_magic('cuda') is not None, "
+                               "os.environ.get('FEEDBEAST_HOOKS'))", timeout=120,
+                               output_hook=lambda m: out.append(m["content"].get("text", "")))
+        assert "".join(out).split() == ["True", "feedbeast.course"], out
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
 
 
 def _pyproject() -> str:

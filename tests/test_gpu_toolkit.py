@@ -272,6 +272,12 @@ def test_parameters_come_from_the_cubin_without_a_gpu():
     # a float for `int n` (n / 4 for n // 4) would be read as the float's bits: a huge count
     (lambda m, y: m.takes.launch(1, 32, y, y, 1.0, 4096 / 4), r"argument 3 \(int n\): 1024.0 is a float and the "
                                                                r"parameter an integer: pass an int"),
+    # a float64 array for `const float* x` would be read as halves of its numbers
+    (lambda m, y: m.takes.launch(1, 32, y, fb.empty(4, np.float64), 1.0, 4),
+     r"argument 1 \(const float\* x\): a float64 array \(8 B elements\) for a pointer to float \(4 B\): pass an "
+     r"array of float32"),
+    (lambda m, y: m.takes.launch(1, 32, fb.empty(8, fb.bfloat16), y, 1.0, 4), r"a bfloat16 array \(2 B elements\)"),
+    (lambda m, y: m.takes.launch(1, 32, fb.empty(8, np.int32), y, 1.0, 4), None),   # the same size: not refused
 ])
 def test_launch_arguments_are_checked_before_the_skip(call, message):
     mod = fb.compile(LAUNCH_CHECKS, "sm_90a")
@@ -387,3 +393,11 @@ def test_profile_reads_the_counters_of_a_bound_launch(anygpu):
         pytest.skip(str(p))
     print(p)
     assert p.kernel.startswith("saxpy") and p.values["dram_bytes"] > 0 and p.values["duration"] > 0
+
+
+def test_a_mistyped_toolkit_name_gets_the_names_closest_to_it():
+    with pytest.raises(AttributeError, match=r"has no attribute 'emtpy'; did you mean fb\.empty\?"):
+        fb.emtpy((4,), np.float32)
+    with pytest.raises(AttributeError, match=r"has no attribute 'zzz'$"):
+        fb.zzz
+    assert not hasattr(fb, "nope") and hasattr(fb, "empty")

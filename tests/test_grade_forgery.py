@@ -39,7 +39,8 @@ SOLUTION = ROOT / "solutions/05-tma-ring.ipynb"
 CPU_BUG = LAB_BUGS["05"]["fence-after-release"].replacements            # SASS-visible
 GPU_BUG = LAB_BUGS["05"]["staging-rewritten-before-store-read"].replacements   # a race only hazards see
 GPU_RULE = "async-read-in-flight"
-REFUSED = r"not run by the grader|not compiled: it sets or tests FB_"
+REFUSED = (r"not run by the grader|not compiled: it |raised Python's audit event|"
+           r"no kernel named 'transpose_ring'")
 MAKE_MAPS = "def make_maps(x_dev, y_dev):\n"
 
 
@@ -89,6 +90,30 @@ VERDICT_LINES = ("import os, json\n"
                  "        pass\n"
                  "open('verdicts.json', 'w').write(line)")
 
+# Ways around the static rules that the interpreter reports (feedbeast.course.guard): the check process's frame
+# through a generator the learner's code made, and Python's C API through numpy's ctypes helpers.
+FRAMES = """def forge():
+    box = []
+    def walk():
+        f = box[0].gi_frame.f_back
+        while f is not None and f.f_code.co_name != "_harness":
+            f = f.f_back
+        yield f
+    gen = walk()
+    box.append(gen)
+    next(gen).f_locals["job"]["checks"][:] = ["print('transpose_ring: passed')"]
+    return 0
+
+
+def make_maps(x_dev, y_dev, unused=forge()):
+"""
+CTYPES = """import numpy.ctypeslib
+
+
+def make_maps(x_dev, y_dev, unused=numpy.ctypeslib.ctypes.pythonapi["PyRun_SimpleString"](b"x = 1")):
+"""
+PASTE = "#define PASTE(a, b) a##b\n#if PASTE(F, B_HAZARDS)\n#endif\n"
+
 # name -> (replacements added to the bug's, an edit of the notebook, what the failure names: "bug" | "refused")
 FORGERIES = {
     "env-hazards-off": ([], _before_check(['import os\nos.environ["FEEDBEAST_HAZARDS"] = "0"']), "bug"),
@@ -126,6 +151,13 @@ FORGERIES = {
     "cuda-cell-differs-from-launched": ([], _second_kernel, "bug"),
     "kernel-tests-build-switches": ([("#include <fb/tma.cuh>\n", "#undef FB_HAZARDS\n#include <fb/tma.cuh>\n")],
                                     None, "refused"),
+    "kernel-pastes-a-build-switch": ([("#include <fb/tma.cuh>\n", "#include <fb/tma.cuh>\n" + PASTE)], None, "refused"),
+    "kernel-includes-a-header-of-its-own": ([("#include <fb/tma.cuh>\n", '#include <fb/tma.cuh>\n#include "switch.h"\n')],
+                                            None, "refused"),
+    "kernel-renamed-and-a-python-stand-in": ([("\ntranspose_ring(const", "\ntranspose_ring_mine(const")],
+                                             _before_check(["transpose_ring = lab.transpose_ring_mine"]), "refused"),
+    "frames-through-a-generator": ([(MAKE_MAPS, FRAMES)], None, "refused"),
+    "c-api-through-numpy-ctypes": ([(MAKE_MAPS, CTYPES)], None, "refused"),
 }
 
 
@@ -185,6 +217,36 @@ def test_forgeries_around_a_race_fail_on_sm90(graded, gpu90):
     bad = {n: str(r) for n, r in reps.items() if n != "untouched" and
            not (r.status == "failed" and r.exit_code == 1 and _names_the_bug(r, FORGERIES[n][2], GPU_RULE))}
     assert not bad, "\n\n".join(f"--- {n}\n{t}" for n, t in bad.items())
+
+
+def test_a_kernel_the_checks_launch_comes_from_the_lab_cuda_cell_only(tmp_path):
+    """Lab 03's checks launch `ring_logsumexp` by that name. A learner whose %%cuda cell names its kernel otherwise
+    (here a cell left as given under another name) and who binds `ring_logsumexp` in Python is told the kernel is
+    missing; the Python name is never run in its place."""
+    sol = ROOT / "solutions/03-cp-async-rowsum.ipynb"
+    nb = nbm.planted(sol, [("\nring_logsumexp(const float*", "\nring_logsumexp_mine(const float*")],
+                     edit=_before_check(["ring_logsumexp = print"]), to=tmp_path / "03-renamed.ipynb")
+    rep = g.grade(nb, timeout=300)
+    assert rep.status == "failed", str(rep)
+    assert any("defines no ring_logsumexp (a kernel keeps the name the lab gives it)" in o.message
+               for o in rep.failed), str(rep)
+
+
+def test_a_notebook_inside_a_copy_of_the_course_is_graded_by_the_working_directory_s_checks(tmp_path, monkeypatch):
+    """A learner's folder holding its own solutions/ (checks that only print passes) is graded from the course
+    checkout by the checkout's solution, and the record line names the solution that ran."""
+    copy = tmp_path / "alice" / "feedbeast"
+    (copy / "chapters").mkdir(parents=True)
+    (copy / "labs").mkdir()
+    (copy / "solutions").mkdir()
+    nbm.planted(SOLUTION, CPU_BUG, to=copy / "labs" / SOLUTION.name)
+    nbm.planted(SOLUTION, [], edit=_checks_replaced, to=copy / "solutions" / SOLUTION.name)
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    monkeypatch.chdir(ROOT)
+    rep = g.grade(copy / "labs" / SOLUTION.name, timeout=300)
+    assert Path(rep.solution).resolve() == SOLUTION.resolve(), rep.solution
+    assert rep.status == "failed" and _names_the_bug(rep, "bug", FENCE_PLACE), str(rep)
+    assert "checks of solutions/05-tma-ring.ipynb" in rep.record_line()
 
 
 # ---- the layers alone ---------------------------------------------------------------------------------------

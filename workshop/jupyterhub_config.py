@@ -32,6 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from feedbeast.course import kernelspec   # the kernel "Feeding the Beast", as make install writes it
+
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 
 HERE = Path(__file__).resolve().parent
@@ -107,13 +109,7 @@ c.Spawner.start_timeout = 120
 
 # The course kernel, defined once for every learner (no write into anyone's home or the environment).
 KERNELS = Path(os.environ.get("FEEDBEAST_HUB_STATE", Path.cwd())).resolve() / "share" / "jupyter"
-_spec = KERNELS / "kernels" / "feedbeast"
-_spec.mkdir(parents=True, exist_ok=True)
-(_spec / "kernel.json").write_text(json.dumps({
-    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-    # the course's hooks in every learner kernel (feedbeast.hooks): %env FEEDBEAST_HAZARDS=1, results, verdicts
-    "env": {"FEEDBEAST_HOOKS": "feedbeast.course"},
-    "display_name": "Feeding the Beast", "language": "python", "metadata": {"debugger": True}}, indent=1))
+kernelspec.write(KERNELS / "kernels" / kernelspec.NAME)   # the course's hooks and %%cuda in every learner kernel
 os.chmod(KERNELS, 0o755)
 
 

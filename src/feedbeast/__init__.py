@@ -69,4 +69,12 @@ def pick(gpu_value, cpu_value, *, sanitize=None, quick=None):
     return quick if quick is not None and hooks.mode.quick else gpu_value
 
 
+def __getattr__(name: str):
+    """A name the toolkit does not have: the names it has that are closest to it (`fb.emtpy`: empty)."""
+    import difflib
+    near = difflib.get_close_matches(name, [n for n in globals() if not n.startswith("_")], n=3, cutoff=0.7)
+    raise AttributeError(f"module 'feedbeast' (fb) has no attribute {name!r}"
+                         + (f"; did you mean {' or '.join(f'fb.{n}' for n in near)}?" if near else ""))
+
+
 hooks.load()   # the course's hooks, when FEEDBEAST_HOOKS names it (feedbeast.hooks)

@@ -417,6 +417,7 @@ def _as_declared(arg, decl: str | None, what: str):
         return arg
     kind = _declared_type(decl)
     if "*" in kind or "&" in kind:
+        _check_pointee(arg, kind, what)
         return arg
     if isinstance(arg, (float, np.floating)) and _INTEGER_TYPE.search(kind) and not _FLOAT_TYPE.search(kind):
         raise LaunchError(f"{what}: {arg!r} is a float and the parameter an integer: pass an int "
@@ -427,6 +428,39 @@ def _as_declared(arg, decl: str | None, what: str):
         except OverflowError:
             raise LaunchError(f"{what}: {arg} is too large for a floating-point parameter") from None
     return arg
+
+
+# Scalar types a pointer parameter may point to: their size in bytes and the array type to pass (vector types, void
+# and structs are not checked: a float32 array for a float4* is the usual way to load 16 B at a time).
+_POINTEE = {}
+for _names, _size, _dtype in (
+        ("char signed_char unsigned_char int8_t uint8_t i8 u8 bool __nv_fp8_e4m3 __nv_fp8_e5m2", 1, "uint8 (or int8)"),
+        ("short unsigned_short int16_t uint16_t i16 u16", 2, "int16 (or uint16)"),
+        ("__nv_bfloat16 nv_bfloat16 __nv_bfloat16_raw", 2, "fb.bfloat16"), ("__half half", 2, "float16"),
+        ("int unsigned unsigned_int signed_int int32_t uint32_t i32 u32", 4, "int32 (or uint32)"), ("float", 4, "float32"),
+        ("long long_long unsigned_long unsigned_long_long int64_t uint64_t size_t i64 u64", 8, "int64 (or uint64)"),
+        ("double", 8, "float64")):
+    _POINTEE.update({n.replace("_", " ") if n.startswith(("signed_", "unsigned_", "long_")) else n: (_size, _dtype)
+                     for n in _names.split()})
+
+
+def _check_pointee(arg, kind: str, what: str) -> None:
+    """A device array for a pointer to a scalar type must hold elements of that type's size: a float64 array for a
+    float* would be read as pairs of halves of its numbers."""
+    base = " ".join(w for w in kind.replace("*", " ").replace("&", " ").split()
+                    if w not in ("const", "volatile", "__restrict__", "restrict", "__restrict"))
+    want = _POINTEE.get(base)
+    if want is None or kind.count("*") != 1:
+        return
+    if isinstance(arg, DeviceArray):
+        dtype = np.dtype(arg.dtype)
+    elif hasattr(arg, "__cuda_array_interface__"):
+        dtype = np.dtype(arg.__cuda_array_interface__["typestr"])
+    else:
+        return
+    if dtype.itemsize != want[0]:
+        raise LaunchError(f"{what}: a {dtype} array ({dtype.itemsize} B elements) for a pointer to {base} "
+                          f"({want[0]} B): pass an array of {want[1]} (x.astype(...) on the host, then fb.to_device)")
 
 
 def _is_tensor_map(arg):

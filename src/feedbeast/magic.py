@@ -107,6 +107,10 @@ def cuda_cell(line: str, cell: str, namespace: dict):
         mod = compile(cell, args.arch, defines=defines, debug=args.debug, name=f"{args.name}.cu",
                       hazards=args.hazards, min_arch=args.min_arch)
     except CompileError as e:
+        # what the cell defined before stays bound no more: a check run next would test the old kernel
+        for k in [args.name, *KERNEL_NAMES.findall(cell)]:
+            if not isinstance(namespace.get(k), types.ModuleType):
+                namespace[k] = NotCompiled(k, args.name)
         todo = [str(i) for i, ln in enumerate(cell.splitlines(), 1) if TODO_MARK in ln]
         if todo:   # a lab's kernel cell: an error may follow from a part not written yet
             raise CompileError(f"{e}\nnote: your part is not written yet at {args.name}.cu line{'s' * (len(todo) > 1)} "
@@ -126,6 +130,34 @@ def cuda_cell(line: str, cell: str, namespace: dict):
     for note in mangled_hint(mod.kernel_names):
         print(note)
     return None
+
+
+# The kernels a cell declares (`__global__ void [__launch_bounds__(...)] name(`), read from its text.
+KERNEL_NAMES = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+
+
+class NotCompiled:
+    """What a %%cuda cell's names are bound to after its last run failed to compile: any use says so."""
+
+    def __init__(self, name: str, cell: str):
+        self._name, self._cell = name, cell
+
+    def _fail(self):
+        raise CompileError(f"{self._name}: the last run of the `%%cuda --name {self._cell}` cell did not compile (its "
+                           "CompileError is printed under it): fix the cell and run it again; what it compiled before "
+                           "is no longer used")
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):        # IPython's display and pickling probes
+            raise AttributeError(attr)
+        self._fail()
+
+    def __call__(self, *args, **kwargs):
+        self._fail()
+
+    def __repr__(self):
+        return f"<{self._name}: the last run of `%%cuda --name {self._cell}` did not compile>"
 
 
 _HELP = re.compile(r"(^|\s)(-h|--help)(\s|$)")

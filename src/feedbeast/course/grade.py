@@ -62,6 +62,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..magic import KERNEL_NAMES as KERNEL_DECL   # the kernels a %%cuda cell declares
 from .notebook import at, cuda_name, place, python_of   # places in a learner's notebook, as it names them
 
 FAILED_LINE = re.compile(r"^(?P<name>[^\n:][^\n]*?): FAILED(?::\s*(?P<msg>.*))?$")
@@ -103,6 +104,12 @@ def lab_of(path) -> str:
     """A lab notebook's number as the grader and the roster name it: its NN- prefix, else its stem."""
     m = re.match(r"(\d\d)-", Path(path).name)
     return m.group(1) if m else Path(path).stem
+
+
+def _shown(path: str) -> str:
+    """A path as the record line shows it: from the working directory when it is under it, else whole."""
+    p = Path(path).resolve()
+    return str(p.relative_to(Path.cwd().resolve())) if p.is_relative_to(Path.cwd().resolve()) else str(p)
 
 
 @dataclasses.dataclass
@@ -169,7 +176,7 @@ class Report:
 
     def record_line(self) -> str:
         return (f"  graded   sha256 {self.sha256 or '?'} of {Path(self.path).name}, feedbeast {self.toolkit or '?'}"
-                + (f", checks of {Path(self.solution).name}" if self.solution else ""))
+                + (f", checks of {_shown(self.solution)}" if self.solution else ""))
 
     def __str__(self):
         return "\n".join([o.line() for o in self.outcomes] + [self.record_line(), self.summary()])
@@ -225,9 +232,11 @@ def check_part(nb) -> list:
 
 def find_solution(path: Path, solutions: Path | None = None, course=None) -> Path:
     """solutions/<same name>, else the one solution with the same two-digit prefix. The folder is
-    `solutions`, else the solutions/ of the course checkout found from the notebook (feedbeast.course.coursedir)."""
-    from .coursedir import find
-    folder = Path(solutions) if solutions else find(near=path, explicit=course) / "solutions"
+    `solutions`, else the solutions/ of the course (feedbeast.course.coursedir): --course, FEEDBEAST_COURSE, the
+    checkout around the working directory (the grader's), and only then the one around the notebook, so that a
+    notebook handed in inside a copy of the course is graded by the grader's checks, not by the copy's."""
+    from .coursedir import around, find
+    folder = Path(solutions) if solutions else find(near=around(Path.cwd()) or path, explicit=course) / "solutions"
     if not folder.is_dir():
         raise FileNotFoundError(f"no solutions folder at {folder}: pass --solutions DIR")
     same = folder / path.name
@@ -319,7 +328,7 @@ def _hook_state(hooks) -> dict:
 def _integrity_problems(base: dict, ns: dict) -> list[str]:
     import dataclasses
     from .. import hooks
-    from . import verdicts
+    from . import guard, verdicts
     out = []
     for n, m in base["modules"].items():
         if sys.modules.get(n) is not m:
@@ -344,6 +353,7 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
         out.append("feedbeast.hooks.mode (how this process runs) was changed")
     if [id(s) for s in verdicts._sinks] != [id(s) for s in base["sinks"]] or verdicts._records is not base["records"]:
         out.append("feedbeast.course.verdicts (where checks record their verdicts) was changed")
+    out += guard.refused()
     return out[:20]
 
 
@@ -410,10 +420,9 @@ class _CheckChild:
             line = lab_line      # the lab's flags: the build the checks read (lab.source) is the build launched
             # its first line is what the learner sees; its compile errors name it `<name>.cu`
             where = f"your {'last ' if len(cells) > 1 else ''}%%cuda --name {name} cell"
-            bad = sorted(set(re.findall(r"\bFB_\w+", body)))
+            bad = cuda_refusals(body, Path.cwd())
             if bad:
-                self.fail(where, f"not compiled: it sets or tests {', '.join(bad)}, the toolkit's own build switches "
-                          "(the hazard and debug builds set them): a graded kernel is the same in every build")
+                self.fail(where, f"not compiled: {'; '.join(bad)}: a graded kernel is the same in every build")
                 self.unbuilt |= would
                 continue
             mod_ns = dict(ns)
@@ -432,13 +441,20 @@ class _CheckChild:
             cuda_ns.update(new)
         return cuda_ns
 
-    def definitions(self, nb, needs, protected: set):
-        """The learner's definitions that the checks read, refused when they could reach the checks' state."""
+    def definitions(self, nb, needs, protected: set, kernels: dict):
+        """The learner's definitions that the checks read, refused when they could reach the checks' state.
+        kernels: what the lab's %%cuda cells define ({name: --name}), which only those cells may define."""
         import contextlib
         import types
         from .notebook import refusals
         ns = self.ns
         needed = [n for n in needs if n not in ns and n not in self.unbuilt]
+        for n in [n for n in needed if n in kernels]:
+            needed.remove(n)
+            self.fail(f"%%cuda --name {kernels[n]}", f"the checks launch {n}, which the lab's `%%cuda --name "
+                      f"{kernels[n]}` cell defines: your cell of that --name defines no {n} (a kernel keeps the "
+                      "name the lab gives it)")
+        protected = protected | set(kernels)
         try:
             stmts, _ = nb.plan(*needed, given=protected)
         except LookupError as e:
@@ -509,7 +525,7 @@ def _harness(fd: int) -> int:
 
     import feedbeast as fb
     from .. import hazards, hooks
-    from . import pin_hazards, verdicts
+    from . import guard, pin_hazards, verdicts
     from .notebook import Notebook
     pin_hazards(job.pop("hazards"))     # the grader's word: nothing the notebook sets moves it
     g0 = fb.gpu()
@@ -533,12 +549,15 @@ def _harness(fd: int) -> int:
     base = _integrity_baseline(ns, given)
 
     nb = child.nb = Notebook(learner, upto=job["upto"])
+    cells = re.compile(rf"{re.escape(learner.name)}, cell \d+")    # the names Notebook.run compiles them under
+    guard.install(lambda name: cells.fullmatch(name) is not None,
+                  lambda name, line: at(nb.cells, int(name.rsplit(" ", 1)[1]), line))
     cuda_ns = child.kernels(nb, job["cuda"], given)
     ns.update(cuda_ns)
-    child.definitions(nb, job["needs"], given | set(cuda_ns))
+    child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"])
     problems = _integrity_problems(base, ns)
     if problems:
-        child.fail("integrity", "the notebook's code changed what the checks use: " + "; ".join(problems))
+        child.fail("integrity", "the notebook's code changed or reached what the checks use: " + "; ".join(problems))
     send({"t": "learner-done"})
     if not child.stopped:
         child.checks(job["checks"], env0, base, current, launched)
@@ -666,6 +685,10 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
            # (--name, the solution's magic line): the learner's kernel text is compiled with the lab's flags
            "cuda": [(n, c.source.partition("\n")[0]) for c in sol_mine
                     if c.cell_type == "code" and c.source.startswith("%%cuda") for n in [cuda_name(c.source)] if n],
+           # what the lab's %%cuda cells define ({name: its cell's --name}): taken from the learner's cells of that
+           # --name, never from their Python
+           "kernels": {k: n for c in sol_mine if c.cell_type == "code" and c.source.startswith("%%cuda")
+                       for n in [cuda_name(c.source)] if n for k in [n, *KERNEL_DECL.findall(c.source)]},
            "needs": reads_of(checks), "checks": [c.source for c in checks]}
 
     lab = re.match(r"(\d\d)-", path.name)
@@ -813,9 +836,35 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
     return outcomes + records + errors + [p for p in printed if p.name not in recorded_names], error
 
 
-# The kernels a %%cuda cell declares (`extern "C" __global__ void [__launch_bounds__(...)] name(`).
-KERNEL_DECL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-                         r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+def cuda_refusals(body: str, cwd: Path) -> list[str]:
+    """Why the grader does not compile this %%cuda cell of a learner ([] when it does): what could make the build it
+    launches differ from the hazard and debug builds of the same text, which set the toolkit's FB_ switches."""
+    from ..compile import include_path
+    out = []
+    switches = sorted(set(re.findall(r"\bFB_\w+", body)))
+    if switches:
+        out.append(f"it sets or tests {', '.join(switches)}, the toolkit's own build switches (the hazard and debug "
+                   "builds set them)")
+    # what the preprocessor reads: lines spliced at a backslash, comments gone (C++17 [lex.phases] 2 and 3)
+    text = re.sub(r"/\*.*?\*/", " ", body.replace("\\\n", ""), flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    own = sorted(set(re.findall(r"\bfb_(?:hz|debug)_\w+|\bhazard\s*::\s*record\b", text)))
+    if own:
+        out.append(f"it names {', '.join(own)}, the hazard and debug builds' own state")
+    if "##" in text:
+        out.append("it pastes tokens with ##, which can make a switch's name out of pieces")
+    folders = [Path(d) for d in include_path()]
+    for inc in re.findall(r"^[ \t]*#[ \t]*include(.*)$", text, re.M):
+        inc = inc.strip()
+        m = re.fullmatch(r'([<"])(\w[\w./+-]*)[>"]', inc)
+        local = bool(m) and m[1] == '"' and (cwd / m[2]).exists()
+        if not m or ".." in m[2].split("/") or not any((d / m[2]).is_file() for d in folders) or local:
+            out.append(f"it includes {inc or 'a header'}, which is not " + (
+                "read from the toolkit's headers: NVRTC finds a quoted name in the notebook's folder first" if local
+                else "one of the toolkit's or CUDA's headers"))
+    return out
+
+
 
 
 def gist(message: str, limit: int = 160) -> str:

@@ -490,12 +490,13 @@ def _reads(node) -> tuple[frozenset, frozenset]:
 
 # ---- what a grader runs of a learner's code ---------------------------------------------------------------
 # The grader runs the learner's definitions next to the lab's checks. These rules refuse the statements that
-# could reach the checks' own state: it is a filter of plain mistakes and plain forgeries, not a sandbox (the
-# grader also checks, around every check cell, that the toolkit and the environment are as it set them).
+# could reach the checks' own state: it is a filter of plain mistakes and plain forgeries, not a sandbox (while
+# the code runs, feedbeast.course.guard refuses what the interpreter reports as reaching around it; the grader
+# also checks, around every check cell, that the toolkit and the environment are as it set them).
 
 IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses",
               "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
-INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grade", "roster", "isolated", "sanitize",
+INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grade", "guard", "roster", "isolated", "sanitize",
             "environ", "putenv", "unsetenv", "modules", "settrace", "setprofile", "excepthook", "stdout",
             "stderr", "system", "popen"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",

@@ -1,0 +1,42 @@
+"""The notebooks' kernel, "Feeding the Beast": one definition for `make install`, `make lab`, the workshop hub and
+its container image.
+
+The kernel imports the course's hooks (FEEDBEAST_HOOKS: results, verdicts, recorded outputs) and loads the toolkit's
+IPython extension at start (`--ext feedbeast`), so `%%cuda` is there in every cell, also in the first one run after
+a restart.
+
+`python -m feedbeast.course.kernelspec` writes it into this Python's environment (share/jupyter/kernels/feedbeast,
+never into a home folder).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+NAME, DISPLAY = "feedbeast", "Feeding the Beast"
+
+
+def spec(python: str = sys.executable) -> dict:
+    frozen = ["-Xfrozen_modules=off"] if sys.version_info >= (3, 11) else []   # as ipykernel writes it (debugger)
+    return {"argv": [python, *frozen, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=feedbeast"],
+            "env": {"FEEDBEAST_HOOKS": "feedbeast.course"},
+            "display_name": DISPLAY, "language": "python", "metadata": {"debugger": True}}
+
+
+def write(folder, python: str = sys.executable) -> Path:
+    """The kernel's folder `folder` (…/kernels/feedbeast), with its kernel.json."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.json").write_text(json.dumps(spec(python), indent=1) + "\n")
+    return folder
+
+
+def main() -> int:
+    folder = write(Path(sys.prefix) / "share" / "jupyter" / "kernels" / NAME)
+    print(f"kernel {DISPLAY!r} ({NAME}) in {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
