@@ -21,7 +21,9 @@ a library trusted to do it on their behalf:
 - the import system, which reads, compiles and runs a module the learner's code imports (a module the notebook
   may import: notebook.IMPORTABLE);
 - Numba's CUDA package, whose simulator names a `cuda.shared.array` by the file and line of the learner's call (a
-  frame and a traceback it keeps to itself) and which compiles the learner's kernels.
+  frame and a traceback it keeps to itself) and which compiles the learner's kernels;
+- the toolkit's library (not feedbeast.course), for the ctypes buffers a launch packs its arguments in
+  (`ctypes.addressof`, `ctypes.cdata`) and nothing else.
 Audit hooks cannot be removed once added, so nothing the notebook runs later turns the guard off.
 """
 from __future__ import annotations
@@ -59,11 +61,19 @@ def _proc_mem(args) -> bool:
     return path.startswith("/proc/") and path.rstrip("/").rsplit("/", 1)[-1] in ("mem", "pagemap", "environ")
 
 
-def _trusted() -> tuple[str, ...]:
-    """The folders of the libraries that may raise REFUSED events for the learner's code (see the docstring)."""
-    cuda = sys.modules.get("numba.cuda")
-    folder = os.path.dirname(getattr(cuda, "__file__", None) or "")
-    return ("<frozen importlib._bootstrap",) + ((folder + os.sep,) if folder else ())
+_PACKING = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/buffer"})
+_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
+_COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/
+
+
+def _on_behalf(name: str, event: str) -> bool:
+    """Is a frame of file `name` a library trusted to raise `event` for the learner's code (see the docstring)?"""
+    if name.startswith("<frozen importlib._bootstrap"):
+        return True
+    cuda = os.path.dirname(getattr(sys.modules.get("numba.cuda"), "__file__", None) or "")
+    if cuda and name.startswith(cuda + os.sep):
+        return True
+    return event in _PACKING and name.startswith(_LIBRARY) and not name.startswith(_COURSE)
 
 
 def install(is_learner_file, place=lambda name, line: f"{name} line {line}") -> None:
@@ -77,7 +87,7 @@ def install(is_learner_file, place=lambda name, line: f"{name} line {line}") -> 
             return
         busy[0] = True
         try:
-            f, trusted, on_behalf = getframe(1), None, False
+            f, on_behalf = getframe(1), False
             while f is not None:
                 name = f.f_code.co_filename
                 if is_learner_file(name):
@@ -88,9 +98,7 @@ def install(is_learner_file, place=lambda name, line: f"{name} line {line}") -> 
                            "makes code at run time (any of these reaches the checks' own state)")
                     _refused.append(why)
                     raise Refused(why)
-                if trusted is None:
-                    trusted = _trusted()
-                on_behalf = on_behalf or name.startswith(trusted)
+                on_behalf = on_behalf or _on_behalf(name, event)
                 f = f.f_back
         finally:
             busy[0] = False
