@@ -43,6 +43,17 @@ def test_descriptor_constants_at_compile_time():
     fb.compile(src, "sm_100a")
 
 
+@pytest.mark.parametrize("m, n", [(128, 60), (128, 8), (64, 4), (64, 264), (96, 64)])
+def test_an_mma_shape_the_isa_does_not_allow_fails_to_compile_naming_the_rule(m, n):
+    """tcgen05.mma with cta_group::1: M = 64 takes N = 8..256 by 8, M = 128 N = 16..256 by 16 (PTX ISA, "Matrix
+    shape"). N = 60 used to be encoded as 56 without a word."""
+    src = ('#include <fb/tcgen05.cuh>\n'
+           f'extern "C" __global__ void k(unsigned* o) {{ constexpr fb::tc::u32 d = fb::tc::instr_desc_bf16_f32({m}, {n}); '
+           'o[0] = d; }\n')
+    with pytest.raises(fb.CompileError, match="tcgen05_mma_shape_needs_M64_N8_to_256_by_8_or_M128_N16_to_256_by_16"):
+        fb.compile(src, "sm_100a")
+
+
 def test_gemm_sass_and_resources(gemm):
     counts = gemm.expect_sass(*TCGEN05_SASS, kernel="tc_gemm", forbid=("HGMMA", "WARPGROUP"))
     assert counts["UTCHMMA"] == BK // 16      # the K-slice loop, unrolled: one MMA per 16-wide slice

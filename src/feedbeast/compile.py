@@ -90,6 +90,9 @@ def parse_ptxas_log(log: str) -> dict[str, Resources]:
 
 _DIAG = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)\s*:?\s*(?P<msg>.*)$",
                    re.MULTILINE)
+# A note NVRTC adds to the diagnostic above it (`note #2703-D: cannot call non-constexpr function "..."`): it often
+# says why, from a header (the toolkit's checks name their rule in such a call).
+_NOTE = re.compile(r"^[^\s()]+\(\d+\): note(?: #[\w-]+)?:\s*(?P<msg>.*)$", re.MULTILINE)
 
 
 SHOWN_ERRORS = 3   # errors shown with their lines; the rest by their first line (the first error is the one to fix)
@@ -100,8 +103,13 @@ def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[di
     lines touch share one excerpt (a missing ';' is reported on two lines), so the message stays short."""
     lines = src.splitlines()
     diags, shown, more = [], [], []
-    for m in _DIAG.finditer(log):
+    found = list(_DIAG.finditer(log))
+    for j, m in enumerate(found):
         d = {"file": m["file"], "line": int(m["line"]), "kind": m["kind"], "message": m["msg"].strip()}
+        upto = found[j + 1].start() if j + 1 < len(found) else len(log)
+        notes = [n["msg"].strip() for n in _NOTE.finditer(log, m.end(), upto)]
+        if notes:
+            d["message"] += "".join(f" (note: {n})" for n in notes)
         diags.append(d)
         if m["kind"] == "warning" or m["file"] != filename:
             continue

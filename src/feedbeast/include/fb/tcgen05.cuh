@@ -54,9 +54,21 @@ __device__ inline u32 tmem_at(u32 base, u32 lane, u32 column) { return base + (l
 //   bits  4-5  D type (1 = f32)        bits  7-9  A type (1 = bf16)     bits 10-12  B type (1 = bf16)
 //   bit  13/14 negate A/B (0)          bit  15/16 A/B MN-major (0 = K-major)
 //   bits 17-22 N >> 3                  bits 24-28 M >> 4                (other bits 0)
-// cta_group::1 with M = 128 needs N a multiple of 16 from 16 to 256; M = 64 a multiple of 8 from 8 to 256.
+// cta_group::1 with M = 128 needs N a multiple of 16 from 16 to 256; M = 64 a multiple of 8 from 8 to 256 (PTX ISA,
+// tcgen05.mma, "Matrix shape"). Another shape is not encoded: evaluated as a constant (`constexpr u32 idesc = ...`)
+// it fails to compile on the call below, whose name says the rule; at run time the kernel traps.
+__host__ __device__ inline u32 tcgen05_mma_shape_needs_M64_N8_to_256_by_8_or_M128_N16_to_256_by_16(int, int) {
+#ifdef __CUDA_ARCH__
+  __trap();
+#endif
+  return 0;
+}
+__host__ __device__ constexpr bool mma_shape_ok(int m, int n) {
+  return n <= 256 && ((m == 64 && n >= 8 && n % 8 == 0) || (m == 128 && n >= 16 && n % 16 == 0));
+}
 __host__ __device__ constexpr u32 instr_desc_bf16_f32(int m, int n) {
-  return (1u << 4) | (1u << 7) | (1u << 10) | (u32(n >> 3) << 17) | (u32(m >> 4) << 24);
+  return mma_shape_ok(m, n) ? (1u << 4) | (1u << 7) | (1u << 10) | (u32(n >> 3) << 17) | (u32(m >> 4) << 24)
+                            : tcgen05_mma_shape_needs_M64_N8_to_256_by_8_or_M128_N16_to_256_by_16(m, n);
 }
 
 // Shared memory descriptor (64 bits):
