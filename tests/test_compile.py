@@ -250,6 +250,13 @@ def test_a_cell_that_no_longer_compiles_unbinds_what_it_compiled_before(capsys):
     assert isinstance(ns["ring"], fb.Kernel)
 
 
+def test_kernel_names_are_read_through_nested_launch_bounds():
+    from feedbeast.magic import KERNEL_NAMES
+    assert KERNEL_NAMES.findall('extern "C" __global__ void __launch_bounds__(32 * (GROUP + 1)) ring(int* x) {}\n'
+                                'extern "C" __global__ void __launch_bounds__(f(g(2)), 1) two(int* x) {}\n'
+                                '__global__ __launch_bounds__(128) void three(int) {}') == ["ring", "two", "three"]
+
+
 def test_arch_compatibility_rules():
     assert fb.runs_on("sm_80", (8, 6)) and fb.runs_on("sm_80", (8, 9))
     assert not fb.runs_on("sm_90a", (8, 9)) and fb.runs_on("sm_90a", (9, 0))

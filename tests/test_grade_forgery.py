@@ -152,6 +152,10 @@ FORGERIES = {
     "kernel-tests-build-switches": ([("#include <fb/tma.cuh>\n", "#undef FB_HAZARDS\n#include <fb/tma.cuh>\n")],
                                     None, "refused"),
     "kernel-pastes-a-build-switch": ([("#include <fb/tma.cuh>\n", "#include <fb/tma.cuh>\n" + PASTE)], None, "refused"),
+    "kernel-pastes-with-digraphs": ([("#include <fb/tma.cuh>\n", "#include <fb/tma.cuh>\n" + PASTE.replace("#", "%:"))],
+                                    None, "refused"),
+    "kernel-tests-a-hazard-build-macro": ([("#include <fb/tma.cuh>\n",
+                                            "#include <fb/tma.cuh>\n#ifdef __syncthreads\n#endif\n")], None, "refused"),
     "kernel-includes-a-header-of-its-own": ([("#include <fb/tma.cuh>\n", '#include <fb/tma.cuh>\n#include "switch.h"\n')],
                                             None, "refused"),
     "kernel-renamed-and-a-python-stand-in": ([("\ntranspose_ring(const", "\ntranspose_ring_mine(const")],
@@ -366,6 +370,13 @@ def test_the_channel_reads_only_signed_lines_in_order():
     ("from feedbeast.course import verdicts", False),
     ("import feedbeast.hazards", False),
     ("fb = None", False),
+    # the modules that reach memory, frames and threads, however reached (ctypes.memmove raises no audit event)
+    ("import numpy.ctypeslib", False),
+    ("def f(x):\n    return np.ctypeslib.ctypes.memmove(0, 0, 0)", False),
+    ("def f(a):\n    return a.ctypes.data", False),
+    ("def f():\n    return numba.core.utils.threading.Thread", False),
+    ("def f():\n    return np.compat.sys", False),
+    ("import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int = 0", True),
 ])
 def test_refusals(src, ok):
     import ast

@@ -106,17 +106,16 @@ def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[di
     found = list(_DIAG.finditer(log))
     for j, m in enumerate(found):
         d = {"file": m["file"], "line": int(m["line"]), "kind": m["kind"], "message": m["msg"].strip()}
-        upto = found[j + 1].start() if j + 1 < len(found) else len(log)
-        notes = [n["msg"].strip() for n in _NOTE.finditer(log, m.end(), upto)]
-        if notes:
-            d["message"] += "".join(f" (note: {n})" for n in notes)
         diags.append(d)
         if m["kind"] == "warning" or m["file"] != filename:
             continue
         if len(shown) >= SHOWN_ERRORS:
             more.append(f"line {d['line']}: {d['message']}")
         elif (d["line"], d["message"]) not in [(e["line"], e["message"]) for e in shown]:
-            shown.append(d)
+            upto = found[j + 1].start() if j + 1 < len(found) else len(log)
+            notes = [n["msg"].strip() for n in _NOTE.finditer(log, m.end(), upto)]
+            notes = [n for n in notes if n and not n.endswith(":")][:2]     # not the bare "called from:"
+            shown.append({**d, "message": d["message"] + "".join(f" (note: {n})" for n in notes)})
     groups = []   # [errors] whose excerpts (line - 1 .. line + 1) overlap or touch
     for d in shown:
         if groups and d["line"] - 1 <= groups[-1][-1]["line"] + 2 and d["line"] >= groups[-1][0]["line"] - 2:

@@ -133,8 +133,8 @@ def cuda_cell(line: str, cell: str, namespace: dict):
 
 
 # The kernels a cell declares (`__global__ void [__launch_bounds__(...)] name(`), read from its text.
-KERNEL_NAMES = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+_BOUNDS = r"(?:__launch_bounds__\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)\s*)?"   # parentheses nested twice
+KERNEL_NAMES = re.compile(r"__global__\s+" + _BOUNDS + r"void\s+" + _BOUNDS + r"(\w+)\s*\(")
 
 
 class NotCompiled:

@@ -550,7 +550,8 @@ def _harness(fd: int) -> int:
 
     nb = child.nb = Notebook(learner, upto=job["upto"])
     cells = re.compile(rf"{re.escape(learner.name)}, cell \d+")    # the names Notebook.run compiles them under
-    guard.install(lambda name: cells.fullmatch(name) is not None,
+    grader = re.compile(rf"check cell \d+|{re.escape(sol.name)}, given cell \d+")   # child.checks(), child.given()
+    guard.install(lambda name: cells.fullmatch(name) is not None, lambda name: grader.fullmatch(name) is not None,
                   lambda name, line: at(nb.cells, int(name.rsplit(" ", 1)[1]), line))
     cuda_ns = child.kernels(nb, job["cuda"], given)
     ns.update(cuda_ns)
@@ -845,14 +846,20 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     if switches:
         out.append(f"it sets or tests {', '.join(switches)}, the toolkit's own build switches (the hazard and debug "
                    "builds set them)")
-    # what the preprocessor reads: lines spliced at a backslash, comments gone (C++17 [lex.phases] 2 and 3)
+    # what the preprocessor reads: lines spliced at a backslash, comments gone (C++17 [lex.phases] 2 and 3), the
+    # digraphs %: and %:%: read as # and ## ([lex.digraph])
     text = re.sub(r"/\*.*?\*/", " ", body.replace("\\\n", ""), flags=re.S)
-    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r"//[^\n]*", "", text).replace("%:", "#")
     own = sorted(set(re.findall(r"\bfb_(?:hz|debug)_\w+|\bhazard\s*::\s*record\b", text)))
     if own:
         out.append(f"it names {', '.join(own)}, the hazard and debug builds' own state")
     if "##" in text:
         out.append("it pastes tokens with ##, which can make a switch's name out of pieces")
+    # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
+    # tells the builds apart
+    if re.search(r"^[ \t]*#.*\b__sync(?:threads|warp)\b", text, re.M):
+        out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
+                   "macros)")
     folders = [Path(d) for d in include_path()]
     for inc in re.findall(r"^[ \t]*#[ \t]*include(.*)$", text, re.M):
         inc = inc.strip()

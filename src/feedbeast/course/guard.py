@@ -15,33 +15,47 @@ the interpreter itself reports (the audit events table of the Python docs, "sys.
   would run outside the learner's cells and so outside this guard's view;
 - other processes, threads, signals and audit hooks of its own.
 
-An event is refused when it comes from the learner's cells (each is compiled under its own file name:
-notebook.Notebook.run): the nearest frame of theirs on the stack is reached from the event without passing through
-a library trusted to do it on their behalf:
+An event is refused when it comes from the learner's code: the nearest frame on the stack that is not the
+grader's or an installed library's (the learner's cells, each compiled under its own name by
+notebook.Notebook.run, and code made at run time, whose file is no file: `<string>`) is reached from the event
+without passing through a library trusted to act for it:
 - the import system, which reads, compiles and runs a module the learner's code imports (a module the notebook
   may import: notebook.IMPORTABLE);
-- Numba's CUDA package, whose simulator names a `cuda.shared.array` by the file and line of the learner's call (a
-  frame and a traceback it keeps to itself) and which compiles the learner's kernels;
-- the toolkit's library (not feedbeast.course), for the ctypes buffers a launch packs its arguments in
-  (`ctypes.addressof`, `ctypes.cdata`) and nothing else.
-Audit hooks cannot be removed once added, so nothing the notebook runs later turns the guard off.
+- Numba and llvmlite, which compile the learner's kernels (Numba's simulator names a `cuda.shared.array` by the
+  file and line of the learner's call: a frame and a traceback it keeps to itself);
+- the standard library's helpers that read a frame or a function's code for their own use (namedtuple and
+  typing name the caller's module, dataclasses reads a signature), not those that hand frames back (inspect,
+  traceback, pdb, bdb, asyncio);
+- the toolkit's library (not feedbeast.course), for the ctypes calls that pack a launch's arguments and read a
+  debug build's report, and nothing else.
+Code made at run time is allowed (dataclasses, namedtuple and Numba make some), as learner code: `compile` and
+`exec` are refused only when the code would carry the name of an installed file or of the grader's own cells.
+Audit hooks cannot be removed once added, so nothing the notebook runs later turns the guard off. Not every way
+around is an audit event (CPython 3.11 raises none when a thread starts): the static rules of
+notebook.refusals() turn away the modules that lead there (threading, ctypes, gc, inspect, sys).
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
+import sysconfig
+import threading
 
-# Refused while learner code is on the stack. (Events from the table of "Audit events" in the Python docs.)
+# Refused from the learner's code. (Events from the table of "Audit events" in the Python docs; a thread's start
+# is `_thread.start_new_thread` in 3.12 and `_thread.start_joinable_thread` from 3.13.)
 REFUSED = frozenset({
     "sys._getframe", "sys._current_frames", "sys._current_exceptions", "object.__getattr__",
     "gc.get_objects", "gc.get_referrers", "gc.get_referents",
     "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.PyObj_FromPtr", "ctypes.string_at",
-    "ctypes.wstring_at", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.addressof",
-    "compile", "exec", "code.__new__", "function.__new__", "marshal.loads", "marshal.load", "pickle.find_class",
+    "ctypes.wstring_at", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.addressof", "ctypes.call_function",
+    "code.__new__", "function.__new__", "marshal.loads", "marshal.load", "pickle.find_class",
     "sys.addaudithook", "sys.settrace", "sys.setprofile", "sys._settraceallthreads", "sys._setprofileallthreads",
     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill",
-    "os.killpg", "signal.pthread_kill", "_thread.start_new_thread", "os.startfile", "pty.spawn",
+    "os.killpg", "signal.pthread_kill", "_thread.start_new_thread", "_thread.start_joinable_thread",
+    "os.startfile", "pty.spawn",
 })
+MADE = frozenset({"compile", "exec"})   # refused when the code would be named as an installed file or a grader cell
 
 
 class Refused(RuntimeError):
@@ -56,51 +70,101 @@ def refused() -> list[str]:
     return list(_refused)
 
 
+_MEMORY = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/(?:mem|pagemap|environ)")
+
+
 def _proc_mem(args) -> bool:
-    path = str(args[0]) if args else ""
-    return path.startswith("/proc/") and path.rstrip("/").rsplit("/", 1)[-1] in ("mem", "pagemap", "environ")
+    """Is this `open` of the process's memory (a bytes path and a relative one included)?"""
+    try:
+        path = os.path.realpath(os.fsdecode(args[0])) if args and isinstance(args[0], (str, bytes, os.PathLike)) else ""
+    except (TypeError, ValueError):
+        return False
+    return bool(_MEMORY.fullmatch(path))
 
 
-_PACKING = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/buffer"})
+_LIBRARY_EVENTS = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function",
+                             "ctypes.string_at"})
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
 _COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/
+_COMPILERS = ("numba", "numba_cuda", "llvmlite")
+
+
+def _folders(names) -> tuple[str, ...]:
+    out = []
+    for n in names:
+        m = sys.modules.get(n)
+        f = getattr(m, "__file__", None)
+        if f:
+            out.append(os.path.dirname(os.path.abspath(f)) + os.sep)
+    return tuple(out)
+
+
+_FRAME_EVENTS = frozenset({"sys._getframe", "object.__getattr__"})
+_STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
+# standard modules that hand frames back to their caller (or run code under a debugger's hooks)
+_HANDS_FRAMES = tuple(os.path.join(_STDLIB, m) for m in ("inspect.py", "traceback.py", "pdb.py", "bdb.py", "asyncio"))
 
 
 def _on_behalf(name: str, event: str) -> bool:
     """Is a frame of file `name` a library trusted to raise `event` for the learner's code (see the docstring)?"""
     if name.startswith("<frozen importlib._bootstrap"):
         return True
-    cuda = os.path.dirname(getattr(sys.modules.get("numba.cuda"), "__file__", None) or "")
-    if cuda and name.startswith(cuda + os.sep):
+    if name.startswith(_folders(_COMPILERS)):
+        return event not in MADE
+    if event in _FRAME_EVENTS and name.startswith(_STDLIB) and not name.startswith(_HANDS_FRAMES) \
+            and "site-packages" not in name:
         return True
-    return event in _PACKING and name.startswith(_LIBRARY) and not name.startswith(_COURSE)
+    return event in _LIBRARY_EVENTS and name.startswith(_LIBRARY) and not name.startswith(_COURSE)
 
 
-def install(is_learner_file, place=lambda name, line: f"{name} line {line}") -> None:
-    """From now on, refuse REFUSED events (and opening /proc/*/mem) that come from a frame whose file name satisfies
-    `is_learner_file` (see the docstring). `place(file name, line)` names the line as the learner knows it."""
-    busy = [False]
-    getframe = sys._getframe
+def _installed(name: str) -> bool:
+    """A frame's file that is an installed file (stdlib, site-packages, the toolkit) or a frozen module."""
+    return name.startswith("<frozen ") or (os.path.isabs(name) and os.path.isfile(name))
+
+
+def install(is_learner_file, is_grader_file=lambda name: False, place=lambda name, line: f"{name} line {line}") -> None:
+    """From now on, refuse REFUSED events (and opening /proc/*/mem, and code made with a trusted name) that come
+    from the learner's code (see the docstring). `is_learner_file(name)`: a frame of the learner's cells;
+    `is_grader_file(name)`: one of the grader's own cells (the lab's given cells, its checks), trusted like an
+    installed file. `place(file name, line)` names a line of the learner's cells as the learner knows it."""
+    busy: set[int] = set()               # the threads inside the hook (its own frame reads raise events too)
+    getframe, ident = sys._getframe, threading.get_ident
+    base, f = [], getframe(1)            # the caller's frames (the check process's own): the walk stops there
+    while f is not None:
+        base.append(f)
+        f = f.f_back
+
+    def trusted_name(name) -> bool:
+        return _installed(name) or is_grader_file(name)
 
     def hook(event, args):
-        if busy[0] or not (event in REFUSED or (event == "open" and _proc_mem(args))):
+        if not (event in REFUSED or (event in MADE and args) or (event == "open" and _proc_mem(args))):
             return
-        busy[0] = True
+        me = ident()
+        if me in busy:
+            return
+        busy.add(me)
         try:
+            if event in MADE:
+                code = args[0]
+                named = args[1] if event == "compile" and len(args) > 1 else getattr(code, "co_filename", None)
+                if not isinstance(named, str) or not trusted_name(named):
+                    return        # run-time code keeps a name of its own: it counts as the learner's
             f, on_behalf = getframe(1), False
-            while f is not None:
+            while f is not None and not any(f is b for b in base):
                 name = f.f_code.co_filename
-                if is_learner_file(name):
+                if is_learner_file(name) or not trusted_name(name):
                     if on_behalf:
                         return
-                    why = (f"{place(name, f.f_lineno)} raised Python's audit event {event!r}: the grader does not "
-                           "run code that reads frames or the garbage collector's objects, calls native code, or "
-                           "makes code at run time (any of these reaches the checks' own state)")
+                    where = place(name, f.f_lineno) if is_learner_file(name) else f"code made at run time ({name})"
+                    why = (f"{where} raised Python's audit event {event!r}: the grader does not run code that reads "
+                           "frames or the garbage collector's objects, calls native code, or makes code under a name "
+                           "that is not its own (any of these reaches the checks' own state)")
                     _refused.append(why)
                     raise Refused(why)
                 on_behalf = on_behalf or _on_behalf(name, event)
                 f = f.f_back
         finally:
-            busy[0] = False
+            busy.discard(me)
 
     sys.addaudithook(hook)

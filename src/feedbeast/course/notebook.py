@@ -498,7 +498,10 @@ IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "c
               "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
 INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grade", "guard", "roster", "isolated", "sanitize",
             "environ", "putenv", "unsetenv", "modules", "settrace", "setprofile", "excepthook", "stdout",
-            "stderr", "system", "popen"}
+            "stderr", "system", "popen",
+            # modules that reach memory, frames, threads and processes (reached as an attribute: np.ctypeslib.ctypes)
+            "ctypes", "ctypeslib", "pythonapi", "threading", "gc", "inspect", "traceback", "sys", "builtins",
+            "importlib", "pickle", "marshal", "subprocess", "signal", "multiprocessing", "asyncio", "concurrent"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super"}
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__",
