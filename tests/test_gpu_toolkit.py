@@ -401,3 +401,8 @@ def test_a_mistyped_toolkit_name_gets_the_names_closest_to_it():
     with pytest.raises(AttributeError, match=r"has no attribute 'zzz'$"):
         fb.zzz
     assert not hasattr(fb, "nope") and hasattr(fb, "empty")
+
+
+def test_calling_the_tensormap_module_names_the_function():
+    with pytest.raises(TypeError, match=r"the function is fb\.tensor_map\(\.\.\.\)"):
+        fb.tensormap(fb.empty((64, 64), np.float32), box=(32, 32))

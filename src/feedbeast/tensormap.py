@@ -13,6 +13,8 @@ Object Management"), and only those: tests/test_tensormap.py asks the driver the
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 
 import numpy as np
 
@@ -264,3 +266,13 @@ def _encode(tm: TensorMap, address: int) -> bytes:
         getattr(driver.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{fill}")))
     import struct
     return struct.pack("<16Q", *[int(v) for v in cmap.opaque])
+
+
+class _ThisModule(types.ModuleType):
+    """`fb.tensormap(...)`, a call of this module where the function `fb.tensor_map(...)` was meant, says so."""
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError("fb.tensormap is the toolkit's module of tensor maps; the function is fb.tensor_map(...)")
+
+
+sys.modules[__name__].__class__ = _ThisModule
