@@ -40,7 +40,7 @@ CPU_BUG = LAB_BUGS["05"]["fence-after-release"].replacements            # SASS-v
 GPU_BUG = LAB_BUGS["05"]["staging-rewritten-before-store-read"].replacements   # a race only hazards see
 GPU_RULE = "async-read-in-flight"
 REFUSED = (r"not run by the grader|not compiled: it |raised Python's audit event|"
-           r"no kernel named 'transpose_ring'")
+           r"no kernel named 'transpose_ring'|was changed in place")
 MAKE_MAPS = "def make_maps(x_dev, y_dev):\n"
 
 
@@ -113,6 +113,58 @@ CTYPES = """import numpy.ctypeslib
 def make_maps(x_dev, y_dev, unused=numpy.ctypeslib.ctypes.pythonapi["PyRun_SimpleString"](b"x = 1")):
 """
 PASTE = "#define PASTE(a, b) a##b\n#if PASTE(F, B_HAZARDS)\n#endif\n"
+# Attributes got and set through functools.update_wrapper, which names them as strings: frames, a toolkit function's
+# code, the grader's kernel module changed in place; code run from a string annotation; a file written (the compile
+# cache a later check reads).
+WRAPPED_FRAMES = """import functools
+import operator
+
+
+class Box:
+    pass
+
+
+def get(o, name):
+    b = Box()
+    functools.update_wrapper(b, o, assigned=(name,), updated=())
+    return operator.attrgetter(name)(b)
+
+
+def forge():
+    def walk():
+        yield 1
+    gen = walk()
+    return get(get(gen, "gi_frame"), "f_back")
+
+
+def make_maps(x_dev, y_dev, unused=forge()):
+"""
+CODE_SWAP = """import functools
+
+
+def make_maps(x_dev, y_dev, unused=functools.update_wrapper(fb.sass.expect_proxy_fence, lambda *a, **k: 1,
+                                                             assigned=("__code__",), updated=())):
+"""
+MODULE_IN_PLACE = """import collections
+import functools
+
+Src = collections.namedtuple("Src", "source")
+
+
+def make_maps(x_dev, y_dev, unused=functools.update_wrapper(lab, Src(lab.source + "// mine\\n"), assigned=("source",),
+                                                             updated=())):
+"""
+ANNOTATION = """import typing
+
+
+def hint(x: "print('run') or int"):
+    return x
+
+
+def make_maps(x_dev, y_dev, unused=typing.get_type_hints(hint)):
+"""
+FILE_WRITE = """def make_maps(x_dev, y_dev, unused=np.zeros(1).tofile("cubin.bin")):
+"""
 
 # name -> (replacements added to the bug's, an edit of the notebook, what the failure names: "bug" | "refused")
 FORGERIES = {
@@ -161,6 +213,11 @@ FORGERIES = {
     "kernel-renamed-and-a-python-stand-in": ([("\ntranspose_ring(const", "\ntranspose_ring_mine(const")],
                                              _before_check(["transpose_ring = lab.transpose_ring_mine"]), "refused"),
     "frames-through-a-generator": ([(MAKE_MAPS, FRAMES)], None, "refused"),
+    "frames-through-update-wrapper": ([(MAKE_MAPS, WRAPPED_FRAMES)], None, "refused"),
+    "code-swapped-in-a-toolkit-function": ([(MAKE_MAPS, CODE_SWAP)], None, "refused"),
+    "kernel-module-changed-in-place": ([(MAKE_MAPS, MODULE_IN_PLACE)], None, "refused"),
+    "a-string-annotation-run-by-typing": ([(MAKE_MAPS, ANNOTATION)], None, "refused"),
+    "a-file-written-for-a-later-check": ([(MAKE_MAPS, FILE_WRITE)], None, "refused"),
     "c-api-through-numpy-ctypes": ([(MAKE_MAPS, CTYPES)], None, "refused"),
 }
 

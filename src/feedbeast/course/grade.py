@@ -312,9 +312,25 @@ def _integrity_baseline(ns: dict, protected) -> dict:
                     for ck, cv in list(vars(v).items()):
                         if isinstance(cv, kinds) or callable(cv):
                             attrs[(f"{n}.{k}", ck)] = cv
-    return {"modules": mods, "attrs": attrs, "given": {k: ns[k] for k in protected if k in ns},
+    codes = {key: _code_of(v) for key, v in attrs.items() if isinstance(v, types.FunctionType)}
+    return {"modules": mods, "attrs": attrs, "codes": codes, "state": {},
+            "given": {k: ns[k] for k in protected if k in ns},
             "hooks": _hook_state(hooks), "mode": (hooks.mode, dataclasses.asdict(hooks.mode)),
             "sinks": list(verdicts._sinks), "records": verdicts._records}
+
+
+def _code_of(f) -> tuple:
+    """What a function runs: swapping any of these changes it while it stays the same object."""
+    return (f.__code__, f.__defaults__, f.__kwdefaults__, f.__closure__)
+
+
+def kernel_state(mod) -> tuple | None:
+    """What the checks read of a kernel module the grader compiled (feedbeast.compile.Module): the learner's code may
+    read it, never change it in place (its source is what the debug and hazard builds compile)."""
+    if not hasattr(mod, "cubin") or not hasattr(mod, "source"):
+        return None
+    return (mod.source, hashlib.sha256(bytes(mod.cubin)).hexdigest(), mod.log, mod.arch, mod.name,
+            tuple(sorted((str(k), str(v)) for k, v in dict(mod.defines).items())), tuple(mod.options), mod.debug)
 
 
 _HOOK_LISTS = ("before_launch", "on_verdict", "on_bench", "on_check", "on_profile", "on_trace")
@@ -341,6 +357,11 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
             where = vars(getattr(base["modules"][mod], cls, None) or object)
         if where.get(k, None) is not v:
             out.append(f"{owner}.{k} was replaced")
+        elif (owner, k) in base["codes"] and any(a is not b for a, b in zip(_code_of(v), base["codes"][owner, k])):
+            out.append(f"{owner}.{k} was changed in place (its code, defaults or closure)")
+    for k, state in base["state"].items():
+        if kernel_state(ns.get(k)) != state:
+            out.append(f"{k}, the kernel module the grader compiled from your cell, was changed in place")
     for k, v in base["given"].items():
         if ns.get(k, None) is not v:
             out.append(f"{k} (which the lab gives or the grader binds) was rebound")
@@ -555,6 +576,7 @@ def _harness(fd: int) -> int:
                   lambda name, line: at(nb.cells, int(name.rsplit(" ", 1)[1]), line))
     cuda_ns = child.kernels(nb, job["cuda"], given)
     ns.update(cuda_ns)
+    base["state"] = {k: st for k, v in cuda_ns.items() if (st := kernel_state(v)) is not None}
     child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"])
     problems = _integrity_problems(base, ns)
     if problems:

@@ -23,11 +23,15 @@ without passing through a library trusted to act for it:
   may import: notebook.IMPORTABLE);
 - Numba and llvmlite, which compile the learner's kernels (Numba's simulator names a `cuda.shared.array` by the
   file and line of the learner's call: a frame and a traceback it keeps to itself);
-- the standard library's helpers that read a frame or a function's code for their own use (namedtuple and
-  typing name the caller's module, dataclasses reads a signature), not those that hand frames back (inspect,
-  traceback, pdb, bdb, asyncio);
+- the standard library's class makers (collections' namedtuple, typing, dataclasses, enum, abc), which read the
+  caller's frame for a module name, a function's signature, and set a new class's attributes; not functools,
+  whose update_wrapper gets and sets any attribute named to it;
 - the toolkit's library (not feedbeast.course), for the ctypes calls that pack a launch's arguments and read a
-  debug build's report, and nothing else.
+  debug build's report, its compile cache's files, and the frames, attributes and classes it and the libraries
+  it calls (cuda.core) read and set for their own use; no toolkit function hands a frame back or sets an
+  attribute the caller names.
+Setting an attribute of a function or class (`object.__setattr__`: a `__code__` swapped) and opening a file for
+writing (the compile cache a later check reads) are refused too.
 Code made at run time is allowed (dataclasses, namedtuple and Numba make some), as learner code: `compile` and
 `exec` are refused only when the code would carry the name of an installed file or of the grader's own cells.
 Audit hooks cannot be removed once added, so nothing the notebook runs later turns the guard off. Not every way
@@ -45,7 +49,8 @@ import threading
 # Refused from the learner's code. (Events from the table of "Audit events" in the Python docs; a thread's start
 # is `_thread.start_new_thread` in 3.12 and `_thread.start_joinable_thread` from 3.13.)
 REFUSED = frozenset({
-    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "object.__getattr__",
+    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "object.__getattr__", "object.__setattr__",
+    "object.__delattr__",
     "gc.get_objects", "gc.get_referrers", "gc.get_referents",
     "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.PyObj_FromPtr", "ctypes.string_at",
     "ctypes.wstring_at", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.addressof", "ctypes.call_function",
@@ -82,8 +87,17 @@ def _proc_mem(args) -> bool:
     return bool(_MEMORY.fullmatch(path))
 
 
+def _writes(args) -> bool:
+    """Is this `open` for writing (a file the grader or a later grading reads: the compile cache, a results log)?"""
+    mode = args[1] if len(args) > 1 else None
+    flags = args[2] if len(args) > 2 else 0
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    return isinstance(flags, int) and bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC))
+
+
 _LIBRARY_EVENTS = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function",
-                             "ctypes.string_at"})
+                             "ctypes.string_at", "open"})
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
 _COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/
 _COMPILERS = ("numba", "numba_cuda", "llvmlite")
@@ -99,10 +113,12 @@ def _folders(names) -> tuple[str, ...]:
     return tuple(out)
 
 
-_FRAME_EVENTS = frozenset({"sys._getframe", "object.__getattr__"})
+_OBJECT_EVENTS = frozenset({"sys._getframe", "object.__getattr__", "object.__setattr__", "object.__delattr__"})
 _STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
-# standard modules that hand frames back to their caller (or run code under a debugger's hooks)
-_HANDS_FRAMES = tuple(os.path.join(_STDLIB, m) for m in ("inspect.py", "traceback.py", "pdb.py", "bdb.py", "asyncio"))
+# the standard library's class makers, which read the caller's frame for a module name and set a new class's
+# attributes; not functools, whose update_wrapper gets and sets any attribute named to it
+_CLASS_MAKERS = tuple(os.path.join(_STDLIB, m) for m in ("collections" + os.sep, "typing.py", "dataclasses.py",
+                                                          "enum.py", "abc.py"))
 
 
 def _on_behalf(name: str, event: str) -> bool:
@@ -111,10 +127,10 @@ def _on_behalf(name: str, event: str) -> bool:
         return True
     if name.startswith(_folders(_COMPILERS)):
         return event not in MADE
-    if event in _FRAME_EVENTS and name.startswith(_STDLIB) and not name.startswith(_HANDS_FRAMES) \
-            and "site-packages" not in name:
+    if event in _OBJECT_EVENTS and name.startswith(_CLASS_MAKERS):
         return True
-    return event in _LIBRARY_EVENTS and name.startswith(_LIBRARY) and not name.startswith(_COURSE)
+    return (event in _LIBRARY_EVENTS or event in _OBJECT_EVENTS) and name.startswith(_LIBRARY) \
+        and not name.startswith(_COURSE)
 
 
 def _installed(name: str) -> bool:
@@ -138,7 +154,7 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
         return _installed(name) or is_grader_file(name)
 
     def hook(event, args):
-        if not (event in REFUSED or (event in MADE and args) or (event == "open" and _proc_mem(args))):
+        if not (event in REFUSED or (event in MADE and args) or (event == "open" and (_proc_mem(args) or _writes(args)))):
             return
         me = ident()
         if me in busy:

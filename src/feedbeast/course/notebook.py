@@ -497,6 +497,7 @@ def _reads(node) -> tuple[frozenset, frozenset]:
 IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses",
               "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
 INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grade", "guard", "roster", "isolated", "sanitize",
+            "cache",
             "environ", "putenv", "unsetenv", "modules", "settrace", "setprofile", "excepthook", "stdout",
             "stderr", "system", "popen",
             # modules that reach memory, frames, threads and processes (reached as an attribute: np.ctypeslib.ctypes)
@@ -546,6 +547,10 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
                 out.append(f"it sets the attribute .{n.attr} of {ast.unparse(n.value)[:40]}")
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS:
             out.append(f"it defines {n.name}")
+        elif isinstance(n, ast.arg) and isinstance(n.annotation, ast.Constant) and isinstance(n.annotation.value, str) \
+                or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign)) and isinstance(
+                    getattr(n, "returns", None) or getattr(n, "annotation", None), ast.Constant):
+            out.append("it writes an annotation as a string, which typing.get_type_hints would run as code")
     for n in ast.walk(node):     # a function that rebinds a protected name when called: `global` above; a
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):   # subscript store on one:
             root = n.value
