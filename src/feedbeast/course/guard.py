@@ -174,8 +174,9 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
                         return
                     where = place(name, f.f_lineno) if is_learner_file(name) else f"code made at run time ({name})"
                     why = (f"{where} raised Python's audit event {event!r}: the grader does not run code that reads "
-                           "frames or the garbage collector's objects, calls native code, or makes code under a name "
-                           "that is not its own (any of these reaches the checks' own state)")
+                           "frames or the garbage collector's objects, sets a function's or a class's attributes, "
+                           "writes files, calls native code, or makes code under a name that is not its own (any of "
+                           "these reaches the checks' own state)")
                     _refused.append(why)
                     raise Refused(why)
                 on_behalf = on_behalf or _on_behalf(name, event)
