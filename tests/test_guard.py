@@ -2,7 +2,7 @@
 
 What the learner's code raises itself is refused, and counted even when their code catches the error; what a trusted
 library raises for them passes (the toolkit packing a launch's arguments with ctypes, an import, a dataclass's
-generated code); code made at run time counts as the learner's; the process's memory file is refused by any path.
+generated code, the hazard checker's forked replay); code made at run time counts as the learner's; the process's memory file is refused by any path.
 """
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ CASES = [
     ("import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int = 0\nP(1)", "ran"),
     ("import json\njson.dumps([1])", "ran"),
     ("open(b'/proc/self/../self/mem', 'rb')", "refused 'open'"),
+    ("import os\nos.fork()", "refused 'os.fork'"),
+    # the hazard checker replays a long trace in forked processes (bogus jobs: the replay fails, the forks happen)
+    ("import importlib\nimportlib.import_module('feedbeast.hazards.check')._replay_parallel([(), ()])", "ran"),
 ]
 
 SCRIPT = """

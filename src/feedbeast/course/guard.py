@@ -27,7 +27,8 @@ without passing through a library trusted to act for it:
   caller's frame for a module name, a function's signature, and set a new class's attributes; not functools,
   whose update_wrapper gets and sets any attribute named to it;
 - the toolkit's library (not feedbeast.course), for the ctypes calls that pack a launch's arguments and read a
-  debug build's report, its compile cache's files, and the frames, attributes and classes it and the libraries
+  debug build's report, its compile cache's files, the processes the hazard checker forks to replay a long trace
+  (multiprocessing's pool and its threads: the children run only the replay, under this hook too), and the frames, attributes and classes it and the libraries
   it calls (cuda.core) read and set for their own use; no toolkit function hands a frame back or sets an
   attribute the caller names.
 Setting an attribute of a function or class (`object.__setattr__`: a `__code__` swapped) and opening a file for
@@ -97,7 +98,8 @@ def _writes(args) -> bool:
 
 
 _LIBRARY_EVENTS = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function",
-                             "ctypes.string_at", "open"})
+                             "ctypes.string_at", "open", "os.fork", "_thread.start_new_thread",
+                             "_thread.start_joinable_thread"})
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
 _COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/
 _COMPILERS = ("numba", "numba_cuda", "llvmlite")
@@ -184,4 +186,19 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
         finally:
             busy.discard(me)
 
+    def forked():
+        # A child forked for the toolkit (the hazard replay's pool; the learner's own forks are refused) never returns
+        # to the frames it was forked from: the walk stops there, as at the check process's own frames, and what the
+        # child runs next is checked as in the parent.
+        me = ident()
+        busy.add(me)
+        try:
+            f = getframe(1)
+            while f is not None:
+                base.append(f)
+                f = f.f_back
+        finally:
+            busy.discard(me)
+
+    os.register_at_fork(after_in_child=forked)
     sys.addaudithook(hook)
