@@ -28,7 +28,8 @@ without passing through a library trusted to act for it:
   whose update_wrapper gets and sets any attribute named to it;
 - the toolkit's library (not feedbeast.course), for the ctypes calls that pack a launch's arguments and read a
   debug build's report, its compile cache's files, the processes the hazard checker forks to replay a long trace
-  (multiprocessing's pool and its threads: the children run only the replay, under this hook too), and the frames, attributes and classes it and the libraries
+  (multiprocessing's pool, its threads and its stopping of its workers: the children run only the replay, under this
+  hook too), and the frames, attributes and classes it and the libraries
   it calls (cuda.core) read and set for their own use; no toolkit function hands a frame back or sets an
   attribute the caller names.
 Setting an attribute of a function or class (`object.__setattr__`: a `__code__` swapped) and opening a file for
@@ -98,7 +99,7 @@ def _writes(args) -> bool:
 
 
 _LIBRARY_EVENTS = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function",
-                             "ctypes.string_at", "open", "os.fork", "_thread.start_new_thread",
+                             "ctypes.string_at", "open", "os.fork", "os.kill", "_thread.start_new_thread",
                              "_thread.start_joinable_thread"})
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
 _COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/

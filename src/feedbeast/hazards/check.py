@@ -53,7 +53,10 @@ def _replay_parallel(jobs):
         with warnings.catch_warnings():   # fork with other threads alive: the children run only this replay
             warnings.simplefilter("ignore", DeprecationWarning)
             with multiprocessing.get_context("fork").Pool(workers) as pool:
-                return pool.map(_replay_job, range(len(jobs)), chunksize=1)
+                out = pool.map(_replay_job, range(len(jobs)), chunksize=1)
+                pool.close()    # the workers leave on their own (the pool's exit would stop the live ones by signal)
+                pool.join()
+                return out
     except Exception:   # noqa: BLE001 (no processes to be had: replay here)
         return None
     finally:
