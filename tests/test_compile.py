@@ -359,3 +359,20 @@ def test_a_name_error_in_a_notebook_says_which_cell_has_not_run():
     assert "Run > Run All Above Selected Cell" in out, out
     local = r.stdout.split("@@ next @@", 1)[1]
     assert "LOCAL UnboundLocalError" in local and "Run All Above" not in local, local
+
+
+def test_a_kernel_built_for_whatever_gpu_runs_it_needs_only_a_gpu(monkeypatch):
+    """With no arch named and no GPU here, compile builds for DEFAULT_ARCH to show SASS; on a GPU the same call builds
+    for that GPU (a T4 runs chapter 01's kernels), so a launch's skip asks for a GPU, not for sm_90a."""
+    fc, fs = sys.modules["feedbeast.compile"], sys.modules["feedbeast.skip"]   # (fb.compile is the function)
+    monkeypatch.setattr(fc, "current_arch", lambda: None)
+    monkeypatch.setattr(fs, "gpu", lambda: None)
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.f; }'
+    x = fb.empty(32, np.float32)
+    m = fb.compile(src)
+    assert m.arch == fc.DEFAULT_ARCH and m.any_gpu
+    assert str(m.k.launch(1, 32, x)) == "skipped: launch k: needs a GPU, this machine has none"
+    assert str(m.debug_build().k.launch(1, 32, x)) == "skipped: launch k: needs a GPU, this machine has none"
+    assert str(fb.compile(src, "sm_90a").k.launch(1, 32, x)) == "skipped: launch k: needs sm_90a, this machine has none"
+    assert str(fb.compile(src, min_arch="sm_80").k.launch(1, 32, x)) == \
+        "skipped: launch k: needs a GPU (sm_80 or newer), this machine has none"

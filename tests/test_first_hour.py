@@ -735,6 +735,11 @@ def test_the_course_kernel_has_cuda_cells_before_any_cell_runs(tmp_path, monkeyp
                                "os.environ.get('FEEDBEAST_HOOKS'))", timeout=120,
                                output_hook=lambda m: out.append(m["content"].get("text", "")))
         assert "".join(out).split() == ["True", "feedbeast.course"], out
+        # the notebooks' own `%load_ext feedbeast` then loads quietly (no "already loaded" note in every notebook)
+        said = []
+        kc.execute_interactive("%load_ext feedbeast", timeout=120, output_hook=lambda m: said.append(
+            m["content"].get("text", "") + str(m["content"].get("data", ""))))
+        assert not "".join(said).strip(), said
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

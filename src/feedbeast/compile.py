@@ -148,13 +148,21 @@ class Module:
     defines: dict = dataclasses.field(default_factory=dict)   # as given to compile()
     name: str = "kernel.cu"
     debug: bool = False
+    # Built for DEFAULT_ARCH only because the call named no arch and this machine has no GPU: on a GPU the same call
+    # builds for that GPU, so a launch needs a GPU, not DEFAULT_ARCH's (a T4 runs chapter 01's kernels).
+    any_gpu: bool = False
+
+    @property
+    def needs_arch(self) -> str | None:
+        """The arch a launch of this module needs here: None for any GPU (see any_gpu)."""
+        return None if self.any_gpu else self.arch
 
     def debug_build(self, **defines) -> "Module":
         """The same source, arch and defines built with debug=True, so that a hung barrier wait raises
         BarrierTimeout naming the barrier instead of freezing the notebook. Extra defines are added
         (e.g. FB_WAIT_TIMEOUT_NS="500000000ull")."""
-        return compile(self.source, self.arch, defines={**self.defines, **defines}, options=self.options,
-                       name=self.name, debug=True)
+        return compile(self.source, None if self.any_gpu else self.arch, defines={**self.defines, **defines},
+                       options=self.options, name=self.name, debug=True)
 
     def hazard_check(self, kernel: str, grid, block, *args, shared: int = 0, cluster=None, **kw):
         """Run the hazard build of `kernel` once with these arguments and check its trace: a
@@ -259,6 +267,7 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     from cuda.core import ProgramOptions
     if min_arch is not None:
         parse_arch(min_arch)
+    any_gpu = arch is None and min_arch is None and current_arch() is None
     arch = arch or current_arch() or min_arch or DEFAULT_ARCH
     parse_arch(arch)
     options = _options(options)
@@ -279,7 +288,7 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     if use_cache and cached.exists():
         log_file = cached.with_suffix(".log")
         hit = Module(source, arch, cached.read_bytes(), log_file.read_text() if log_file.exists() else "",
-                     tuple(options), defines=dict(defines or {}), name=name, debug=debug)
+                     tuple(options), defines=dict(defines or {}), name=name, debug=debug, any_gpu=any_gpu)
         # A hit counts only with the resources of every kernel (ptxas -v lists each entry); a cubin whose
         # log is missing or short (a writer cut off) is compiled again and both are rewritten.
         if set(hit.kernel_names) <= set(hit.resources):
@@ -304,7 +313,7 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{msg}", log, diags)
     log = log.replace("\x00", "")
     mod = Module(source, arch, obj_code, log, tuple(options), defines=dict(defines or {}), name=name,
-                 debug=debug)
+                 debug=debug, any_gpu=any_gpu)
     if not set(mod.kernel_names) <= set(mod.resources):
         import warnings
         warnings.warn(f"{name}: the compiler's log has no resource report for "

@@ -224,7 +224,7 @@ class Kernel:
         self.check_args(args)
         global last_launched
         last_launched = self
-        skip = needs(self.module.arch, f"launch {self.name}")
+        skip = needs(self.module.needs_arch, f"launch {self.name}")
         if skip is not None:
             return skip
         if any(isinstance(a, DeviceArray) and not a.on_gpu for a in args):
@@ -296,7 +296,7 @@ class Kernel:
         inside one GPC, and GPCs do not all have the same number of SMs.
         """
         from cuda.bindings import driver
-        if needs(self.module.arch) is not None:
+        if needs(self.module.needs_arch) is not None:
             return 0
         self._load()
         self._opt_in(shared)

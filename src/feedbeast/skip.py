@@ -34,8 +34,11 @@ class Skipped:
         return self
 
 
-def needs(arch: str, what: str = "") -> Skipped | None:
-    """None when this machine can run `arch` code, else the Skipped that says why not."""
+def needs(arch: str | None, what: str = "") -> Skipped | None:
+    """None when this machine can run `arch` code (None: code built for whichever GPU runs it), else the Skipped
+    that says why not."""
+    if arch is None:
+        return needs_gpu(what)
     g = gpu()
     if runs_on(arch, g.cc if g else None):
         return None

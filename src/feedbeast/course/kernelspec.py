@@ -2,8 +2,9 @@
 its container image.
 
 The kernel imports the course's hooks (FEEDBEAST_HOOKS: results, verdicts, recorded outputs) and loads the toolkit's
-IPython extension at start (`--ext feedbeast`), so `%%cuda` is there in every cell, also in the first one run after
-a restart.
+IPython extension at start, so `%%cuda` is there in every cell, also in the first one run after a restart. It loads it
+as `feedbeast.magic` (the same magics), so that a notebook's own `%load_ext feedbeast` still loads quietly: IPython
+notes "already loaded" for an extension name it has seen.
 
 `python -m feedbeast.course.kernelspec` writes it into this Python's environment (share/jupyter/kernels/feedbeast,
 never into a home folder).
@@ -19,7 +20,7 @@ NAME, DISPLAY = "feedbeast", "Feeding the Beast"
 
 def spec(python: str = sys.executable) -> dict:
     frozen = ["-Xfrozen_modules=off"] if sys.version_info >= (3, 11) else []   # as ipykernel writes it (debugger)
-    return {"argv": [python, *frozen, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=feedbeast"],
+    return {"argv": [python, *frozen, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=feedbeast.magic"],
             "env": {"FEEDBEAST_HOOKS": "feedbeast.course"},
             "display_name": DISPLAY, "language": "python", "metadata": {"debugger": True}}
 

@@ -154,7 +154,7 @@ def run(kernel, grid, block, *args, shared: int = 0, cluster=None, blocks: int =
     from ..launch import _dim3
     from ..memory import sync
     from ..skip import needs
-    skip = needs(kernel.module.arch, f"hazard check of {kernel.name}")
+    skip = needs(kernel.module.needs_arch, f"hazard check of {kernel.name}")
     if skip is not None:
         return skip
     t0 = time.perf_counter()
