@@ -22,7 +22,7 @@ from feedbeast.course.notebook import load  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ("chapters/01-synchronous-loads.ipynb", "chapters/02-software-pipelining.ipynb",
-             "solutions/01-tiled-rowsum.ipynb", "solutions/02-double-buffered-rowsum.ipynb")
+             "solutions/01-tiled-transpose.ipynb", "solutions/02-double-buffered-transpose.ipynb")
 NUMBA = {"cuda": cuda, "float32": float32, "math": math, "np": np}   # this process's numba.cuda, set up above
 _ch01 = load(ROOT / NOTEBOOKS[0]).definitions("chase", "TILE", "matmul_tiled", "sgemm_vec", SIM=SIM, **NUMBA)
 chase, TILE, matmul_tiled, sgemm_vec = (_ch01[k] for k in ("chase", "TILE", "matmul_tiled", "sgemm_vec"))
@@ -177,7 +177,8 @@ from feedbeast.course.notebook import load
 SIGS = {"chase": "void(uint32[::1], int64, uint32[::1])", "stream": "void(float32[::1], float32[::1])",
         "matmul_tiled": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
         "sgemm": "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
-        "stream_numba": "void(float32[::1], float32[::1])"}
+        "stream_numba": "void(float32[::1], float32[::1])",
+        **{k: "void(float32[:, ::1], float32[:, ::1])" for k in ("transpose_naive", "transpose_tiled", "transpose_db")}}
 for path in sys.argv[1:]:
     nb = load(path)
     makers = [f for f in nb.functions() if f.startswith("make_") and f != "make_ld4"]
@@ -189,6 +190,10 @@ for path in sys.argv[1:]:
         ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=(9, 0))
         local = ".local" in ptx
         print(f"{os.path.basename(path)} {name} ok{' LOCAL' if local else ''}")
+from feedbeast.course import lab_refs   # lab 02's comparison kernel, made outside the notebook
+ptx, _ = cuda.compile_ptx(lab_refs.transpose_strip(32, 8, 8).py_func, "void(float32[:, ::1], float32[:, ::1])",
+                          cc=(9, 0))
+print(f"lab_refs transpose_strip ok{' LOCAL' if '.local' in ptx else ''}")
 '''
 
 
@@ -208,6 +213,6 @@ def test_notebook_kernels_compile_with_the_real_numba_compiler(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.split("\n")
     for name in ("chase", "stream_numba", "matmul_tiled", "make_sgemm", "rowsum_naive", "make_rowsum_tiled",
-                 "make_rowsum_db", "rowsum_tiled", "rowsum_db"):
+                 "make_rowsum_db", "transpose_naive", "transpose_tiled", "transpose_db", "transpose_strip"):
         assert any(f" {name} ok" in ln for ln in lines), f"{name} was not compiled:\n{r.stdout}"
     assert "LOCAL" not in r.stdout, f"a kernel keeps an array in local memory:\n{r.stdout}"

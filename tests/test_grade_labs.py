@@ -62,8 +62,8 @@ HAZARD_RULES = ("async-read-in-flight", "missing-proxy-fence", "unordered-access
 
 # lab -> (solution notebook, the name its correctness checks start with, the arch its launches need)
 LABS = {
-    "01": ("01-tiled-rowsum.ipynb", "rowsum_tiled", None),
-    "02": ("02-double-buffered-rowsum.ipynb", "rowsum_db", None),
+    "01": ("01-tiled-transpose.ipynb", "transpose_tiled", None),
+    "02": ("02-double-buffered-transpose.ipynb", "transpose_db", None),
     "03": ("03-cp-async-rowsum.ipynb", "ring_logsumexp", None),
     "04": ("04-mbarrier-ring.ipynb", "gemv_ring", "sm_90a"),
     "05": ("05-tma-ring.ipynb", "transpose_ring", "sm_90a"),
@@ -98,22 +98,26 @@ WAITS_SASS = r"SassMismatch.*1 mbarrier wait\(s\).*expected at least 2"
 
 BUGS = {
     "01": {
-        # The store guard is off by one: the band's last row is never written (the output is NaN-poisoned).
-        "store-guard-off-by-one": Bug([("if lane == 0 and r0 + w < rows:", "if lane == 0 and r0 + w < rows - 1:")],
-                                      gpu={WRONG}, cpu=NUMBA_WRONG),
-        # Only whole tiles: the ragged last tile of each row (and all of a row narrower than a tile) is dropped.
-        "last-tile-dropped": Bug([("for c0 in range(0, cols, TW):", "for c0 in range(0, cols // TW * TW, TW):")],
-                                 gpu={WRONG}, cpu=NUMBA_WRONG),
+        # The barrier between the two halves left out: a thread writes out elements that other warps have not yet
+        # copied into the tile (the simulator runs the warps apart, as a GPU does).
+        "missing-barrier": Bug([("    cuda.syncthreads()\n    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
+                                 "        if c0 + i < cols", "    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
+                                 "        if c0 + i < cols")], gpu={WRONG}, cpu=NUMBA_WRONG),
+        # The tile written out as it was read (tile[i, lane], not tile[lane, i]): each 32 x 32 block of y holds the
+        # block of x untransposed.
+        "tile-not-transposed": Bug([("y[c0 + i, r0 + lane] = tile[lane, i]", "y[c0 + i, r0 + lane] = tile[i, lane]")],
+                                   gpu={WRONG}, cpu=NUMBA_WRONG),
     },
     "02": {
-        # Wrong buffer index: the prefetched tile goes into the buffer being read (cur, not 1 - cur), so the
-        # other buffer is never filled and the next iteration adds stale data.
-        "stores-into-current-buffer": Bug([("tile[1 - cur, f // TW, f % TW] = regs[j]",
-                                            "tile[cur, f // TW, f % TW] = regs[j]")],
+        # Wrong buffer index: the prefetched tile goes into the buffer being written out (cur, not 1 - cur), so the
+        # other buffer is never filled and the next iteration writes stale data.
+        "stores-into-current-buffer": Bug([("tile[1 - cur, w + j * BAND, lane] = regs[j]",
+                                            "tile[cur, w + j * BAND, lane] = regs[j]")],
                                           gpu={WRONG}, cpu=NUMBA_WRONG),
-        # Off by one tile: the prefetch loads tile t again instead of t + 1 (tile 0 counted twice, the last
-        # tile never). Invisible on a one-tile row (5 x 100); the 37 x 1000 / 16384 x 8192 check catches it.
-        "prefetches-the-same-tile": Bug([("cur, c1 = t % 2, (t + 1) * TW", "cur, c1 = t % 2, t * TW")],
+        # Off by one tile: the prefetch loads tile t again instead of t + 1 (each tile's successor is a copy of it).
+        # Invisible on a one-tile strip (5 x 3); the 45 x 70 and 300 x 7 checks catch it.
+        "prefetches-the-same-tile": Bug([("r0, rn = (t0 + t) * TILE, (t0 + t + 1) * TILE",
+                                          "r0, rn = (t0 + t) * TILE, (t0 + t) * TILE")],
                                         gpu={WRONG}, cpu=NUMBA_WRONG),
     },
     "03": {
@@ -359,6 +363,33 @@ def test_the_lab_asks_for_a_kernel_its_chapter_does_not_print(lab):
     assert len(shared) <= MAX_SHARED, (
         f"solution {lab} shares {len(shared)} CUDA lines with chapter {CHAPTERS[lab]} (at most {MAX_SHARED}): "
         "the lab should apply the chapter's mechanism to another problem or shape, not reprint it:\n  "
+        + "\n  ".join(sorted(shared)))
+
+
+NUMBA_CHAPTERS = {"01": "01-synchronous-loads.ipynb", "02": "02-software-pipelining.ipynb"}
+MAX_SHARED_NUMBA = 8     # a kernel's frame (decorator, thread indices, shape, a barrier): the rowsum labs shared 26 and 21
+
+
+def numba_lines(path) -> set[str]:
+    """The non-trivial lines of a notebook's code cells that define Numba kernels (`@cuda.jit`): comments and blank
+    and bracket-only lines dropped, whitespace collapsed."""
+    out = set()
+    for cell in nbm.load(path).cells:
+        if cell.cell_type != "code" or "@cuda.jit" not in cell.source:
+            continue
+        for line in cell.source.splitlines():
+            line = re.sub(r"\s+", " ", re.sub(r"#.*$", "", line)).strip()
+            if line and not re.match(r"^[()\[\]:,\s]*$", line):
+                out.add(line)
+    return out
+
+
+@pytest.mark.parametrize("lab", sorted(NUMBA_CHAPTERS))
+def test_the_numba_lab_asks_for_a_kernel_its_chapter_does_not_print(lab):
+    shared = numba_lines(ROOT / "solutions" / LABS[lab][0]) & numba_lines(ROOT / "chapters" / NUMBA_CHAPTERS[lab])
+    assert len(shared) <= MAX_SHARED_NUMBA, (
+        f"solution {lab} shares {len(shared)} lines of its Numba kernels with chapter {NUMBA_CHAPTERS[lab]} (at most "
+        f"{MAX_SHARED_NUMBA}): the lab should apply the chapter's mechanism to another problem:\n  "
         + "\n  ".join(sorted(shared)))
 
 

@@ -99,13 +99,13 @@ def test_one_notebook_per_lab_is_graded_and_a_stray_copy_is_named_not_graded(tmp
     labs, dest = tmp_path / "labs", tmp_path / "dest"
     labs.mkdir()
     dest.mkdir()
-    for name in ("01-tiled-rowsum.ipynb", "01-tiled-rowsum.bak.ipynb", "02-mine.ipynb", "03-a.ipynb", "03-b.ipynb",
+    for name in ("01-tiled-transpose.ipynb", "01-tiled-transpose.bak.ipynb", "02-mine.ipynb", "03-a.ipynb", "03-b.ipynb",
                  "Untitled.ipynb", "Untitled1.ipynb"):
         (labs / name).write_text("{}")
-    copies, refused = _copy_labs(labs, dest, None, names={"01-tiled-rowsum.ipynb", "03-cp-async-rowsum.ipynb"})
+    copies, refused = _copy_labs(labs, dest, None, names={"01-tiled-transpose.ipynb", "03-cp-async-rowsum.ipynb"})
     # a notebook with no NN- prefix is no lab's copy: graded alone, as before
-    assert [c.name for c in copies] == ["01-tiled-rowsum.ipynb", "02-mine.ipynb", "Untitled.ipynb", "Untitled1.ipynb"]
-    assert any("01-tiled-rowsum.bak.ipynb" in r and "lab's notebook is 01-tiled-rowsum.ipynb" in r for r in refused), \
+    assert [c.name for c in copies] == ["01-tiled-transpose.ipynb", "02-mine.ipynb", "Untitled.ipynb", "Untitled1.ipynb"]
+    assert any("01-tiled-transpose.bak.ipynb" in r and "lab's notebook is 01-tiled-transpose.ipynb" in r for r in refused), \
         refused
     assert any(r.startswith("lab 03: 2 notebooks (03-a.ipynb, 03-b.ipynb)") for r in refused), refused
     assert len(refused) == 2
