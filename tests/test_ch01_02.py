@@ -113,6 +113,18 @@ def test_rowsum(kern, shape):
     assert run_rowsum(kern, *shape)
 
 
+@pytest.mark.parametrize("shape", [(300, 7), (45, 70), (5, 3)], ids=["two-strips", "wide", "one-tile"])
+def test_lab02s_comparison_kernel_transposes(shape):
+    """Lab 02 times its double buffer against lab_refs.transpose_strip: that kernel must be a correct transpose."""
+    from feedbeast.course import lab_refs
+    k = lab_refs.transpose_strip(32, 8, 8)
+    rows, cols = shape
+    x = fb.random(shape, np.float32, seed=5)
+    y = fbn.device_or_host((cols, rows), np.float32)
+    k[(math.ceil(cols / 32), math.ceil(math.ceil(rows / 32) / 8)), (32, 8)](fbn.device_or_host(x), y)
+    assert fb.check(fbn.to_host(y), x.T.astype(np.float64), name=f"transpose_strip {rows}x{cols}")
+
+
 def test_rowsum_other_band():
     assert run_rowsum(make_rowsum_db(2), 7, 200, band=2)
 
