@@ -267,6 +267,9 @@ def test_gpu_image_whose_python_is_a_venv_gets_the_bundle(tmp_path):
     site = next((tmp_path / "image").glob("lib/python3*/site-packages"))
     (site / "image_marker").mkdir()
     (site / "image_marker/__init__.py").write_text("WHERE = 'image'\n")   # e.g. the image's PyTorch
+    for pkg in ("cuda", "cuda/bindings", "cuda/core", "numba"):               # a GPU image has CUDA Python and Numba
+        (site / pkg).mkdir()
+        (site / pkg / "__init__.py").write_text("")
     bundle = tmp_path / "wheelhouse"
     bundle.mkdir()
     _wheel(bundle, "fb_bundle_probe", "1.0", {"fb_bundle_probe/__init__.py": "OK = True\n"}, extras=())
@@ -1097,3 +1100,26 @@ def test_a_run_of_identical_skip_lines_is_folded_into_one_with_its_count():
     f.end_cell()
     assert inner.getvalue() == (f"{skip}  (×39)\na result\n  k skipped: SASS\n}}\n}}\nprogress {skip}  (×2)\n")
     assert f.encoding == inner.encoding                          # everything else is the inner stream's
+
+
+def test_a_notebook_bundle_installed_into_a_python_without_cuda_python_is_refused(tmp_path):
+    """The notebook bundle completes a GPU image's Python: installed into a bare one (no cuda.bindings, cuda.core,
+    numba) it used to leave a course that could not import; make install now stops and says what to bring."""
+    notebook, full = tmp_path / "nb", tmp_path / "full"
+    for d, names in ((notebook, ["numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl"]),
+                     (full, ["numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl", "jupyterlab-4.6.6-py3-none-any.whl"])):
+        d.mkdir()
+        for n in names:
+            (d / n).write_bytes(b"")
+    bare = tmp_path / "python"        # pip "works"; the CUDA Python import fails, as in a bare Python
+    bare.write_text('#!/bin/sh\ncase "$*" in *"import cuda.bindings"*) exit 1;; *version_info*) echo 3.99;; '
+                    '*) exit 0;; esac\n')
+    bare.chmod(0o755)
+
+    def install(bundle):
+        return subprocess.run(["make", "--no-print-directory", "install", "ENV=current", f"WHEELS={bundle}",
+                               f"PYTHON3={bare}"], cwd=ROOT, env=make_env(), capture_output=True, text=True)
+    r = install(notebook)
+    assert r.returncode != 0 and "lacks CUDA Python or Numba" in r.stderr and "make wheelhouse PY=3.99" in r.stderr, \
+        r.stderr
+    assert install(full).returncode == 0

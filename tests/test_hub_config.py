@@ -195,3 +195,20 @@ def test_the_learners_image_leaves_out_what_the_hub_copy_leaves_out(hub, tmp_pat
     copy = tmp_path / "home" / "feedbeast"
     assert image == sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file())
     assert "COPY . /opt/feedbeast/course" in (ROOT / "workshop/k8s/Dockerfile").read_text()
+
+
+def test_a_server_that_mixes_mig_and_whole_gpus_shares_out_both(hub):
+    listing = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\n"
+               "  MIG 3g.40gb     Device  0: (UUID: MIG-1111)\n"
+               "  MIG 3g.40gb     Device  1: (UUID: MIG-2222)\n"
+               "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)\n"
+               "GPU 2: NVIDIA H100 80GB HBM3 (UUID: GPU-cccc)\n")
+    assert hub["devices_of"](listing) == ["MIG-1111", "MIG-2222", "1", "2"]
+    assert hub["devices_of"]("GPU 0: NVIDIA H200 (UUID: GPU-dddd)\n") == ["0"]
+
+
+def test_the_kubernetes_learners_know_where_the_course_is():
+    """The learner sheet copies from $FEEDBEAST_COURSE, and make grade takes the checks of the course there."""
+    values = (ROOT / "workshop/k8s/values.yaml").read_text()
+    assert "FEEDBEAST_COURSE: /opt/feedbeast/course" in values
+    assert "COPY . /opt/feedbeast/course" in (ROOT / "workshop/k8s/Dockerfile").read_text()

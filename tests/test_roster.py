@@ -109,3 +109,23 @@ def test_one_notebook_per_lab_is_graded_and_a_stray_copy_is_named_not_graded(tmp
         refused
     assert any(r.startswith("lab 03: 2 notebooks (03-a.ipynb, 03-b.ipynb)") for r in refused), refused
     assert len(refused) == 2
+
+
+def test_a_merged_row_with_an_ungraded_lab_keeps_the_grader_s_reason():
+    from feedbeast.course import roster
+    doc = {"learner": "cyd", "error": "the grader could not start as uid 1001: permission denied",
+           "labs": [{"lab": "04", "status": "partial", "checks": [{"name": "c", "status": "passed"}]}]}
+    assert roster.first_failing(doc) == doc["error"]
+
+
+def test_the_roster_outside_a_checkout_says_how_to_name_the_course(tmp_path, monkeypatch, capsys):
+    from feedbeast.course import roster
+    home = tmp_path / "homes" / "ann" / "feedbeast" / "labs"
+    home.mkdir(parents=True)
+    (home / "00-copy-kernel.ipynb").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    assert roster.main(["--homes", str(tmp_path / "homes"), "--csv", str(tmp_path / "x.csv"), "--as-me"]) == 2
+    err = capsys.readouterr().err
+    assert "--solutions <checkout>/solutions" in err and "--course" not in err, err
+    assert not (tmp_path / "x.csv").exists()

@@ -114,7 +114,8 @@ os.chmod(KERNELS, 0o755)
 
 
 def gpu_devices():
-    """The devices to share out: FEEDBEAST_HUB_GPUS, else nvidia-smi -L (MIG instances if any, else GPUs)."""
+    """The devices to share out: FEEDBEAST_HUB_GPUS, else nvidia-smi -L: each GPU's MIG instances, or the GPU
+    itself where it has none (a server may mix the two)."""
     given = os.environ.get("FEEDBEAST_HUB_GPUS")
     if given is not None:
         return [d.strip() for d in given.split(",") if d.strip()]
@@ -122,9 +123,18 @@ def gpu_devices():
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    mig = [ln.split("UUID:")[1].strip(" )") for ln in out.splitlines() if "MIG" in ln and "UUID:" in ln]
-    gpus = [ln.split(":")[0].split()[1] for ln in out.splitlines() if ln.startswith("GPU ")]
-    return mig or gpus
+    return devices_of(out)
+
+
+def devices_of(listing: str) -> list[str]:
+    """`nvidia-smi -L`'s lines as devices: a GPU's index, or its MIG instances' UUIDs (listed under it) instead."""
+    gpus: list[tuple[str, list[str]]] = []
+    for ln in listing.splitlines():
+        if ln.startswith("GPU "):
+            gpus.append((ln.split(":")[0].split()[1], []))
+        elif "MIG" in ln and "UUID:" in ln and gpus:
+            gpus[-1][1].append(ln.split("UUID:")[1].strip(" )"))
+    return [d for index, migs in gpus for d in (migs or [index])]
 
 
 ASSIGNMENTS = Path(os.environ.get("FEEDBEAST_HUB_STATE", Path.cwd())).resolve() / "feedbeast-gpus.json"

@@ -138,6 +138,10 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
             return {"learner": name, "exit": 1, "labs": [], "refused": refused, "seconds": 0.0,
                     "error": f"no lab notebook in {labs}"}
         drop, ids = _as_owner(labs) if as_owner else (None, None)
+        if as_owner and ids is None and os.geteuid() == 0:
+            print(f"roster: note: {labs} belongs to root, so {name}'s labs are graded as root (their code runs with "
+                  f"root's rights): give the folder to the learner (chown -R <learner> {labs}) to grade them as "
+                  "themselves", file=sys.stderr)
         env = dict(os.environ)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if ids:
@@ -229,7 +233,8 @@ def first_failing(doc: dict, labs=None) -> str:
             if c["status"] == "failed":
                 why = gist(c.get("message") or "")
                 return f"lab {lab['lab']}: {c['name']}" + (f": {why}" if why else "")
-    return doc.get("error", "")[:160] if not doc.get("labs") else ""
+    # no failed check: why a lab was not graded, if a grader said (also in a merged row whose other labs were graded)
+    return doc.get("error", "")[:160]
 
 
 # ---- the live view ----------------------------------------------------------------------------------------
@@ -378,6 +383,14 @@ def main(argv=None) -> int:
         print("roster: note: --as-me: grading runs as root, so learners' code runs with root's rights (it can read "
               "and change any learner's files and grades); leave out --as-me to grade each learner as the owner "
               "of their home", file=sys.stderr)
+    if not args.solutions:      # found once, before any grading: outside a checkout, say how to name it
+        from .coursedir import CourseNotFound
+        try:
+            args.solutions = str(find_course() / "solutions")
+        except CourseNotFound as e:
+            print(f"roster: {str(e).split(': run from')[0]}: run the roster from the checkout, or pass "
+                  "--solutions <checkout>/solutions (or set FEEDBEAST_COURSE=<checkout>)", file=sys.stderr)
+            return 2
     if args.watch:
         return watch(args, found)
 
