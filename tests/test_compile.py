@@ -376,3 +376,30 @@ def test_a_kernel_built_for_whatever_gpu_runs_it_needs_only_a_gpu(monkeypatch):
     assert str(fb.compile(src, "sm_90a").k.launch(1, 32, x)) == "skipped: launch k: needs sm_90a, this machine has none"
     assert str(fb.compile(src, min_arch="sm_80").k.launch(1, 32, x)) == \
         "skipped: launch k: needs a GPU (sm_80 or newer), this machine has none"
+
+
+def test_an_error_inside_the_simulator_shows_the_learner_s_lines_not_its_threads():
+    """A Numba kernel's IndexError in the CUDA simulator came through five frames of the simulator's threads before
+    the learner's line; the notebook now shows the cell's line, the kernel's line and the message (the toolkit's own
+    errors already did), and FEEDBEAST_TRACEBACK=full the whole traceback."""
+    import os
+    import subprocess
+    code = ("from IPython.core.interactiveshell import InteractiveShell\n"
+            "sh = InteractiveShell.instance()\n"
+            "sh.run_cell('%load_ext feedbeast')\n"
+            "r = sh.run_cell('''import numpy as np, feedbeast.numba_support as fbn\n"
+            "fbn.setup(True)\n"
+            "from numba import cuda\n"
+            "@cuda.jit\n"
+            "def k(x):\n"
+            "    x[cuda.threadIdx.x + 40] = 1.0\n"
+            "k[1, 32](np.zeros(32, np.float32))''')\n"
+            "print('RESULT', type(r.error_in_exec).__name__)\n")
+    env = {k: v for k, v in os.environ.items() if k != "FEEDBEAST_TRACEBACK"}
+    short = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    out = short.stdout + short.stderr
+    assert "RESULT IndexError" in out and "line 6, in k: x[cuda.threadIdx.x + 40] = 1.0" in out, out
+    assert "out of bounds" in out and "simulator/kernel.py" not in out and "FEEDBEAST_TRACEBACK=full" in out, out
+    full = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**env, "FEEDBEAST_TRACEBACK": "full"})
+    assert "simulator/kernel.py" in full.stdout + full.stderr, full.stdout + full.stderr

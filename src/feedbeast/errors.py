@@ -4,8 +4,9 @@ Chapter 04 explains BarrierTimeout; chapter 05 TensorMapError; chapter 08 the Co
 instruction built for sm_100a.
 
 In a notebook an error of the toolkit shows as its message and the learner's line that led to it (the cell and
-line, or the `%%cuda` line), not the toolkit's own frames: `%env FEEDBEAST_TRACEBACK=full` shows the whole
-traceback again.
+line, or the `%%cuda` line), not the toolkit's own frames; an error of the learner's Python raised inside a
+simulator shows the same way (magic._notebook_error). `%env FEEDBEAST_TRACEBACK=full` shows the whole traceback
+again.
 """
 from __future__ import annotations
 

@@ -180,10 +180,43 @@ def cuda_line(line: str):
                        "line of a cell and the CUDA code under it")
 
 
-def _name_not_run(shell, etype, evalue, tb, tb_offset=None):
-    """A NameError in a notebook is most often a cell above that has not run in this kernel (run out of order, or
-    after a restart, which forgets every cell): the traceback, then the way out."""
-    shell.showtraceback((etype, evalue, tb), tb_offset=tb_offset)
+def _simulator_folders() -> tuple[str, ...]:
+    """The folders of the simulators a notebook's Python runs in: Numba's CUDA simulator (when imported) and the
+    toolkit's own (feedbeast.sim: chapter 04's protocol checker, the pipeline simulator)."""
+    import os
+    import sys
+    out = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim", "")]
+    sim = sys.modules.get("numba.cuda.simulator")
+    if sim is not None and getattr(sim, "__file__", None):
+        out.append(os.path.dirname(os.path.abspath(sim.__file__)) + os.sep)
+    return tuple(out)
+
+
+def _through_simulator(tb) -> bool:
+    folders = _simulator_folders()
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(folders):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _notebook_error(shell, etype, evalue, tb, tb_offset=None):
+    """How a notebook shows an error of the learner's Python. Raised inside a simulator (a Numba kernel's IndexError,
+    a ring model's TypeError), it shows as the toolkit's own errors do: the learner's lines and the message, without
+    the simulator's threads and frames (`%env FEEDBEAST_TRACEBACK=full` shows them). A NameError is most often a cell
+    above that has not run in this kernel (run out of order, or after a restart, which forgets every cell): the
+    traceback, then the way out."""
+    import os
+
+    from .errors import FULL_TRACEBACK, FeedbeastError, short_traceback
+    if (not isinstance(evalue, FeedbeastError) and os.environ.get(FULL_TRACEBACK, "") != "full"
+            and _through_simulator(tb)):
+        lines = short_traceback(evalue)
+        lines.append("(raised inside a simulator: its frames are left out; %env FEEDBEAST_TRACEBACK=full shows them)")
+        shell._showtraceback(etype, evalue, lines)
+    else:
+        shell.showtraceback((etype, evalue, tb), tb_offset=tb_offset)
     name = getattr(evalue, "name", None)
     if etype is not NameError or not name:     # UnboundLocalError: a name assigned later in the same function
         return
@@ -202,7 +235,7 @@ def load_ipython_extension(ip):
             raise
     register_cell_magic(cuda)
     register_line_magic("cuda")(cuda_line)
-    ip.set_custom_exc((NameError,), _name_not_run)
+    ip.set_custom_exc((Exception,), _notebook_error)
     cleanup = ip.input_transformers_cleanup
     if not any(getattr(t, "__name__", "") == "help_alone" for t in cleanup):
         cleanup.append(help_alone)
