@@ -103,6 +103,13 @@ BUGS = {
         "missing-barrier": Bug([("    cuda.syncthreads()\n    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
                                  "        if c0 + i < cols", "    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
                                  "        if c0 + i < cols")], gpu={WRONG}, cpu=NUMBA_WRONG),
+        # The barrier inside the read's guard: only the threads with an element in the matrix reach it. Numba's
+        # simulator runs it as if it were right; the barrier check reads it in the source, on any machine.
+        "barrier-inside-the-guard": Bug([("            tile[i, lane] = x[r0 + i, c0 + lane]\n    cuda.syncthreads()\n",
+                                          "            tile[i, lane] = x[r0 + i, c0 + lane]\n            cuda.syncthreads()\n")],
+                                        gpu={WRONG}, cpu=r"CheckFailed: kernel transpose_tiled: a barrier that not every "
+                                                         r"thread of the block reaches: line \d+: cuda.syncthreads\(\) "
+                                                         r"under line \d+: if r0 \+ i < rows"),
         # The tile written out as it was read (tile[i, lane], not tile[lane, i]): each 32 x 32 block of y holds the
         # block of x untransposed.
         "tile-not-transposed": Bug([("y[c0 + i, r0 + lane] = tile[lane, i]", "y[c0 + i, r0 + lane] = tile[i, lane]")],

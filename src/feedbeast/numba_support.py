@@ -198,3 +198,22 @@ def resident_blocks(kernel, threads_per_block: int, dynamic_shared: int = 0):
     fn = _compiled(kernel)._codelibrary.get_cufunc()
     return int(cuda.current_context().get_active_blocks_per_multiprocessor(fn, int(threads_per_block),
                                                                            int(dynamic_shared)))
+
+
+def expect_uniform_barriers(kernel) -> str:
+    """Raises CheckFailed when a `cuda.syncthreads()` of a Numba kernel sits where not every thread of the block
+    reaches it (feedbeast.barriers: a branch or loop that depends on the thread); Numba's simulator runs such a
+    kernel as if it were right. Returns what was found, a line to print; a Skipped when the source cannot be read."""
+    from .barriers import divergent_barriers
+    from .errors import CheckFailed
+    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "kernel")
+    found = divergent_barriers(kernel)
+    if found is None:
+        return Skipped("its Python source cannot be read here", f"barriers of {name}")
+    if found:
+        raise CheckFailed(
+            f"kernel {name}: a barrier that not every thread of the block reaches: {'; '.join(found)}. Every thread "
+            "that has not returned must reach each cuda.syncthreads() (CUDA C++ Programming Guide, 'Synchronization "
+            "Functions'): move the barrier out of the branch. Numba's simulator lets it pass; a GPU may hang or "
+            "give wrong results.")
+    return f"barriers of {name}: every cuda.syncthreads() is reached by the whole block"

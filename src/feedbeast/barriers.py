@@ -1,0 +1,142 @@
+"""A barrier every thread of the block must reach, read from a Numba kernel's Python source. Chapter 01 explains the
+barrier (and its pitfall in a branch); labs 01 and 02 check their kernels with it.
+
+"__syncthreads() is allowed in conditional code but only if the conditional evaluates identically across the
+entire thread block, otherwise the code execution is likely to hang or produce unintended side effects" (CUDA C++
+Programming Guide, "Synchronization Functions"; `cuda.syncthreads()` is that barrier, `bar.sync 0` in PTX). A thread
+that has returned no longer takes part (PTX ISA, "exit": a barrier waiting only on exited threads is released), so
+`if i >= n: return` before a barrier is fine.
+
+Numba's CUDA simulator releases a barrier once every live thread waits at *some* `syncthreads()`, so a barrier in a
+branch that only part of the block takes runs there as if it were right. `divergent_barriers(kernel)` finds such
+barriers in the source instead: a `syncthreads()` inside an `if`, `while` or `for` whose condition or range depends
+on the thread (its `threadIdx`, `cuda.grid`, `laneid`, or a name computed from them), or in a loop that a thread
+may leave early (`break`, `continue`) under such a condition. It reads the source; it does not run the kernel.
+"""
+from __future__ import annotations
+
+import ast
+
+BARRIERS = ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or")
+_THREAD = ("threadIdx", "laneid")          # attributes of `cuda` that differ between the threads of a block
+_THREAD_CALLS = ("grid",)                  # cuda.grid(n): the thread's global index
+
+
+def _names(target) -> list[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+class _Reader:
+    def __init__(self, func: ast.FunctionDef):
+        self.func, self.thread = func, set()
+        self._taint()
+
+    def depends(self, expr) -> bool:
+        """Does `expr` differ between the threads of a block?"""
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Attribute) and n.attr in _THREAD:
+                return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _THREAD_CALLS:
+                return True
+            if isinstance(n, ast.Name) and n.id in self.thread:
+                return True
+        return False
+
+    def _taint(self):
+        pairs = []   # (targets, value) of every assignment, a tuple assigned from a tuple taken element by element
+        for n in ast.walk(self.func):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
+                        pairs += list(zip(t.elts, n.value.elts))
+                    else:
+                        pairs.append((t, n.value))
+            elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and n.value is not None:
+                pairs.append((n.target, n.value))
+            elif isinstance(n, ast.For):
+                pairs.append((n.target, n.iter))
+            elif isinstance(n, ast.NamedExpr):
+                pairs.append((n.target, n.value))
+        changed = True
+        while changed:
+            changed = False
+            for target, value in pairs:
+                new = set(_names(target)) - self.thread
+                if new and self.depends(value):
+                    self.thread |= new
+                    changed = True
+
+    def divergent(self) -> list[tuple[int, int]]:
+        """(line of the barrier, line of the condition that splits the block) for each barrier found."""
+        out: list[tuple[int, int]] = []
+
+        def barriers_in(stmts):
+            return [c for s in stmts for c in ast.walk(s) if isinstance(c, ast.Call)
+                    and isinstance(c.func, ast.Attribute) and c.func.attr in BARRIERS]
+
+        def leaves_early(loop) -> int | None:
+            """The line of a thread-dependent `if` holding a break/continue of this loop (not of an inner one)."""
+            def walk(stmts, guard):
+                for s in stmts:
+                    if isinstance(s, (ast.Break, ast.Continue)) and guard:
+                        return guard
+                    if isinstance(s, ast.If):
+                        g = guard or (s.lineno if self.depends(s.test) else None)
+                        hit = walk(s.body, g) or walk(s.orelse, g)
+                        if hit:
+                            return hit
+                    elif isinstance(s, (ast.With, ast.Try)):
+                        hit = walk(getattr(s, "body", []), guard)
+                        if hit:
+                            return hit
+                return None
+            return walk(loop.body, None)
+
+        def visit(stmts, guard):
+            for s in stmts:
+                if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                    continue
+                if isinstance(s, (ast.If, ast.While)):
+                    g = guard or (s.lineno if self.depends(s.test) else None)
+                    if isinstance(s, ast.While) and g is None:
+                        g = leaves_early(s)
+                    visit(s.body, g)
+                    visit(s.orelse, g)
+                elif isinstance(s, ast.For):
+                    g = guard or (s.lineno if self.depends(s.iter) else None) or leaves_early(s)
+                    visit(s.body, g)
+                    visit(s.orelse, g)
+                elif isinstance(s, (ast.With, ast.Try)):
+                    for part in ("body", "orelse", "finalbody"):
+                        visit(getattr(s, part, []), guard)
+                    for h in getattr(s, "handlers", []):
+                        visit(h.body, guard)
+                elif guard:
+                    out.extend((c.lineno, guard) for c in barriers_in([s]))
+
+        visit(self.func.body, None)
+        return out
+
+
+def divergent_barriers(kernel) -> list[str] | None:
+    """Each barrier of a Numba kernel (or a plain function) that not every thread of the block may reach, as
+    'line N: <the barrier> under line M: <the condition>' (file line numbers); [] when there is none; None when the
+    source cannot be read (a kernel made at run time with no file)."""
+    import inspect
+    import textwrap
+    fn = getattr(kernel, "py_func", kernel)
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return None
+    src = textwrap.dedent("".join(lines))
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return None
+    func = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if func is None:
+        return None
+    text = src.splitlines()
+    return [f"line {first + b - 1}: {text[b - 1].strip()} under line {first + g - 1}: {text[g - 1].strip()}"
+            for b, g in _Reader(func).divergent()]

@@ -1,0 +1,108 @@
+"""feedbeast.barriers: a cuda.syncthreads() that not every thread of the block reaches, read from the source.
+
+Numba's simulator runs such a kernel as if it were right (lab 01's tree with its barrier inside `if lane < s` passed
+there); the source check names the barrier and the condition that splits the block, and leaves alone what the
+CUDA guide and the PTX ISA allow: a barrier under a condition the whole block shares, and threads that return first.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+
+import pytest
+
+import feedbeast.numba_support as fbn
+from feedbeast.barriers import divergent_barriers
+
+SIM = fbn.setup()
+from numba import cuda, float32  # noqa: E402
+
+SOURCE = textwrap.dedent('''
+    from numba import cuda, float32
+
+    @cuda.jit
+    def tree_ok(x):
+        s = cuda.shared.array(32, float32)
+        t = cuda.threadIdx.x
+        s[t] = x[t]
+        cuda.syncthreads()
+        w = 16
+        while w > 0:
+            if t < w:
+                s[t] += s[t + w]
+            cuda.syncthreads()
+            w //= 2
+
+    @cuda.jit
+    def tree_in_branch(x):
+        t = cuda.threadIdx.x
+        w = 16
+        while w > 0:
+            if t < w:
+                x[t] += x[t + w]
+                cuda.syncthreads()
+            w //= 2
+
+    @cuda.jit
+    def returns_first(x):
+        i = cuda.grid(1)
+        if i >= 20:
+            return
+        cuda.syncthreads()
+
+    @cuda.jit
+    def leaves_the_loop(x):
+        lane, r0 = cuda.threadIdx.x, cuda.blockIdx.x * 8
+        for j in range(4):
+            if lane + j > 30:
+                break
+            cuda.syncthreads()
+
+    @cuda.jit
+    def guards(x, y):
+        lane, w = cuda.threadIdx.x, cuda.threadIdx.y
+        r0 = cuda.blockIdx.y * 32
+        for j in range(4):
+            i = w + j * 8
+            if r0 + i < x.shape[0]:
+                y[i] = x[i]
+                cuda.syncthreads()
+        if r0 < 100:
+            cuda.syncthreads()
+''')
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    path = tmp_path_factory.mktemp("barriers") / "fb_barrier_cases.py"
+    path.write_text(SOURCE)
+    spec = importlib.util.spec_from_file_location("fb_barrier_cases", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_barriers_the_whole_block_reaches_are_left_alone(kernels):
+    assert divergent_barriers(kernels.tree_ok) == []
+    assert divergent_barriers(kernels.returns_first) == []       # returned threads no longer take part
+
+
+def test_a_barrier_only_some_threads_reach_is_named_with_its_condition(kernels):
+    assert divergent_barriers(kernels.tree_in_branch) == ["line 24: cuda.syncthreads() under line 22: if t < w:"]
+    assert divergent_barriers(kernels.leaves_the_loop) == [
+        "line 40: cuda.syncthreads() under line 38: if lane + j > 30:"]
+    # the guard on the thread's row splits the block; the one on the block's first row does not
+    assert divergent_barriers(kernels.guards) == ["line 50: cuda.syncthreads() under line 48: if r0 + i < x.shape[0]:"]
+
+
+def test_the_check_raises_and_says_what_to_do(kernels):
+    import feedbeast as fb
+    with pytest.raises(fb.CheckFailed, match=r"kernel tree_in_branch: a barrier that not every thread .* line 24.*"
+                                             r"Synchronization Functions"):
+        fbn.expect_uniform_barriers(kernels.tree_in_branch)
+    assert "every cuda.syncthreads() is reached by the whole block" in fbn.expect_uniform_barriers(kernels.tree_ok)
+    made = {}
+    exec("def k(x):\n    cuda.syncthreads()\n", {"cuda": cuda}, made)     # no file to read: a named skip
+    assert isinstance(fbn.expect_uniform_barriers(made["k"]), fb.Skipped)
