@@ -225,16 +225,22 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
 # the GPU-image path: python3 is itself a venv
 # ---------------------------------------------------------------------------------------------------
 
-def test_a_notebook_bundle_where_the_full_one_is_needed_is_named(tmp_path):
-    # A notebook bundle (make wheelhouse SET=notebook) holds no JupyterLab and no hub: make lab and make workshop
-    # from it say so and what to bring before pip's own error, and a failed .venv from it names both the bundle's
-    # kind and its Python version. A full bundle gets no such line.
+def _fake_bundles(tmp_path):
+    """(a notebook bundle, a full bundle) of empty wheels for Python 3.99: what make reads of a bundle's names."""
     notebook, full = tmp_path / "nb", tmp_path / "full"
     for d, names in ((notebook, ["numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl"]),
                      (full, ["numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl", "jupyterlab-4.6.6-py3-none-any.whl"])):
         d.mkdir()
         for n in names:
             (d / n).write_bytes(b"")
+    return notebook, full
+
+
+def test_a_notebook_bundle_where_the_full_one_is_needed_is_named(tmp_path):
+    # A notebook bundle (make wheelhouse SET=notebook) holds no JupyterLab and no hub: make lab and make workshop
+    # from it say so and what to bring before pip's own error, and a failed .venv from it names both the bundle's
+    # kind and its Python version. A full bundle gets no such line.
+    notebook, full = _fake_bundles(tmp_path)
     env = make_env()
 
     def dry(target, bundle, *more):
@@ -1105,12 +1111,7 @@ def test_a_run_of_identical_skip_lines_is_folded_into_one_with_its_count():
 def test_a_notebook_bundle_installed_into_a_python_without_cuda_python_is_refused(tmp_path):
     """The notebook bundle completes a GPU image's Python: installed into a bare one (no cuda.bindings, cuda.core,
     numba) it used to leave a course that could not import; make install now stops and says what to bring."""
-    notebook, full = tmp_path / "nb", tmp_path / "full"
-    for d, names in ((notebook, ["numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl"]),
-                     (full, ["numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl", "jupyterlab-4.6.6-py3-none-any.whl"])):
-        d.mkdir()
-        for n in names:
-            (d / n).write_bytes(b"")
+    notebook, full = _fake_bundles(tmp_path)
     bare = tmp_path / "python"        # pip "works"; the CUDA Python import fails, as in a bare Python
     bare.write_text('#!/bin/sh\ncase "$*" in *"import cuda.bindings"*) exit 1;; *version_info*) echo 3.99;; '
                     '*) exit 0;; esac\n')
