@@ -26,6 +26,10 @@ CASES = [
     # the hazard checker replays a long trace in forked processes (a pool: forks, threads, its workers stopped)
     ("assert importlib.import_module('feedbeast.hazards.check')._replay_parallel([(1,), (2, 3)]) == [1, 2]", "ran"),
     ("import os\nos.kill(os.getpid(), 0)", "refused 'os.kill'"),
+    # a toolkit function handed os.fork or os.kill acts for no one: only the hazard replay's pool may fork and signal
+    ("import os\nfrom feedbeast.stress import repeat_identical\nrepeat_identical(os.fork, n=1)", "refused 'os.fork'"),
+    ("import functools, os\nfrom feedbeast.stress import repeat_identical\n"
+     "repeat_identical(functools.partial(os.kill, os.getpid(), 0), n=1)", "refused 'os.kill'"),
 ]
 
 SCRIPT = """
@@ -53,10 +57,11 @@ def test_the_guard_refuses_the_learner_s_own_events_and_lets_trusted_libraries_a
     assert out.stdout.split("\n")[:len(CASES) + 1] == want + [str(sum(w != "ran" for w in want) + 1)], out.stdout
 
 
-def test_the_toolkit_s_library_may_fork_and_stop_its_replay_workers_for_the_learner():
-    # the pool's exit stops a worker still alive by signal (os.kill): on an H200 it did, under lab 10's prepare_fp8
+def test_only_the_hazard_replay_may_fork_signal_and_start_threads_for_the_learner():
+    # the pool's exit stops a worker still alive by signal (os.kill): on an H200 it did, under lab 10's prepare_fp8;
+    # the library as a whole is trusted for none of these (a toolkit function can be handed os.fork)
     from feedbeast.course import guard
     lib = guard._LIBRARY + "hazards" + __import__("os").sep + "check.py"
-    assert all(guard._on_behalf(lib, e) for e in ("os.fork", "os.kill", "_thread.start_new_thread"))
-    assert not guard._on_behalf(guard._COURSE + "grade.py", "os.fork")
+    assert guard._REPLAY_EVENTS == {"os.fork", "os.kill", "_thread.start_new_thread", "_thread.start_joinable_thread"}
+    assert not any(guard._on_behalf(lib, e) for e in guard._REPLAY_EVENTS)
     assert not guard._on_behalf(lib, "subprocess.Popen")

@@ -27,11 +27,14 @@ without passing through a library trusted to act for it:
   caller's frame for a module name, a function's signature, and set a new class's attributes; not functools,
   whose update_wrapper gets and sets any attribute named to it;
 - the toolkit's library (not feedbeast.course), for the ctypes calls that pack a launch's arguments and read a
-  debug build's report, its compile cache's files, the processes the hazard checker forks to replay a long trace
-  (multiprocessing's pool, its threads and its stopping of its workers: the children run only the replay, under this
-  hook too), and the frames, attributes and classes it and the libraries
+  debug build's report, its compile cache's files, and the frames, attributes and classes it and the libraries
   it calls (cuda.core) read and set for their own use; no toolkit function hands a frame back or sets an
   attribute the caller names.
+- the hazard checker's parallel replay of a long trace (feedbeast.hazards.check._replay_parallel, that function
+  alone, with only the standard library between it and the event): the processes it forks, the threads of its pool
+  and the stopping of its workers. Such a child never returns to the frames it was forked from (multiprocessing ends
+  it with os._exit), so its walk stops there; what it runs is checked as in the parent. A fork from anywhere else,
+  a toolkit function handed `os.fork` included, stays refused, and its child keeps the whole walk.
 Setting an attribute of a function or class (`object.__setattr__`: a `__code__` swapped) and opening a file for
 writing (the compile cache a later check reads) are refused too.
 Code made at run time is allowed (dataclasses, namedtuple and Numba make some), as learner code: `compile` and
@@ -99,8 +102,9 @@ def _writes(args) -> bool:
 
 
 _LIBRARY_EVENTS = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function",
-                             "ctypes.string_at", "open", "os.fork", "os.kill", "_thread.start_new_thread",
-                             "_thread.start_joinable_thread"})
+                             "ctypes.string_at", "open"})
+# the hazard replay's pool: its forks, its threads, its workers stopped (trusted from that one function only)
+_REPLAY_EVENTS = frozenset({"os.fork", "os.kill", "_thread.start_new_thread", "_thread.start_joinable_thread"})
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
 _COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/
 _COMPILERS = ("numba", "numba_cuda", "llvmlite")
@@ -148,6 +152,9 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
     installed file. `place(file name, line)` names a line of the learner's cells as the learner knows it."""
     busy: set[int] = set()               # the threads inside the hook (its own frame reads raise events too)
     getframe, ident = sys._getframe, threading.get_ident
+    import importlib
+    # taken now, before any of the learner's code runs (feedbeast.hazards.check: the package's `check` is a function)
+    replay = importlib.import_module("feedbeast.hazards.check")._replay_parallel.__code__
     base, f = [], getframe(1)            # the caller's frames (the check process's own): the walk stops there
     while f is not None:
         base.append(f)
@@ -169,9 +176,15 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
                 named = args[1] if event == "compile" and len(args) > 1 else getattr(code, "co_filename", None)
                 if not isinstance(named, str) or not trusted_name(named):
                     return        # run-time code keeps a name of its own: it counts as the learner's
-            f, on_behalf = getframe(1), False
+            f, on_behalf, stdlib_only = getframe(1), False, True
             while f is not None and not any(f is b for b in base):
                 name = f.f_code.co_filename
+                if event in _REPLAY_EVENTS and not on_behalf:
+                    if f.f_code is replay and stdlib_only:
+                        on_behalf = True
+                        f = f.f_back
+                        continue
+                    stdlib_only = stdlib_only and (name.startswith(_STDLIB) or name.startswith("<frozen "))
                 if is_learner_file(name) or not trusted_name(name):
                     if on_behalf:
                         return
@@ -182,22 +195,24 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
                            "these reaches the checks' own state)")
                     _refused.append(why)
                     raise Refused(why)
-                on_behalf = on_behalf or _on_behalf(name, event)
+                on_behalf = on_behalf or (event not in _REPLAY_EVENTS and _on_behalf(name, event))
                 f = f.f_back
         finally:
             busy.discard(me)
 
     def forked():
-        # A child forked for the toolkit (the hazard replay's pool; the learner's own forks are refused) never returns
-        # to the frames it was forked from: the walk stops there, as at the check process's own frames, and what the
-        # child runs next is checked as in the parent.
+        # A child of the hazard replay's pool never returns to the frames it was forked from (multiprocessing ends it
+        # with os._exit): its walk stops there, as at the check process's own frames. Any other child keeps the whole
+        # walk (no other fork from the learner's code gets this far).
         me = ident()
         busy.add(me)
         try:
-            f = getframe(1)
+            stack, f = [], getframe(1)
             while f is not None:
-                base.append(f)
+                stack.append(f)
                 f = f.f_back
+            if any(fr.f_code is replay for fr in stack):
+                base.extend(stack)
         finally:
             busy.discard(me)
 
