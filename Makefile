@@ -66,6 +66,14 @@ install: $(STAMP)
 # an update of the course it is installed again over the one before (--force-reinstall).
 COURSE_WHEEL = $(wildcard $(WHEELS)/feedbeast-*.whl)
 bundle-into-current:
+	@# A notebook bundle holds no CUDA Python and no Numba: it completes a GPU image's Python, not a bare one (checked
+	@# before anything is installed, so a refused Python is left as it was).
+	$(if $(NOTEBOOK_BUNDLE),@$(PYTHON) -c "import cuda.bindings$(comma) cuda.core$(comma) numba" 2>/dev/null || { \
+	have=$$($(PYTHON) -c '$(PYVER)'); echo "make install ENV=current: $(PYTHON) lacks CUDA Python or Numba (import \
+	cuda.bindings$(comma) cuda.core$(comma) numba failed)$(comma) which $(WHEELS_DIR)/ does not hold: it is a notebook \
+	bundle (make wheelhouse SET=notebook)$(comma) for a Python that has them already (a GPU image). Bring the full \
+	bundle (make wheelhouse PY=$$have) and install it the same way$(comma) or build a fresh .venv from it (make \
+	install WHEELS=dir)" >&2; exit 1; })
 	@$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl || { have=$$($(PYTHON) -c '$(PYVER)'); \
 	  echo "make install ENV=current: pip could not install $(WHEELS_DIR)/ into $(PYTHON) (Python $$have)" >&2; \
 	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
@@ -73,13 +81,6 @@ bundle-into-current:
 	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have SET=notebook)" >&2; \
 	  exit 1; }
 	$(if $(COURSE_WHEEL),$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps --force-reinstall $(COURSE_WHEEL))
-	@# A notebook bundle holds no CUDA Python and no Numba: it completes a GPU image's Python, not a bare one.
-	$(if $(NOTEBOOK_BUNDLE),@$(PYTHON) -c "import cuda.bindings$(comma) cuda.core$(comma) numba" 2>/dev/null || { \
-	have=$$($(PYTHON) -c '$(PYVER)'); echo "make install ENV=current: $(PYTHON) lacks CUDA Python or Numba (import \
-	cuda.bindings$(comma) cuda.core$(comma) numba failed)$(comma) which $(WHEELS_DIR)/ does not hold: it is a notebook \
-	bundle (make wheelhouse SET=notebook)$(comma) for a Python that has them already (a GPU image). Bring the full \
-	bundle (make wheelhouse PY=$$have) and install it the same way$(comma) or build a fresh .venv from it (make \
-	install WHEELS=dir)" >&2; exit 1; })
 
 # The notebooks' kernel, "Feeding the Beast", installed into the environment (not into your home): make install
 # writes it so that any Jupyter front end run from .venv finds the kernel the notebooks name; make lab again.

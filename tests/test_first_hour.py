@@ -1112,9 +1112,9 @@ def test_a_notebook_bundle_installed_into_a_python_without_cuda_python_is_refuse
     """The notebook bundle completes a GPU image's Python: installed into a bare one (no cuda.bindings, cuda.core,
     numba) it used to leave a course that could not import; make install now stops and says what to bring."""
     notebook, full = _fake_bundles(tmp_path)
-    bare = tmp_path / "python"        # pip "works"; the CUDA Python import fails, as in a bare Python
-    bare.write_text('#!/bin/sh\ncase "$*" in *"import cuda.bindings"*) exit 1;; *version_info*) echo 3.99;; '
-                    '*) exit 0;; esac\n')
+    bare, calls = tmp_path / "python", tmp_path / "calls"   # pip "works"; the CUDA Python import fails, as in a bare one
+    bare.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *"import cuda.bindings"*) exit 1;; '
+                    '*version_info*) echo 3.99;; *) exit 0;; esac\n')
     bare.chmod(0o755)
 
     def install(bundle):
@@ -1123,4 +1123,5 @@ def test_a_notebook_bundle_installed_into_a_python_without_cuda_python_is_refuse
     r = install(notebook)
     assert r.returncode != 0 and "lacks CUDA Python or Numba" in r.stderr and "make wheelhouse PY=3.99" in r.stderr, \
         r.stderr
+    assert "-m pip" not in calls.read_text(), "refused, yet pip installed into that Python first"
     assert install(full).returncode == 0
