@@ -23,7 +23,15 @@ _THREAD_CALLS = ("grid",)                  # cuda.grid(n): the thread's global i
 
 
 def _names(target) -> list[str]:
-    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+    """The variables an assignment binds: names, in tuples and lists and starred; not the names inside an element
+    or attribute stored to (`tile[1 - cur, f // tw] = v` binds nothing: its indices are read, not set)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in _names(e)]
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    return []
 
 
 class _Reader:
