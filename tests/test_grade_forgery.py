@@ -434,8 +434,44 @@ def test_the_channel_reads_only_signed_lines_in_order():
     ("def f():\n    return numba.core.utils.threading.Thread", False),
     ("def f():\n    return np.compat.sys", False),
     ("import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int = 0", True),
+    # an object rebuilt from a pickle (the hazard replay's results) calls what its __reduce__ names, with no frame
+    # of the learner's on the stack; and attributes named in strings pass the attribute rules above
+    ("class C:\n    def __reduce__(self):\n        return (print, ())", False),
+    ("class C:\n    __reduce_ex__ = None", False),
+    ("import operator\nget = operator.attrgetter('hazards.check')", False),
+    ("from operator import methodcaller", False),
+    ("import operator\nadd = operator.add", True),
 ])
 def test_refusals(src, ok):
     import ast
     why = [w for node in ast.parse(src).body for w in nbm.refusals(node, {"fb"}, {"fb", "np", "cuda"})]
     assert (not why) == ok, why
+
+
+
+def test_the_hazard_replay_forks_only_for_a_trace_decode_made():
+    """Forked workers send their results back pickled, rebuilt by the pool's thread with no frame of the caller's
+    on the stack: only decode()'s events (ints) and plain maps go there; anything else is replayed in this process."""
+    import numpy as np
+
+    import importlib
+
+    from feedbeast.hazards import check as check_fn          # (the package's check is the function)
+    from feedbeast.hazards.trace import Decoded, decode
+    hc = importlib.import_module("feedbeast.hazards.check")
+    _plain = hc._plain
+    calls = []
+    real = hc._replay_parallel
+    hc._replay_parallel = lambda jobs: calls.append(len(jobs)) or None     # record, then replay here
+    try:
+        words = np.zeros((4, 8), np.uint32)
+        words[:, 7] = np.arange(1, 5)
+        words[:, 1] = [0, 1, 2, 3]                    # four blocks: four jobs
+        events = decode(words)
+        assert type(events) is Decoded and _plain({"a": (1, 2.0, "x", None, np.int64(3))}) and not _plain({"a": object()})
+        check_fn(events, threads_per_block=32, grid=(4, 1, 1), parallel=True)
+        check_fn(list(events), threads_per_block=32, grid=(4, 1, 1), parallel=True)           # not decode()'s
+        check_fn(events, threads_per_block=32, grid=(4, 1, 1), parallel=True, maps={1: object()})  # not plain
+    finally:
+        hc._replay_parallel = real
+    assert calls == [4], calls

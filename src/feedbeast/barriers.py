@@ -11,7 +11,9 @@ Numba's CUDA simulator releases a barrier once every live thread waits at *some*
 branch that only part of the block takes runs there as if it were right. `divergent_barriers(kernel)` finds such
 barriers in the source instead: a `syncthreads()` inside an `if`, `while` or `for` whose condition or range depends
 on the thread (its `threadIdx`, `cuda.grid`, `laneid`, or a name computed from them), or in a loop that a thread
-may leave early (`break`, `continue`) under such a condition. It reads the source; it does not run the kernel.
+may leave early (`break`, `continue`) under such a condition. It reads the source; it does not run the kernel, and
+it reads the kernel alone: a barrier inside a device function the kernel calls, and an index returned by one, are not
+followed (the check can miss those; it does not flag what is right).
 """
 from __future__ import annotations
 

@@ -214,9 +214,12 @@ def _notebook_error(shell, etype, evalue, tb, tb_offset=None):
             and _through_simulator(tb)):
         lines = short_traceback(evalue)
         lines.append("(raised inside a simulator: its frames are left out; %env FEEDBEAST_TRACEBACK=full shows them)")
+        shell._get_exc_info((etype, evalue, tb))      # sys.last_*: what %tb and %debug read, as showtraceback sets
         shell._showtraceback(etype, evalue, lines)
-    else:
-        shell.showtraceback((etype, evalue, tb), tb_offset=tb_offset)
+        if shell.call_pdb:
+            shell.debugger(force=True)
+    else:   # as IPython shows an error of running code (a SyntaxError from exec() keeps the learner's lines)
+        shell.showtraceback((etype, evalue, tb), tb_offset=tb_offset, running_compiled_code=True)
     name = getattr(evalue, "name", None)
     if etype is not NameError or not name:     # UnboundLocalError: a name assigned later in the same function
         return

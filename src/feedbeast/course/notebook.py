@@ -502,11 +502,15 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
             "stderr", "system", "popen",
             # modules that reach memory, frames, threads and processes (reached as an attribute: np.ctypeslib.ctypes)
             "ctypes", "ctypeslib", "pythonapi", "threading", "gc", "inspect", "traceback", "sys", "builtins",
-            "importlib", "pickle", "marshal", "subprocess", "signal", "multiprocessing", "asyncio", "concurrent"}
+            "importlib", "pickle", "marshal", "subprocess", "signal", "multiprocessing", "asyncio", "concurrent",
+            # attributes named in a string, past the rules above: operator.attrgetter("hazards.check")(fb)
+            "attrgetter", "methodcaller", "copyreg"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super"}
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__",
-              "__getattribute__", "__setattr__", "__delattr__"}
+              "__getattribute__", "__setattr__", "__delattr__",
+              # pickling hooks: an object rebuilt from a pickle calls what its __reduce__ names, outside its own frames
+              "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__"}
 
 
 def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
@@ -545,8 +549,9 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
                 # an attribute set on anything but one's own object: a module, a toolkit class, an array the
                 # checks pass in (its methods are what the checks read back)
                 out.append(f"it sets the attribute .{n.attr} of {ast.unparse(n.value)[:40]}")
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS:
-            out.append(f"it defines {n.name}")
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS or \
+                isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in FINALIZERS:
+            out.append(f"it defines {getattr(n, 'name', None) or n.id}")
         elif isinstance(n, ast.arg) and isinstance(n.annotation, ast.Constant) and isinstance(n.annotation.value, str) \
                 or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign)) and isinstance(
                     getattr(n, "returns", None) or getattr(n, "annotation", None), ast.Constant):

@@ -8,7 +8,7 @@ import numpy as np
 
 from .replay import _Cluster
 from .report import Report
-from .trace import decode
+from .trace import Decoded, decode
 
 
 def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geometry=None, instrumented=False,
@@ -34,6 +34,20 @@ def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geom
 
 _JOBS = None            # the clusters of the replay under way, for the forked workers (not pickled to them)
 PARALLEL_EVENTS = 200_000   # traces this long replay their clusters in parallel (one process each, forked)
+
+
+_NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?bhilqBHILQefdg")
+
+
+def _plain(x) -> bool:
+    """None, numbers (numpy's scalars too), strings, bytes, and tuples, lists and dicts of them (by exact type)."""
+    if x is None or type(x) in (int, float, bool, str, bytes) or type(x) in _NUMPY_SCALARS:
+        return True
+    if type(x) in (tuple, list):
+        return all(_plain(v) for v in x)
+    if type(x) is dict:
+        return all(_plain(k) and _plain(v) for k, v in x.items())
+    return False
 
 
 def _replay_job(i):
@@ -150,6 +164,9 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
     jobs = _jobs(events, threads_per_block, grid, cluster, maps, truncated, geometry, instrumented, boxes)
     if parallel is None:
         parallel = len(jobs) > 1 and len(events) >= PARALLEL_EVENTS
+    # Forked workers send their results back pickled: only a trace decode() made (ints) and maps of plain data go
+    # there, so that nothing of a caller's own classes is rebuilt by the pool's result thread.
+    parallel = parallel and isinstance(events, Decoded) and all(_plain(x) for x in (maps, geometry, boxes))
     results = _replay_parallel(jobs) if parallel else None
     if results is None:
         results = [_replay(*job) for job in jobs]

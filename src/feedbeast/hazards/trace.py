@@ -44,6 +44,11 @@ class Event(NamedTuple):   # a tuple: a trace has up to millions of them, made a
         return KINDS[self.kind] if 0 < self.kind < len(KINDS) else f"kind {self.kind}"
 
 
+class Decoded(list):
+    """The events decode() made: Python ints in every field, nothing else (check() replays only these in forked
+    processes, whose results come back pickled)."""
+
+
 def decode(words: np.ndarray) -> list[Event]:
     """Events from the raw (n, 8) uint32 trace; a slot not completed (its last word != index + 1) is dropped."""
     w = np.asarray(words, dtype=np.uint32).reshape(-1, WORDS)
@@ -53,7 +58,7 @@ def decode(words: np.ndarray) -> list[Event]:
     cols = (idx, w[:, 0] & 0xFF, w[:, 0] >> 8, w[:, 1], w[:, 2] & 0xFFFF, w[:, 2] >> 16, w[:, 3], w[:, 4], w[:, 5],
             w[:, 6])
     make = tuple.__new__     # Python ints, field by field in numpy: a trace can hold millions of events
-    return [make(Event, r) for r in zip(*(c.tolist() for c in cols))]
+    return Decoded(make(Event, r) for r in zip(*(c.tolist() for c in cols)))
 
 
 def encode(events) -> np.ndarray:
