@@ -155,10 +155,13 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
     import importlib
     # taken now, before any of the learner's code runs (feedbeast.hazards.check: the package's `check` is a function)
     replay = importlib.import_module("feedbeast.hazards.check")._replay_parallel.__code__
-    base, f = [], getframe(1)            # the caller's frames (the check process's own): the walk stops there
-    while f is not None:
-        base.append(f)
-        f = f.f_back
+    def frames(f) -> list:
+        out = []
+        while f is not None:
+            out.append(f)
+            f = f.f_back
+        return out
+    base = frames(getframe(1))           # the caller's frames (the check process's own): the walk stops there
 
     def trusted_name(name) -> bool:
         return _installed(name) or is_grader_file(name)
@@ -207,10 +210,7 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
         me = ident()
         busy.add(me)
         try:
-            stack, f = [], getframe(1)
-            while f is not None:
-                stack.append(f)
-                f = f.f_back
+            stack = frames(getframe(1))
             if any(fr.f_code is replay for fr in stack):
                 base.extend(stack)
         finally:
