@@ -74,11 +74,12 @@ __device__ inline void arrive_expect_tx(u64* bar, u32 bytes FB_HZ_LINE) {
 }
 
 // Arrive on the barrier at the same shared-memory offset in CTA `rank` of this cluster (mapa, then
-// mbarrier.arrive .shared::cluster). PTX ISA, "mbarrier.arrive": .release (the default) orders this
-// thread's earlier memory accesses before the arrival, at cluster scope; on sm_90 it compiles to
-// MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the SYNCS arrive. .relaxed orders nothing and compiles to the
-// arrive alone: enough when the arrival only says "my reads of this stage are finished" and those reads
-// were waited for (wgmma.wait_group) before it.
+// mbarrier.arrive .shared::cluster). PTX ISA, "mbarrier.arrive": the default is .release at .cta scope.
+// .release.cluster orders this thread's earlier memory accesses before the arrival at cluster scope; on
+// sm_90 it compiles to MEMBAR.ALL.CTA + MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the SYNCS arrive.
+// .relaxed orders nothing and compiles to the arrive alone (as the default .release.cta does): enough in
+// practice when the arrival only says "my reads of this stage are finished" and those reads were waited
+// for (wgmma.wait_group) before it.
 __device__ inline void arrive_remote_release(u64* bar, u32 rank FB_HZ_LINE) {
   FB_HZ_RECORD(fb::hazard::kMbarArrive, smem_addr(bar), 0, 1 + rank, 0);
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
