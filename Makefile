@@ -238,7 +238,8 @@ clean:
 ## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
 # PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is
 # not a make error unless STRICT=1; CI reads the status from `python -m feedbeast grade` itself.
-# LAB: a number (4, 04), a lab's name (04-mbarrier-ring, .ipynb or not) or a lab file's path, as reset-labs takes it.
+# LAB: a number (4, 04), a lab's name (04-mbarrier-ring or mbarrier-ring, .ipynb or not) or a lab file's path, as
+# reset-labs takes it.
 LAB ?=
 grade: $(STAMP)
 	@if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \

@@ -60,6 +60,21 @@ SOURCE = textwrap.dedent('''
             cuda.syncthreads()
 
     @cuda.jit
+    def no_barrier(x):
+        t = cuda.threadIdx.x
+        x[t] = 1.0
+
+    @cuda.jit
+    def two_per_tile(x):
+        s = cuda.shared.array(32, float32)
+        t = cuda.threadIdx.x
+        for j in range(4):
+            s[t] = x[j * 32 + t]
+            cuda.syncthreads()
+            x[j * 32 + t] = s[31 - t]
+            cuda.syncthreads()
+
+    @cuda.jit
     def guards(x, y):
         lane, w = cuda.threadIdx.x, cuda.threadIdx.y
         r0 = cuda.blockIdx.y * 32
@@ -94,7 +109,7 @@ def test_a_barrier_only_some_threads_reach_is_named_with_its_condition(kernels):
     assert divergent_barriers(kernels.leaves_the_loop) == [
         "line 40: cuda.syncthreads() under line 38: if lane + j > 30:"]
     # the guard on the thread's row splits the block; the one on the block's first row does not
-    assert divergent_barriers(kernels.guards) == ["line 50: cuda.syncthreads() under line 48: if r0 + i < x.shape[0]:"]
+    assert divergent_barriers(kernels.guards) == ["line 65: cuda.syncthreads() under line 63: if r0 + i < x.shape[0]:"]
 
 
 def test_the_check_raises_and_says_what_to_do(kernels):
@@ -102,9 +117,10 @@ def test_the_check_raises_and_says_what_to_do(kernels):
     with pytest.raises(fb.CheckFailed, match=r"kernel tree_in_branch: a barrier that not every thread .* line 24.*"
                                              r"Synchronization Functions"):
         fbn.expect_uniform_barriers(kernels.tree_in_branch)
-    assert "every cuda.syncthreads() is reached by the whole block" in fbn.expect_uniform_barriers(kernels.tree_ok)
+    assert fbn.expect_uniform_barriers(kernels.tree_ok) == "barriers of tree_ok: 2, every one reached by the whole block"
     made = {}
-    exec("def k(x):\n    cuda.syncthreads()\n", {"cuda": cuda}, made)     # no file to read: a named skip
+    exec("def k(x):\n    cuda.syncthreads()\n", {"cuda": cuda}, made)
+    assert isinstance(fbn.expect_uniform_barriers(made["k"], required=True), fb.Skipped)     # no file to read: a named skip
     assert isinstance(fbn.expect_uniform_barriers(made["k"]), fb.Skipped)
 
 
@@ -131,3 +147,27 @@ def test_the_course_s_own_numba_kernels_pass_it():
     assert {"chapters/02-software-pipelining.ipynb:rowsum_db", "solutions/01-tiled-transpose.ipynb:transpose_tiled",
             "solutions/02-double-buffered-transpose.ipynb:transpose_db"} <= set(seen), sorted(seen)
     assert not {k: v for k, v in seen.items() if v}, seen
+
+
+def test_a_kernel_that_needs_a_barrier_and_has_none_is_told_so(kernels):
+    """Lab 01 without its barrier: the simulator's output then reads as elements never written, which points at the
+    guards; the check names the missing barrier first."""
+    import feedbeast as fb
+    assert fbn.expect_uniform_barriers(kernels.no_barrier) == "barriers of no_barrier: none"
+    with pytest.raises(fb.CheckFailed, match=r"kernel no_barrier has no cuda.syncthreads\(\)"):
+        fbn.expect_uniform_barriers(kernels.no_barrier, required=True)
+    assert "every one reached" in fbn.expect_uniform_barriers(kernels.tree_ok, required=True)
+
+
+def test_barriers_are_counted_per_loop(kernels):
+    """Lab 02's design, two buffers and one barrier per tile: a one-buffer kernel (two per tile) is told so; a
+    barrier before the loop (the prologue's) is not the loop's."""
+    import feedbeast as fb
+    from feedbeast.barriers import barriers_by_loop
+    assert barriers_by_loop(kernels.two_per_tile) == {51: [53, 55]}
+    assert barriers_by_loop(kernels.tree_ok) == {None: [9], 11: [14]}
+    assert barriers_by_loop(kernels.no_barrier) == {}
+    with pytest.raises(fb.CheckFailed, match=r"the loop at line 51 holds 2 barriers \(lines 53, 55\); this kernel's "
+                                             r"design allows 1 per iteration"):
+        fbn.expect_uniform_barriers(kernels.two_per_tile, per_loop=1)
+    assert fbn.expect_uniform_barriers(kernels.tree_ok, per_loop=1).endswith("at most 1 per loop iteration")

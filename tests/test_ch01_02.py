@@ -228,3 +228,75 @@ def test_notebook_kernels_compile_with_the_real_numba_compiler(tmp_path):
                  "make_rowsum_db", "transpose_naive", "transpose_tiled", "transpose_db", "transpose_strip"):
         assert any(f" {name} ok" in ln for ln in lines), f"{name} was not compiled:\n{r.stdout}"
     assert "LOCAL" not in r.stdout, f"a kernel keeps an array in local memory:\n{r.stdout}"
+
+
+# What the simulator runs and a GPU's compiler would not: fbn.expect_compiles hands a kernel to Numba's real compiler
+# in a process of its own (feedbeast.numba_compile), so a lab's check fails on a machine without a GPU too.
+COMPILE_CASES = '''
+import math
+from numba import cuda, float32
+TILE, SCALE = 32, 0.5
+
+@cuda.jit(device=True)
+def half(v):
+    return v * SCALE
+
+@cuda.jit
+def takes(x, y):
+    s = cuda.shared.array(TILE, float32)
+    t = cuda.threadIdx.x
+    if t < x.shape[0]:
+        s[t] = x[t]
+    cuda.syncthreads()
+    if t < y.shape[0]:
+        y[t] = half(math.sqrt(s[t]))
+
+@cuda.jit
+def lists(x, y):
+    t = cuda.threadIdx.x
+    vals = []
+    vals.append(x[t])
+    y[t] = vals[0]
+
+@cuda.jit
+def strings(x, y):
+    t = cuda.threadIdx.x
+    y[t] = len("abc") + x[t] + OBJ.v
+'''
+
+
+@pytest.fixture(scope="module")
+def compile_cases(tmp_path_factory):
+    import importlib.util
+    import sys
+    path = tmp_path_factory.mktemp("compile") / "fb_compile_cases.py"
+    path.write_text(COMPILE_CASES)
+    spec = importlib.util.spec_from_file_location("fb_compile_cases", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    mod.OBJ = type("O", (), {"v": 1.0})()
+    return mod
+
+
+def test_the_real_compiler_takes_a_good_kernel_and_names_the_line_it_rejects(compile_cases):
+    if not SIM:
+        pytest.skip("this machine has a GPU: a launch compiles the kernel for real (test_gpu_* launch them)")
+    try:
+        from cuda.bindings import nvvm
+        nvvm.version()
+    except Exception as e:
+        pytest.skip(f"needs NVVM (cuda-toolkit[nvvm] or a CUDA toolkit), none found: {e}")
+    x, y = np.ones(8, np.float32), fbn.device_or_host(8, np.float32)
+    ok = fbn.expect_compiles(compile_cases.takes, x, y)      # globals, math, a device function of its own
+    assert ok.startswith("takes: Numba's GPU compiler takes it (PTX for sm_75"), ok
+    with pytest.raises(fb.CheckFailed, match=r"kernel lists: Numba's GPU compiler rejects it at `vals.append\(x\[t\]\)`: "
+                                             r"Unknown attribute 'append'.*\(TypingError\)"):
+        fbn.expect_compiles(compile_cases.lists, x, y)
+    # a global the compiler's process cannot rebuild (an object): a named skip, never a pass
+    skipped = fbn.expect_compiles(compile_cases.strings, x, y)
+    assert isinstance(skipped, fb.Skipped) and "the global 'OBJ'" in str(skipped), skipped
+    # the simulator itself ran the list kernel: what the check is for
+    out = fbn.device_or_host(8, np.float32)
+    compile_cases.lists[1, 8](x, out)
+    assert np.array_equal(out, x)

@@ -102,7 +102,15 @@ BUGS = {
         # copied into the tile (the simulator runs the warps apart, as a GPU does).
         "missing-barrier": Bug([("    cuda.syncthreads()\n    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
                                  "        if c0 + i < cols", "    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
-                                 "        if c0 + i < cols")], gpu={WRONG}, cpu=NUMBA_WRONG),
+                                 "        if c0 + i < cols")], gpu={WRONG},
+                               cpu=r"CheckFailed: kernel transpose_tiled has no cuda.syncthreads\(\)"),
+        # Python the simulator runs and Numba's GPU compiler rejects (a list): without a GPU the check hands the
+        # kernel to the real compiler in a process of its own; on a GPU the launch fails to compile.
+        "python-list-in-the-kernel": Bug([("            tile[i, lane] = x[r0 + i, c0 + lane]\n",
+                                           "            vals = []\n            vals.append(x[r0 + i, c0 + lane])\n"
+                                           "            tile[i, lane] = vals[0]\n")],
+                                         gpu={WRONG}, cpu=r"CheckFailed: kernel transpose_tiled: Numba's GPU compiler "
+                                                          r"rejects it at `vals.append\(x\[r0 \+ i, c0 \+ lane\]\)`"),
         # The barrier inside the read's guard: only the threads with an element in the matrix reach it. Numba's
         # simulator runs it as if it were right; the barrier check reads it in the source, on any machine.
         "barrier-inside-the-guard": Bug([("            tile[i, lane] = x[r0 + i, c0 + lane]\n    cuda.syncthreads()\n",
@@ -126,6 +134,13 @@ BUGS = {
         "prefetches-the-same-tile": Bug([("r0, rn = (t0 + t) * TILE, (t0 + t + 1) * TILE",
                                           "r0, rn = (t0 + t) * TILE, (t0 + t) * TILE")],
                                         gpu={WRONG}, cpu=NUMBA_WRONG),
+        # Correct, but one buffer's design: a second barrier in the tile loop, before the stores into the other
+        # buffer. The lab asks for two buffers and one barrier per tile; the check counts the loop's barriers.
+        "two-barriers-per-tile": Bug([("        for j in range(PER):\n            tile[1 - cur, w + j * BAND, lane] = regs[j]\n",
+                                       "        cuda.syncthreads()\n        for j in range(PER):\n"
+                                       "            tile[1 - cur, w + j * BAND, lane] = regs[j]\n")],
+                                     gpu={WRONG}, cpu=r"CheckFailed: kernel transpose_db: the loop at line \d+ holds 2 "
+                                                      r"barriers"),
     },
     "03": {
         # Missing cp.async.wait_group: tile j is read before it has landed. The SASS check (no DEPBAR)

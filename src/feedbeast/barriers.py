@@ -128,10 +128,8 @@ class _Reader:
         return out
 
 
-def divergent_barriers(kernel) -> list[str] | None:
-    """Each barrier of a Numba kernel (or a plain function) that not every thread of the block may reach, as
-    'line N: <the barrier> under line M: <the condition>' (file line numbers); [] when there is none; None when the
-    source cannot be read (a kernel made at run time with no file)."""
+def _parsed(kernel):
+    """(the function's AST, its first line in its file, its source lines), or None when the source cannot be read."""
     import inspect
     import textwrap
     fn = getattr(kernel, "py_func", kernel)
@@ -145,8 +143,38 @@ def divergent_barriers(kernel) -> list[str] | None:
     except SyntaxError:
         return None
     func = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
-    if func is None:
+    return None if func is None else (func, first, src.splitlines())
+
+
+def divergent_barriers(kernel) -> list[str] | None:
+    """Each barrier of a Numba kernel (or a plain function) that not every thread of the block may reach, as
+    'line N: <the barrier> under line M: <the condition>' (file line numbers); [] when there is none; None when the
+    source cannot be read (a kernel made at run time with no file)."""
+    parsed = _parsed(kernel)
+    if parsed is None:
         return None
-    text = src.splitlines()
+    func, first, text = parsed
     return [f"line {first + b - 1}: {text[b - 1].strip()} under line {first + g - 1}: {text[g - 1].strip()}"
             for b, g in _Reader(func).divergent()]
+
+
+def barriers_by_loop(kernel) -> dict[int | None, list[int]] | None:
+    """The kernel's barriers grouped by the innermost loop around each: {line of the loop (None: no loop): [lines of
+    its barriers]} (file line numbers); {} when it has none; None when the source cannot be read. A barrier's count
+    per iteration is what a pipeline's design fixes (chapter 02: one per tile with two buffers, two with one)."""
+    parsed = _parsed(kernel)
+    if parsed is None:
+        return None
+    func, first, _ = parsed
+    out: dict[int | None, list[int]] = {}
+
+    def visit(node, loop):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr in BARRIERS:
+                out.setdefault(loop, []).append(first + child.lineno - 1)
+            visit(child, first + child.lineno - 1 if isinstance(child, (ast.For, ast.While)) else loop)
+
+    visit(func, None)
+    return out

@@ -189,6 +189,37 @@ def expect_sass(kernel, *opcodes: str):
     return expect_opcodes(opcode_histogram(text), *opcodes, where=f"kernel {getattr(kernel, '__name__', 'kernel')}")
 
 
+def expect_compiles(kernel, *args) -> str | Skipped:
+    """Does Numba's real GPU compiler take this kernel, for these arguments (those of a launch)? Raises CheckFailed
+    with the compiler's complaint when it does not. On a GPU the launch compiled it already; in the simulator, which
+    runs kernels as Python and so takes code the compiler rejects (a list, a string), it compiles the kernel to PTX
+    for sm_75, the oldest GPU the course runs on, in a process of its own (feedbeast.numba_compile; NVVM, no GPU)."""
+    from . import hooks
+    from .errors import CheckFailed, todo_of
+    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "kernel")
+    check = f"compile of {name}"
+    if not simulator():
+        _compiled(kernel)
+        hooks.passed(check, "compiled by Numba for this GPU")
+        return f"{name}: compiled by Numba for this GPU"
+    from .numba_compile import compile_in_child
+    r = compile_in_child(kernel, args)
+    if "skip" in r:
+        return Skipped(r["skip"], check)
+    if "error" in r:
+        at = f" at `{r['code']}`" if r.get("code") else ""
+        at += f" (in {r['function']})" if r.get("code") and r["function"] != name else ""
+        message = (todo_of(kernel) + f"kernel {name}: Numba's GPU compiler rejects it{at}: {r['error']} "
+                   f"({r['kind']}). The simulator runs kernels as Python, so it took this; a GPU would not. A kernel "
+                   "may use numbers, arrays, cuda.local and cuda.shared arrays, and math, but no Python lists, dicts, "
+                   "strings or objects.")
+        hooks.failed(check, message)
+        raise CheckFailed(message)
+    said = f"Numba's GPU compiler takes it (PTX for sm_75, {r['ok']} bytes; no GPU here to run it)"
+    hooks.passed(check, said)
+    return f"{name}: {said}"
+
+
 def resident_blocks(kernel, threads_per_block: int, dynamic_shared: int = 0):
     """Blocks of a launched Numba kernel that fit on one SM at once (the driver's occupancy calculator,
     cuOccupancyMaxActiveBlocksPerMultiprocessor: registers, shared memory, thread and block limits)."""
@@ -200,20 +231,47 @@ def resident_blocks(kernel, threads_per_block: int, dynamic_shared: int = 0):
                                                                            int(dynamic_shared)))
 
 
-def expect_uniform_barriers(kernel) -> str:
+def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | None = None) -> str:
     """Raises CheckFailed when a `cuda.syncthreads()` of a Numba kernel sits where not every thread of the block
     reaches it (feedbeast.barriers: a branch or loop that depends on the thread); Numba's simulator runs such a
-    kernel as if it were right. Returns what was found, a line to print; a Skipped when the source cannot be read."""
-    from .barriers import divergent_barriers
-    from .errors import CheckFailed
+    kernel as if it were right. required: the kernel must have a barrier (its threads read what others stored).
+    per_loop: no loop may hold more barriers than this (what a pipeline's design fixes: one per tile with two
+    buffers). Returns what was found, a line to print; a Skipped when the source cannot be read."""
+    from . import hooks
+    from .barriers import barriers_by_loop, divergent_barriers
+    from .errors import CheckFailed, todo_of
     name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "kernel")
-    found = divergent_barriers(kernel)
-    if found is None:
-        return Skipped("its Python source cannot be read here", f"barriers of {name}")
+    check = f"barriers of {name}"
+
+    def fail(message):
+        hooks.failed(check, message)
+        return CheckFailed(message)
+
+    found, sites = divergent_barriers(kernel), barriers_by_loop(kernel)
+    if found is None or sites is None:
+        return Skipped("its Python source cannot be read here", check)
     if found:
-        raise CheckFailed(
+        raise fail(
             f"kernel {name}: a barrier that not every thread of the block reaches: {'; '.join(found)}. Every thread "
             "that has not returned must reach each cuda.syncthreads() (CUDA C++ Programming Guide, 'Synchronization "
             "Functions'): move the barrier out of the branch. Numba's simulator lets it pass; a GPU may hang or "
             "give wrong results.")
-    return f"barriers of {name}: every cuda.syncthreads() is reached by the whole block"
+    if required and not sites:
+        raise fail(todo_of(kernel) +
+            f"kernel {name} has no cuda.syncthreads(): its threads read shared-memory elements that other threads "
+            "stored, so a barrier must stand between the stores and those reads (without it a thread may read before "
+            "the store lands: elements never written, or stale ones).")
+    if per_loop is not None:
+        over = {loop: lines for loop, lines in sites.items() if loop is not None and len(lines) > per_loop}
+        if over:
+            loop, lines = next(iter(over.items()))
+            raise fail(todo_of(kernel) +
+                f"kernel {name}: the loop at line {loop} holds {len(lines)} barriers (lines "
+                f"{', '.join(map(str, lines))}); this kernel's design allows {per_loop} per iteration. With two "
+                "buffers, the stores into one and the reads of the other touch different memory, so one barrier per "
+                "tile separates both uses of each buffer (chapter 02).")
+    count = sum(len(v) for v in sites.values())
+    said = (f"{count}, every one reached by the whole block" if count else "none") \
+        + (f", at most {per_loop} per loop iteration" if count and per_loop is not None else "")
+    hooks.passed(check, said)
+    return f"{check}: {said}"

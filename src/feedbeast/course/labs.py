@@ -96,8 +96,8 @@ def stale(solutions, labs) -> list[str]:
 
 
 def select(solutions, labs, which) -> list[tuple[Path, Path]]:
-    """The (solution, lab) pairs that `which` names: lab numbers ("4", "04"), names with or without .ipynb, or paths
-    of labs; all
+    """The (solution, lab) pairs that `which` names: lab numbers ("4", "04"), names with or without their number and
+    .ipynb ("04-mbarrier-ring", "mbarrier-ring"), or paths of labs; all
     when `which` is empty. A name that matches no lab is a ValueError listing the labs there are."""
     every = list(pairs(solutions, labs))
     if not which:
@@ -105,8 +105,9 @@ def select(solutions, labs, which) -> list[tuple[Path, Path]]:
     chosen = []
     for w in which:
         name = Path(w).name
-        hits = [(s, l) for s, l in every
-                if name in (l.name, l.stem) or l.name.split("-", 1)[0] == name.zfill(2)]
+        bare = name.removesuffix(".ipynb")
+        hits = [(s, l) for s, l in every        # 04-mbarrier-ring(.ipynb), mbarrier-ring, 4 or 04
+                if bare == l.stem or bare == l.stem.split("-", 1)[-1] or l.name.split("-", 1)[0] == name.zfill(2)]
         if not hits:
             raise ValueError(f"no lab {w!r}: the labs are {', '.join(l.name for _, l in every)}")
         chosen += [h for h in hits if h not in chosen]
