@@ -67,7 +67,7 @@ __device__ inline void bar_arrive(int id, int threads) {
 
 // ---- softmax helpers -------------------------------------------------------------------------------
 // 2^x on the multi-function unit alone (PTX ISA, "ex2": .approx.ftz, one MUFU.EX2 per call). exp2f also handles
-// results below 2^-126 exactly, at three more instructions per call (FSETP and two FMUL around the MUFU.EX2).
+// results below 2^-126 as subnormals instead of 0, at three more instructions per call (FSETP and two FMUL around the MUFU.EX2).
 // Flushing them to 0 is harmless not because bf16 could not hold them (bf16 has fp32's exponent range, so it can)
 // but because the row's maximum contributes 2^0 = 1 to the same sum: l >= 1, and a term below 2^-126 is more than
 // 2^100 times smaller than fp32's rounding of l (2^-24 l), in l and in O alike. Rung 4 on an H100: +2 to +10 %.

@@ -1,5 +1,6 @@
 // setmaxnreg (sm_90a): give registers back or take them, per warpgroup (PTX ISA, "setmaxnreg").
-// ptxas honours it only with __launch_bounds__(threads, 1) and one role per branch of an if/else.
+// ptxas honours it only when the kernel's register limit is known at compile time (the course writes
+// __launch_bounds__(threads, 1); -maxrregcount also does) and with one role per branch of an if/else.
 #pragma once
 
 
