@@ -54,7 +54,7 @@ HANG_TIMEOUT = 60      # for bugs expected to deadlock: a correct lab's check ce
 #   hang:   the grader's cell timeout on a kernel that never finished (or BarrierTimeout in a debug build)
 #   fault:  the launch died (KernelFault: an illegal address, a trap)
 #   hazard: the hazard build of a launch broke a rule of the async proxy (HazardFound, the rule named)
-WRONG, SASS, HANG, FAULT, HAZARD = "wrong", "sass", "hang", "fault", "hazard"
+WRONG, SASS, HANG, FAULT, HAZARD, COMPILE = "wrong", "sass", "hang", "fault", "hazard", "compile"
 HAZARD_RULES = ("async-read-in-flight", "missing-proxy-fence", "unordered-access", "expect-tx-mismatch",
                 "arrival-count", "wait-parity", "barrier-uninitialized", "async-read-at-exit", "mbarrier-scope",
                 "missing-wgmma-fence", "bulk-store-in-flight", "wgmma-register-in-flight", "peer-access-at-exit",
@@ -109,7 +109,7 @@ BUGS = {
         "python-list-in-the-kernel": Bug([("            tile[i, lane] = x[r0 + i, c0 + lane]\n",
                                            "            vals = []\n            vals.append(x[r0 + i, c0 + lane])\n"
                                            "            tile[i, lane] = vals[0]\n")],
-                                         gpu={WRONG}, cpu=r"CheckFailed: kernel transpose_tiled: Numba's GPU compiler "
+                                         gpu={COMPILE}, cpu=r"CheckFailed: kernel transpose_tiled: Numba's GPU compiler "
                                                           r"rejects it at `vals.append\(x\[r0 \+ i, c0 \+ lane\]\)`"),
         # The barrier inside the read's guard: only the threads with an element in the matrix reach it. Numba's
         # simulator runs it as if it were right; the barrier check reads it in the source, on any machine.
@@ -516,6 +516,8 @@ def _kinds(rep, lab) -> set:
             kinds.add(FAULT)
         if "HazardFound" in text or any(f"[{r}]" in text or f"{r}:" in text for r in HAZARD_RULES):
             kinds.add(HAZARD)
+        if re.search(r"\b(TypingError|LoweringError)\b|Numba's GPU compiler rejects it", text):
+            kinds.add(COMPILE)
     return kinds
 
 
