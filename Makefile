@@ -4,7 +4,9 @@
 #                  install nothing, or with WHEELS=dir install that bundle into it (--no-deps).
 #                  FEEDBEAST_ENV=current in the environment does the same (the workshop hub sets it).
 #   WHEELS=dir     install from a wheel bundle with no index (air-gapped hosts; see make wheelhouse)
-#   PYTHON3=...    the interpreter that creates .venv (3.10 or newer)
+#   PYTHON3=...    the interpreter that creates .venv (3.10 or newer); once .venv runs, later commands keep its
+#                  Python unless PYTHON3 is given again
+PYTHON3_GIVEN := $(filter command line environment,$(origin PYTHON3))
 PYTHON3 ?= python3
 PY      ?= 3.12
 CUDA    ?= 13
@@ -32,8 +34,14 @@ else
 PYTHON  := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-cu$(CUDA)
 PIP_ENV :=
-# A .venv made by another Python than PYTHON3 (another version or another interpreter, or one that no longer runs)
-# is made again: venv would keep its interpreter, and the stamp knows only the requirements.
+# Without PYTHON3 given, a .venv that runs keeps the interpreter it was made from (made with PYTHON3=python3.12 for
+# a bundle, it is not made again by a later `make grade`, which offline could not). A .venv made by another Python than
+# a PYTHON3 given (another version or another interpreter), or one that no longer runs, is made again: venv would keep
+# its interpreter, and the stamp knows only the requirements.
+ifeq ($(PYTHON3_GIVEN),)
+VENV_BASE := $(shell $(VENV)/bin/python -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))' 2>/dev/null)
+PYTHON3 := $(or $(VENV_BASE),$(PYTHON3))
+endif
 ifneq ($(wildcard $(VENV)),)
 ifneq ($(shell $(VENV)/bin/python -c '$(PYID)' 2>/dev/null),$(shell $(PYTHON3) -c '$(PYID)' 2>/dev/null))
 $(shell rm -f $(VENV)/.installed-cu*)
@@ -66,11 +74,11 @@ install: $(STAMP)
 # an update of the course it is installed again over the one before (--force-reinstall).
 COURSE_WHEEL = $(wildcard $(WHEELS)/feedbeast-*.whl)
 bundle-into-current:
-	@# A notebook bundle holds no CUDA Python and no Numba: it completes a GPU image's Python, not a bare one (checked
-	@# before anything is installed, so a refused Python is left as it was).
-	$(if $(NOTEBOOK_BUNDLE),@$(PYTHON) -c "import cuda.bindings$(comma) cuda.core$(comma) numba" 2>/dev/null || { \
-	have=$$($(PYTHON) -c '$(PYVER)'); echo "make install ENV=current: $(PYTHON) lacks CUDA Python or Numba (import \
-	cuda.bindings$(comma) cuda.core$(comma) numba failed)$(comma) which $(WHEELS_DIR)/ does not hold: it is a notebook \
+	@# A notebook bundle holds no CUDA Python, no Numba and no matplotlib: it completes a GPU image's Python, not a
+	@# bare one (checked before anything is installed, so a refused Python is left as it was).
+	$(if $(NOTEBOOK_BUNDLE),@$(PYTHON) -c "import cuda.bindings$(comma) cuda.core$(comma) numba$(comma) matplotlib" 2>/dev/null || { \
+	have=$$($(PYTHON) -c '$(PYVER)'); echo "make install ENV=current: $(PYTHON) lacks CUDA Python$(comma) Numba or matplotlib \
+	(import cuda.bindings$(comma) cuda.core$(comma) numba$(comma) matplotlib failed)$(comma) which $(WHEELS_DIR)/ does not hold: it is a notebook \
 	bundle (make wheelhouse SET=notebook)$(comma) for a Python that has them already (a GPU image). Bring the full \
 	bundle (make wheelhouse PY=$$have) and install it the same way$(comma) or build a fresh .venv from it (make \
 	install WHEELS=dir)" >&2; exit 1; })
@@ -81,6 +89,9 @@ bundle-into-current:
 	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have SET=notebook)" >&2; \
 	  exit 1; }
 	$(if $(COURSE_WHEEL),$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps --force-reinstall $(COURSE_WHEEL))
+	@# the notebooks name their kernel: without it the image's own Jupyter says "No such kernel named feedbeast"
+	@$(PYTHON) $(KERNELSPEC) || echo "make install ENV=current: the kernel 'Feeding the Beast' could not be written \
+	into $(PYTHON)'s environment (share/jupyter/kernels); make lab ENV=current writes it too" >&2
 
 # The notebooks' kernel, "Feeding the Beast", installed into the environment (not into your home): make install
 # writes it so that any Jupyter front end run from .venv finds the kernel the notebooks name; make lab again.
@@ -200,6 +211,12 @@ ifeq ($(COMPARE),1)
 	if [ -n "$$dups" ]; then echo "the bundle would hold two versions of: $$dups (requirements/compare.txt pins one," \
 	  "the other set resolved another): make the pins agree, or pip install --no-deps will refuse the bundle" >&2; exit 1; fi
 endif
+	@# A bundle of the other kind (full or notebook) already in wheelhouse/ is kept beside it, not replaced: the one
+	@# of the two that an offline host needs could not be made again there.
+	@kind() { if ls $$1/jupyterlab-*.whl >/dev/null 2>&1; then echo full; else echo notebook; fi; }; \
+	if ls wheelhouse/*.whl >/dev/null 2>&1 && [ "$$(kind wheelhouse)" != "$$(kind wheelhouse.new)" ]; then \
+	  kept=wheelhouse.$$(kind wheelhouse); rm -rf $$kept && mv wheelhouse $$kept && \
+	  echo "the $$(kind $$kept) bundle that was in wheelhouse/ is kept in $$kept/ (WHEELS=$$kept)"; fi
 	rm -rf wheelhouse && mv wheelhouse.new wheelhouse
 	@echo "wheelhouse/: $$(ls wheelhouse/*.whl | wc -l) wheels, $$(du -sh wheelhouse | cut -f1)"
 
@@ -228,7 +245,7 @@ workshop: $(STAMP)
 	$$(node --version) is too old for the proxy (configurable-http-proxy needs Node.js 20 or newer): install Node.js 20 \
 	(the Linux tarball from nodejs.org, unpacked with its bin/ on PATH; docs/instructors.md)" >&2; exit 1; }
 	@echo "make workshop: the hub is ready; start it as root from a folder for its state (docs/instructors.md, \
-	A workshop room on one server): python -m jupyterhub -f $(CURDIR)/workshop/jupyterhub_config.py, with \
+	A workshop room on one server): $(if $(filter current,$(ENV)),$(PYTHON),$(abspath $(VENV))/bin/python) -m jupyterhub -f $(CURDIR)/workshop/jupyterhub_config.py, with \
 	workshop/node_modules/.bin on PATH"
 
 # The offline bundle (wheelhouse/) stays: on a host without internet it cannot be made again.

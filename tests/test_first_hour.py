@@ -236,6 +236,58 @@ def _fake_bundles(tmp_path):
     return notebook, full
 
 
+def test_a_venv_made_by_a_given_python_is_kept_by_later_commands(tmp_path):
+    """An offline room: .venv made with PYTHON3=python3.12 for the bundle, where `python3` is another Python. A later
+    `make grade` without PYTHON3 keeps that .venv (made again, it could not be installed offline); a PYTHON3 given
+    that differs from .venv's still makes it again."""
+    import venv
+    v = tmp_path / "v"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(v)
+    stamp = v / ".installed-cu13"
+    stamp.write_text("")
+    later = max(p.stat().st_mtime for p in (ROOT / "requirements").iterdir()) + 10
+    os.utime(stamp, (later, later))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    other = fake / "python3"                  # `python3` on PATH: another interpreter than the one .venv came from
+    other.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'print(\"3.99 /elsewhere/python3.99\")'\n")
+    other.chmod(0o755)
+    env = make_env(PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
+
+    def dry(*more):
+        return subprocess.run(["make", "-n", "--no-print-directory", "install", f"VENV={v}", *more], cwd=ROOT,
+                              env=env, capture_output=True, text=True, check=True).stdout
+
+    assert "-m venv" not in dry() and stamp.exists()
+    again = dry(f"PYTHON3={other}")
+    assert f"{other} -m venv {v}" in again and not stamp.exists(), again
+
+
+def test_a_bundle_of_the_other_kind_is_kept_beside_the_new_one(tmp_path):
+    """make wheelhouse SET=notebook after make wheelhouse (or the other way round) keeps the first bundle, moved to
+    wheelhouse.<kind>/: an offline host may need it, and there it could not be made again. The step of the recipe
+    that decides, run on fake bundles."""
+    out = subprocess.run(["make", "-n", "--no-print-directory", "wheelhouse", "PY=3.12"], cwd=ROOT, env=make_env(),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    first = next(i for i, ln in enumerate(out) if ln.startswith("kind() {"))
+    last = next(i for i in range(first, len(out)) if not out[i].endswith("\\"))
+    step = "\n".join(out[first:last + 1])
+    for old, new, kept in ((["jupyterlab-4.6.6-py3-none-any.whl", "numpy.whl"], ["numpy.whl"], "full"),
+                           (["numpy.whl"], ["jupyterlab-4.6.6-py3-none-any.whl", "numpy.whl"], "notebook"),
+                           (["numpy.whl"], ["numpy.whl"], None)):
+        d = tmp_path / f"case-{kept}"
+        for folder, names in (("wheelhouse", old), ("wheelhouse.new", new)):
+            (d / folder).mkdir(parents=True)
+            for n in names:
+                (d / folder / n).write_bytes(b"")
+        r = subprocess.run(["sh", "-c", step], cwd=d, capture_output=True, text=True, check=True)
+        if kept:
+            assert sorted(p.name for p in (d / f"wheelhouse.{kept}").iterdir()) == sorted(old), r.stdout
+            assert f"the {kept} bundle that was in wheelhouse/ is kept in wheelhouse.{kept}/" in r.stdout
+        else:      # the same kind: replaced, as before
+            assert not list(d.glob("wheelhouse.full")) + list(d.glob("wheelhouse.notebook")) and not r.stdout
+
+
 def test_a_notebook_bundle_where_the_full_one_is_needed_is_named(tmp_path):
     # A notebook bundle (make wheelhouse SET=notebook) holds no JupyterLab and no hub: make lab and make workshop
     # from it say so and what to bring before pip's own error, and a failed .venv from it names both the bundle's
@@ -273,7 +325,7 @@ def test_gpu_image_whose_python_is_a_venv_gets_the_bundle(tmp_path):
     site = next((tmp_path / "image").glob("lib/python3*/site-packages"))
     (site / "image_marker").mkdir()
     (site / "image_marker/__init__.py").write_text("WHERE = 'image'\n")   # e.g. the image's PyTorch
-    for pkg in ("cuda", "cuda/bindings", "cuda/core", "numba"):               # a GPU image has CUDA Python and Numba
+    for pkg in ("cuda", "cuda/bindings", "cuda/core", "numba", "matplotlib"):   # a GPU image has CUDA Python, Numba
         (site / pkg).mkdir()
         (site / pkg / "__init__.py").write_text("")
     bundle = tmp_path / "wheelhouse"
@@ -1110,7 +1162,7 @@ def test_a_run_of_identical_skip_lines_is_folded_into_one_with_its_count():
 
 def test_a_notebook_bundle_installed_into_a_python_without_cuda_python_is_refused(tmp_path):
     """The notebook bundle completes a GPU image's Python: installed into a bare one (no cuda.bindings, cuda.core,
-    numba) it used to leave a course that could not import; make install now stops and says what to bring."""
+    numba, matplotlib) it used to leave a course that could not import; make install now stops and says what to bring."""
     notebook, full = _fake_bundles(tmp_path)
     bare, calls = tmp_path / "python", tmp_path / "calls"   # pip "works"; the CUDA Python import fails, as in a bare one
     bare.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *"import cuda.bindings"*) exit 1;; '
@@ -1121,7 +1173,10 @@ def test_a_notebook_bundle_installed_into_a_python_without_cuda_python_is_refuse
         return subprocess.run(["make", "--no-print-directory", "install", "ENV=current", f"WHEELS={bundle}",
                                f"PYTHON3={bare}"], cwd=ROOT, env=make_env(), capture_output=True, text=True)
     r = install(notebook)
-    assert r.returncode != 0 and "lacks CUDA Python or Numba" in r.stderr and "make wheelhouse PY=3.99" in r.stderr, \
-        r.stderr
+    assert r.returncode != 0 and "lacks CUDA Python, Numba or matplotlib" in r.stderr \
+        and "make wheelhouse PY=3.99" in r.stderr, r.stderr
+    assert "import cuda.bindings, cuda.core, numba, matplotlib" in calls.read_text()   # the chapters plot
     assert "-m pip" not in calls.read_text(), "refused, yet pip installed into that Python first"
     assert install(full).returncode == 0
+    # and the notebooks' kernel is written into that Python's environment, which the image's own Jupyter reads
+    assert "-m feedbeast.course.kernelspec" in calls.read_text().splitlines()[-1]

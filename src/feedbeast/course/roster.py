@@ -410,7 +410,7 @@ def main(argv=None) -> int:
     cols = write_csv(docs, args.csv, args.labs or None)
     if args.json:
         Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
-    print(f"wrote {args.csv}: {len(docs)} learners x labs {', '.join(cols)}")
+    print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {len(docs)} learners x labs {', '.join(cols)}")
     return 0 if all(d.get("labs") for d in docs) else 1
 
 
