@@ -277,6 +277,30 @@ def test_a_cp_async_wait_that_leaves_too_many_groups_in_flight_is_rejected():
         fb.sass.expect_cp_async_wait(late, kernel, stages - 2, "test")
 
 
+def test_a_cp_async_wait_in_the_wrong_place_is_rejected_whatever_its_count():
+    """The right count in the wrong place: after the fold (tile 0 read before it lands), or once before the loop.
+    Both archs of lab 03's check; the solution passes on both."""
+    import feedbeast as fb
+    from feedbeast.course import notebook
+    cell = notebook.load(ROOT / "solutions/03-cp-async-rowsum.ipynb").cuda("lab")
+    wait = "      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n"
+    fold = "reinterpret_cast<const float4*>(slots + (j % STAGES) * TILE_F)[threadIdx.x]);\n"
+    loop = "    for (int j = 0; j < ntiles; ++j) {\n"
+    assert wait in cell.source and fold in cell.source and loop in cell.source, "the solution changed: update this test"
+    after = cell.source.replace(wait, "").replace(fold, fold + wait)
+    before = cell.source.replace(wait, "").replace(loop, "    fb::cp_async_wait<STAGES - 2>();\n" + loop)
+    for arch in ("sm_80", "sm_90a"):
+        ok = cell.compile(arch)
+        kernel = next(k for k in ok.kernel_names if k.startswith("ring"))
+        assert fb.sass.expect_cp_async_wait(ok, kernel, 1, "test") == [1]
+        assert fb.sass.cp_async_reads_before_wait(fb.sass.instructions(ok, kernel)[kernel]) == []
+        with pytest.raises(fb.SassMismatch, match=r"the wait is in the wrong place: LDS\S* at 0x[0-9a-f]+ reads shared "
+                                                  r"memory after the first commit .* the first tile is read before it lands"):
+            fb.sass.expect_cp_async_wait(fb.compile(after, arch, defines=cell.defines), kernel, 1, "test")
+        with pytest.raises(fb.SassMismatch, match=r"the loop at .* never waits"):
+            fb.sass.expect_cp_async_wait(fb.compile(before, arch, defines=cell.defines), kernel, 1, "test")
+
+
 def test_a_model_counterexample_is_recorded_whole():
     """check_ring records its verdict with the whole shortest trace (what grading reports for lab 04's model)."""
     from feedbeast.course import verdicts

@@ -151,6 +151,21 @@ BUGS = {
         # wait count (DEPBAR.LE SB0, N with N <= STAGES - 2) rejects it on any machine.
         "wait-count-one-too-many": Bug([("fb::cp_async_wait<STAGES - 2>();", "fb::cp_async_wait<STAGES - 1>();")],
                                        gpu={SASS, WRONG}, cpu=r"SassMismatch.*(cp\.async|DEPBAR)"),
+        # The wait moved after the fold: its count is right, and from the second tile on each read follows the last
+        # iteration's wait; but tile 0 is read before it lands. The SASS shows the first read with no wait before it.
+        "wait-after-the-fold": Bug([("      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n", ""),
+                                    ("reinterpret_cast<const float4*>(slots + (j % STAGES) * TILE_F)[threadIdx.x]);\n",
+                                     "reinterpret_cast<const float4*>(slots + (j % STAGES) * TILE_F)[threadIdx.x]);\n"
+                                     "      fb::cp_async_wait<STAGES - 2>();\n")],
+                                   gpu={SASS, WRONG}, cpu=r"SassMismatch.*the wait is in the wrong place: .*the first "
+                                                          r"tile is read before it lands"),
+        # One wait before the loop instead of one per tile: the loop commits and reads but never waits.
+        "one-wait-before-the-loop": Bug([("      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n", ""),
+                                         ("    for (int j = 0; j < ntiles; ++j) {\n      __syncthreads();",
+                                          "    fb::cp_async_wait<STAGES - 2>();\n    for (int j = 0; j < ntiles; ++j) {\n"
+                                          "      __syncthreads();")],
+                                        gpu={SASS, WRONG}, cpu=r"SassMismatch.*the wait is in the wrong place: the loop "
+                                                               r"at 0x[0-9a-f]+-0x[0-9a-f]+ commits cp.async groups"),
         # The zero-filled chunks past the end of a row are folded in as elements: exp(0 - m) is added to the
         # sum for each of them (every row whose width is not a multiple of the tile).
         "zeros-folded-in": Bug([("      if (j * TILE_F + 4 * threadIdx.x < cols)              // zero-filled chunks are not "

@@ -348,17 +348,58 @@ def cp_async_waits(ins) -> list[int]:
     return out
 
 
+def _is_wait(i) -> bool:
+    return matches(i.opcode, "DEPBAR") and "SB0" in i.operands
+
+
+def cp_async_reads_before_wait(ins) -> list[str]:
+    """Places where shared memory is read after cp.async groups were committed with no wait between, in two shapes
+    the SASS shows whatever the wait's count: the first read after the first commit (the prologue's) with no wait
+    before it, so the first tile is read before it lands (a wait moved after the fold); and a loop that commits and
+    reads but never waits (a wait before the loop only). A loop is the span of a branch back to an earlier offset."""
+    ins = list(ins)
+    bad = []
+    commit = next((k for k, i in enumerate(ins) if matches(i.opcode, "LDGDEPBAR")), None)
+    if commit is not None:
+        read = next((k for k in range(commit + 1, len(ins)) if matches(ins[k].opcode, "LDS")), None)
+        if read is not None and not any(_is_wait(i) for i in ins[commit + 1:read]):
+            bad.append(f"{ins[read].opcode} at {ins[read].offset:#06x} reads shared memory after the first commit "
+                       f"(LDGDEPBAR at {ins[commit].offset:#06x}) with no wait (DEPBAR) between: the first tile is "
+                       "read before it lands")
+    at = {i.offset: k for k, i in enumerate(ins)}
+    for k, b in enumerate(ins):
+        if not matches(b.opcode, "BRA"):
+            continue
+        target = next((int(o, 16) for o in b.operands if _BRANCH_TARGET.fullmatch(o)), None)
+        if target is None or target not in at or at[target] >= k:
+            continue
+        body = ins[at[target]:k + 1]
+        if any(matches(i.opcode, "LDGDEPBAR") for i in body) and any(matches(i.opcode, "LDS") for i in body) \
+                and not any(_is_wait(i) for i in body):
+            bad.append(f"the loop at {ins[at[target]].offset:#06x}-{b.offset:#06x} commits cp.async groups and reads "
+                       "shared memory, and never waits (DEPBAR) inside it")
+    return bad
+
+
 def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
-    """Raise SassMismatch (saying `why`) unless `kernel` waits on its cp.async groups and every wait leaves at most
-    `most` groups in flight (a larger N lets a tile be read before it lands). Returns the N of each wait."""
-    waits = cp_async_waits(instructions(mod, kernel)[kernel])
+    """Raise SassMismatch (saying `why`) unless `kernel` waits on its cp.async groups, every wait leaves at most
+    `most` groups in flight (a larger N lets a tile be read before it lands), and no read of shared memory comes
+    where no wait stands before it (cp_async_reads_before_wait). Returns the N of each wait."""
+    ins = instructions(mod, kernel)[kernel]
+    waits = cp_async_waits(ins)
     name = f"cp.async wait count in the SASS of kernel {kernel}"
     if not waits or max(waits) > most:
         found = f"waits {waits} (DEPBAR.LE SB0, N)" if waits else "no cp.async.wait_group (DEPBAR.LE SB0, N)"
         msg = f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: {found}; expected N <= {most}: {why}"
         hooks.failed(name, msg)
         raise SassMismatch(msg)
-    hooks.passed(name, f"waits {waits}, at most {most} groups in flight")
+    early = cp_async_reads_before_wait(ins)
+    if early:
+        msg = (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: the wait is in the wrong place: "
+               f"{'; '.join(early)}. {why}")
+        hooks.failed(name, msg)
+        raise SassMismatch(msg)
+    hooks.passed(name, f"waits {waits}, at most {most} groups in flight, each read after a wait")
     return waits
 
 
