@@ -248,6 +248,28 @@ def histogram(mod, kernel: str | None = None) -> collections.Counter:
     return collections.Counter(i.opcode for insns in instructions(mod, kernel).values() for i in insns)
 
 
+# What source makes an opcode a check asks for (PTX, and the course's wrapper of it): said when it is missing.
+SOURCE_OF = {
+    "LDGSTS": "cp.async (fb::cp_async_cg16)", "LDGDEPBAR": "cp.async.commit_group (fb::cp_async_commit)",
+    "DEPBAR": "cp.async.wait_group (fb::cp_async_wait<N>)",
+    "UTMALDG": "cp.async.bulk.tensor, a TMA load (fb::tma::load_2d)",
+    "UTMASTG": "cp.async.bulk.tensor, a TMA store (fb::tma::store_2d)",
+    "UTMACMDFLUSH": "cp.async.bulk.commit_group (fb::tma::commit_group)",
+    "SYNCS.PHASECHK": "mbarrier.try_wait (fb::mbar::wait)",
+    "SYNCS.ARRIVE.TRANS64": "mbarrier.arrive (fb::mbar::arrive, fb::mbar::arrive_expect_tx)",
+    "FENCE.VIEW.ASYNC.S": "fence.proxy.async.shared::cta (fb::fence_proxy_async)",
+    "BAR": "a block barrier (__syncthreads(), cuda.syncthreads())",
+    "LDS": "a load from shared memory", "STS": "a store to shared memory",
+    "LDG": "a load from global memory", "STG": "a store to global memory",
+}
+
+
+def source_of(opcode: str) -> str | None:
+    """The source that makes `opcode` (the longest SOURCE_OF key it starts with), or None."""
+    keys = [k for k in SOURCE_OF if opcode == k or opcode.startswith(k + ".")]
+    return SOURCE_OF[max(keys, key=len)] if keys else None
+
+
 def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = (), where: str,
                    arch: str | None = None, todo: str = "") -> collections.Counter:
     """The check behind every expect_sass: `hist` (opcode counts) has each `required` opcode and none of
@@ -259,6 +281,9 @@ def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = ()
         msg = [f"{todo}SASS of {where}{f' for {arch}' if arch else ''}:"]
         if missing:
             msg.append(f"  missing {', '.join(missing)}")
+            made = [f"{p} from {source_of(p)}" for p in missing if source_of(p)]
+            if made:
+                msg.append(f"  (in the source: {'; '.join(made)})")
             cased = [p for p in missing if p != p.upper() and any(matches(op, p.upper()) for op in hist)]
             if cased:       # SASS mnemonics are upper case: 'ldg' matches nothing, 'LDG' matches LDG.E
                 msg.append(f"  (SASS opcodes are upper case: {', '.join(p.upper() for p in cased)} is there)")
