@@ -591,8 +591,9 @@ def _harness(fd: int) -> int:
 # ---- the grader's side --------------------------------------------------------------------------------------
 
 def _label(source: str) -> str:
-    first = source.strip().splitlines()[0] if source.strip() else ""
-    return first[:60]
+    """A check cell as a learner recognises it: its first line (a comment without its #), cut at a word."""
+    first = source.strip().splitlines()[0].lstrip("# ").strip() if source.strip() else ""
+    return first if len(first) <= 60 else first[:60].rsplit(" ", 1)[0] + " …"
 
 
 def _printed_failures(text: str, i: int) -> list[Outcome]:
