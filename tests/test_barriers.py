@@ -85,6 +85,35 @@ SOURCE = textwrap.dedent('''
                 cuda.syncthreads()
         if r0 < 100:
             cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def sync_helper():
+        cuda.syncthreads()
+
+    @cuda.jit
+    def barrier_in_a_helper(x):
+        t = cuda.threadIdx.x
+        x[t] = 1.0
+        sync_helper()
+
+    @cuda.jit
+    def one_per_branch(x):
+        t = cuda.threadIdx.x
+        for j in range(4):
+            if j % 2 == 0:
+                x[t] = 1.0
+                cuda.syncthreads()
+            else:
+                x[t] = 2.0
+                cuda.syncthreads()
+
+    @cuda.jit
+    def two_in_an_inner_loop(x):
+        t = cuda.threadIdx.x
+        for j in range(4):
+            for phase in range(2):
+                x[t] = phase
+                cuda.syncthreads()
 ''')
 
 
@@ -167,7 +196,21 @@ def test_barriers_are_counted_per_loop(kernels):
     assert barriers_by_loop(kernels.two_per_tile) == {51: [53, 55]}
     assert barriers_by_loop(kernels.tree_ok) == {None: [9], 11: [14]}
     assert barriers_by_loop(kernels.no_barrier) == {}
-    with pytest.raises(fb.CheckFailed, match=r"the loop at line 51 holds 2 barriers \(lines 53, 55\); this kernel's "
-                                             r"design allows 1 per iteration"):
+    with pytest.raises(fb.CheckFailed, match=r"one pass of the loop at line 51 can reach 2 barriers \(lines 53, 55\); "
+                                             r"this kernel's design allows 1 per iteration"):
         fbn.expect_uniform_barriers(kernels.two_per_tile, per_loop=1)
     assert fbn.expect_uniform_barriers(kernels.tree_ok, per_loop=1).endswith("at most 1 per loop iteration")
+
+
+def test_a_pass_counts_one_branch_and_an_inner_loop_more_than_once(kernels):
+    """per_loop counts what one pass can reach on one path: an if/else with a barrier in each branch is one; a loop
+    inside the tile loop that holds a barrier passes it more than once. A barrier in a device function is not read:
+    `required` then skips, by name, rather than call the kernel barrier-free."""
+    import feedbeast as fb
+    from feedbeast.barriers import most_per_iteration
+    assert fbn.expect_uniform_barriers(kernels.one_per_branch, per_loop=1).endswith("at most 1 per loop iteration")
+    assert sorted(most_per_iteration(kernels.two_in_an_inner_loop).values()) == [1, 2]   # inner, outer
+    with pytest.raises(fb.CheckFailed, match=r"one pass of the loop at line \d+ can reach 2 barriers"):
+        fbn.expect_uniform_barriers(kernels.two_in_an_inner_loop, per_loop=1)
+    skipped = fbn.expect_uniform_barriers(kernels.barrier_in_a_helper, required=True)
+    assert isinstance(skipped, fb.Skipped) and "sync_helper" in str(skipped), skipped

@@ -234,6 +234,8 @@ def test_notebook_kernels_compile_with_the_real_numba_compiler(tmp_path):
 # in a process of its own (feedbeast.numba_compile), so a lab's check fails on a machine without a GPU too.
 COMPILE_CASES = '''
 import math
+from math import sqrt
+import numpy as np
 from numba import cuda, float32
 TILE, SCALE = 32, 0.5
 
@@ -262,6 +264,33 @@ def lists(x, y):
 def strings(x, y):
     t = cuda.threadIdx.x
     y[t] = len("abc") + x[t] + OBJ.v
+
+SHAPE, FOUR = (TILE, 2), np.int64(4)
+
+def make_scaled(band):                 # a kernel made by a factory: band is a closure variable
+    @cuda.jit
+    def scaled(x, y):
+        s = cuda.shared.array(SHAPE, float32)
+        t = cuda.threadIdx.x
+        s[t % TILE, 0] = x[t] * band * FOUR
+        cuda.syncthreads()
+        y[t] = sqrt(s[t % TILE, 0])
+    return scaled
+
+@cuda.jit(device=True)
+def untyped(v):
+    q = []
+    return v + len(q)
+
+@cuda.jit
+def calls_untyped(x, y):
+    t = cuda.threadIdx.x
+    y[t] = untyped(x[t])
+
+@cuda.jit
+def returns(x, y):
+    t = cuda.threadIdx.x
+    return x[t]
 '''
 
 
@@ -293,6 +322,14 @@ def test_the_real_compiler_takes_a_good_kernel_and_names_the_line_it_rejects(com
     with pytest.raises(fb.CheckFailed, match=r"kernel lists: Numba's GPU compiler rejects it at `vals.append\(x\[t\]\)`: "
                                              r"Unknown attribute 'append'.*\(TypingError\)"):
         fbn.expect_compiles(compile_cases.lists, x, y)
+    # a factory's kernel (its closure), a tuple and a numpy scalar global, a function imported from math
+    assert "takes it" in fbn.expect_compiles(compile_cases.make_scaled(3.0), x, y)
+    # an error inside a device function: its own words and its line, not the kernel's call
+    with pytest.raises(fb.CheckFailed, match=r"rejects it at `q = \[\]` \(in untyped\)"):
+        fbn.expect_compiles(compile_cases.calls_untyped, x, y)
+    # a kernel that returns a value: the compiler's complaint, not a skip that blames this machine
+    with pytest.raises(fb.CheckFailed, match=r"kernel returns: Numba's GPU compiler rejects it.*void return type"):
+        fbn.expect_compiles(compile_cases.returns, x, y)
     # a global the compiler's process cannot rebuild (an object): a named skip, never a pass
     skipped = fbn.expect_compiles(compile_cases.strings, x, y)
     assert isinstance(skipped, fb.Skipped) and "the global 'OBJ'" in str(skipped), skipped
@@ -300,3 +337,17 @@ def test_the_real_compiler_takes_a_good_kernel_and_names_the_line_it_rejects(com
     out = fbn.device_or_host(8, np.float32)
     compile_cases.lists[1, 8](x, out)
     assert np.array_equal(out, x)
+
+
+def test_the_compiler_s_process_does_not_import_from_the_notebook_s_folder(compile_cases, tmp_path, monkeypatch):
+    """The check runs in the learner's folder; `python -m` would put that folder first on the child's sys.path, where
+    a json.py would run outside the grader's guard (and could answer for the compiler)."""
+    if not SIM:
+        pytest.skip("this machine has a GPU: a launch compiles the kernel for real (test_gpu_* launch them)")
+    planted = tmp_path / "ran"
+    (tmp_path / "json.py").write_text(f"open({str(planted)!r}, 'w').write('x')\nfrom _json import *\n")
+    monkeypatch.chdir(tmp_path)
+    x, y = np.ones(8, np.float32), fbn.device_or_host(8, np.float32)
+    out = fbn.expect_compiles(compile_cases.takes, x, y)
+    assert not planted.exists(), "the child imported json.py from the notebook's folder"
+    assert isinstance(out, fb.Skipped) or "takes it" in out, out

@@ -294,6 +294,14 @@ def test_a_cp_async_wait_in_the_wrong_place_is_rejected_whatever_its_count():
         kernel = next(k for k in ok.kernel_names if k.startswith("ring"))
         assert fb.sass.expect_cp_async_wait(ok, kernel, 1, "test") == [1]
         assert fb.sass.cp_async_reads_before_wait(fb.sass.instructions(ok, kernel)[kernel]) == []
+        # other depths, and a prologue loop kept rolled: ptxas's `LDS RZ, [RZ]` before LDGSTS blocks reads nothing
+        for stages in (2, 4, 8):
+            mod = fb.compile(cell.source, arch, defines={**cell.defines, "STAGES": str(stages)})
+            assert fb.sass.expect_cp_async_wait(mod, kernel, stages - 2, "test") == [stages - 2], (arch, stages)
+        unroll1 = cell.source.replace("    for (int j = 0; j < STAGES - 1; ++j) {",
+                                      "    #pragma unroll 1\n    for (int j = 0; j < STAGES - 1; ++j) {")
+        assert unroll1 != cell.source
+        assert fb.sass.expect_cp_async_wait(fb.compile(unroll1, arch, defines=cell.defines), kernel, 1, "test") == [1]
         with pytest.raises(fb.SassMismatch, match=r"the wait is in the wrong place: LDS\S* at 0x[0-9a-f]+ reads shared "
                                                   r"memory after the first commit .* the first tile is read before it lands"):
             fb.sass.expect_cp_async_wait(fb.compile(after, arch, defines=cell.defines), kernel, 1, "test")

@@ -178,3 +178,48 @@ def barriers_by_loop(kernel) -> dict[int | None, list[int]] | None:
 
     visit(func, None)
     return out
+
+
+def _is_barrier(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BARRIERS
+
+
+def most_per_iteration(kernel) -> dict[int, int] | None:
+    """For each loop of the kernel that holds a barrier, the most barriers one pass of its body can reach on one path
+    ({file line of the loop: count}): an if/else counts its larger branch, a loop nested in it twice its own count (it
+    passes its barrier on every pass, and a loop is there to pass more than once). None when the source cannot be
+    read."""
+    parsed = _parsed(kernel)
+    if parsed is None:
+        return None
+    func, first, _ = parsed
+    out: dict[int, int] = {}
+
+    def most(stmts) -> int:
+        n = 0
+        for st in stmts:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(st, ast.If):
+                n += max(most(st.body), most(st.orelse))
+            elif isinstance(st, (ast.For, ast.While)):
+                inner = most(st.body)
+                if inner:
+                    out[first + st.lineno - 1] = inner
+                n += 2 * inner + most(st.orelse)
+            elif isinstance(st, (ast.With, ast.Try)):
+                n += most(st.body) + most(getattr(st, "finalbody", []))
+            else:
+                n += sum(1 for c in ast.walk(st) if _is_barrier(c))
+        return n
+
+    most(func.body)
+    return out
+
+
+def calls_numba_functions(kernel) -> list[str]:
+    """The other Numba functions (device functions) the kernel calls by a global name: their barriers are not read."""
+    fn = getattr(kernel, "py_func", kernel)
+    import dis
+    names = {i.argval for i in dis.get_instructions(fn.__code__) if i.opname == "LOAD_GLOBAL"}
+    return sorted(n for n in names if hasattr(fn.__globals__.get(n), "py_func"))

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import ast
 import dis
+import importlib
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -58,10 +60,18 @@ def _names(code) -> set[str]:
     return out
 
 
+def _plain(value) -> bool:
+    return isinstance(value, (bool, int, float, str)) or value is None or \
+        (isinstance(value, tuple) and all(_plain(v) for v in value))
+
+
 def _global(name, value, device: dict) -> dict:
-    """How the child rebuilds one global the kernel names."""
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return {"value": value}
+    """How the child rebuilds one global (or closure variable) the kernel names."""
+    import numpy as np
+    if _plain(value):
+        return {"value": value, "tuple": isinstance(value, tuple)}
+    if isinstance(value, np.generic):                       # a numpy scalar keeps its type
+        return {"scalar": value.item(), "dtype": str(value.dtype)}
     if isinstance(value, pytypes.ModuleType):
         mod = value.__name__
         if mod.startswith("numba.cuda"):     # the simulator's module or the real one: the child has the real one
@@ -78,6 +88,10 @@ def _global(name, value, device: dict) -> dict:
     import numba
     if isinstance(value, numba.core.types.Type) and getattr(numba, str(value), None) == value:
         return {"numba_type": str(value)}
+    home = getattr(value, "__module__", None) or ""
+    if callable(value) and home.split(".")[0] in {m.split(".")[0] for m in _MODULES} | {"numpy"} and \
+            getattr(importlib.import_module(home), getattr(value, "__name__", ""), None) is value:
+        return {"attr": [home, value.__name__]}              # from math import sqrt; np.float32
     raise Unsupported(f"the global {name!r} ({type(value).__name__})")
 
 
@@ -87,6 +101,9 @@ def _function(fn, device: dict) -> dict:
     for n in sorted(_names(fn.__code__)):
         if n in fn.__globals__:                 # else a builtin (range, min) or a name the compiler will report
             glob[n] = _global(n, fn.__globals__[n], device)
+    # a kernel made by a factory (make_rowsum_tiled(band)): its free variables become the child's globals
+    for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        glob[n] = _global(n, cell.cell_contents, device)
     return {"name": fn.__name__, "source": src, "first": first, "file": file, "globals": glob}
 
 
@@ -122,16 +139,25 @@ def compile_in_child(kernel, args, cc=(7, 5), timeout=180) -> dict:
     except Unsupported as e:
         return {"skip": f"cannot hand the kernel to the compiler's process: {e}"}
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
-    try:
-        r = subprocess.run([sys.executable, "-m", "feedbeast.numba_compile"], input=json.dumps(s), text=True,
-                           capture_output=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"skip": f"Numba's compiler took more than {timeout} s"}
+    # `python -m` puts its working directory first on sys.path: an empty one, not the notebook's folder, whose
+    # files would shadow the modules the child imports
+    import tempfile
+    with tempfile.TemporaryDirectory() as empty:
+        try:
+            r = subprocess.run([sys.executable, "-m", "feedbeast.numba_compile"], input=json.dumps(s), text=True,
+                               capture_output=True, env=env, timeout=timeout, cwd=empty)
+        except subprocess.TimeoutExpired:
+            return {"skip": f"Numba's compiler took more than {timeout} s"}
     try:
         return json.loads(r.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         return {"skip": f"the compiler's process ended without an answer (exit {r.returncode}): "
                         f"{r.stderr.strip().splitlines()[-1:] or ''}"}
+
+
+def _tuples(v):
+    """JSON's lists back to the tuples they were."""
+    return [tuple(_tuples(x)) if isinstance(x, list) else x for x in v]
 
 
 def _build(s: dict):
@@ -146,7 +172,12 @@ def _build(s: dict):
         g = {"__builtins__": __builtins__}
         for n, how in f["globals"].items():
             if "value" in how:
-                g[n] = how["value"]
+                g[n] = tuple(_tuples(how["value"])) if how["tuple"] else how["value"]
+            elif "scalar" in how:
+                import numpy as np
+                g[n] = np.dtype(how["dtype"]).type(how["scalar"])
+            elif "attr" in how:
+                g[n] = getattr(importlib.import_module(how["attr"][0]), how["attr"][1])
             elif "module" in how:
                 g[n] = importlib.import_module(how["module"])
             elif "numba_type" in how:
@@ -177,23 +208,31 @@ def _signature(args):
 
 
 def _message(e: Exception, s: dict) -> dict:
-    """The compiler's complaint, short: what it says, and the kernel's line it points at (its text)."""
+    """The compiler's complaint, short: what it says (not Numba's 'Failed in ...' or 'There are N candidate ...'
+    framing), and the line of the kernel or of a device function it points at (the first such mark after it)."""
     text = str(e)
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    said = next((ln.strip() for ln in lines[1:] if not ln.startswith(("File ", "During:", " ", "def "))),
-                lines[0].strip() if lines else type(e).__name__)
-    out = {"error": said, "kind": type(e).__name__}
-    for f in (s["kernel"], *s["device"].values()):
-        marks = [ln for ln in text.splitlines() if ln.startswith(f'File "{os.path.basename(f["file"])}", line ')]
-        for m in marks:
-            try:
-                at = int(m.rsplit(", line ", 1)[1].rstrip(":"))
-            except ValueError:
-                continue
+    lines = text.splitlines()
+    skip = ("Failed in ", "During:", "File ", " ", "\t", "def ", "There are ", "<source elided>", "^")
+    k = next((k for k, ln in enumerate(lines) if ln.strip() and not ln.startswith(skip)), None)
+    out = {"error": lines[k].strip() if k is not None else type(e).__name__, "kind": type(e).__name__}
+    funcs = (s["kernel"], *s["device"].values())
+    for ln in lines[(k or 0):] + lines[:(k or 0)]:
+        m = re.match(r'File "([^"]+)", line (\d+)', ln)
+        if not m:
+            continue
+        for f in funcs:
             src = f["source"].splitlines()
-            if 0 <= at - f["first"] < len(src):
+            at = int(m[2])
+            if m[1] == os.path.basename(f["file"]) and 0 <= at - f["first"] < len(src):
                 out.update(function=f["name"], code=src[at - f["first"]].strip())
                 return out
+    loc = getattr(e, "loc", None)
+    if loc is not None and getattr(loc, "line", None):
+        for f in funcs:
+            src = f["source"].splitlines()
+            if 0 <= loc.line - f["first"] < len(src):
+                out.update(function=f["name"], code=src[loc.line - f["first"]].strip())
+                break
     return out
 
 
@@ -215,12 +254,13 @@ def main():
         fn = _build(s)
         ptx, _ = cuda.compile_ptx(fn, _signature(s["args"]), cc=tuple(s["cc"]))
     except Exception as e:
-        from numba.core.errors import NumbaError
-        if isinstance(e, (NumbaError, NameError, SyntaxError)):     # the compiler's complaint about the kernel
-            print(json.dumps(_message(e, s)))
-        else:                                                       # this machine's, not the kernel's
+        # this machine's trouble (no driver library, no NVVM), not the kernel's: a skip; anything else is the
+        # compiler's complaint about the kernel (TypingError, a kernel that returns a value, ...)
+        if type(e).__name__ in ("CudaSupportError", "NvvmSupportError") or isinstance(e, (ImportError, OSError)):
             print(json.dumps({"skip": f"Numba's GPU compiler could not run here: {type(e).__name__}: "
                                       f"{str(e).splitlines()[0][:200] if str(e) else ''}"}))
+        else:
+            print(json.dumps(_message(e, s)))
         return
     print(json.dumps({"ok": len(ptx), "local": ".local" in ptx}))
 

@@ -238,7 +238,7 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
     per_loop: no loop may hold more barriers than this (what a pipeline's design fixes: one per tile with two
     buffers). Returns what was found, a line to print; a Skipped when the source cannot be read."""
     from . import hooks
-    from .barriers import barriers_by_loop, divergent_barriers
+    from .barriers import barriers_by_loop, calls_numba_functions, divergent_barriers, most_per_iteration
     from .errors import CheckFailed, todo_of
     name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "kernel")
     check = f"barriers of {name}"
@@ -256,17 +256,21 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
             "that has not returned must reach each cuda.syncthreads() (CUDA C++ Programming Guide, 'Synchronization "
             "Functions'): move the barrier out of the branch. Numba's simulator lets it pass; a GPU may hang or "
             "give wrong results.")
+    if required and not sites and calls_numba_functions(kernel):
+        return Skipped(f"none in the kernel itself, and the device functions it calls "
+                       f"({', '.join(calls_numba_functions(kernel))}) are not read", check)
     if required and not sites:
         raise fail(todo_of(kernel) +
             f"kernel {name} has no cuda.syncthreads(): its threads read shared-memory elements that other threads "
             "stored, so a barrier must stand between the stores and those reads (without it a thread may read before "
             "the store lands: elements never written, or stale ones).")
     if per_loop is not None:
-        over = {loop: lines for loop, lines in sites.items() if loop is not None and len(lines) > per_loop}
+        over = {loop: n for loop, n in (most_per_iteration(kernel) or {}).items() if n > per_loop}
         if over:
-            loop, lines = next(iter(over.items()))
+            loop, n = min(over.items())
+            lines = sorted(b for at, bs in sites.items() for b in bs if at is not None and at >= loop)
             raise fail(todo_of(kernel) +
-                f"kernel {name}: the loop at line {loop} holds {len(lines)} barriers (lines "
+                f"kernel {name}: one pass of the loop at line {loop} can reach {n} barriers (lines "
                 f"{', '.join(map(str, lines))}); this kernel's design allows {per_loop} per iteration. With two "
                 "buffers, the stores into one and the reads of the other touch different memory, so one barrier per "
                 "tile separates both uses of each buffer (chapter 02).")

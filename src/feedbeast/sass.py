@@ -251,7 +251,8 @@ def histogram(mod, kernel: str | None = None) -> collections.Counter:
 # What source makes an opcode a check asks for (PTX, and the course's wrapper of it): said when it is missing.
 SOURCE_OF = {
     "LDGSTS": "cp.async (fb::cp_async_cg16)", "LDGDEPBAR": "cp.async.commit_group (fb::cp_async_commit)",
-    "DEPBAR": "cp.async.wait_group (fb::cp_async_wait<N>)",
+    "DEPBAR": "cp.async.wait_group (fb::cp_async_wait<N>) or, after TMA stores, cp.async.bulk.wait_group "
+              "(fb::tma::wait_group<N>, fb::tma::wait_group_read<N>)",
     "UTMALDG": "cp.async.bulk.tensor, a TMA load (fb::tma::load_2d)",
     "UTMASTG": "cp.async.bulk.tensor, a TMA store (fb::tma::store_2d)",
     "UTMACMDFLUSH": "cp.async.bulk.commit_group (fb::tma::commit_group)",
@@ -377,6 +378,12 @@ def _is_wait(i) -> bool:
     return matches(i.opcode, "DEPBAR") and "SB0" in i.operands
 
 
+def _reads_shared(i) -> bool:
+    """An LDS that reads something: ptxas puts `LDS RZ, [RZ]` (a load into the zero register) before blocks of
+    LDGSTS, which reads nothing a kernel wrote."""
+    return matches(i.opcode, "LDS") and bool(i.operands) and i.operands[0] != "RZ"
+
+
 def cp_async_reads_before_wait(ins) -> list[str]:
     """Places where shared memory is read after cp.async groups were committed with no wait between, in two shapes
     the SASS shows whatever the wait's count: the first read after the first commit (the prologue's) with no wait
@@ -386,7 +393,7 @@ def cp_async_reads_before_wait(ins) -> list[str]:
     bad = []
     commit = next((k for k, i in enumerate(ins) if matches(i.opcode, "LDGDEPBAR")), None)
     if commit is not None:
-        read = next((k for k in range(commit + 1, len(ins)) if matches(ins[k].opcode, "LDS")), None)
+        read = next((k for k in range(commit + 1, len(ins)) if _reads_shared(ins[k])), None)
         if read is not None and not any(_is_wait(i) for i in ins[commit + 1:read]):
             bad.append(f"{ins[read].opcode} at {ins[read].offset:#06x} reads shared memory after the first commit "
                        f"(LDGDEPBAR at {ins[commit].offset:#06x}) with no wait (DEPBAR) between: the first tile is "
@@ -399,7 +406,7 @@ def cp_async_reads_before_wait(ins) -> list[str]:
         if target is None or target not in at or at[target] >= k:
             continue
         body = ins[at[target]:k + 1]
-        if any(matches(i.opcode, "LDGDEPBAR") for i in body) and any(matches(i.opcode, "LDS") for i in body) \
+        if any(matches(i.opcode, "LDGDEPBAR") for i in body) and any(_reads_shared(i) for i in body) \
                 and not any(_is_wait(i) for i in body):
             bad.append(f"the loop at {ins[at[target]].offset:#06x}-{b.offset:#06x} commits cp.async groups and reads "
                        "shared memory, and never waits (DEPBAR) inside it")
