@@ -286,7 +286,13 @@ BUGS = {
         # without a GPU). On a GPU the consumers' setmaxnreg.inc cannot be granted: a hang or the SASS check.
         "missing-setmaxnreg-dec": Bug([("    fb::setmaxnreg_dec<40>();                       // the whole warpgroup, "
                                         "before its one thread works\n", "")],
-                                      gpu={HANG, SASS, FAULT}, cpu=r"SassMismatch.*USETMAXREG\.DEALLOC", hangs=True),
+                                      gpu={HANG, SASS, FAULT}, cpu=r"SassMismatch.*(USETMAXREG\.DEALLOC|no \.dec)",
+                                      hangs=True),
+        # Counts that ask for more than the block's registers (40 + 2 x 240 = 520 > 3 x 168): the consumers' .inc
+        # would wait forever. The SASS holds the counts: rejected before any launch, on any machine.
+        "split-larger-than-the-pool": Bug([("fb::setmaxnreg_inc<232>", "fb::setmaxnreg_inc<240>")],
+                                          gpu={SASS}, cpu=r"SassMismatch.*setmaxnreg asks for 1 x 40 \+ 2 x 240 = 520 "
+                                                          r"registers per lane.*the block has 3 x 168 = 504"),
         # A race: the consumer releases the stage before wgmma.wait_group has retired the wgmma that read it.
         "release-before-wgmma-retired": Bug(
             [("      fb::wgmma::wait_group<0>();                   // this warpgroup's wgmma have read the stage\n"

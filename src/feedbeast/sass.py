@@ -259,6 +259,9 @@ SOURCE_OF = {
     "SYNCS.PHASECHK": "mbarrier.try_wait (fb::mbar::wait)",
     "SYNCS.ARRIVE.TRANS64": "mbarrier.arrive (fb::mbar::arrive, fb::mbar::arrive_expect_tx)",
     "FENCE.VIEW.ASYNC.S": "fence.proxy.async.shared::cta (fb::fence_proxy_async)",
+    "USETMAXREG.DEALLOC": "setmaxnreg.dec (fb::setmaxnreg_dec<N>)",
+    "USETMAXREG.TRY_ALLOC": "setmaxnreg.inc (fb::setmaxnreg_inc<N>)",
+    "HGMMA": "wgmma.mma_async (fb::wgmma::mma)",
     "BAR": "a block barrier (__syncthreads(), cuda.syncthreads())",
     "LDS": "a load from shared memory", "STS": "a store to shared memory",
     "LDG": "a load from global memory", "STG": "a store to global memory",
@@ -372,6 +375,44 @@ def cp_async_waits(ins) -> list[int]:
             if counts:
                 out.append(int(counts[0], 0))
     return out
+
+
+def setmaxnreg_counts(ins) -> tuple[list[int], list[int]]:
+    """(the N of each setmaxnreg.dec, of each setmaxnreg.inc) in the SASS: USETMAXREG.DEALLOC.CTAPOOL N and
+    USETMAXREG.TRY_ALLOC.CTAPOOL P, N (the .inc retried until the pool has the registers)."""
+    dec, inc = [], []
+    for i in ins:
+        n = next((int(o, 16) for o in i.operands if re.fullmatch(r"0x[0-9a-f]+", o)), None)
+        if n is not None and matches(i.opcode, "USETMAXREG.DEALLOC"):
+            dec.append(n)
+        elif n is not None and matches(i.opcode, "USETMAXREG.TRY_ALLOC"):
+            inc.append(n)
+    return dec, inc
+
+
+def expect_setmaxnreg_split(mod, kernel: str, threads: int, producers: int = 1, consumers: int = 2) -> str:
+    """Raise SassMismatch unless `producers` warpgroups at the largest .dec and `consumers` at the largest .inc fit
+    the block's register pool: the `threads` it was launched with times the registers per thread ptxas gave the
+    kernel. An .inc waits until the pool has its registers (PTX ISA, "setmaxnreg"): asking for more than the pool
+    holds never returns."""
+    dec, inc = setmaxnreg_counts(instructions(mod, kernel)[kernel])
+    name = f"setmaxnreg split in the SASS of kernel {kernel}"
+    per_thread = mod.resources[kernel].registers
+    d, i = max(dec, default=per_thread), max(inc, default=per_thread)   # a role without one keeps its launch's
+    lanes = producers * d + consumers * i
+    pool = threads // 128 * per_thread
+    if lanes > pool:
+        msg = (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: setmaxnreg asks for {producers} x "
+               f"{d}{'' if dec else ' (no .dec: the launch registers)'} + {consumers} x {i} = {lanes} registers per "
+               f"lane of a warpgroup, and the block has "
+               f"{threads // 128} x {per_thread} = {pool} ({threads} threads at the {per_thread} per thread ptxas gave "
+               f"the kernel): an .inc waits until the pool has its registers (PTX ISA, setmaxnreg), so the consumers "
+               f"would wait forever. Choose counts, multiples of 8, whose sum is at most {pool}.")
+        hooks.failed(name, msg)
+        raise SassMismatch(msg)
+    said = f"{producers} x {d} + {consumers} x {i} = {lanes} <= {pool} registers per lane"
+    hooks.passed(name, said)
+    return said
 
 
 def _is_wait(i) -> bool:
