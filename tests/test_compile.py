@@ -39,8 +39,9 @@ def test_expect_sass_names_the_missing_instruction():
     with pytest.raises(fb.SassMismatch, match="missing HGMMA, UTMALDG"):
         mod.expect_sass("LDGSTS", "HGMMA", "UTMALDG")
     # what to write for it, where the course has a wrapper (labs 04 and 05: a missing load, commit or wait)
-    with pytest.raises(fb.SassMismatch, match=r"missing HGMMA, UTMALDG\n  \(in the source: UTMALDG from "
-                                              r"cp.async.bulk.tensor, a TMA load \(fb::tma::load_2d\)\)"):
+    with pytest.raises(fb.SassMismatch, match=r"missing HGMMA, UTMALDG\n  \(in the source: HGMMA from wgmma.mma_async "
+                                              r"\(fb::wgmma::mma\); UTMALDG from cp.async.bulk.tensor, a TMA load "
+                                              r"\(fb::tma::load_2d\)\)"):
         mod.expect_sass("HGMMA", "UTMALDG")
     with pytest.raises(fb.SassMismatch, match="should not contain LDGSTS"):
         mod.expect_sass(kernel="stage", forbid=("LDGSTS",))
