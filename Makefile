@@ -138,7 +138,7 @@ lab: $(STAMP)
 	  $(PYTHON) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" \
 	  --LabApp.app_settings_dir="$(CURDIR)/jupyter/lab/settings" \
 	  --LabApp.default_url=/lab/tree/chapters/00-feeding-the-beast.ipynb \
-	  --MappingKernelManager.default_kernel_name=feedbeast \
+	  --MappingKernelManager.default_kernel_name=feedbeast --LabApp.extension_manager=readonly \
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_FLAGS)
 
 ## make test       the whole suite: toolkit, notebooks (nbval), labs in sync, notebook format
