@@ -18,6 +18,19 @@ os.environ["npm_config_offline"] = "true"
 OUTER_MAKE = ("WHEELS", "ENV", "CUDA", "VENV", "PYTHON3")
 
 
+def module_from_source(folder, name: str, source: str):
+    """A module imported from `source` written to folder/name.py: kernels with a file, which inspect can read (the
+    barrier and compile checks read a kernel's source)."""
+    import importlib.util
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def make_env(**extra) -> dict:
     """The environment for a `make` a test starts: this one without the outer make's settings, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS")) and k not in OUTER_MAKE}

@@ -6,8 +6,6 @@ CUDA guide and the PTX ISA allow: a barrier under a condition the whole block sh
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 
 import pytest
@@ -119,13 +117,8 @@ SOURCE = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    path = tmp_path_factory.mktemp("barriers") / "fb_barrier_cases.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("fb_barrier_cases", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from conftest import module_from_source
+    return module_from_source(tmp_path_factory.mktemp("barriers"), "fb_barrier_cases", SOURCE)
 
 
 def test_barriers_the_whole_block_reaches_are_left_alone(kernels):

@@ -296,14 +296,8 @@ def returns(x, y):
 
 @pytest.fixture(scope="module")
 def compile_cases(tmp_path_factory):
-    import importlib.util
-    import sys
-    path = tmp_path_factory.mktemp("compile") / "fb_compile_cases.py"
-    path.write_text(COMPILE_CASES)
-    spec = importlib.util.spec_from_file_location("fb_compile_cases", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    from conftest import module_from_source
+    mod = module_from_source(tmp_path_factory.mktemp("compile"), "fb_compile_cases", COMPILE_CASES)
     mod.OBJ = type("O", (), {"v": 1.0})()
     return mod
 
