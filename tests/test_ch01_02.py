@@ -291,6 +291,20 @@ def calls_untyped(x, y):
 def returns(x, y):
     t = cuda.threadIdx.x
     return x[t]
+
+def helper(v):                          # a helper without @cuda.jit(device=True)
+    return v * 2.0
+
+@cuda.jit
+def calls_a_python_function(x, y):
+    t = cuda.threadIdx.x
+    y[t] = helper(x[t])
+
+@cuda.jit
+def list_literal(x, y):
+    t = cuda.threadIdx.x
+    a = [1.0, 2.0]
+    y[t] = x[t] + a[0]
 '''
 
 
@@ -324,6 +338,12 @@ def test_the_real_compiler_takes_a_good_kernel_and_names_the_line_it_rejects(com
     # a kernel that returns a value: the compiler's complaint, not a skip that blames this machine
     with pytest.raises(fb.CheckFailed, match=r"kernel returns: Numba's GPU compiler rejects it.*void return type"):
         fbn.expect_compiles(compile_cases.returns, x, y)
+    # a plain Python helper: the simulator calls it, the GPU compiler cannot (a failure, not a skip)
+    with pytest.raises(fb.CheckFailed, match=r"rejects it at `y\[t\] = helper\(x\[t\]\)`.*helper"):
+        fbn.expect_compiles(compile_cases.calls_a_python_function, x, y)
+    # a list literal: rejected where the compiler lowers it, with its line
+    with pytest.raises(fb.CheckFailed, match=r"rejects it at `a = \[1.0, 2.0\]`"):
+        fbn.expect_compiles(compile_cases.list_literal, x, y)
     # a global the compiler's process cannot rebuild (an object): a named skip, never a pass
     skipped = fbn.expect_compiles(compile_cases.strings, x, y)
     assert isinstance(skipped, fb.Skipped) and "the global 'OBJ'" in str(skipped), skipped

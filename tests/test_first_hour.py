@@ -500,8 +500,7 @@ def test_make_lab_serves_the_repository_root(lab):
     page = lab.get("/lab/tree/labs/00-copy-kernel.ipynb")[1].decode()
     assert "@jupyterlab/apputils-extension:announcements" in page
     # the extension manager asks no package index (a workshop room may have none): read-only, no PyPI search
-    assert '"extensionManager": {"can_install": false, "install_path": null, "name": "read-only"}' in page or \
-        ('"read-only"' in page and '"can_install": false' in page), page[:2000]
+    assert '"name": "read-only"' in page and '"can_install": false' in page, page[:2000]
 
 
 def _execute(ws, session, code, timeout=300, tracebacks=None):

@@ -104,7 +104,8 @@ else:
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]   # the course's Python, not whatever is on PATH
 c.Spawner.notebook_dir = "~/feedbeast"
 c.Spawner.default_url = "/lab/tree/labs"
-c.Spawner.args = ["--MappingKernelManager.default_kernel_name=feedbeast"]   # a new notebook: the course's kernel
+# a new notebook: the course's kernel; the extension manager asks no package index (a workshop room may have none)
+c.Spawner.args = ["--MappingKernelManager.default_kernel_name=feedbeast", "--LabApp.extension_manager=readonly"]
 c.Spawner.http_timeout = 60
 c.Spawner.start_timeout = 120
 

@@ -92,6 +92,10 @@ def _global(name, value, device: dict) -> dict:
     if callable(value) and home.split(".")[0] in {m.split(".")[0] for m in _MODULES} | {"numpy"} and \
             getattr(importlib.import_module(home), getattr(value, "__name__", ""), None) is value:
         return {"attr": [home, value.__name__]}              # from math import sqrt; np.float32
+    if isinstance(value, pytypes.FunctionType):
+        # a plain Python function (a helper without @cuda.jit(device=True), a lambda): the GPU compiler cannot call
+        # it, and says so; the child gets one of its own, never the learner's
+        return {"python_function": True}
     raise Unsupported(f"the global {name!r} ({type(value).__name__})")
 
 
@@ -155,6 +159,11 @@ def compile_in_child(kernel, args, cc=(7, 5), timeout=180) -> dict:
                         f"{r.stderr.strip().splitlines()[-1:] or ''}"}
 
 
+def _untyped(*args):
+    """What a plain Python function the kernel calls is in the child: one the GPU compiler cannot type, as the
+    learner's would be."""
+
+
 def _tuples(v):
     """JSON's lists back to the tuples they were."""
     return [tuple(_tuples(x)) if isinstance(x, list) else x for x in v]
@@ -176,6 +185,8 @@ def _build(s: dict):
             elif "scalar" in how:
                 import numpy as np
                 g[n] = np.dtype(how["dtype"]).type(how["scalar"])
+            elif "python_function" in how:
+                g[n] = _untyped
             elif "attr" in how:
                 g[n] = getattr(importlib.import_module(how["attr"][0]), how["attr"][1])
             elif "module" in how:
@@ -214,12 +225,24 @@ def _message(e: Exception, s: dict) -> dict:
     lines = text.splitlines()
     skip = ("Failed in ", "During:", "File ", " ", "\t", "def ", "There are ", "<source elided>", "^")
     k = next((k for k, ln in enumerate(lines) if ln.strip() and not ln.startswith(skip)), None)
-    out = {"error": lines[k].strip() if k is not None else type(e).__name__, "kind": type(e).__name__}
+    said = lines[k].strip() if k is not None else type(e).__name__
+    if said.endswith(":"):                  # "No implementation of function ... found for signature:" and what
+        said += " " + next((ln.strip(" >") for ln in lines[k + 1:] if ln.strip(" >")), "")
+    if isinstance(e, KeyError):             # numba-cuda's table of functions for the GPU lacks it
+        said = f"no GPU implementation of {said}"
+    out = {"error": said, "kind": type(e).__name__}
     funcs = (s["kernel"], *s["device"].values())
     for ln in lines[(k or 0):] + lines[:(k or 0)]:
         m = re.match(r'File "([^"]+)", line (\d+)', ln)
         if not m:
             continue
+        for f in funcs:
+            src = f["source"].splitlines()
+            at = int(m[2])
+            if m[1] == os.path.basename(f["file"]) and 0 <= at - f["first"] < len(src):
+                out.update(function=f["name"], code=src[at - f["first"]].strip())
+                return out
+    for m in re.finditer(r"at (\S+) \((\d+)\)", text):     # "During: lowering ... at cell.py (74)"
         for f in funcs:
             src = f["source"].splitlines()
             at = int(m[2])
