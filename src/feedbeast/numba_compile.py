@@ -232,31 +232,25 @@ def _message(e: Exception, s: dict) -> dict:
         said = f"no GPU implementation of {said}"
     out = {"error": said, "kind": type(e).__name__}
     funcs = (s["kernel"], *s["device"].values())
-    for ln in lines[(k or 0):] + lines[:(k or 0)]:
-        m = re.match(r'File "([^"]+)", line (\d+)', ln)
-        if not m:
-            continue
+
+    def line_of(file, at):
+        """The function and the source line that file line `at` is, when it is one of the functions sent."""
         for f in funcs:
             src = f["source"].splitlines()
-            at = int(m[2])
-            if m[1] == os.path.basename(f["file"]) and 0 <= at - f["first"] < len(src):
-                out.update(function=f["name"], code=src[at - f["first"]].strip())
-                return out
-    for m in re.finditer(r"at (\S+) \((\d+)\)", text):     # "During: lowering ... at cell.py (74)"
-        for f in funcs:
-            src = f["source"].splitlines()
-            at = int(m[2])
-            if m[1] == os.path.basename(f["file"]) and 0 <= at - f["first"] < len(src):
-                out.update(function=f["name"], code=src[at - f["first"]].strip())
-                return out
+            if file in (None, os.path.basename(f["file"])) and 0 <= at - f["first"] < len(src):
+                return {"function": f["name"], "code": src[at - f["first"]].strip()}
+        return None
+
+    # the first `File "cell.py", line N` mark after the message, else "During: lowering ... at cell.py (N)", else
+    # the exception's own location
+    marks = [(m[1], int(m[2])) for ln in lines[(k or 0):] + lines[:(k or 0)]
+             if (m := re.match(r'File "([^"]+)", line (\d+)', ln))]
+    marks += [(m[1], int(m[2])) for m in re.finditer(r"at (\S+) \((\d+)\)", text)]
     loc = getattr(e, "loc", None)
     if loc is not None and getattr(loc, "line", None):
-        for f in funcs:
-            src = f["source"].splitlines()
-            if 0 <= loc.line - f["first"] < len(src):
-                out.update(function=f["name"], code=src[loc.line - f["first"]].strip())
-                break
-    return out
+        marks.append((None, loc.line))
+    found = next((hit for file, at in marks if (hit := line_of(file, at))), None)
+    return {**out, **(found or {})}
 
 
 def main():
