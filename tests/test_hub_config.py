@@ -138,11 +138,12 @@ def test_the_learners_server_uses_the_course_python_and_installs_nothing(hub, tm
 
 def test_a_new_notebook_on_the_hub_starts_in_the_course_kernel(hub):
     """The kernel the spawn hook's JUPYTER_PATH offers is the default one, so a learner's new notebook has the
-    course's hooks (recorded figures beside skips, FEEDBEAST_HAZARDS) without choosing a kernel."""
+    course's hooks (recorded figures beside skips, FEEDBEAST_HAZARDS) without choosing a kernel; the extension
+    manager is read-only (no package index asked from a room that may have none)."""
     args = hub["c"].Spawner.args
-    assert "--MappingKernelManager.default_kernel_name=feedbeast" in args, args
+    assert args == ["--MappingKernelManager.default_kernel_name=feedbeast", "--LabApp.extension_manager=readonly"]
     values = (ROOT / "workshop/k8s/values.yaml").read_text()      # the same on Kubernetes (Zero to JupyterHub)
-    assert "cmd: [jupyterhub-singleuser, --MappingKernelManager.default_kernel_name=feedbeast]" in values
+    assert f"cmd: [jupyterhub-singleuser, {', '.join(args)}]" in values
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
