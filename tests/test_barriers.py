@@ -106,6 +106,26 @@ SOURCE = textwrap.dedent('''
                 cuda.syncthreads()
 
     @cuda.jit
+    def name_reused_for_the_block(x, rows):
+        w = cuda.threadIdx.y
+        r = w * 4                        # the thread's row: differs between threads
+        x[r] = 1.0
+        cuda.syncthreads()
+        for t in range(4):
+            r = (t + 1) * 32             # the next tile's first row: the same for the whole block
+            if r < rows:
+                x[r + w] = 2.0
+                cuda.syncthreads()
+
+    @cuda.jit
+    def name_thread_dependent_on_the_next_pass(x, rows):
+        r = 0
+        for t in range(4):
+            if r < rows:                 # the first pass: the block's; later passes: the thread's
+                cuda.syncthreads()
+            r = cuda.threadIdx.x + t
+
+    @cuda.jit
     def two_in_an_inner_loop(x):
         t = cuda.threadIdx.x
         for j in range(4):
@@ -207,3 +227,11 @@ def test_a_pass_counts_one_branch_and_an_inner_loop_more_than_once(kernels):
         fbn.expect_uniform_barriers(kernels.two_in_an_inner_loop, per_loop=1)
     skipped = fbn.expect_uniform_barriers(kernels.barrier_in_a_helper, required=True)
     assert isinstance(skipped, fb.Skipped) and "sync_helper" in str(skipped), skipped
+
+
+def test_a_name_is_the_thread_s_only_where_its_last_assignment_makes_it_so(kernels):
+    """Flow-sensitive: a name reassigned from what the whole block shares is the block's again (the next tile's row
+    after the prologue's own row); a value that reaches the condition on a later pass of the loop still counts."""
+    assert divergent_barriers(kernels.name_reused_for_the_block) == []
+    found = divergent_barriers(kernels.name_thread_dependent_on_the_next_pass)
+    assert len(found) == 1 and "if r < rows:" in found[0], found

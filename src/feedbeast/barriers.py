@@ -37,44 +37,102 @@ def _names(target) -> list[str]:
 
 
 class _Reader:
-    def __init__(self, func: ast.FunctionDef):
-        self.func, self.thread = func, set()
-        self._taint()
+    """Which names differ between the threads of a block where each condition is read: a flow-sensitive pass over
+    the function (an assignment from a value the whole block shares ends a name's dependence on the thread; a
+    branch's two sides and a loop's passes are joined), on the data the names are computed from."""
 
-    def depends(self, expr) -> bool:
-        """Does `expr` differ between the threads of a block?"""
+    def __init__(self, func: ast.FunctionDef):
+        self.func, self.at = func, {}
+        self.thread = self._flow()
+
+    def depends(self, expr, names=None) -> bool:
+        """Does `expr` differ between the threads of a block, with `names` (default: any seen) thread-dependent?"""
+        names = self.thread if names is None else names
         for n in ast.walk(expr):
             if isinstance(n, ast.Attribute) and n.attr in _THREAD:
                 return True
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _THREAD_CALLS:
                 return True
-            if isinstance(n, ast.Name) and n.id in self.thread:
+            if isinstance(n, ast.Name) and n.id in names:
                 return True
         return False
 
-    def _taint(self):
-        pairs = []   # (targets, value) of every assignment, a tuple assigned from a tuple taken element by element
-        for n in ast.walk(self.func):
-            if isinstance(n, ast.Assign):
-                for t in n.targets:
-                    if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
-                        pairs += list(zip(t.elts, n.value.elts))
+    def _flow(self) -> frozenset:
+        seen: set[str] = set()
+
+        def assign(state, target, value):
+            names = set(_names(target))
+            return state | names if self.depends(value, state) else state - names
+
+        def walrus(state, expr):
+            for n in ast.walk(expr) if expr is not None else ():
+                if isinstance(n, ast.NamedExpr):
+                    state = assign(state, n.target, n.value)
+            return state
+
+        def block(stmts, state):
+            for st in stmts:
+                state = one(st, state)
+                seen.update(state)
+            return state
+
+        def loop(st, entry, bind):
+            s = entry
+            while True:
+                self.at[id(st)] = s
+                out = block(st.body, bind(s))
+                new = s | out
+                if new == s:
+                    return s
+                s = new
+
+        def one(st, state):
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                return state
+            if isinstance(st, ast.Assign):
+                state, old = walrus(state, st.value), state
+                for t in st.targets:
+                    if isinstance(t, ast.Tuple) and isinstance(st.value, ast.Tuple) and len(t.elts) == len(st.value.elts):
+                        for te, ve in zip(t.elts, st.value.elts):     # a, b = x, y: each from the state before
+                            names = set(_names(te))
+                            state = state | names if self.depends(ve, old) else state - names
                     else:
-                        pairs.append((t, n.value))
-            elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and n.value is not None:
-                pairs.append((n.target, n.value))
-            elif isinstance(n, ast.For):
-                pairs.append((n.target, n.iter))
-            elif isinstance(n, ast.NamedExpr):
-                pairs.append((n.target, n.value))
-        changed = True
-        while changed:
-            changed = False
-            for target, value in pairs:
-                new = set(_names(target)) - self.thread
-                if new and self.depends(value):
-                    self.thread |= new
-                    changed = True
+                        state = assign(state, t, st.value)
+                return state
+            if isinstance(st, ast.AugAssign):
+                return state | set(_names(st.target)) if self.depends(st.value, state) else state
+            if isinstance(st, ast.AnnAssign):
+                return assign(state, st.target, st.value) if st.value is not None else state
+            if isinstance(st, ast.If):
+                state = walrus(state, st.test)
+                self.at[id(st)] = state
+                return block(st.body, state) | block(st.orelse, state)
+            if isinstance(st, ast.For):
+                state = walrus(state, st.iter)
+                head = loop(st, state, lambda s: assign(s, st.target, st.iter))
+                self.at[id(st)] = state          # the range is read once, before the first pass
+                return block(st.orelse, head) | head
+            if isinstance(st, ast.While):
+                state = walrus(state, st.test)
+                head = loop(st, state, lambda s: s)
+                return block(st.orelse, head) | head
+            if isinstance(st, (ast.With, ast.AsyncWith)):
+                for item in st.items:
+                    if item.optional_vars is not None:
+                        state = assign(state, item.optional_vars, item.context_expr)
+                return block(st.body, state)
+            if isinstance(st, ast.Try):
+                body = block(st.body, state)
+                out = block(st.orelse, body)
+                for h in st.handlers:
+                    out |= block(h.body, state | body)
+                return block(st.finalbody, out)
+            for field in ("value", "test"):              # an expression statement, a return, an assert
+                state = walrus(state, getattr(st, field, None))
+            return state
+
+        block(self.func.body, set())
+        return frozenset(seen)
 
     def divergent(self) -> list[tuple[int, int]]:
         """(line of the barrier, line of the condition that splits the block) for each barrier found."""
@@ -91,7 +149,7 @@ class _Reader:
                     if isinstance(s, (ast.Break, ast.Continue)) and guard:
                         return guard
                     if isinstance(s, ast.If):
-                        g = guard or (s.lineno if self.depends(s.test) else None)
+                        g = guard or (s.lineno if self.depends(s.test, self.at.get(id(s))) else None)
                         hit = walk(s.body, g) or walk(s.orelse, g)
                         if hit:
                             return hit
@@ -107,13 +165,13 @@ class _Reader:
                 if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                     continue
                 if isinstance(s, (ast.If, ast.While)):
-                    g = guard or (s.lineno if self.depends(s.test) else None)
+                    g = guard or (s.lineno if self.depends(s.test, self.at.get(id(s))) else None)
                     if isinstance(s, ast.While) and g is None:
                         g = leaves_early(s)
                     visit(s.body, g)
                     visit(s.orelse, g)
                 elif isinstance(s, ast.For):
-                    g = guard or (s.lineno if self.depends(s.iter) else None) or leaves_early(s)
+                    g = guard or (s.lineno if self.depends(s.iter, self.at.get(id(s))) else None) or leaves_early(s)
                     visit(s.body, g)
                     visit(s.orelse, g)
                 elif isinstance(s, (ast.With, ast.Try)):
