@@ -88,9 +88,9 @@ def _global(name, value, device: dict) -> dict:
     import numba
     if isinstance(value, numba.core.types.Type) and getattr(numba, str(value), None) == value:
         return {"numba_type": str(value)}
-    home = getattr(value, "__module__", None) or ""
-    if callable(value) and home.split(".")[0] in {m.split(".")[0] for m in _MODULES} | {"numpy"} and \
-            getattr(importlib.import_module(home), getattr(value, "__name__", ""), None) is value:
+    home = getattr(value, "__module__", None)
+    if callable(value) and isinstance(home, str) and home.split(".")[0] in {m.split(".")[0] for m in _MODULES} \
+            and getattr(sys.modules.get(home), getattr(value, "__name__", ""), None) is value:
         return {"attr": [home, value.__name__]}              # from math import sqrt; np.float32
     if isinstance(value, pytypes.FunctionType):
         # a plain Python function (a helper without @cuda.jit(device=True), a lambda): the GPU compiler cannot call
