@@ -307,6 +307,13 @@ def test_a_cp_async_wait_in_the_wrong_place_is_rejected_whatever_its_count():
             fb.sass.expect_cp_async_wait(fb.compile(after, arch, defines=cell.defines), kernel, 1, "test")
         with pytest.raises(fb.SassMismatch, match=r"the loop at .* never waits"):
             fb.sass.expect_cp_async_wait(fb.compile(before, arch, defines=cell.defines), kernel, 1, "test")
+        # a wait on some passes only (a branch jumps over it) is rejected; one of two waits on every path is not
+        only_first = cell.source.replace(wait, "      if (j == 0) fb::cp_async_wait<STAGES - 2>();\n")
+        with pytest.raises(fb.SassMismatch, match=r"a pass of the loop at .* can skip its wait"):
+            fb.sass.expect_cp_async_wait(fb.compile(only_first, arch, defines=cell.defines), kernel, 1, "test")
+        either = cell.source.replace(wait, "      if (j + STAGES - 1 >= ntiles) fb::cp_async_wait<0>(); "
+                                           "else fb::cp_async_wait<STAGES - 2>();\n")
+        assert fb.sass.expect_cp_async_wait(fb.compile(either, arch, defines=cell.defines), kernel, 1, "test") == [0, 1]
 
 
 def test_a_model_counterexample_is_recorded_whole():

@@ -456,7 +456,46 @@ def cp_async_reads_before_wait(ins) -> list[str]:
                 and not any(_is_wait(i) for i in body):
             bad.append(f"the loop at {ins[at[target]].offset:#06x}-{b.offset:#06x} commits cp.async groups and reads "
                        "shared memory, and never waits (DEPBAR) inside it")
+        elif any(_is_wait(i) for i in body) and any(_reads_shared(i) for i in body) \
+                and _pass_skips_wait(ins, at, at[target], k):
+            bad.append(f"a pass of the loop at {ins[at[target]].offset:#06x}-{b.offset:#06x} can skip its wait "
+                       "(a branch jumps over the DEPBAR): the wait must run on every pass, before the tile is read")
     return bad
+
+
+def _pass_skips_wait(ins, at, head: int, back: int) -> bool:
+    """In an innermost loop (instructions head..back, `back` its branch to `head`), can one pass go from the head to
+    the back branch without a cp.async wait? Predicated branches go both ways; a branch out of the loop ends the path.
+    Loops with another loop inside, or an indirect branch, are not judged (False)."""
+    region = range(head, back + 1)
+    for k in region:
+        op = ins[k].opcode
+        if matches(op, "BRX") or matches(op, "JMX"):
+            return False
+        if matches(op, "BRA") and k != back:
+            t = next((int(o, 16) for o in ins[k].operands if _BRANCH_TARGET.fullmatch(o)), None)
+            if t in at and head <= at[t] < k:
+                return False                        # another loop inside: not judged
+    seen, todo = set(), [head]
+    while todo:
+        k = todo.pop()
+        if k in seen or k not in region:
+            continue
+        seen.add(k)
+        i = ins[k]
+        if k == back:
+            return True                             # a whole pass without a wait
+        if _is_wait(i) or matches(i.opcode, "EXIT") or matches(i.opcode, "RET"):
+            continue
+        if matches(i.opcode, "BRA"):
+            t = next((int(o, 16) for o in i.operands if _BRANCH_TARGET.fullmatch(o)), None)
+            if t in at:
+                todo.append(at[t])
+            if i.predicate:
+                todo.append(k + 1)
+        else:
+            todo.append(k + 1)
+    return False
 
 
 def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
