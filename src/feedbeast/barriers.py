@@ -24,6 +24,10 @@ _THREAD = ("threadIdx", "laneid")          # attributes of `cuda` that differ be
 _THREAD_CALLS = ("grid",)                  # cuda.grid(n): the thread's global index
 
 
+def _is_barrier(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BARRIERS
+
+
 def _names(target) -> list[str]:
     """The variables an assignment binds: names, in tuples and lists and starred; not the names inside an element
     or attribute stored to (`tile[1 - cur, f // tw] = v` binds nothing: its indices are read, not set)."""
@@ -139,8 +143,7 @@ class _Reader:
         out: list[tuple[int, int]] = []
 
         def barriers_in(stmts):
-            return [c for s in stmts for c in ast.walk(s) if isinstance(c, ast.Call)
-                    and isinstance(c.func, ast.Attribute) and c.func.attr in BARRIERS]
+            return [c for s in stmts for c in ast.walk(s) if _is_barrier(c)]
 
         def leaves_early(loop) -> int | None:
             """The line of a thread-dependent `if` holding a break/continue of this loop (not of an inner one)."""
@@ -230,16 +233,12 @@ def barriers_by_loop(kernel) -> dict[int | None, list[int]] | None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 continue
-            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr in BARRIERS:
+            if _is_barrier(child):
                 out.setdefault(loop, []).append(first + child.lineno - 1)
             visit(child, first + child.lineno - 1 if isinstance(child, (ast.For, ast.While)) else loop)
 
     visit(func, None)
     return out
-
-
-def _is_barrier(node) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BARRIERS
 
 
 def most_per_iteration(kernel) -> dict[int, int] | None:

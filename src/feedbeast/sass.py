@@ -394,8 +394,8 @@ def setmaxnreg_counts(ins) -> tuple[list[int], list[int]]:
 def expect_setmaxnreg_split(mod, kernel: str, threads: int, producers: int = 1, consumers: int = 2) -> str:
     """Raise SassMismatch unless `producers` warpgroups at the .dec and `consumers` at the .inc fit the block's
     register pool: the `threads` it was launched with times the registers per thread ptxas gave the kernel. Only
-    where the SASS says it for sure: one .dec count, one .inc count, the roles filling the block. An .inc waits until the pool has its registers (PTX ISA, "setmaxnreg"): asking for more than the pool
-    holds never returns."""
+    where the SASS says it for sure: one .dec count, one .inc count, the roles filling the block. An .inc waits
+    until the pool has its registers (PTX ISA, "setmaxnreg"): asking for more than the pool holds never returns."""
     dec, inc = setmaxnreg_counts(instructions(mod, kernel)[kernel])
     name = f"setmaxnreg split in the SASS of kernel {kernel}"
     per_thread = mod.resources[kernel].registers
@@ -448,7 +448,7 @@ def cp_async_reads_before_wait(ins) -> list[str]:
     for k, b in enumerate(ins):
         if not matches(b.opcode, "BRA"):
             continue
-        target = next((int(o, 16) for o in b.operands if _BRANCH_TARGET.fullmatch(o)), None)
+        target = _branch_target(b)
         if target is None or target not in at or at[target] >= k:
             continue
         body = ins[at[target]:k + 1]
@@ -473,7 +473,7 @@ def _pass_skips_wait(ins, at, head: int, back: int) -> bool:
         if matches(op, "BRX") or matches(op, "JMX"):
             return False
         if matches(op, "BRA") and k != back:
-            t = next((int(o, 16) for o in ins[k].operands if _BRANCH_TARGET.fullmatch(o)), None)
+            t = _branch_target(ins[k])
             if t in at and head <= at[t] < k:
                 return False                        # another loop inside: not judged
     seen, todo = set(), [head]
@@ -488,7 +488,7 @@ def _pass_skips_wait(ins, at, head: int, back: int) -> bool:
         if _is_wait(i) or matches(i.opcode, "EXIT") or matches(i.opcode, "RET"):
             continue
         if matches(i.opcode, "BRA"):
-            t = next((int(o, 16) for o in i.operands if _BRANCH_TARGET.fullmatch(o)), None)
+            t = _branch_target(i)
             if t in at:
                 todo.append(at[t])
             if i.predicate:
@@ -523,6 +523,11 @@ def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
 _BRANCH_TARGET = re.compile(r"0x[0-9a-f]+")
 
 
+def _branch_target(i) -> int | None:
+    """The offset a BRA jumps to (its hexadecimal operand), or None."""
+    return next((int(o, 16) for o in i.operands if _BRANCH_TARGET.fullmatch(o)), None)
+
+
 def mbarrier_wait_sites(ins) -> list[int]:
     """The offset of each mbarrier wait of a kernel, one per wait loop in the source, not per try-wait instruction.
     ptxas may compile a loop on mbarrier.try_wait into a first try-wait whose failure branches to an out-of-line
@@ -539,7 +544,7 @@ def mbarrier_wait_sites(ins) -> list[int]:
                     None)
         if fail is None:
             continue
-        target = next((int(o, 16) for o in fail.operands if _BRANCH_TARGET.fullmatch(o)), None)
+        target = _branch_target(fail)
         if target not in at:
             continue
         for m in range(at[target], min(at[target] + 4, len(ins))):       # the retry loop's first instructions
