@@ -132,6 +132,47 @@ SOURCE = textwrap.dedent('''
             for phase in range(2):
                 x[t] = phase
                 cuda.syncthreads()
+
+    @cuda.jit
+    def prologue_in_the_loop(x, n):
+        t = cuda.threadIdx.x
+        for j in range(n):
+            if j == 0:
+                x[t] = 0.0
+                cuda.syncthreads()
+            x[t] += 1.0
+            if n - 1 == j:
+                x[t] += 2.0
+                cuda.syncthreads()
+            else:
+                cuda.syncthreads()
+
+    @cuda.jit
+    def tiles_in_a_grid_stride_loop(x, n, strips):
+        t = cuda.threadIdx.x
+        for s in range(cuda.blockIdx.x, strips, cuda.gridDim.x):
+            x[t] = s
+            cuda.syncthreads()
+            for j in range(n):
+                x[t] += j
+                cuda.syncthreads()
+
+    @cuda.jit
+    def first_pass_not_once(x, n):
+        t = cuda.threadIdx.x
+        for j in range(n):
+            if j == 0:
+                cuda.syncthreads()
+            j = j + 1
+            cuda.syncthreads()
+
+    @cuda.jit
+    def three_phases(x):
+        t = cuda.threadIdx.x
+        for j in range(4):
+            for phase in (0, 1, 2):
+                x[t] = phase
+                cuda.syncthreads()
 ''')
 
 
@@ -235,3 +276,20 @@ def test_a_name_is_the_thread_s_only_where_its_last_assignment_makes_it_so(kerne
     assert divergent_barriers(kernels.name_reused_for_the_block) == []
     found = divergent_barriers(kernels.name_thread_dependent_on_the_next_pass)
     assert len(found) == 1 and "if r < rows:" in found[0], found
+
+
+def test_a_prologue_folded_into_the_loop_and_a_grid_stride_loop_keep_one_per_tile(kernels):
+    """Lab 02's design allows one barrier per tile in the steady state: a branch that holds on one pass only (`if j ==
+    0`, `if n - 1 == j`: the prologue or the epilogue folded into the tile loop) is not counted, and a tile loop inside
+    a grid-stride loop over strips is a loop of its own. A branch on a counter the body reassigns still counts, and
+    a loop of a constant trip count inside the tile loop counts that many times."""
+    import feedbeast as fb
+    from feedbeast.barriers import most_per_iteration
+    assert fbn.expect_uniform_barriers(kernels.prologue_in_the_loop, per_loop=1).endswith("at most 1 per loop iteration")
+    assert sorted(most_per_iteration(kernels.tiles_in_a_grid_stride_loop).values()) == [1, 1]
+    assert fbn.expect_uniform_barriers(kernels.tiles_in_a_grid_stride_loop, per_loop=1).endswith("per loop iteration")
+    with pytest.raises(fb.CheckFailed, match=r"can reach 2 barriers"):
+        fbn.expect_uniform_barriers(kernels.first_pass_not_once, per_loop=1)
+    assert sorted(most_per_iteration(kernels.three_phases).values()) == [1, 3]
+    with pytest.raises(fb.CheckFailed, match=r"can reach 3 barriers \(lines (\d+)\)"):
+        fbn.expect_uniform_barriers(kernels.three_phases, per_loop=1)

@@ -243,35 +243,95 @@ def barriers_by_loop(kernel) -> dict[int | None, list[int]] | None:
 
 def most_per_iteration(kernel) -> dict[int, int] | None:
     """For each loop of the kernel that holds a barrier, the most barriers one pass of its body can reach on one path
-    ({file line of the loop: count}): an if/else counts its larger branch, a loop nested in it twice its own count (it
-    passes its barrier on every pass, and a loop is there to pass more than once). None when the source cannot be
-    read."""
+    ({file line of the loop: count}). What a pass counts:
+    - an if/else, its larger branch;
+    - an `if` that holds on one pass at most (`if t == 0:` or `if t == n - 1:`, t the loop's own `range` variable: a
+      prologue or epilogue folded into the loop), its `else` only: the steady state is what a design fixes;
+    - a loop inside it with a constant trip count (`for phase in range(2)`), its count times that many: such a loop is
+      part of each pass;
+    - a loop inside it with a trip count that varies (a tile loop inside a grid-stride loop, a `while`), nothing: that
+      loop is counted as a loop of its own.
+    None when the source cannot be read."""
     parsed = _parsed(kernel)
     if parsed is None:
         return None
     func, first, _ = parsed
     out: dict[int, int] = {}
 
-    def most(stmts) -> int:
+    def trips(loop) -> int | None:
+        """The trip count of `for _ in range(<int literals>)` or over a tuple literal; None when it varies."""
+        if not isinstance(loop, ast.For):
+            return None
+        it = loop.iter
+        if isinstance(it, (ast.Tuple, ast.List)):
+            return len(it.elts)
+        if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords
+                and 1 <= len(it.args) <= 3):
+            try:
+                return len(range(*[ast.literal_eval(a) for a in it.args]))
+            except (ValueError, TypeError):
+                return None
+        return None
+
+    def counter(loop) -> str | None:
+        """The loop's variable when it takes each value once: `for t in range(...)`, t not assigned in the body."""
+        if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Call)
+                and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"):
+            return None
+        v = loop.target.id
+        for n in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+            targets = (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign,
+                       ast.AnnAssign, ast.NamedExpr, ast.For)) else [])
+            if any(v in _names(t) for t in targets):
+                return None
+        return v
+
+    def once(test, v) -> bool:
+        """Does `test` hold on one pass at most of a loop whose counter is v (`v == e`, e free of v)?"""
+        if v is None:
+            return False
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return any(once(t, v) for t in test.values)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            a, b = test.left, test.comparators[0]
+            mentions = lambda e: any(isinstance(n, ast.Name) and n.id == v for n in ast.walk(e))   # noqa: E731
+            return (isinstance(a, ast.Name) and a.id == v and not mentions(b)) or \
+                   (isinstance(b, ast.Name) and b.id == v and not mentions(a))
+        return False
+
+    def most(stmts, v=None) -> int:
         n = 0
         for st in stmts:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
             if isinstance(st, ast.If):
-                n += max(most(st.body), most(st.orelse))
+                n += most(st.orelse, v) if once(st.test, v) else max(most(st.body, v), most(st.orelse, v))
             elif isinstance(st, (ast.For, ast.While)):
-                inner = most(st.body)
+                inner = most(st.body, counter(st))
                 if inner:
                     out[first + st.lineno - 1] = inner
-                n += 2 * inner + most(st.orelse)
+                k = trips(st)
+                n += (k * inner if k is not None else 0) + most(st.orelse, v)
             elif isinstance(st, (ast.With, ast.Try)):
-                n += most(st.body) + most(getattr(st, "finalbody", []))
+                n += most(st.body, v) + most(getattr(st, "finalbody", []), v)
             else:
                 n += sum(1 for c in ast.walk(st) if _is_barrier(c))
         return n
 
     most(func.body)
     return out
+
+
+def barrier_lines_in(kernel, loop_line: int) -> list[int]:
+    """The file lines of the barriers inside the loop that starts at `loop_line` (nested loops included)."""
+    parsed = _parsed(kernel)
+    if parsed is None:
+        return []
+    func, first, _ = parsed
+    for node in ast.walk(func):
+        if isinstance(node, (ast.For, ast.While)) and first + node.lineno - 1 == loop_line:
+            return sorted(first + c.lineno - 1 for c in ast.walk(node) if _is_barrier(c))
+    return []
 
 
 def calls_numba_functions(kernel) -> list[str]:

@@ -238,7 +238,8 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
     per_loop: no loop may hold more barriers than this (what a pipeline's design fixes: one per tile with two
     buffers). Returns what was found, a line to print; a Skipped when the source cannot be read."""
     from . import hooks
-    from .barriers import barriers_by_loop, calls_numba_functions, divergent_barriers, most_per_iteration
+    from .barriers import (barrier_lines_in, barriers_by_loop, calls_numba_functions, divergent_barriers,
+                           most_per_iteration)
     from .errors import CheckFailed, todo_of
     name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "kernel")
     check = f"barriers of {name}"
@@ -268,7 +269,7 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
         over = {loop: n for loop, n in (most_per_iteration(kernel) or {}).items() if n > per_loop}
         if over:
             loop, n = min(over.items())
-            lines = sorted(b for at, bs in sites.items() for b in bs if at is not None and at >= loop)
+            lines = barrier_lines_in(kernel, loop)
             raise fail(todo_of(kernel) +
                 f"kernel {name}: one pass of the loop at line {loop} can reach {n} barriers (lines "
                 f"{', '.join(map(str, lines))}); this kernel's design allows {per_loop} per iteration. With two "
