@@ -57,6 +57,20 @@ def test_setmaxnreg_entry_count_is_the_block_budget():
     assert 128 * (40 + 2 * 232) <= 384 * 168 and 128 * (24 + 2 * 240) <= 384 * 168 < 128 * (48 + 2 * 232)
 
 
+@pytest.mark.parametrize("threads, inc, registers", [(384, 240, 168), (256, 240, 240), (256, 256, 255),
+                                                     (128, 256, 255)])
+def test_the_entry_count_is_the_largest_setmaxnreg_count_capped_by_the_launch(threads, inc, registers):
+    # what fb/setmaxnreg.cuh says ptxas does, and fb::launch_registers is the cap (255 registers are allocated as 256)
+    src = (f"#include <fb/setmaxnreg.cuh>\n"
+           f"static_assert(fb::launch_registers({threads}) == {min(65536 // threads // 8 * 8, 256)});\n"
+           f'extern "C" __global__ void __launch_bounds__({threads}, 1) k(float* x) {{\n'
+           f"  if (threadIdx.x < 128) {{ fb::setmaxnreg_dec<24>(); x[threadIdx.x] = 1; }}\n"
+           f"  else {{ fb::setmaxnreg_inc<{inc}>(); x[threadIdx.x] = 2; }}\n}}\n")
+    mod = fb.compile(src, "sm_90a", name="entry.cu")
+    assert mod.resources["k"].registers == registers, mod.report()
+    assert "USETMAXREG.TRY_ALLOC.CTAPOOL" in mod.histogram("k")
+
+
 @pytest.mark.parametrize("producer, consumer", [("48", "232"), ("32", "240")])
 def test_a_split_beyond_the_block_pool_is_refused_at_compile_time(producer, consumer):
     # 128 x (producer + 2 x consumer) = 65536 > 64512: the kernel's static_assert names setmaxnreg instead of a

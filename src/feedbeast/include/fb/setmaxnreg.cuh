@@ -6,12 +6,17 @@
 
 namespace fb {
 
-// The CTA's register pool is what the block was launched with: with __launch_bounds__(threads, 1) ptxas gives a
-// kernel that uses setmaxnreg 65536 / threads registers per thread, rounded down to a multiple of 8 (168 at 384
-// threads). setmaxnreg only moves registers within that pool, and an .inc "blocks the execution until enough
-// registers are available in the CTA's register pool" (PTX ISA, setmaxnreg): with counts that add up to more
-// than the pool, forever.
-__host__ __device__ constexpr int launch_registers(int threads) { return 65536 / threads / 8 * 8; }
+// The CTA's register pool is what the block was launched with: the kernel's register count times its threads.
+// For a kernel that uses setmaxnreg, ptxas sets that count to the largest setmaxnreg count in it, capped by
+// __launch_bounds__(threads, 1) at 65536 / threads rounded down to a multiple of 8 (168 at 384 threads) and by the
+// 255 a thread can address (allocated as 256). Measured with this toolchain: 384 threads and .inc 240 give 168,
+// 256 threads and .inc 240 give 240, .inc 256 gives 255. setmaxnreg only moves registers within that pool, and an
+// .inc "blocks the execution until enough registers are available in the CTA's register pool" (PTX ISA,
+// setmaxnreg): with counts that add up to more than the pool, forever. Below the cap the pool always holds the
+// split (each warpgroup's count is at most the largest), so the check below is the cap's.
+__host__ __device__ constexpr int launch_registers(int threads) {
+  return 65536 / threads / 8 * 8 < 256 ? 65536 / threads / 8 * 8 : 256;
+}
 // The check, for a block of warpgroup 0 at PRODUCER registers per thread and CONSUMERS warpgroups at CONSUMER.
 #define FB_SETMAXNREG_SPLIT(PRODUCER, CONSUMER, CONSUMERS)                                                \
   static_assert((PRODUCER) + (CONSUMERS) * (CONSUMER) <=                                                  \
