@@ -1,4 +1,5 @@
-// mbarrier (sm_90+): the PTX of chapter 04, one device function per instruction, and the one bounded wait.
+// mbarrier (sm_80+; its tx-count forms, expect_tx and the complete_tx copies, and try_wait are sm_90+): the PTX
+// of chapter 04, one device function per instruction, and the one bounded wait.
 //
 //   __shared__ __align__(8) cuda::std::uint64_t full[STAGES];
 //   fb::mbar::init(&full[s], 1);  fb::mbar::fence_init();  __syncthreads();
