@@ -122,6 +122,26 @@ def test_compile_error_shows_the_failing_line():
     assert e.value.diagnostics[0]["line"] == 12
 
 
+def test_a_ptxas_error_names_the_source_line_not_the_ptx_line():
+    """ptxas reports `ptx input, line 34`, a line of PTX nobody sees; the error names the cell's line (from the PTX's
+    .loc directives), and for an instruction of a header inlined into the cell, the cell's call and the header line."""
+    src = ('#include <fb/setmaxnreg.cuh>\n'
+           'extern "C" __global__ void __launch_bounds__(256, 1) k(float* x) {\n'
+           '  x[threadIdx.x] = 1.0f;\n'
+           '  if (threadIdx.x < 128) fb::setmaxnreg_inc<300>();\n'
+           '  asm volatile("bogus.op %0;" :: "r"(threadIdx.x));\n'
+           '}\n')
+    with pytest.raises(fb.CompileError) as e:
+        fb.compile(src, "sm_90a", name="lab.cu", use_cache=False)
+    text = str(e.value)
+    assert "lab.cu:4: error: ptxas: Argument 1 of instruction 'setmaxnreg.inc'" in text, text
+    assert "(in fb/setmaxnreg.cuh line" in text and "inlined here)" in text, text
+    assert "lab.cu:5: error: ptxas: Unknown modifier '.op'" in text, text
+    assert ">    4 |   if (threadIdx.x < 128) fb::setmaxnreg_inc<300>();" in text, text
+    assert "ptx input, line" not in text, text
+    assert "ptx input, line" in e.value.log        # the compiler's own log is kept whole
+
+
 def test_unknown_arch_is_refused_with_the_accepted_list():
     with pytest.raises(fb.FeedbeastError, match="unknown arch 'sm_91'.*sm_90a"):
         fb.compile(CP_ASYNC, "sm_91")

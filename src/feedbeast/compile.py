@@ -95,6 +95,68 @@ _DIAG = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warnin
 _NOTE = re.compile(r"^[^\s()]+\(\d+\): note(?: #[\w-]+)?:\s*(?P<msg>.*)$", re.MULTILINE)
 
 
+# ptxas's errors name a line of the PTX NVRTC generated, which nobody sees: `ptxas application ptx input, line 34;
+# error : ...`. The PTX's `.loc file line col[, function_name f, inlined_at file line col]` directives (PTX ISA,
+# "Debugging Directives: .loc") say which source line each instruction came from.
+_PTXAS = re.compile(r"^ptxas application ptx input, line (?P<line>\d+); (?P<kind>error|warning)\s*:\s*(?P<msg>.*)$",
+                    re.MULTILINE)
+_LOC = re.compile(r"^\s*\.loc\s+(?P<file>\d+)\s+(?P<line>\d+)\s+\d+(?:.*inlined_at\s+(?P<ifile>\d+)\s+(?P<iline>\d+))?")
+_FILE = re.compile(r'^\s*\.file\s+(?P<n>\d+)\s+"(?P<path>[^"]+)"', re.MULTILINE)
+
+
+def _ptx(source: str, name: str, flags: list[bytes]) -> str | None:
+    """The PTX NVRTC makes of `source` with the same flags, for the virtual arch (no ptxas run); None on failure."""
+    from cuda.bindings import nvrtc
+    flags = [re.sub(rb"^-arch=sm_", b"-arch=compute_", f) for f in flags if not f.startswith(b"--ptxas-options")]
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return None
+    try:
+        if nvrtc.nvrtcCompileProgram(prog, len(flags), flags)[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return None
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)   # (drained: some NVRTC versions keep it otherwise)
+        _, size = nvrtc.nvrtcGetPTXSize(prog)
+        buf = b" " * size
+        nvrtc.nvrtcGetPTX(prog, buf)
+        return buf.decode(errors="replace").rstrip("\x00 ")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def ptxas_at_source(log: str, ptx: str, name: str) -> str:
+    """`log` with each ptxas diagnostic on a PTX line restated, NVRTC-style, at the line of `name` it came from
+    (`lab.cu(4): error: ptxas: ...`, the header line said when an inlined header instruction is at fault). The PTX
+    lines that no `.loc` places in `name` stay as ptxas wrote them."""
+    files = {int(m["n"]): m["path"] for m in _FILE.finditer(ptx)}
+    own = {n for n, path in files.items() if os.path.basename(path) == os.path.basename(name)}
+    lines = ptx.splitlines()
+    out = []
+    for m in _PTXAS.finditer(log):
+        at, header = None, None
+        for text in reversed(lines[:int(m["line"]) - 1]):
+            loc = _LOC.match(text)
+            if not loc:
+                continue
+            if int(loc["file"]) in own:
+                at = int(loc["line"])
+                break
+            if header is None:
+                header = (files.get(int(loc["file"]), "?"), int(loc["line"]))
+            if loc["ifile"] and int(loc["ifile"]) in own:
+                at = int(loc["iline"])
+                break
+        if at is None:
+            continue
+        where = ""
+        if header is not None:
+            path, hline = header
+            inc = str(INCLUDE_DIR)
+            shown = os.path.relpath(path, inc) if path.startswith(inc) else os.path.basename(path)
+            where = f" (in {shown} line {hline}, inlined here)"
+        out.append(f"{name}({at}): {m['kind']}: ptxas: {m['msg'].strip()}{where}")
+    return log + ("\n" + "\n".join(out) if out else "")
+
+
 SHOWN_ERRORS = 3   # errors shown with their lines; the rest by their first line (the first error is the one to fix)
 
 
@@ -309,6 +371,9 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
                            "flags of the NVRTC User Guide, 'Supported Compile Options' (e.g. --maxrregcount=64, "
                            "-DNAME=1, --use_fast_math)", log)
     if obj_code is None:
+        if _PTXAS.search(log):
+            ptx = _ptx(source, name, flags)
+            log = ptxas_at_source(log, ptx, name) if ptx else log
         msg, diags = _format_diagnostics(source, log, name)
         raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{msg}", log, diags)
     log = log.replace("\x00", "")
