@@ -17,7 +17,7 @@ SIM = fbn.setup()
 from numba import cuda, float32  # noqa: E402
 
 SOURCE = textwrap.dedent('''
-    from numba import cuda, float32
+    from numba import cuda, float32, int32
 
     @cuda.jit
     def tree_ok(x):
@@ -167,6 +167,27 @@ SOURCE = textwrap.dedent('''
             cuda.syncthreads()
 
     @cuda.jit
+    def through_a_local_array(x):
+        me = cuda.local.array(1, int32)
+        me[0] = cuda.threadIdx.x
+        if me[0] < 16:
+            cuda.syncthreads()
+        else:
+            cuda.syncthreads()
+
+    @cuda.jit
+    def through_an_atomic(x, ticket):
+        if cuda.atomic.add(ticket, 0, 1) % 2 == 0:
+            cuda.syncthreads()
+
+    @cuda.jit
+    def local_array_of_block_values(x):
+        me = cuda.local.array(1, int32)
+        me[0] = cuda.blockIdx.x
+        if me[0] < 16:
+            cuda.syncthreads()
+
+    @cuda.jit
     def three_phases(x):
         t = cuda.threadIdx.x
         for j in range(4):
@@ -293,3 +314,11 @@ def test_a_prologue_folded_into_the_loop_and_a_grid_stride_loop_keep_one_per_til
     assert sorted(most_per_iteration(kernels.three_phases).values()) == [1, 3]
     with pytest.raises(fb.CheckFailed, match=r"can reach 3 barriers \(lines (\d+)\)"):
         fbn.expect_uniform_barriers(kernels.three_phases, per_loop=1)
+
+
+def test_what_differs_between_threads_through_a_local_array_or_an_atomic(kernels):
+    """A per-thread local array stored from the thread's index, and an atomic's old value, differ between threads
+    as much as threadIdx does; a local array of what the block shares does not."""
+    assert len(divergent_barriers(kernels.through_a_local_array)) == 2
+    assert len(divergent_barriers(kernels.through_an_atomic)) == 1
+    assert divergent_barriers(kernels.local_array_of_block_values) == []

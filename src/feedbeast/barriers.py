@@ -10,7 +10,8 @@ that has returned no longer takes part (PTX ISA, "exit": a barrier waiting only 
 Numba's CUDA simulator releases a barrier once every live thread waits at *some* `syncthreads()`, so a barrier in a
 branch that only part of the block takes runs there as if it were right. `divergent_barriers(kernel)` finds such
 barriers in the source instead: a `syncthreads()` inside an `if`, `while` or `for` whose condition or range depends
-on the thread (its `threadIdx`, `cuda.grid`, `laneid`, or a name computed from them), or in a loop that a thread
+on the thread (its `threadIdx`, `cuda.grid`, `laneid`, an atomic's old value, a shuffle or a vote, a
+per-thread `cuda.local.array` stored from any of them, or a name computed from them), or in a loop that a thread
 may leave early (`break`, `continue`) under such a condition. It reads the source; it does not run the kernel, and
 it reads the kernel alone: a barrier inside a device function the kernel calls, and an index returned by one, are not
 followed (the check can miss those; it does not flag what is right).
@@ -22,6 +23,10 @@ import ast
 BARRIERS = ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or")
 _THREAD = ("threadIdx", "laneid")          # attributes of `cuda` that differ between the threads of a block
 _THREAD_CALLS = ("grid",)                  # cuda.grid(n): the thread's global index
+# What returns a different value in different threads: an atomic's old value (cuda.atomic.add(...)), a lane's
+# shuffle or vote (warp-wide at most: the warps of a block differ), a per-thread local array's element.
+_THREAD_VALUES = ("shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync", "activemask",
+                  "lanemask_lt", "match_any_sync", "match_all_sync", "all_sync", "any_sync", "eq_sync")
 
 
 def _is_barrier(node) -> bool:
@@ -47,6 +52,11 @@ class _Reader:
 
     def __init__(self, func: ast.FunctionDef):
         self.func, self.at = func, {}
+        # per-thread arrays (cuda.local.array): an element stored from what differs between threads differs too
+        self.local = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                      and isinstance(n.value.func, ast.Attribute) and n.value.func.attr == "array"
+                      and isinstance(n.value.func.value, ast.Attribute) and n.value.func.value.attr == "local"
+                      for t in n.targets if isinstance(t, ast.Name)}
         self.thread = self._flow()
 
     def depends(self, expr, names=None) -> bool:
@@ -55,7 +65,9 @@ class _Reader:
         for n in ast.walk(expr):
             if isinstance(n, ast.Attribute) and n.attr in _THREAD:
                 return True
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _THREAD_CALLS:
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                    n.func.attr in _THREAD_CALLS + _THREAD_VALUES
+                    or isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "atomic"):
                 return True
             if isinstance(n, ast.Name) and n.id in names:
                 return True
@@ -65,6 +77,14 @@ class _Reader:
         seen: set[str] = set()
 
         def assign(state, target, value):
+            if isinstance(target, ast.Subscript):          # an element: the array stays as thread-dependent as it was,
+                root = target.value                        # and a local one becomes so from a thread's own value
+                while isinstance(root, (ast.Subscript, ast.Attribute)):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in self.local and (
+                        self.depends(value, state) or self.depends(target.slice, state)):
+                    return state | {root.id}
+                return state
             names = set(_names(target))
             return state | names if self.depends(value, state) else state - names
 
@@ -104,6 +124,8 @@ class _Reader:
                         state = assign(state, t, st.value)
                 return state
             if isinstance(st, ast.AugAssign):
+                if isinstance(st.target, ast.Subscript):
+                    return assign(state, st.target, st.value)
                 return state | set(_names(st.target)) if self.depends(st.value, state) else state
             if isinstance(st, ast.AnnAssign):
                 return assign(state, st.target, st.value) if st.value is not None else state
