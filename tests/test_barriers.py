@@ -88,6 +88,33 @@ SOURCE = textwrap.dedent('''
     def sync_helper():
         cuda.syncthreads()
 
+    @cuda.jit(device=True)
+    def split_helper(lane):
+        if lane < 16:
+            cuda.syncthreads()
+        else:
+            cuda.syncthreads()
+
+    @cuda.jit
+    def split_in_a_helper(x):
+        split_helper(cuda.threadIdx.x)
+
+    @cuda.jit
+    def helper_of_the_block(x):
+        split_helper(cuda.blockIdx.x)
+
+    @cuda.jit
+    def helper_under_a_split(x):
+        if cuda.threadIdx.x < 16:
+            sync_helper()
+
+    @cuda.jit
+    def two_helpers_per_tile(x, n):
+        for j in range(n):
+            x[cuda.threadIdx.x] = j
+            sync_helper()
+            sync_helper()
+
     @cuda.jit
     def barrier_in_a_helper(x):
         t = cuda.threadIdx.x
@@ -279,16 +306,16 @@ def test_barriers_are_counted_per_loop(kernels):
 
 def test_a_pass_counts_one_branch_and_an_inner_loop_more_than_once(kernels):
     """per_loop counts what one pass can reach on one path: an if/else with a barrier in each branch is one; a loop
-    inside the tile loop that holds a barrier passes it more than once. A barrier in a device function is not read:
-    `required` then skips, by name, rather than call the kernel barrier-free."""
+    inside the tile loop that holds a barrier passes it more than once. A barrier in a device function the kernel
+    calls is the kernel's barrier at the call."""
     import feedbeast as fb
     from feedbeast.barriers import most_per_iteration
     assert fbn.expect_uniform_barriers(kernels.one_per_branch, per_loop=1).endswith("at most 1 per loop iteration")
     assert sorted(most_per_iteration(kernels.two_in_an_inner_loop).values()) == [1, 2]   # inner, outer
     with pytest.raises(fb.CheckFailed, match=r"one pass of the loop at line \d+ can reach 2 barriers"):
         fbn.expect_uniform_barriers(kernels.two_in_an_inner_loop, per_loop=1)
-    skipped = fbn.expect_uniform_barriers(kernels.barrier_in_a_helper, required=True)
-    assert isinstance(skipped, fb.Skipped) and "sync_helper" in str(skipped), skipped
+    assert fbn.expect_uniform_barriers(kernels.barrier_in_a_helper, required=True).endswith(
+        "1, every one reached by the whole block")
 
 
 def test_a_name_is_the_thread_s_only_where_its_last_assignment_makes_it_so(kernels):
@@ -322,3 +349,17 @@ def test_what_differs_between_threads_through_a_local_array_or_an_atomic(kernels
     assert len(divergent_barriers(kernels.through_a_local_array)) == 2
     assert len(divergent_barriers(kernels.through_an_atomic)) == 1
     assert divergent_barriers(kernels.local_array_of_block_values) == []
+
+
+def test_a_device_function_s_barriers_are_read_where_it_is_called(kernels):
+    """A barrier inside a device function: divergent when the function splits the block on a parameter the call
+    passes from the thread (not from the block), or when the call itself sits in such a branch; counted per tile
+    as many times as the tile loop calls it."""
+    import feedbeast as fb
+    found = divergent_barriers(kernels.split_in_a_helper)
+    assert len(found) == 2 and all("in the device function split_helper" in f for f in found), found
+    assert divergent_barriers(kernels.helper_of_the_block) == []
+    found = divergent_barriers(kernels.helper_under_a_split)
+    assert len(found) == 1 and "sync_helper()" in found[0], found
+    with pytest.raises(fb.CheckFailed, match=r"can reach 2 barriers"):
+        fbn.expect_uniform_barriers(kernels.two_helpers_per_tile, required=True, per_loop=1)

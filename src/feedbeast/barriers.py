@@ -29,8 +29,19 @@ _THREAD_VALUES = ("shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync"
                   "lanemask_lt", "match_any_sync", "match_all_sync", "all_sync", "any_sync", "eq_sync")
 
 
-def _is_barrier(node) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BARRIERS
+def _is_barrier(node, calls=None) -> bool:
+    """A `cuda.syncthreads()` (or its _count/_and/_or forms), or a call of a device function in `calls` (the ones
+    that reach a barrier)."""
+    return _weight(node, calls) > 0
+
+
+def _weight(node, calls=None) -> int:
+    """How many barriers one call reaches on its longest path: 1 for a barrier, a device function's own count."""
+    if not isinstance(node, ast.Call):
+        return 0
+    if isinstance(node.func, ast.Attribute) and node.func.attr in BARRIERS:
+        return 1
+    return (calls or {}).get(node.func.id, 0) if isinstance(node.func, ast.Name) else 0
 
 
 def _names(target) -> list[str]:
@@ -50,8 +61,8 @@ class _Reader:
     the function (an assignment from a value the whole block shares ends a name's dependence on the thread; a
     branch's two sides and a loop's passes are joined), on the data the names are computed from."""
 
-    def __init__(self, func: ast.FunctionDef):
-        self.func, self.at = func, {}
+    def __init__(self, func: ast.FunctionDef, initial=frozenset(), calls=None):
+        self.func, self.at, self.initial, self.calls = func, {}, frozenset(initial), calls or {}
         # per-thread arrays (cuda.local.array): an element stored from what differs between threads differs too
         self.local = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                       and isinstance(n.value.func, ast.Attribute) and n.value.func.attr == "array"
@@ -157,7 +168,8 @@ class _Reader:
                 state = walrus(state, getattr(st, field, None))
             return state
 
-        block(self.func.body, set())
+        seen.update(self.initial)
+        block(self.func.body, set(self.initial))
         return frozenset(seen)
 
     def divergent(self) -> list[tuple[int, int]]:
@@ -165,7 +177,7 @@ class _Reader:
         out: list[tuple[int, int]] = []
 
         def barriers_in(stmts):
-            return [c for s in stmts for c in ast.walk(s) if _is_barrier(c)]
+            return [c for s in stmts for c in ast.walk(s) if _is_barrier(c, self.calls)]
 
         def leaves_early(loop) -> int | None:
             """The line of a thread-dependent `if` holding a break/continue of this loop (not of an inner one)."""
@@ -229,33 +241,110 @@ def _parsed(kernel):
     return None if func is None else (func, first, src.splitlines())
 
 
+def device_functions(kernel) -> dict[str, object]:
+    """The Numba device functions a kernel calls by a global name, and those they call ({name: Python function})."""
+    import dis
+    out: dict[str, object] = {}
+
+    def visit(fn):
+        for i in dis.get_instructions(fn.__code__):
+            if i.opname == "LOAD_GLOBAL" and i.argval not in out:
+                py = getattr(fn.__globals__.get(i.argval), "py_func", None)
+                if py is not None:
+                    out[i.argval] = py
+                    visit(py)
+    visit(getattr(kernel, "py_func", kernel))
+    return out
+
+
+def _most(stmts, calls, loops=None, first=1, v=None) -> int:
+    """The most barriers one pass of `stmts` reaches on one path (see most_per_iteration); `loops` collects each
+    loop's own count, by file line."""
+    loops = {} if loops is None else loops
+    n = 0
+    for st in stmts:
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(st, ast.If):
+            n += _most(st.orelse, calls, loops, first, v) if _once(st.test, v) else max(
+                _most(st.body, calls, loops, first, v), _most(st.orelse, calls, loops, first, v))
+        elif isinstance(st, (ast.For, ast.While)):
+            inner = _most(st.body, calls, loops, first, _counter(st))
+            if inner:
+                loops[first + st.lineno - 1] = inner
+            k = _trips(st)
+            n += (k * inner if k is not None else 0) + _most(st.orelse, calls, loops, first, v)
+        elif isinstance(st, (ast.With, ast.Try)):
+            n += _most(st.body, calls, loops, first, v) + _most(getattr(st, "finalbody", []), calls, loops, first, v)
+        else:
+            n += sum(_weight(c, calls) for c in ast.walk(st))
+    return n
+
+
+class _Kernel:
+    """A kernel's source and that of the device functions it calls: which of them reach a barrier (and how many on
+    one path of one call), each parsed once."""
+
+    def __init__(self, kernel):
+        self.parsed = _parsed(kernel)
+        self.devices = {name: (py, _parsed(py)) for name, py in device_functions(kernel).items()}
+        self.unread = sorted(n for n, (_, p) in self.devices.items() if p is None)
+        self.calls: dict[str, int] = {}
+        for _ in range(len(self.devices) + 1):          # a device function's count includes its callees'
+            calls = {n: _most(p[0].body, self.calls) for n, (_, p) in self.devices.items() if p is not None}
+            calls = {n: c for n, c in calls.items() if c}
+            if calls == self.calls:
+                break
+            self.calls = calls
+
+
 def divergent_barriers(kernel) -> list[str] | None:
     """Each barrier of a Numba kernel (or a plain function) that not every thread of the block may reach, as
     'line N: <the barrier> under line M: <the condition>' (file line numbers); [] when there is none; None when the
     source cannot be read (a kernel made at run time with no file)."""
-    parsed = _parsed(kernel)
-    if parsed is None:
+    k = _Kernel(kernel)
+    if k.parsed is None:
         return None
-    func, first, text = parsed
-    return [f"line {first + b - 1}: {text[b - 1].strip()} under line {first + g - 1}: {text[g - 1].strip()}"
-            for b, g in _Reader(func).divergent()]
+    func, first, text = k.parsed
+    reader = _Reader(func, calls=k.calls)
+    out = [f"line {first + b - 1}: {text[b - 1].strip()} under line {first + g - 1}: {text[g - 1].strip()}"
+           for b, g in reader.divergent()]
+    # A device function that reaches a barrier: read with its parameters as thread-dependent as what any call
+    # passes them (a call inside a branch that splits the block is reported above, as the kernel's own barrier).
+    readers = [reader]
+    for name, (py, parsed) in k.devices.items():
+        if parsed is None or name not in k.calls:
+            continue
+        dfunc, dfirst, dtext = parsed
+        params = [a.arg for a in dfunc.args.posonlyargs + dfunc.args.args]
+        thread = set()
+        for r in readers:
+            for c in ast.walk(r.func):
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == name:
+                    thread |= {p for p, a in zip(params, c.args) if r.depends(a)}
+                    thread |= {kw.arg for kw in c.keywords if kw.arg in params and r.depends(kw.value)}
+        dreader = _Reader(dfunc, initial=thread, calls=k.calls)
+        readers.append(dreader)
+        out += [f"line {dfirst + b - 1}: {dtext[b - 1].strip()} under line {dfirst + g - 1}: {dtext[g - 1].strip()} "
+                f"(in the device function {name})" for b, g in dreader.divergent()]
+    return out
 
 
 def barriers_by_loop(kernel) -> dict[int | None, list[int]] | None:
     """The kernel's barriers grouped by the innermost loop around each: {line of the loop (None: no loop): [lines of
     its barriers]} (file line numbers); {} when it has none; None when the source cannot be read. A barrier's count
     per iteration is what a pipeline's design fixes (chapter 02: one per tile with two buffers, two with one)."""
-    parsed = _parsed(kernel)
-    if parsed is None:
+    k = _Kernel(kernel)
+    if k.parsed is None:
         return None
-    func, first, _ = parsed
+    func, first, _ = k.parsed
     out: dict[int | None, list[int]] = {}
 
     def visit(node, loop):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 continue
-            if _is_barrier(child):
+            if _is_barrier(child, k.calls):
                 out.setdefault(loop, []).append(first + child.lineno - 1)
             visit(child, first + child.lineno - 1 if isinstance(child, (ast.For, ast.While)) else loop)
 
@@ -274,91 +363,71 @@ def most_per_iteration(kernel) -> dict[int, int] | None:
     - a loop inside it with a trip count that varies (a tile loop inside a grid-stride loop, a `while`), nothing: that
       loop is counted as a loop of its own.
     None when the source cannot be read."""
-    parsed = _parsed(kernel)
-    if parsed is None:
+    k = _Kernel(kernel)
+    if k.parsed is None:
         return None
-    func, first, _ = parsed
+    func, first, _ = k.parsed
     out: dict[int, int] = {}
-
-    def trips(loop) -> int | None:
-        """The trip count of `for _ in range(<int literals>)` or over a tuple literal; None when it varies."""
-        if not isinstance(loop, ast.For):
-            return None
-        it = loop.iter
-        if isinstance(it, (ast.Tuple, ast.List)):
-            return len(it.elts)
-        if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords
-                and 1 <= len(it.args) <= 3):
-            try:
-                return len(range(*[ast.literal_eval(a) for a in it.args]))
-            except (ValueError, TypeError):
-                return None
-        return None
-
-    def counter(loop) -> str | None:
-        """The loop's variable when it takes each value once: `for t in range(...)`, t not assigned in the body."""
-        if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Call)
-                and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"):
-            return None
-        v = loop.target.id
-        for n in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
-            targets = (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign,
-                       ast.AnnAssign, ast.NamedExpr, ast.For)) else [])
-            if any(v in _names(t) for t in targets):
-                return None
-        return v
-
-    def once(test, v) -> bool:
-        """Does `test` hold on one pass at most of a loop whose counter is v (`v == e`, e free of v)?"""
-        if v is None:
-            return False
-        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-            return any(once(t, v) for t in test.values)
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-            a, b = test.left, test.comparators[0]
-            mentions = lambda e: any(isinstance(n, ast.Name) and n.id == v for n in ast.walk(e))   # noqa: E731
-            return (isinstance(a, ast.Name) and a.id == v and not mentions(b)) or \
-                   (isinstance(b, ast.Name) and b.id == v and not mentions(a))
-        return False
-
-    def most(stmts, v=None) -> int:
-        n = 0
-        for st in stmts:
-            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                continue
-            if isinstance(st, ast.If):
-                n += most(st.orelse, v) if once(st.test, v) else max(most(st.body, v), most(st.orelse, v))
-            elif isinstance(st, (ast.For, ast.While)):
-                inner = most(st.body, counter(st))
-                if inner:
-                    out[first + st.lineno - 1] = inner
-                k = trips(st)
-                n += (k * inner if k is not None else 0) + most(st.orelse, v)
-            elif isinstance(st, (ast.With, ast.Try)):
-                n += most(st.body, v) + most(getattr(st, "finalbody", []), v)
-            else:
-                n += sum(1 for c in ast.walk(st) if _is_barrier(c))
-        return n
-
-    most(func.body)
+    _most(func.body, k.calls, out, first)
     return out
+
+
+def _trips(loop) -> int | None:
+    """The trip count of `for _ in range(<int literals>)` or over a tuple literal; None when it varies."""
+    if not isinstance(loop, ast.For):
+        return None
+    it = loop.iter
+    if isinstance(it, (ast.Tuple, ast.List)):
+        return len(it.elts)
+    if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords
+            and 1 <= len(it.args) <= 3):
+        try:
+            return len(range(*[ast.literal_eval(a) for a in it.args]))
+        except (ValueError, TypeError):
+            return None
+    return None
+
+
+def _counter(loop) -> str | None:
+    """The loop's variable when it takes each value once: `for t in range(...)`, t not assigned in the body."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Call)
+            and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"):
+        return None
+    v = loop.target.id
+    for n in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+        targets = (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign,
+                   ast.AnnAssign, ast.NamedExpr, ast.For)) else [])
+        if any(v in _names(t) for t in targets):
+            return None
+    return v
+
+
+def _once(test, v) -> bool:
+    """Does `test` hold on one pass at most of a loop whose counter is v (`v == e`, e free of v)?"""
+    if v is None:
+        return False
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_once(t, v) for t in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        a, b = test.left, test.comparators[0]
+        mentions = lambda e: any(isinstance(n, ast.Name) and n.id == v for n in ast.walk(e))   # noqa: E731
+        return (isinstance(a, ast.Name) and a.id == v and not mentions(b)) or \
+               (isinstance(b, ast.Name) and b.id == v and not mentions(a))
+    return False
 
 
 def barrier_lines_in(kernel, loop_line: int) -> list[int]:
     """The file lines of the barriers inside the loop that starts at `loop_line` (nested loops included)."""
-    parsed = _parsed(kernel)
-    if parsed is None:
+    k = _Kernel(kernel)
+    if k.parsed is None:
         return []
-    func, first, _ = parsed
+    func, first, _ = k.parsed
     for node in ast.walk(func):
         if isinstance(node, (ast.For, ast.While)) and first + node.lineno - 1 == loop_line:
-            return sorted(first + c.lineno - 1 for c in ast.walk(node) if _is_barrier(c))
+            return sorted(first + c.lineno - 1 for c in ast.walk(node) if _is_barrier(c, k.calls))
     return []
 
 
-def calls_numba_functions(kernel) -> list[str]:
-    """The other Numba functions (device functions) the kernel calls by a global name: their barriers are not read."""
-    fn = getattr(kernel, "py_func", kernel)
-    import dis
-    names = {i.argval for i in dis.get_instructions(fn.__code__) if i.opname == "LOAD_GLOBAL"}
-    return sorted(n for n in names if hasattr(fn.__globals__.get(n), "py_func"))
+def unread_device_functions(kernel) -> list[str]:
+    """The device functions the kernel calls whose source cannot be read here: their barriers are not counted."""
+    return _Kernel(kernel).unread

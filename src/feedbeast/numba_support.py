@@ -238,8 +238,8 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
     per_loop: no loop may hold more barriers than this (what a pipeline's design fixes: one per tile with two
     buffers). Returns what was found, a line to print; a Skipped when the source cannot be read."""
     from . import hooks
-    from .barriers import (barrier_lines_in, barriers_by_loop, calls_numba_functions, divergent_barriers,
-                           most_per_iteration)
+    from .barriers import (barrier_lines_in, barriers_by_loop, divergent_barriers, most_per_iteration,
+                           unread_device_functions)
     from .errors import CheckFailed, todo_of
     name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "kernel")
     check = f"barriers of {name}"
@@ -257,9 +257,9 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
             "that has not returned must reach each cuda.syncthreads() (CUDA C++ Programming Guide, 'Synchronization "
             "Functions'): move the barrier out of the branch. Numba's simulator lets it pass; a GPU may hang or "
             "give wrong results.")
-    if required and not sites and calls_numba_functions(kernel):
-        return Skipped(f"none in the kernel itself, and the device functions it calls "
-                       f"({', '.join(calls_numba_functions(kernel))}) are not read", check)
+    if required and not sites and unread_device_functions(kernel):
+        return Skipped(f"none in the kernel itself, and the source of the device functions it calls "
+                       f"({', '.join(unread_device_functions(kernel))}) cannot be read here", check)
     if required and not sites:
         raise fail(todo_of(kernel) +
             f"kernel {name} has no cuda.syncthreads(): its threads read shared-memory elements that other threads "
