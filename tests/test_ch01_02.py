@@ -301,6 +301,20 @@ def calls_a_python_function(x, y):
     y[t] = helper(x[t])
 
 @cuda.jit
+def annotated_list(x: object, y=None) -> None:      # annotations and defaults are not run, and not a way around
+    t = cuda.threadIdx.x
+    vals = []
+    vals.append(x[t])
+    y[t] = vals[0]
+
+WEIGHTS = np.arange(8, dtype=np.float32)
+
+@cuda.jit
+def constant_array(x, y):
+    t = cuda.threadIdx.x
+    y[t] = x[t] * WEIGHTS[t % 8]
+
+@cuda.jit
 def list_literal(x, y):
     t = cuda.threadIdx.x
     a = [1.0, 2.0]
@@ -344,9 +358,14 @@ def test_the_real_compiler_takes_a_good_kernel_and_names_the_line_it_rejects(com
     # a list literal: rejected where the compiler lowers it, with its line
     with pytest.raises(fb.CheckFailed, match=r"rejects it at `a = \[1.0, 2.0\]`"):
         fbn.expect_compiles(compile_cases.list_literal, x, y)
-    # a global the compiler's process cannot rebuild (an object): a named skip, never a pass
-    skipped = fbn.expect_compiles(compile_cases.strings, x, y)
-    assert isinstance(skipped, fb.Skipped) and "the global 'OBJ'" in str(skipped), skipped
+    # a global object: no kernel reads one (a failure that names it, not a skip)
+    with pytest.raises(fb.CheckFailed, match=r"kernel strings uses the global 'OBJ' \(O\): a GPU kernel takes"):
+        fbn.expect_compiles(compile_cases.strings, x, y)
+    # annotations and default values are blanked, not run, and the kernel is still compiled (and rejected)
+    with pytest.raises(fb.CheckFailed, match=r"kernel annotated_list: Numba's GPU compiler rejects it at `vals.append"):
+        fbn.expect_compiles(compile_cases.annotated_list, x, y)
+    # a global numpy array is a constant array in the kernel
+    assert "takes it" in fbn.expect_compiles(compile_cases.constant_array, x, y)
     # the simulator itself ran the list kernel: what the check is for
     out = fbn.device_or_host(8, np.float32)
     compile_cases.lists[1, 8](x, out)

@@ -30,6 +30,12 @@ class Unsupported(Exception):
     """A kernel the child cannot rebuild (say why)."""
 
 
+class NotAKernelGlobal(Unsupported):
+    """A global or captured value of the kernel's that a GPU kernel cannot use: Numba takes globals and captured
+    values as constants, of the types its CUDA target supports (numba-cuda user guide, "Global Variables and
+    Captured Values", and "Supported Python features in CUDA Python")."""
+
+
 def _source(fn) -> tuple[str, int, str]:
     """(the function's source with its decorator lines blanked, its first line in its file, its file name). Line
     numbers stay those of the file, so the compiler's errors point at the learner's own lines."""
@@ -41,14 +47,37 @@ def _source(fn) -> tuple[str, int, str]:
     func = next((n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)), None)
     if func is None:
         raise Unsupported(f"{fn.__name__} is not a plain function")
-    a = func.args
-    if a.defaults or any(a.kw_defaults) or func.returns or any(x.annotation for x in (*a.posonlyargs, *a.args,
-                                                                                          *a.kwonlyargs)):
-        raise Unsupported(f"{fn.__name__} has default values or annotations (a kernel takes neither)")
-    text = src.splitlines()
+    text = _without_defaults_and_annotations(src, func).splitlines()
     for i in range(func.lineno - 1):          # the decorators: blank lines, so that nothing runs at definition
         text[i] = ""
     return "\n".join(text) + "\n", first, fn.__code__.co_filename
+
+
+def _without_defaults_and_annotations(src: str, func: ast.FunctionDef) -> str:
+    """`src` with the function's default values and annotations blanked (same lines and columns): they would run
+    as code when the child defines the function, and a launch passes every argument anyway."""
+    a = func.args
+    spans = []     # ((line, col), (end line, end col)) to blank, columns in UTF-8 bytes as ast gives them
+    params = [*a.posonlyargs, *a.args]
+    defaults = dict(zip(params[len(params) - len(a.defaults):], a.defaults))
+    defaults.update({p: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    for p in (*params, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x is not None)):
+        end = defaults.get(p) or p.annotation
+        if end is not None:     # from the end of the name to the end of the default (or of the annotation)
+            spans.append(((p.lineno, p.col_offset + len(p.arg.encode())), (end.end_lineno, end.end_col_offset)))
+    lines = [ln.encode() for ln in src.split("\n")]
+    if func.returns is not None:    # `-> T`: from the arrow, found back from the annotation
+        r = func.returns
+        line, col = r.lineno, r.col_offset
+        while lines[line - 1].rfind(b"->", 0, col) < 0:
+            line, col = line - 1, len(lines[line - 2])
+        spans.append(((line, lines[line - 1].rfind(b"->", 0, col)), (r.end_lineno, r.end_col_offset)))
+    for (l0, c0), (l1, c1) in spans:
+        for ln in range(l0, l1 + 1):
+            b = lines[ln - 1]
+            lo, hi = (c0 if ln == l0 else 0), (c1 if ln == l1 else len(b))
+            lines[ln - 1] = b[:lo] + b" " * (hi - lo) + b[hi:]
+    return b"\n".join(lines).decode()
 
 
 def _names(code) -> set[str]:
@@ -72,12 +101,14 @@ def _global(name, value, device: dict) -> dict:
         return {"value": value, "tuple": isinstance(value, tuple)}
     if isinstance(value, np.generic):                       # a numpy scalar keeps its type
         return {"scalar": value.item(), "dtype": str(value.dtype)}
+    if type(value) is np.ndarray and value.dtype.kind in "biuf" and value.size <= 1 << 16:
+        return {"array": value.tolist(), "dtype": str(value.dtype)}      # a constant array in the kernel
     if isinstance(value, pytypes.ModuleType):
         mod = value.__name__
         if mod.startswith("numba.cuda"):     # the simulator's module or the real one: the child has the real one
             mod = "numba.cuda"
         if mod not in _MODULES:
-            raise Unsupported(f"the module {mod} (global {name!r})")
+            raise NotAKernelGlobal(f"the module {mod} (global {name!r})")
         return {"module": mod}
     py = getattr(value, "py_func", None)
     if py is not None:                          # another Numba function: a device function in the child
@@ -96,7 +127,7 @@ def _global(name, value, device: dict) -> dict:
         # a plain Python function (a helper without @cuda.jit(device=True), a lambda): the GPU compiler cannot call
         # it, and says so; the child gets one of its own, never the learner's
         return {"python_function": True}
-    raise Unsupported(f"the global {name!r} ({type(value).__name__})")
+    raise NotAKernelGlobal(f"the global {name!r} ({type(value).__name__})")
 
 
 def _function(fn, device: dict) -> dict:
@@ -140,6 +171,8 @@ def compile_in_child(kernel, args, cc=(7, 5), timeout=180) -> dict:
     its exception's name, 'function' and 'code': the kernel's line it points at, when found} | {'skip': why}."""
     try:
         s = spec(kernel, args, cc)
+    except NotAKernelGlobal as e:
+        return {"refused": str(e)}
     except Unsupported as e:
         return {"skip": f"cannot hand the kernel to the compiler's process: {e}"}
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
@@ -185,6 +218,9 @@ def _build(s: dict):
             elif "scalar" in how:
                 import numpy as np
                 g[n] = np.dtype(how["dtype"]).type(how["scalar"])
+            elif "array" in how:
+                import numpy as np
+                g[n] = np.array(how["array"], dtype=how["dtype"])
             elif "python_function" in how:
                 g[n] = _untyped
             elif "attr" in how:

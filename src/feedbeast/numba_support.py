@@ -206,6 +206,14 @@ def expect_compiles(kernel, *args) -> str | Skipped:
     r = compile_in_child(kernel, args)
     if "skip" in r:
         return Skipped(r["skip"], check)
+    if "refused" in r:
+        message = (todo_of(kernel) + f"kernel {name} uses {r['refused']}: a GPU kernel takes its globals and "
+                   "captured values as constants (numba-cuda user guide, 'Global Variables and Captured Values'), and "
+                   "this check compiles kernels whose constants are numbers, tuples of them, numpy scalars and "
+                   "arrays, math functions and device functions: use one of those. The simulator runs kernels as "
+                   "Python, so it took this.")
+        hooks.failed(check, message)
+        raise CheckFailed(message)
     if "error" in r:
         at = f" at `{r['code']}`" if r.get("code") else ""
         at += f" (in {r['function']})" if r.get("code") and r["function"] != name else ""
