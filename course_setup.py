@@ -49,7 +49,8 @@ def toolchain_pins(extra: str) -> list[str]:
 
 
 def install() -> None:
-    if importlib.util.find_spec("feedbeast") is not None:
+    spec = importlib.util.find_spec("feedbeast")
+    if spec is not None and spec.origin is not None:   # a clone folder named feedbeast is a namespace, no package
         return
     extra = cuda_extra()
     dirs = [*site.getsitepackages(), site.getusersitepackages()]
@@ -57,15 +58,20 @@ def install() -> None:
     before = pth()
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
         pins.write("\n".join(toolchain_pins(extra)) + "\n")
+    # Quiet pip says nothing for the minute it takes: say what is coming (measured on a fresh Python: about 0.8 GB
+    # of wheels, most of them CUDA's, the compiler's and llvmlite)
+    print(f"installing the course ({extra}) from {source()} into {sys.executable}: about 0.8 GB of wheels on a "
+          "fresh Python, a minute or so ...", flush=True)
     try:
         subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-c", pins.name,
                                f"feedbeast[{extra}] @ {source()}"])
     except subprocess.CalledProcessError as e:
         raise RuntimeError(
-            f"pip could not install the course from {source()} (exit status {e.returncode}; its messages are "
-            "above). Check the network; without one, bring a wheel bundle of the course (make wheelhouse) and "
-            "set PIP_NO_INDEX=1 and PIP_FIND_LINKS=<its folder> (or run in an environment that has the course); "
-            "then run this cell again.") from None
+            f"pip could not install the course from {source()} (exit status {e.returncode}): its last ERROR above "
+            "says why (a FEEDBEAST_SRC that names no folder, wheel or URL pip takes; no network). Without a "
+            "network, bring a wheel bundle of the course (make wheelhouse) and set PIP_NO_INDEX=1 and "
+            "PIP_FIND_LINKS=<its folder> (or run in an environment that has the course); then run this cell "
+            "again.") from None
     finally:
         os.unlink(pins.name)
     for p in sorted(pth() - before):    # start-up hooks of the new packages (numba-cuda's), as a new process runs them

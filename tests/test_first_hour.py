@@ -194,7 +194,7 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
     r = subprocess.run([str(py), "-c", setup_cell_source().replace('"feedbeast"', '"fb_not_here"', 1)],
                        cwd=tmp_path / "kernel", env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "No such file or directory" in r.stderr and "course_setup.py" in r.stderr, r.stderr
-    assert "clone the course here" in r.stderr, r.stderr
+    assert "clone the course here" in r.stderr and "FEEDBEAST_SRC" in r.stderr, r.stderr
 
     # pip fails (here: a build backend that raises): one sentence says so and what to do, nothing half-installed
     broken = tmp_path / "deeper" / "broken"   # not one level below tmp_path, where the clone below is looked for
@@ -218,6 +218,14 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
     # a clone one level below the notebook's folder (a hosted notebook's working folder): found there
     py3 = _fresh_venv(tmp_path / "kernel3")
     r = subprocess.run([str(py3), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "HOOKED 42" in r.stdout, r.stdout + r.stderr
+
+    # that clone named feedbeast: the folder is a namespace package to find_spec, not the course; still installed
+    hosted = tmp_path / "hosted"
+    hosted.mkdir()
+    (hosted / "feedbeast").symlink_to(course, target_is_directory=True)
+    r = subprocess.run([str(_fresh_venv(tmp_path / "kernel5")), "-c", code], cwd=hosted, env=env,
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "HOOKED 42" in r.stdout, r.stdout + r.stderr
 
 
@@ -245,7 +253,7 @@ def test_a_venv_made_by_a_given_python_is_kept_by_later_commands(tmp_path):
     venv.EnvBuilder(with_pip=False, symlinks=True).create(v)
     stamp = v / ".installed-cu13"
     stamp.write_text("")
-    later = max(p.stat().st_mtime for p in (ROOT / "requirements").iterdir()) + 10
+    later = max(p.stat().st_mtime for p in [*(ROOT / "requirements").iterdir(), ROOT / "pyproject.toml"]) + 10
     os.utime(stamp, (later, later))
     fake = tmp_path / "bin"
     fake.mkdir()

@@ -4,6 +4,7 @@ this checkout's environment when this Python runs another checkout's source; a w
 one); the source itself, an equal copy, no checkout in sight or a folder that cannot be read says nothing."""
 from __future__ import annotations
 
+import sys
 import os
 import shutil
 from pathlib import Path
@@ -133,3 +134,25 @@ def test_the_hooks_compare_once_per_process(monkeypatch):
     course.install()
     course.install()
     assert calls == [1]
+
+
+def test_a_kernel_starting_with_the_course_says_it_under_its_first_cell(monkeypatch):
+    """The course's kernelspec imports the hooks while the kernel starts, when stderr is the kernel's log: the
+    comparison waits for the first cell, once."""
+    import types
+    import feedbeast.course as course
+    calls, handlers = [], []
+    events = types.SimpleNamespace(register=lambda name, f: handlers.append((name, f)),
+                                   unregister=lambda name, f: handlers.remove((name, f)))
+    shell = types.SimpleNamespace(events=events, parent_header={})
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    monkeypatch.setattr(course.freshness, "warn_if_stale", lambda: calls.append(1) or "differs")
+    monkeypatch.setattr(course, "_said_stale", [])
+    course.install()
+    assert calls == [] and [n for n, _ in handlers] == ["pre_run_cell"]
+    handlers[0][1](None)                       # the first cell
+    assert calls == [1] and handlers == [] and course._said_stale == ["differs"]
+    shell.parent_header = {"msg_id": "1"}      # inside a cell: said at once
+    monkeypatch.setattr(course, "_said_stale", [])
+    course.install()
+    assert calls == [1, 1]

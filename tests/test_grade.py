@@ -240,6 +240,11 @@ def test_cli_expands_quoted_globs(tmp_path):
     shutil.copy(SOLUTION, tmp_path / "00-a.ipynb")
     assert g.expand([str(tmp_path / "00-*.ipynb")]) == [tmp_path / "00-a.ipynb"]
     assert g.expand([str(tmp_path / "99-*.ipynb")]) == [tmp_path / "99-*.ipynb"]   # graded as missing
+    # a lab named as make grade LAB= names it, from the course's labs/
+    root = Path(__file__).resolve().parents[1]
+    lab03 = root / "labs/03-cp-async-rowsum.ipynb"
+    assert g.expand(["03"], root) == g.expand(["3"], root) == g.expand(["cp-async-rowsum"], root) == [lab03]
+    assert g.expand(["99"], root) == [Path("99")]                                   # graded as missing
 
 
 # ---- SASS-visible rules: the proxy fence's place, not only its count -----------------------------------------

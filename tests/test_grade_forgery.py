@@ -40,7 +40,7 @@ CPU_BUG = LAB_BUGS["05"]["fence-after-release"].replacements            # SASS-v
 GPU_BUG = LAB_BUGS["05"]["staging-rewritten-before-store-read"].replacements   # a race only hazards see
 GPU_RULE = "async-read-in-flight"
 REFUSED = (r"not run by the grader|not compiled: it |raised Python's audit event|"
-           r"no kernel named 'transpose_ring'|was changed in place")
+           r"no kernel named 'transpose_ring'|was changed in place|the Python builtin \w+ was rebound")
 MAKE_MAPS = "def make_maps(x_dev, y_dev):\n"
 
 
@@ -165,6 +165,22 @@ def make_maps(x_dev, y_dev, unused=typing.get_type_hints(hint)):
 """
 FILE_WRITE = """def make_maps(x_dev, y_dev, unused=np.zeros(1).tofile("cubin.bin")):
 """
+# What the checks compare and accept, changed without replacing a function: the toolkit's tolerance table updated in
+# place, a builtin rebound in the namespace the checks run in, a value whose comparisons say what it likes.
+TOLERANCE = """from feedbeast.check import TOLERANCE
+
+
+def make_maps(x_dev, y_dev, unused=TOLERANCE.update(bfloat16=1e30)):
+"""
+BUILTIN = """def make_maps(x_dev, y_dev, unused=(enumerate := lambda shapes: iter(()))):
+"""
+LIAR = """class Swizzle(int):
+    def __ne__(self, other):
+        return False
+
+
+def make_maps(x_dev, y_dev, unused=Swizzle(0)):
+"""
 
 # name -> (replacements added to the bug's, an edit of the notebook, what the failure names: "bug" | "refused")
 FORGERIES = {
@@ -219,6 +235,9 @@ FORGERIES = {
     "a-string-annotation-run-by-typing": ([(MAKE_MAPS, ANNOTATION)], None, "refused"),
     "a-file-written-for-a-later-check": ([(MAKE_MAPS, FILE_WRITE)], None, "refused"),
     "c-api-through-numpy-ctypes": ([(MAKE_MAPS, CTYPES)], None, "refused"),
+    "tolerance-table-updated": ([(MAKE_MAPS, TOLERANCE)], None, "refused"),
+    "builtin-rebound": ([(MAKE_MAPS, BUILTIN)], None, "refused"),
+    "comparison-that-lies": ([(MAKE_MAPS, LIAR)], None, "refused"),
 }
 
 
@@ -441,6 +460,12 @@ def test_the_channel_reads_only_signed_lines_in_order():
     ("import operator\nget = operator.attrgetter('hazards.check')", False),
     ("from operator import methodcaller", False),
     ("import operator\nadd = operator.add", True),
+    # a builtin rebound where the checks read it; a value that answers comparisons and tests as it likes
+    ("enumerate = lambda s: iter(())", False),
+    ("TILE, BAND, enumerate = 32, 8, None", False),
+    ("class S(int):\n    def __ne__(self, o):\n        return False", False),
+    ("S = type('S', (int,), {'__eq__': lambda s, o: True})", False),
+    ("class P:\n    def __bool__(self):\n        return True", False),
 ])
 def test_refusals(src, ok):
     import ast
@@ -475,3 +500,13 @@ def test_the_hazard_replay_forks_only_for_a_trace_decode_made():
     finally:
         hc._replay_parallel = real
     assert calls == [4], calls
+
+
+def test_the_grade_compiles_in_a_cache_of_its_own(tmp_path, monkeypatch):
+    """The shared compile cache is a folder the notebook's own cells can write: a cubin put there under the learner's
+    source (a correct kernel's, for a buggy one) would be graded. The grade neither reads nor fills it."""
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("FEEDBEAST_CACHE", str(shared))
+    rep = g.grade(SOLUTION, timeout=300)
+    assert rep.status in ("ok", "partial"), str(rep)
+    assert not [p for p in shared.rglob("*") if p.is_file()], sorted(shared.rglob("*"))

@@ -604,3 +604,19 @@ def test_a_host_time_no_hold_covers_is_reported_not_hidden(monkeypatch):
     r = fb.result_of("x", times, nbytes=1e6, record=False, host_us=host_us, host_hidden=hidden)
     assert "host time not hidden (2000 us per call)" in repr(r) and "Kernel.bind" in repr(r)
     assert "host time not hidden: bind" in repr(fb.result_of("y", times, nbytes=1e6, record=False, host_hidden=False))
+
+
+def test_recorded_results_are_found_from_a_hosted_notebook_s_folder(tmp_path, monkeypatch):
+    """A hosted kernel runs in a fixed folder with the clone one level below (as the setup cell finds it): the
+    recorded results are that clone's. Two clones there, or none: nothing is guessed."""
+    from feedbeast.course import results
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    work = tmp_path / "content"
+    clone = work / "feedbeast"
+    for d in ("chapters", "solutions", "results"):
+        (clone / d).mkdir(parents=True)
+    monkeypatch.chdir(work)
+    assert results.course_results() == clone.resolve() / "results"
+    for d in ("chapters", "solutions"):
+        (work / "other" / d).mkdir(parents=True)
+    assert results.course_results() is None

@@ -480,3 +480,31 @@ def test_a_cp_async_stage_published_before_its_wait_group_is_read_early():
         yield ring.cp_async_wait(0)
         yield ring.read(0, tile=0)
     assert check_ring([own_copy_with_wait], [], stages=1, tiles=1, init=one).ok
+
+
+def test_a_ring_must_move_every_tile():
+    """Programs that copy or read no tile complete in every interleaving: that is no ring. A step function's second
+    parameter is the tile even with a default (`(ring, it=0)` run once as a whole program checked tile 0 alone)."""
+    def p_default(ring, it=0):
+        yield from producer(ring, it)
+
+    def c_parity0(ring, it=0):            # waits on parity 0 each lap: wrong from the second lap on
+        s = it % ring.stages
+        yield ring.full[s].wait(0)
+        yield ring.read(s, tile=it)
+        yield ring.empty[s].arrive()
+    res = check_ring(p_default, [c_parity0] * 2, stages=2, tiles=5)
+    assert not res.ok and res.kind == "read_before_arrival", str(res)
+
+    def c_no_read(ring, it):
+        s, ph = it % ring.stages, (it // ring.stages) & 1
+        yield ring.full[s].wait(ph)
+        yield ring.empty[s].arrive()
+    res = check_ring(producer, [c_no_read] * 2, stages=2, tiles=5)
+    assert res.kind == "tile_not_moved" and "tile 0 of 5 is never read" in str(res), str(res)
+
+    def nothing(ring):
+        yield from ()
+    res = check_ring(nothing, [nothing], stages=2, tiles=3)
+    assert res.kind == "tile_not_moved" and "never copied" in str(res), str(res)
+    assert check_ring(producer, [consumer] * 2, stages=2, tiles=5).ok

@@ -82,7 +82,13 @@ class Gpu:
 
 
 def nvrtc_version() -> tuple[int, int]:
-    from cuda.bindings import nvrtc
+    try:
+        from cuda.bindings import nvrtc
+    except ModuleNotFoundError as e:   # a plain `pip install feedbeast`: the CUDA wheels are the extras
+        raise ModuleNotFoundError(
+            f"{e}: the course compiles with NVRTC from CUDA's Python wheels, which this Python lacks. Install the "
+            "course with them: `make install`, or pip install of the course with the extra cu13 (cu12 for a CUDA "
+            "12 driver) and the pins of its requirements/ folder", name=e.name) from None
     err, major, minor = nvrtc.nvrtcVersion()
     return (major, minor)
 

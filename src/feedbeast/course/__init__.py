@@ -18,6 +18,8 @@ until a variable changes. The grader's check process sets the mode itself (pin_h
 """
 from __future__ import annotations
 
+import sys
+
 import os
 
 from .. import hooks
@@ -79,7 +81,26 @@ def install() -> None:
         hooks.mode.untimed = runmode.TIMED_OFF
         hooks.mode.unprofiled = runmode.UNPROFILED
     if not _said_stale:
-        _said_stale.append(freshness.warn_if_stale())
+        _said_stale.append(None)
+        ip = _kernel_before_its_first_cell()
+        if ip is None:
+            _said_stale[0] = freshness.warn_if_stale()
+        else:   # a kernel that imports this at start-up (the course's kernelspec): said under the first cell run
+            def first_cell(*_):
+                ip.events.unregister("pre_run_cell", first_cell)
+                _said_stale[0] = freshness.warn_if_stale()
+            ip.events.register("pre_run_cell", first_cell)
+
+
+def _kernel_before_its_first_cell():
+    """The IPython shell, when this runs while it starts (no cell run yet), else None: what is printed then goes to
+    the kernel's log, not to any notebook."""
+    shell = sys.modules.get("IPython")
+    ip = shell.get_ipython() if shell is not None and hasattr(shell, "get_ipython") else None
+    # ipykernel's shell holds the request it answers; none yet while the kernel starts (a terminal IPython has none)
+    if ip is None or not hasattr(ip, "events") or getattr(ip, "parent_header", None) != {}:
+        return None
+    return ip
 
 
 _said_stale: list = []   # the running package is compared with the checkout's source once per process

@@ -21,7 +21,7 @@ trusts"):
    the learner's %%cuda cells of the solution's --names, compiled from their text (the kernels the checks
    launch are these, bound after everything else the learner wrote); the learner's definitions the checks
    read (feedbeast.course.notebook.plan: the top-level statements binding those names, and what they read), each
-   checked by feedbeast.course.notebook.refusals first (no rebinding what the lab gives, no imports beyond numpy,
+   checked by feedbeast.course.notebook.refusals first (no rebinding what the lab gives or a builtin, no imports beyond numpy,
    math, numba and the toolkit's public part, no reaching the toolkit's or the process's state); then each
    check cell.
 4. Before each check cell the environment is set back to the grader's; before and after, the toolkit's
@@ -313,10 +313,28 @@ def _integrity_baseline(ns: dict, protected) -> dict:
                         if isinstance(cv, kinds) or callable(cv):
                             attrs[(f"{n}.{k}", ck)] = cv
     codes = {key: _code_of(v) for key, v in attrs.items() if isinstance(v, types.FunctionType)}
-    return {"modules": mods, "attrs": attrs, "codes": codes, "state": {},
+    return {"modules": mods, "attrs": attrs, "codes": codes, "state": {}, "data": _toolkit_data(mods),
             "given": {k: ns[k] for k in protected if k in ns},
             "hooks": _hook_state(hooks), "mode": (hooks.mode, dataclasses.asdict(hooks.mode)),
             "sinks": list(verdicts._sinks), "records": verdicts._records}
+
+
+_DATA = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, list, dict, set)
+
+
+def _toolkit_data(mods: dict) -> dict:
+    """The toolkit's module-level constants (upper-case names: tolerances, peaks, rule tables), as text: changed in
+    place (`TOLERANCE.update(...)`), they would change what the checks accept while every function stays the same
+    object. Lower-case names are state the toolkit keeps (the last launch); the hooks' lists are checked on their
+    own."""
+    out = {}
+    for n, m in mods.items():
+        if not (n == "feedbeast" or n.startswith("feedbeast.")) or n == "feedbeast.hooks":
+            continue
+        for k, v in list(vars(m).items()):
+            if not k.startswith("_") and k.isupper() and type(v) in _DATA:
+                out[n, k] = repr(v)
+    return out
 
 
 def _code_of(f) -> tuple:
@@ -359,6 +377,10 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
             out.append(f"{owner}.{k} was replaced")
         elif (owner, k) in base["codes"] and any(a is not b for a, b in zip(_code_of(v), base["codes"][owner, k])):
             out.append(f"{owner}.{k} was changed in place (its code, defaults or closure)")
+    for (owner, k), text in base["data"].items():
+        m = base["modules"].get(owner)
+        if m is not None and repr(vars(m).get(k)) != text:
+            out.append(f"{owner}.{k} was changed in place")
     for k, state in base["state"].items():
         if kernel_state(ns.get(k)) != state:
             out.append(f"{k}, the kernel module the grader compiled from your cell, was changed in place")
@@ -415,6 +437,11 @@ class _CheckChild:
             with contextlib.redirect_stdout(self.log):
                 for i, src in cells:
                     self.run(src, f"{sol.name}, given cell {i}")
+        except ModuleNotFoundError as e:     # this Python, not the lab: a package the course needs is missing
+            self.fail("the lab's given cells",
+                      f"{type(e).__name__}: {e}: this Python lacks a package the course needs. Install the course "
+                      "with its CUDA wheels (`make install`, or pip install of the course with the extra cu13, or "
+                      "cu12 for a CUDA 12 driver, and the pins of requirements/), then grade again")
         except BaseException as e:
             self.fail("the lab's given cells",
                       f"{type(e).__name__}: {e} (the lab's own code: report it to the instructor)")
@@ -578,7 +605,10 @@ def _harness(fd: int) -> int:
     ns.update(cuda_ns)
     base["state"] = {k: st for k, v in cuda_ns.items() if (st := kernel_state(v)) is not None}
     child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"])
-    problems = _integrity_problems(base, ns)
+    from .notebook import BUILTIN_NAMES
+    problems = _integrity_problems(base, ns) + [
+        f"the Python builtin {k} was rebound" for k in sorted(BUILTIN_NAMES - given)
+        if k in ns and ns[k] is not getattr(builtins, k)]
     if problems:
         child.fail("integrity", "the notebook's code changed or reached what the checks use: " + "; ".join(problems))
     send({"t": "learner-done"})
@@ -725,7 +755,11 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         env["FEEDBEAST_HAZARDS"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     job["hazards"] = bool(hazards)
-    msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout)
+    # Compiled from scratch in a cache of the grade's own: the shared one (~/.cache/feedbeast) is a folder the
+    # notebook's own cells can write, and a cubin found there under the learner's source would be graded instead.
+    with tempfile.TemporaryDirectory(prefix="feedbeast-grade-") as cache:
+        env["FEEDBEAST_CACHE"] = cache
+        msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout)
     outcomes, error = _outcomes(msgs, job, error, hazards, exit_status)
     todo = _todo(mine)
     if todo:     # the lab as given, or a TODO line left: that first, once; the checks' own copies of it dropped
@@ -913,12 +947,21 @@ def gist(message: str, limit: int = 160) -> str:
     return (cut[:word] if word >= limit - 40 else cut) + "..."      # at a word, unless the word is very long
 
 
-def expand(patterns) -> list[Path]:
-    """Paths as given; a pattern the shell did not expand (or quoted) is globbed here. A pattern that
-    matches nothing stays as a path, and grading reports it as missing."""
+def expand(patterns, course=None) -> list[Path]:
+    """Paths as given; a pattern the shell did not expand (or quoted) is globbed here; a lab named as `make grade
+    LAB=` takes it (`03`, `3`, `cp-async-rowsum`: the course's labs/ from the working directory, or `course`). A
+    pattern that matches nothing stays as a path, and grading reports it as missing."""
+    from . import labs
+    from .coursedir import CourseNotFound, find as find_course
     paths = []
     for p in patterns:
         hits = sorted(glob.glob(p)) if any(ch in p for ch in "*?[") else [p]
+        if hits == [p] and not Path(p).exists() and "/" not in p and not p.endswith(".ipynb"):
+            try:
+                root = find_course(explicit=course)
+                hits = [str(lab) for _, lab in labs.select(root / "solutions", root / "labs", [p])]
+            except (CourseNotFound, ValueError):
+                hits = [p]
         paths += [Path(h) for h in hits] if hits else [Path(p)]
     return paths
 
@@ -932,7 +975,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m feedbeast grade",
                                  description="Grade lab notebooks with the labs' own checks; exit 0 ok, "
                                              "1 a check failed, 2 partial (some checks cannot run here).")
-    ap.add_argument("notebooks", nargs="+", help="lab notebooks or glob patterns (labs/00-*.ipynb)")
+    ap.add_argument("notebooks", nargs="+", help="lab notebooks, glob patterns (labs/00-*.ipynb) or labs named as "
+                                                 "make grade LAB= names them (03, 3, cp-async-rowsum)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     ap.add_argument("--solutions", default=None, help="folder of solution notebooks (default: the course's)")
     ap.add_argument("--course", default=None, help="the course checkout (default: found from the notebook, "
@@ -944,7 +988,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     hazards = {"auto": None, "on": True, "off": False}[args.hazards]
     reports = []
-    for path in expand(args.notebooks):
+    for path in expand(args.notebooks, args.course):
         if not args.json:
             print(f"grading {path} ...", flush=True)
         rep = grade(path, timeout=args.timeout, solutions=args.solutions, hazards=hazards, course=args.course)

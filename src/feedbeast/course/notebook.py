@@ -510,7 +510,15 @@ CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "set
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__",
               "__getattribute__", "__setattr__", "__delattr__",
               # pickling hooks: an object rebuilt from a pickle calls what its __reduce__ names, outside its own frames
-              "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__"}
+              "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__",
+              # what an object answers when a check compares, tests, counts or converts it: an int subclass whose
+              # __ne__ says False passes any `x != expected` (a lab never needs to define these)
+              "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__hash__", "__len__",
+              "__index__", "__int__", "__float__", "__complex__", "__abs__", "__round__", "__trunc__", "__floor__",
+              "__ceil__", "__contains__", "__instancecheck__", "__subclasscheck__", "__array__", "__array_ufunc__",
+              "__array_function__", "__array_interface__", "__array_priority__", "__array_wrap__",
+              "__array_finalize__", "__cuda_array_interface__", "__dlpack__"}
+BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 
 
 def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
@@ -525,6 +533,9 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
     if binds & protected:
         out.append(f"it rebinds {', '.join(sorted(binds & protected))}, which the lab gives or the grader binds "
                    "(the grade uses the lab's own)")
+    if binds & BUILTIN_NAMES:
+        out.append(f"it rebinds the Python builtin {', '.join(sorted(binds & BUILTIN_NAMES))}, which the checks use: "
+                   "pick another name")
     if amends & (protected | modules):
         out.append(f"it changes {', '.join(sorted(amends & (protected | modules)))} in place")
     for n in ast.walk(node):
@@ -552,6 +563,8 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS or \
                 isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in FINALIZERS:
             out.append(f"it defines {getattr(n, 'name', None) or n.id}")
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in FINALIZERS:
+            out.append(f"it names {n.value}")            # type("X", (int,), {"__ne__": ...})
         elif isinstance(n, ast.arg) and isinstance(n.annotation, ast.Constant) and isinstance(n.annotation.value, str) \
                 or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign)) and isinstance(
                     getattr(n, "returns", None) or getattr(n, "annotation", None), ast.Constant):

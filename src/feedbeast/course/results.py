@@ -111,12 +111,19 @@ def _newest(kind: str, name: str) -> dict | None:
 
 
 def course_results() -> Path | None:
-    """results/ of the course checkout found from the working directory (a notebook runs in its folder)."""
-    from .coursedir import CourseNotFound, find
+    """results/ of the course checkout found from the working directory (a notebook runs in its folder), else of
+    the one checkout one level below it: a hosted notebook's kernel runs in a fixed folder (Colab's /content) with
+    the clone beside the notebook's own files, as the setup cell finds it. Only what is shown reads this."""
+    from .coursedir import CourseNotFound, find, is_course
     try:
         return find() / "results"
     except CourseNotFound:
+        pass
+    try:
+        below = [d for d in Path.cwd().iterdir() if d.is_dir() and is_course(d)]
+    except OSError:
         return None
+    return below[0] / "results" if len(below) == 1 else None
 
 
 # Parts of a name that give a problem size: "n=4096", "rows=8192", "4000x4104x3992", "37 x 1000". A CPU run uses

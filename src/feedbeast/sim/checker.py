@@ -116,6 +116,7 @@ STAGE_OVERWRITTEN = "stage_overwritten"
 READ_BEFORE_ARRIVAL = "read_before_arrival"
 WRONG_DATA = "wrong_data"
 MBARRIER_MISUSE = "mbarrier_misuse"
+TILE_NOT_MOVED = "tile_not_moved"     # a ring of `tiles` tiles whose programs never copy or never read one of them
 BUG_KINDS = (DEADLOCK, STAGE_OVERWRITTEN, READ_BEFORE_ARRIVAL, WRONG_DATA, MBARRIER_MISUSE)
 
 # instruction codes
@@ -263,8 +264,9 @@ class RingView:
 
 def _n_params(fn):
     try:
+        # a second parameter, with a default or not, is the tile: `(ring, it=0)` is called once per tile too
         params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         return len(params)
     except (TypeError, ValueError):
         return 2
@@ -563,6 +565,16 @@ class RingModel:
         start = self.initial_state()
         if self.init_error:
             return self._result(MBARRIER_MISUSE, f"in init: {self.init_error}", [], 1, 0, t0)
+        # Every interleaving of programs that move nothing completes: a ring must copy and read each of its tiles.
+        copied = {op[2] for p in self.programs for op in p if op[0] in (_COPY, _CP_ASYNC)}
+        read = {op[2] for p in self.programs for op in p if op[0] == _READ}
+        for t in range(self.tiles):
+            if t not in copied or t not in read:
+                what = "copied (ring.copy by a producer)" if t not in copied else "read (ring.read by a consumer)"
+                return self._result(TILE_NOT_MOVED, f"tile {t} of {self.tiles} is never {what}: the programs must "
+                                    "move every tile through the ring (a step function takes (ring, it) and is "
+                                    "called once per tile; one that takes (ring) runs once, as the whole program)",
+                                    [], 1, 0, t0)
         parent = {start: None}
         frontier = [start]
         depth = 0

@@ -16,8 +16,14 @@
 #include <fb/smem.cuh>
 #include <fb/tma.cuh>
 
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
-#error "fb/tcgen05.cuh needs the arch-specific Blackwell target: compile with --arch sm_100a"
+// tcgen05 is in the arch-specific targets sm_100a, sm_103a, sm_110a and their families (sm_100f, sm_103f, sm_110f),
+// not in sm_120a or the portable sm_100 (PTX ISA, "tcgen05" target notes). The course builds sm_100a.
+#if defined(__CUDA_ARCH__) && !(defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL) ||     \
+                                defined(__CUDA_ARCH_FEAT_SM110_ALL) ||                                              \
+                                (defined(__CUDA_ARCH_FAMILY_SPECIFIC__) &&                                         \
+                                 (__CUDA_ARCH_FAMILY_SPECIFIC__ == 1000 || __CUDA_ARCH_FAMILY_SPECIFIC__ == 1030 || \
+                                  __CUDA_ARCH_FAMILY_SPECIFIC__ == 1100)))
+#error "fb/tcgen05.cuh needs a Blackwell target with tcgen05: compile with --arch sm_100a (sm_103a, sm_110a and the f families have it too)"
 #endif
 
 namespace fb {
@@ -39,7 +45,8 @@ __device__ inline void tmem_alloc(u32* dst, u32 ncols) {
                "r"(ncols)
                : "memory");
 }
-// After this, the CTA may not allocate again; other CTAs on the SM that are blocked in alloc may proceed.
+// After this, the CTA may not allocate again (PTX ISA); CUTLASS calls it before its deallocations so that the
+// next CTA can be launched on the SM.
 __device__ inline void tmem_relinquish_alloc_permit() {
   asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: "memory");
 }
