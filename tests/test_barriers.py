@@ -17,7 +17,7 @@ SIM = fbn.setup()
 from numba import cuda, float32  # noqa: E402
 
 SOURCE = textwrap.dedent('''
-    from numba import cuda, float32, int32
+    from numba import cuda, float32, int32; import functools
 
     @cuda.jit
     def tree_ok(x):
@@ -214,6 +214,119 @@ SOURCE = textwrap.dedent('''
         if me[0] < 16:
             cuda.syncthreads()
 
+    TWO = 2
+
+    @cuda.jit(device=True)
+    def tiles_in_a_helper(x, n):
+        for t in range(n):
+            x[cuda.threadIdx.x] = t
+            cuda.syncthreads()
+
+    @cuda.jit
+    def calls_a_tile_loop(x, n):
+        tiles_in_a_helper(x, n)
+
+    @cuda.jit(device=True)
+    def one_buffer_tiles(x, n):
+        cuda.syncthreads()
+        for t in range(n):
+            x[cuda.threadIdx.x] = t
+            cuda.syncthreads()
+            x[cuda.threadIdx.x] += 1.0
+            cuda.syncthreads()
+
+    @cuda.jit
+    def calls_one_buffer_tiles(x, n):
+        one_buffer_tiles(x, n)
+
+    @cuda.jit
+    def phases_by_a_global(x, n):
+        for t in range(n):
+            for ph in range(TWO):
+                x[cuda.threadIdx.x] = ph
+                cuda.syncthreads()
+
+    @cuda.jit
+    def phases_by_a_while(x, n):
+        for t in range(n):
+            ph = 0
+            while ph < 2:
+                x[cuda.threadIdx.x] = ph
+                cuda.syncthreads()
+                ph += 1
+
+    @cuda.jit
+    def not_once_through_an_alias(x, n):
+        for t in range(n):
+            u = t
+            if t == u:
+                cuda.syncthreads()
+            cuda.syncthreads()
+
+    @cuda.jit
+    def prologue_if_not_t(x, n):
+        for t in range(n):
+            if not t:
+                x[cuda.threadIdx.x] = 0.0
+                cuda.syncthreads()
+            cuda.syncthreads()
+
+    @cuda.jit
+    def vote_loop(x):
+        more = cuda.threadIdx.x < 8
+        while cuda.syncthreads_or(more):
+            more = False
+            cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def sync_unless_last(i, n):
+        if i + 1 < n:
+            cuda.syncthreads()
+
+    @cuda.jit
+    def name_reused_at_the_call(x, n):
+        w = cuda.threadIdx.y
+        for j in range(4):
+            i = w + j * 8
+            x[i] = 1.0
+        for i in range(n):
+            sync_unless_last(i, n)
+
+    def make_with_a_captured_helper(n):
+        @cuda.jit(device=True)
+        def stage(x):
+            cuda.syncthreads()
+
+        @cuda.jit
+        def captured(x):
+            x[cuda.threadIdx.x] = n
+            stage(x)
+        return captured
+
+    @cuda.jit(device=True)
+    def my_row():
+        return cuda.threadIdx.y
+
+    @cuda.jit
+    def split_by_a_returned_index(x):
+        if my_row() < 4:
+            cuda.syncthreads()
+
+    @cuda.jit
+    def split_by_an_aliased_atomic(x, ticket):
+        atom = cuda.atomic
+        if atom.add(ticket, 0, 1.0) < 128.0:
+            cuda.syncthreads()
+
+    def decoy(x):
+        cuda.syncthreads()
+
+    @cuda.jit
+    @functools.wraps(decoy)
+    def wrapped(x):
+        if cuda.threadIdx.x < 16:
+            cuda.syncthreads()
+
     @cuda.jit
     def three_phases(x):
         t = cuda.threadIdx.x
@@ -363,3 +476,27 @@ def test_a_device_function_s_barriers_are_read_where_it_is_called(kernels):
     assert len(found) == 1 and "sync_helper()" in found[0], found
     with pytest.raises(fb.CheckFailed, match=r"can reach 2 barriers"):
         fbn.expect_uniform_barriers(kernels.two_helpers_per_tile, required=True, per_loop=1)
+
+
+def test_barriers_in_device_functions_loops_aliases_and_votes(kernels):
+    """What a review found: a device function whose barrier sits in its own tile loop is a barrier (and its loop is
+    counted: one buffer, two per tile, is told so); a constant inner trip count may be a global, and a `while` inside
+    the tile loop passes more than once; `t == u` holds once only when u is the same on every pass; `if not t` is the
+    first pass; a block-wide vote (syncthreads_or) is the same in every thread; a device function's argument is judged
+    where the call stands; a captured helper is read; a returned threadIdx and an aliased atomic differ between
+    threads; functools.wraps does not hand the check another function's source."""
+    import feedbeast as fb
+    from feedbeast.barriers import most_per_iteration
+    assert fbn.expect_uniform_barriers(kernels.calls_a_tile_loop, required=True, per_loop=1).endswith("per loop iteration")
+    with pytest.raises(fb.CheckFailed, match=r"can reach 2 barriers"):
+        fbn.expect_uniform_barriers(kernels.calls_one_buffer_tiles, required=True, per_loop=1)
+    for k in (kernels.phases_by_a_global, kernels.phases_by_a_while, kernels.not_once_through_an_alias):
+        assert max(most_per_iteration(k).values()) >= 2, k.__name__
+    assert max(most_per_iteration(kernels.prologue_if_not_t).values()) == 1
+    assert divergent_barriers(kernels.vote_loop) == []
+    assert divergent_barriers(kernels.name_reused_at_the_call) == []
+    assert fbn.expect_uniform_barriers(kernels.make_with_a_captured_helper(3), required=True).endswith("whole block")
+    assert len(divergent_barriers(kernels.split_by_a_returned_index)) == 1
+    assert len(divergent_barriers(kernels.split_by_an_aliased_atomic)) == 1
+    found = divergent_barriers(kernels.wrapped)
+    assert len(found) == 1 and "threadIdx.x < 16" in found[0], found

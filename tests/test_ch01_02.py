@@ -233,6 +233,7 @@ def test_notebook_kernels_compile_with_the_real_numba_compiler(tmp_path):
 # What the simulator runs and a GPU's compiler would not: fbn.expect_compiles hands a kernel to Numba's real compiler
 # in a process of its own (feedbeast.numba_compile), so a lab's check fails on a machine without a GPU too.
 COMPILE_CASES = '''
+import functools
 import math
 from math import sqrt
 import numpy as np
@@ -308,6 +309,30 @@ def annotated_list(x: object, y=None) -> None:      # annotations and defaults a
     y[t] = vals[0]
 
 WEIGHTS = np.arange(8, dtype=np.float32)
+BIG, C64, DT = np.ones(70000, np.float32), np.arange(4, dtype=np.complex64), np.dtype(np.float32)
+
+@cuda.jit
+def big_constants(x, y):
+    s = cuda.shared.array(32, dtype=DT)
+    t = cuda.threadIdx.x
+    s[t % 32] = BIG[t] + C64[t % 4].real
+    y[t] = s[t % 32] + x[t]
+
+@cuda.jit
+def continued(x: object, y=None) -> \
+        None:
+    t = cuda.threadIdx.x
+    y[t] = x[t]
+
+def decoy(x, y):
+    y[0] = x[0]
+
+@cuda.jit
+@functools.wraps(decoy)
+def wrapped_list(x, y):
+    vals = []
+    vals.append(x[cuda.threadIdx.x])
+    y[cuda.threadIdx.x] = vals[0]
 
 @cuda.jit
 def constant_array(x, y):
@@ -364,8 +389,14 @@ def test_the_real_compiler_takes_a_good_kernel_and_names_the_line_it_rejects(com
     # annotations and default values are blanked, not run, and the kernel is still compiled (and rejected)
     with pytest.raises(fb.CheckFailed, match=r"kernel annotated_list: Numba's GPU compiler rejects it at `vals.append"):
         fbn.expect_compiles(compile_cases.annotated_list, x, y)
-    # a global numpy array is a constant array in the kernel
+    # a global numpy array is a constant array in the kernel, whatever its size and kind; a dtype is a constant too
     assert "takes it" in fbn.expect_compiles(compile_cases.constant_array, x, y)
+    assert "takes it" in fbn.expect_compiles(compile_cases.big_constants, x, y)
+    # a return annotation continued with a backslash still compiles
+    assert "takes it" in fbn.expect_compiles(compile_cases.continued, x, y)
+    # functools.wraps hands inspect another function's source: the check reads the kernel's own code
+    with pytest.raises(fb.CheckFailed, match=r"kernel wrapped_list: Numba's GPU compiler rejects it at `vals.append"):
+        fbn.expect_compiles(compile_cases.wrapped_list, x, y)
     # the simulator itself ran the list kernel: what the check is for
     out = fbn.device_or_host(8, np.float32)
     compile_cases.lists[1, 8](x, out)

@@ -12,9 +12,11 @@ branch that only part of the block takes runs there as if it were right. `diverg
 barriers in the source instead: a `syncthreads()` inside an `if`, `while` or `for` whose condition or range depends
 on the thread (its `threadIdx`, `cuda.grid`, `laneid`, an atomic's old value, a shuffle or a vote, a
 per-thread `cuda.local.array` stored from any of them, or a name computed from them), or in a loop that a thread
-may leave early (`break`, `continue`) under such a condition. It reads the source; it does not run the kernel, and
-it reads the kernel alone: a barrier inside a device function the kernel calls, and an index returned by one, are not
-followed (the check can miss those; it does not flag what is right).
+may leave early (`break`, `continue`) under such a condition. It reads the source; it does not run the kernel. The
+device functions the kernel calls (by a global or captured name) are read too: a call of one that reaches a barrier
+counts as a barrier where it stands, its parameters differ between threads as the arguments a call passes them do,
+and a value one returns differs when it comes from the thread. What it cannot follow it does not flag: a barrier
+reached through a function held in a container or an argument, an index kept in shared memory.
 """
 from __future__ import annotations
 
@@ -61,8 +63,13 @@ class _Reader:
     the function (an assignment from a value the whole block shares ends a name's dependence on the thread; a
     branch's two sides and a loop's passes are joined), on the data the names are computed from."""
 
-    def __init__(self, func: ast.FunctionDef, initial=frozenset(), calls=None):
+    def __init__(self, func: ast.FunctionDef, initial=frozenset(), calls=None, devices=(), thread_returns=()):
         self.func, self.at, self.initial, self.calls = func, {}, frozenset(initial), calls or {}
+        self.devices, self.thread_returns = set(devices), set(thread_returns)
+        self.before: dict[int, set] = {}       # id(statement): the names thread-dependent before it (any pass)
+        # names bound to the atomics module (`atom = cuda.atomic`): `atom.add(...)` returns a thread's own old value
+        self.atomic = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
+                       and n.value.attr == "atomic" for t in n.targets if isinstance(t, ast.Name)}
         # per-thread arrays (cuda.local.array): an element stored from what differs between threads differs too
         self.local = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                       and isinstance(n.value.func, ast.Attribute) and n.value.func.attr == "array"
@@ -73,16 +80,34 @@ class _Reader:
     def depends(self, expr, names=None) -> bool:
         """Does `expr` differ between the threads of a block, with `names` (default: any seen) thread-dependent?"""
         names = self.thread if names is None else names
-        for n in ast.walk(expr):
+        stack = [expr]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in BARRIERS:
+                continue                 # syncthreads_count/_and/_or: one block-wide answer, whatever each thread gave
             if isinstance(n, ast.Attribute) and n.attr in _THREAD:
                 return True
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
                     n.func.attr in _THREAD_CALLS + _THREAD_VALUES
-                    or isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "atomic"):
+                    or isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "atomic"
+                    or isinstance(n.func.value, ast.Name) and n.func.value.id in self.atomic):
                 return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.devices and (
+                    n.func.id in self.thread_returns
+                    or any(self.depends(a, names) for a in [*n.args, *(k.value for k in n.keywords)])):
+                return True              # a device function that returns the thread's own value, or is given one
             if isinstance(n, ast.Name) and n.id in names:
                 return True
+            stack.extend(ast.iter_child_nodes(n))
         return False
+
+    def calls_to(self, name: str):
+        """(call, the names thread-dependent before its statement) for each call of `name` in the function."""
+        for st in ast.walk(self.func):
+            if isinstance(st, ast.stmt) and id(st) in self.before:
+                for node in _expressions(st):
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
+                        yield node, self.before[id(st)]
 
     def _flow(self) -> frozenset:
         seen: set[str] = set()
@@ -107,6 +132,7 @@ class _Reader:
 
         def block(stmts, state):
             for st in stmts:
+                self.before[id(st)] = self.before.get(id(st), set()) | set(state)
                 state = one(st, state)
                 seen.update(state)
             return state
@@ -223,14 +249,23 @@ class _Reader:
         return out
 
 
+def _expressions(st: ast.stmt):
+    """The expression nodes of a statement itself, not of the statements nested in it."""
+    stack = [c for c in ast.iter_child_nodes(st) if not isinstance(c, ast.stmt)]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, ast.stmt))
+
+
 def _parsed(kernel):
     """(the function's AST, its first line in its file, its source lines), or None when the source cannot be read."""
     import inspect
     import textwrap
     fn = getattr(kernel, "py_func", kernel)
-    try:
-        lines, first = inspect.getsourcelines(fn)
-    except (OSError, TypeError):
+    try:     # from its code object: inspect follows a function's __wrapped__ (functools.wraps) to another's source
+        lines, first = inspect.getsourcelines(fn.__code__)
+    except (OSError, TypeError, AttributeError):
         return None
     src = textwrap.dedent("".join(lines))
     try:
@@ -242,14 +277,17 @@ def _parsed(kernel):
 
 
 def device_functions(kernel) -> dict[str, object]:
-    """The Numba device functions a kernel calls by a global name, and those they call ({name: Python function})."""
+    """The Numba device functions a kernel calls by a global or captured name, and those they call ({name: Python
+    function})."""
     import dis
     out: dict[str, object] = {}
 
     def visit(fn):
+        free = _captured(fn)
         for i in dis.get_instructions(fn.__code__):
-            if i.opname == "LOAD_GLOBAL" and i.argval not in out:
-                py = getattr(fn.__globals__.get(i.argval), "py_func", None)
+            if i.opname in ("LOAD_GLOBAL", "LOAD_DEREF") and i.argval not in out:
+                value = fn.__globals__.get(i.argval) if i.opname == "LOAD_GLOBAL" else free.get(i.argval)
+                py = getattr(value, "py_func", None)
                 if py is not None:
                     out[i.argval] = py
                     visit(py)
@@ -257,25 +295,42 @@ def device_functions(kernel) -> dict[str, object]:
     return out
 
 
-def _most(stmts, calls, loops=None, first=1, v=None) -> int:
+def _captured(fn) -> dict:
+    """A function's globals and captured values ({name: value}; an empty cell left out)."""
+    out = dict(fn.__globals__)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return out
+
+
+def _most(stmts, calls, loops=None, first=1, counter=None, consts=None) -> int:
     """The most barriers one pass of `stmts` reaches on one path (see most_per_iteration); `loops` collects each
-    loop's own count, by file line."""
+    loop's own count, by file line; `counter` is (the enclosing loop's counter, the names its body assigns);
+    `consts` the function's globals and captured values (a trip count may name one)."""
     loops = {} if loops is None else loops
     n = 0
     for st in stmts:
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         if isinstance(st, ast.If):
-            n += _most(st.orelse, calls, loops, first, v) if _once(st.test, v) else max(
-                _most(st.body, calls, loops, first, v), _most(st.orelse, calls, loops, first, v))
+            n += _most(st.orelse, calls, loops, first, counter, consts) if _once(st.test, counter) else max(
+                _most(st.body, calls, loops, first, counter, consts),
+                _most(st.orelse, calls, loops, first, counter, consts))
         elif isinstance(st, (ast.For, ast.While)):
-            inner = _most(st.body, calls, loops, first, _counter(st))
+            inner = _most(st.body, calls, loops, first, _counter(st), consts)
             if inner:
                 loops[first + st.lineno - 1] = inner
-            k = _trips(st)
-            n += (k * inner if k is not None else 0) + _most(st.orelse, calls, loops, first, v)
+            k = _trips(st, consts)
+            # a constant trip count: part of each pass; a `while`: there to pass more than once; a `for` over a range
+            # that varies (a tile loop inside a grid-stride loop): a loop of its own, counted there
+            k = k if k is not None else 2 if isinstance(st, ast.While) else 0
+            n += k * inner + _most(st.orelse, calls, loops, first, counter, consts)
         elif isinstance(st, (ast.With, ast.Try)):
-            n += _most(st.body, calls, loops, first, v) + _most(getattr(st, "finalbody", []), calls, loops, first, v)
+            n += _most(st.body, calls, loops, first, counter, consts) + \
+                _most(getattr(st, "finalbody", []), calls, loops, first, counter, consts)
         else:
             n += sum(_weight(c, calls) for c in ast.walk(st))
     return n
@@ -283,19 +338,33 @@ def _most(stmts, calls, loops=None, first=1, v=None) -> int:
 
 class _Kernel:
     """A kernel's source and that of the device functions it calls: which of them reach a barrier (and how many on
-    one path of one call), each parsed once."""
+    one path of one call, at least 1), which return a value that differs between threads, each parsed once."""
 
     def __init__(self, kernel):
+        fn = getattr(kernel, "py_func", kernel)
+        self.consts = _captured(fn) if hasattr(fn, "__code__") else {}
         self.parsed = _parsed(kernel)
         self.devices = {name: (py, _parsed(py)) for name, py in device_functions(kernel).items()}
         self.unread = sorted(n for n, (_, p) in self.devices.items() if p is None)
+        read = {n: (p, _captured(py)) for n, (py, p) in self.devices.items() if p is not None}
         self.calls: dict[str, int] = {}
-        for _ in range(len(self.devices) + 1):          # a device function's count includes its callees'
-            calls = {n: _most(p[0].body, self.calls) for n, (_, p) in self.devices.items() if p is not None}
-            calls = {n: c for n, c in calls.items() if c}
+        for _ in range(len(read) + 1):          # a device function's count includes its callees'
+            calls = {n: max(1, _most(p[0].body, self.calls, consts=c)) for n, (p, c) in read.items()
+                     if any(_is_barrier(x, self.calls) for x in ast.walk(p[0]))}
             if calls == self.calls:
                 break
             self.calls = calls
+        self.thread_returns: set[str] = set()
+        for _ in range(len(read) + 1):          # with its parameters the same in every thread
+            now = {n for n, (p, _) in read.items()
+                   if (r := self.reader(p[0])) and any(isinstance(x, ast.Return) and x.value is not None
+                                                       and r.depends(x.value) for x in ast.walk(p[0]))}
+            if now == self.thread_returns:
+                break
+            self.thread_returns = now
+
+    def reader(self, func, initial=frozenset()) -> _Reader:
+        return _Reader(func, initial, self.calls, self.devices, self.thread_returns)
 
 
 def divergent_barriers(kernel) -> list[str] | None:
@@ -306,7 +375,7 @@ def divergent_barriers(kernel) -> list[str] | None:
     if k.parsed is None:
         return None
     func, first, text = k.parsed
-    reader = _Reader(func, calls=k.calls)
+    reader = k.reader(func)
     out = [f"line {first + b - 1}: {text[b - 1].strip()} under line {first + g - 1}: {text[g - 1].strip()}"
            for b, g in reader.divergent()]
     # A device function that reaches a barrier: read with its parameters as thread-dependent as what any call
@@ -318,12 +387,11 @@ def divergent_barriers(kernel) -> list[str] | None:
         dfunc, dfirst, dtext = parsed
         params = [a.arg for a in dfunc.args.posonlyargs + dfunc.args.args]
         thread = set()
-        for r in readers:
-            for c in ast.walk(r.func):
-                if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == name:
-                    thread |= {p for p, a in zip(params, c.args) if r.depends(a)}
-                    thread |= {kw.arg for kw in c.keywords if kw.arg in params and r.depends(kw.value)}
-        dreader = _Reader(dfunc, initial=thread, calls=k.calls)
+        for r in readers:           # each call judged with what differs between threads where it stands
+            for c, state in r.calls_to(name):
+                thread |= {p for p, a in zip(params, c.args) if r.depends(a, state)}
+                thread |= {kw.arg for kw in c.keywords if kw.arg in params and r.depends(kw.value, state)}
+        dreader = k.reader(dfunc, thread)
         readers.append(dreader)
         out += [f"line {dfirst + b - 1}: {dtext[b - 1].strip()} under line {dfirst + g - 1}: {dtext[g - 1].strip()} "
                 f"(in the device function {name})" for b, g in dreader.divergent()]
@@ -368,63 +436,79 @@ def most_per_iteration(kernel) -> dict[int, int] | None:
         return None
     func, first, _ = k.parsed
     out: dict[int, int] = {}
-    _most(func.body, k.calls, out, first)
+    _most(func.body, k.calls, out, first, consts=k.consts)
+    for py, parsed in k.devices.values():      # a device function's own loops (its file lines)
+        if parsed is not None:
+            _most(parsed[0].body, k.calls, out, parsed[1], consts=_captured(py))
     return out
 
 
-def _trips(loop) -> int | None:
-    """The trip count of `for _ in range(<int literals>)` or over a tuple literal; None when it varies."""
+def _trips(loop, consts=None) -> int | None:
+    """The trip count of `for _ in range(...)` whose bounds are int literals or constants of the function (a global
+    or captured int), or over a tuple literal; None when it varies."""
     if not isinstance(loop, ast.For):
         return None
     it = loop.iter
     if isinstance(it, (ast.Tuple, ast.List)):
         return len(it.elts)
+
+    def value(a):
+        if isinstance(a, ast.Name) and isinstance((consts or {}).get(a.id), int):
+            return consts[a.id]
+        return ast.literal_eval(a)
     if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords
             and 1 <= len(it.args) <= 3):
         try:
-            return len(range(*[ast.literal_eval(a) for a in it.args]))
+            return len(range(*[value(a) for a in it.args]))
         except (ValueError, TypeError):
             return None
     return None
 
 
-def _counter(loop) -> str | None:
-    """The loop's variable when it takes each value once: `for t in range(...)`, t not assigned in the body."""
+def _counter(loop) -> tuple[str, frozenset] | None:
+    """(the loop's variable, the names its body assigns) when the variable takes each value once: `for t in
+    range(...)`, t not assigned in the body."""
     if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Call)
             and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"):
         return None
-    v = loop.target.id
+    assigned = set()
     for n in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
         targets = (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign,
                    ast.AnnAssign, ast.NamedExpr, ast.For)) else [])
-        if any(v in _names(t) for t in targets):
-            return None
-    return v
+        assigned |= {x for t in targets for x in _names(t)}
+    v = loop.target.id
+    return None if v in assigned else (v, frozenset(assigned))
 
 
-def _once(test, v) -> bool:
-    """Does `test` hold on one pass at most of a loop whose counter is v (`v == e`, e free of v)?"""
-    if v is None:
+def _once(test, counter) -> bool:
+    """Does `test` hold on one pass at most of a loop whose counter is v: `v == e` with e the same on every pass (no
+    name the body assigns, not v), or `not v`?"""
+    if counter is None:
         return False
+    v, assigned = counter
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(_once(t, v) for t in test.values)
+        return any(_once(t, counter) for t in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return isinstance(test.operand, ast.Name) and test.operand.id == v
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
         a, b = test.left, test.comparators[0]
-        mentions = lambda e: any(isinstance(n, ast.Name) and n.id == v for n in ast.walk(e))   # noqa: E731
-        return (isinstance(a, ast.Name) and a.id == v and not mentions(b)) or \
-               (isinstance(b, ast.Name) and b.id == v and not mentions(a))
+        fixed = lambda e: not any(isinstance(n, ast.Name) and (n.id == v or n.id in assigned)   # noqa: E731
+                                  for n in ast.walk(e))
+        return (isinstance(a, ast.Name) and a.id == v and fixed(b)) or \
+               (isinstance(b, ast.Name) and b.id == v and fixed(a))
     return False
 
 
 def barrier_lines_in(kernel, loop_line: int) -> list[int]:
     """The file lines of the barriers inside the loop that starts at `loop_line` (nested loops included)."""
     k = _Kernel(kernel)
-    if k.parsed is None:
-        return []
-    func, first, _ = k.parsed
-    for node in ast.walk(func):
-        if isinstance(node, (ast.For, ast.While)) and first + node.lineno - 1 == loop_line:
-            return sorted(first + c.lineno - 1 for c in ast.walk(node) if _is_barrier(c, k.calls))
+    for parsed in [k.parsed, *(p for _, p in k.devices.values())]:
+        if parsed is None:
+            continue
+        func, first, _ = parsed
+        for node in ast.walk(func):
+            if isinstance(node, (ast.For, ast.While)) and first + node.lineno - 1 == loop_line:
+                return sorted(first + c.lineno - 1 for c in ast.walk(node) if _is_barrier(c, k.calls))
     return []
 
 

@@ -39,9 +39,9 @@ class NotAKernelGlobal(Unsupported):
 def _source(fn) -> tuple[str, int, str]:
     """(the function's source with its decorator lines blanked, its first line in its file, its file name). Line
     numbers stay those of the file, so the compiler's errors point at the learner's own lines."""
-    try:
-        lines, first = inspect.getsourcelines(fn)
-    except (OSError, TypeError):
+    try:     # from its code object: inspect follows a function's __wrapped__ (functools.wraps) to another's source
+        lines, first = inspect.getsourcelines(fn.__code__)
+    except (OSError, TypeError, AttributeError):
         raise Unsupported(f"the source of {fn.__name__} cannot be read here") from None
     src = textwrap.dedent("".join(lines))
     func = next((n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)), None)
@@ -76,7 +76,9 @@ def _without_defaults_and_annotations(src: str, func: ast.FunctionDef) -> str:
         for ln in range(l0, l1 + 1):
             b = lines[ln - 1]
             lo, hi = (c0 if ln == l0 else 0), (c1 if ln == l1 else len(b))
-            lines[ln - 1] = b[:lo] + b" " * (hi - lo) + b[hi:]
+            if ln < l1 and b.rstrip().endswith(b"\\"):     # a line continued with a backslash stays continued
+                hi = max(lo, min(hi, len(b.rstrip()) - 1))
+            lines[ln - 1] = b[:lo] + b" " * max(0, hi - lo) + b[hi:]
     return b"\n".join(lines).decode()
 
 
@@ -101,8 +103,14 @@ def _global(name, value, device: dict) -> dict:
         return {"value": value, "tuple": isinstance(value, tuple)}
     if isinstance(value, np.generic):                       # a numpy scalar keeps its type
         return {"scalar": value.item(), "dtype": str(value.dtype)}
-    if type(value) is np.ndarray and value.dtype.kind in "biuf" and value.size <= 1 << 16:
-        return {"array": value.tolist(), "dtype": str(value.dtype)}      # a constant array in the kernel
+    if isinstance(value, np.ndarray) and not value.dtype.hasobject:     # a constant array in the kernel
+        import base64
+        import io
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(value), allow_pickle=False)
+        return {"npy": base64.b64encode(buf.getvalue()).decode()}
+    if isinstance(value, np.dtype) and not value.hasobject:     # cuda.shared.array(32, dtype=DT)
+        return {"dtype_value": value.str}
     if isinstance(value, pytypes.ModuleType):
         mod = value.__name__
         if mod.startswith("numba.cuda"):     # the simulator's module or the real one: the child has the real one
@@ -139,7 +147,7 @@ def _function(fn, device: dict) -> dict:
     # a kernel made by a factory (make_rowsum_tiled(band)): its free variables become the child's globals
     for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         glob[n] = _global(n, cell.cell_contents, device)
-    return {"name": fn.__name__, "source": src, "first": first, "file": file, "globals": glob}
+    return {"name": fn.__code__.co_name, "source": src, "first": first, "file": file, "globals": glob}
 
 
 def _arg_type(a) -> dict:
@@ -218,9 +226,15 @@ def _build(s: dict):
             elif "scalar" in how:
                 import numpy as np
                 g[n] = np.dtype(how["dtype"]).type(how["scalar"])
-            elif "array" in how:
+            elif "npy" in how:
+                import base64
+                import io
+
                 import numpy as np
-                g[n] = np.array(how["array"], dtype=how["dtype"])
+                g[n] = np.load(io.BytesIO(base64.b64decode(how["npy"])), allow_pickle=False)
+            elif "dtype_value" in how:
+                import numpy as np
+                g[n] = np.dtype(how["dtype_value"])
             elif "python_function" in how:
                 g[n] = _untyped
             elif "attr" in how:

@@ -189,6 +189,12 @@ def expect_sass(kernel, *opcodes: str):
     return expect_opcodes(opcode_histogram(text), *opcodes, where=f"kernel {getattr(kernel, '__name__', 'kernel')}")
 
 
+def kernel_name(kernel) -> str:
+    """The name the kernel's `def` gives it (functools.wraps can make __name__ another function's)."""
+    code = getattr(getattr(kernel, "py_func", kernel), "__code__", None)
+    return code.co_name if code is not None else getattr(kernel, "__name__", "kernel")
+
+
 def expect_compiles(kernel, *args) -> str | Skipped:
     """Does Numba's real GPU compiler take this kernel, for these arguments (those of a launch)? Raises CheckFailed
     with the compiler's complaint when it does not. On a GPU the launch compiled it already; in the simulator, which
@@ -196,7 +202,7 @@ def expect_compiles(kernel, *args) -> str | Skipped:
     for sm_75, the oldest GPU the course runs on, in a process of its own (feedbeast.numba_compile; NVVM, no GPU)."""
     from . import hooks
     from .errors import CheckFailed, todo_of
-    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "kernel")
+    name = kernel_name(kernel)
     check = f"compile of {name}"
     if not simulator():
         _compiled(kernel)
@@ -208,10 +214,9 @@ def expect_compiles(kernel, *args) -> str | Skipped:
         return Skipped(r["skip"], check)
     if "refused" in r:
         message = (todo_of(kernel) + f"kernel {name} uses {r['refused']}: a GPU kernel takes its globals and "
-                   "captured values as constants (numba-cuda user guide, 'Global Variables and Captured Values'), and "
-                   "this check compiles kernels whose constants are numbers, tuples of them, numpy scalars and "
-                   "arrays, math functions and device functions: use one of those. The simulator runs kernels as "
-                   "Python, so it took this.")
+                   "captured values as constants (numba-cuda user guide, 'Global Variables and Captured Values'): "
+                   "numbers, tuples of them, numpy scalars, arrays and dtypes, math functions and device functions, "
+                   "not Python objects or other modules. The simulator runs kernels as Python, so it took this.")
         hooks.failed(check, message)
         raise CheckFailed(message)
     if "error" in r:
@@ -249,7 +254,7 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
     from .barriers import (barrier_lines_in, barriers_by_loop, divergent_barriers, most_per_iteration,
                            unread_device_functions)
     from .errors import CheckFailed, todo_of
-    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "kernel")
+    name = kernel_name(kernel)
     check = f"barriers of {name}"
 
     def fail(message):
