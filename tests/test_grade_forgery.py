@@ -465,6 +465,7 @@ def test_the_channel_reads_only_signed_lines_in_order():
     ("TILE, BAND, enumerate = 32, 8, None", False),
     ("class S(int):\n    def __ne__(self, o):\n        return False", False),
     ("S = type('S', (int,), {'__eq__': lambda s, o: True})", False),
+    ("S = type('S', (int,), dict(__ne__=lambda s, o: False))", False),
     ("class P:\n    def __bool__(self):\n        return True", False),
 ])
 def test_refusals(src, ok):

@@ -293,6 +293,12 @@ BUGS = {
         "split-larger-than-the-pool": Bug([("fb::setmaxnreg_inc<232>", "fb::setmaxnreg_inc<240>")],
                                           gpu={SASS}, cpu=r"SassMismatch.*setmaxnreg asks for 1 x 40 \+ 2 x 240 = 520 "
                                                           r"registers per lane.*the block has 3 x 168 = 504"),
+        # The same split with a second, dead .dec count beside it: the check takes each role at its largest count.
+        "split-larger-than-the-pool-beside-a-dead-count": Bug(
+            [("fb::setmaxnreg_inc<232>", "fb::setmaxnreg_inc<240>"),
+             ("    fb::setmaxnreg_dec<40>();", "    if (K < 0) fb::setmaxnreg_dec<24>();\n    fb::setmaxnreg_dec<40>();")],
+            gpu={SASS}, cpu=r"SassMismatch.*setmaxnreg asks for 1 x 40 \+ 2 x 240 = 520 registers per lane.*"
+                            r"the largest of the \.dec counts 24, 40"),
         # A race: the consumer releases the stage before wgmma.wait_group has retired the wgmma that read it.
         "release-before-wgmma-retired": Bug(
             [("      fb::wgmma::wait_group<0>();                   // this warpgroup's wgmma have read the stage\n"

@@ -187,3 +187,24 @@ def test_every_agreement_case_has_both_answers():
     # The grid must exercise both answers, or the agreement test could not fail.
     answers = {_ours(c, 0x10000 + c["off"])[0] for c in AGREEMENT}
     assert answers == {"accept", "refuse"}
+
+
+def test_a_map_is_checked_however_it_is_made_and_cannot_be_changed():
+    """The rules run when a map is made, by fb.tensor_map, by its constructor or by dataclasses.replace (a map made
+    with no swizzle, then replaced with a 128-byte swizzle its 256-byte rows cannot take, is refused); its numbers are
+    plain ints, and it cannot be changed afterwards."""
+    import dataclasses
+    from feedbeast.tensormap import TensorMap, TensorMapError
+    ok = TensorMap((64, 128), np.dtype(np.float32), (32, 64), (512, 4), 0, "zero", 0, (1, 1))
+    with pytest.raises(TensorMapError, match="128 B swizzle"):
+        dataclasses.replace(ok, swizzle=128)
+    with pytest.raises(TensorMapError, match="not a multiple of 16"):
+        TensorMap((1, 1), np.dtype(np.uint8), (16, 16), (3, 1), 0, "zero", 0, (1, 1))
+
+    class Lies(int):
+        def __ne__(self, other):
+            return False
+    m = TensorMap((64, 32), np.dtype(np.float32), (32, 32), (128, 4), Lies(0), "zero", 0, (1, 1))
+    assert type(m.swizzle) is int and m.swizzle != 128
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.swizzle = 128

@@ -393,17 +393,19 @@ def setmaxnreg_counts(ins) -> tuple[list[int], list[int]]:
 
 def expect_setmaxnreg_split(mod, kernel: str, threads: int, producers: int = 1, consumers: int = 2) -> str:
     """Raise SassMismatch unless `producers` warpgroups at the .dec and `consumers` at the .inc fit the block's
-    register pool: the `threads` it was launched with times the registers per thread ptxas gave the kernel. Only
-    where the SASS says it for sure: one .dec count, one .inc count, the roles filling the block. An .inc waits
-    until the pool has its registers (PTX ISA, "setmaxnreg"): asking for more than the pool holds never returns."""
+    register pool: the `threads` it was launched with times the registers per thread ptxas gave the kernel. With
+    several .dec or .inc counts in the SASS (which warpgroup runs which is not there), each role is taken at its
+    largest: what the block must hold for the counts to be safe. An .inc waits until the pool has its registers
+    (PTX ISA, "setmaxnreg"): asking for more than the pool holds never returns. Roles that do not fill the block
+    are not checked (said so)."""
     dec, inc = setmaxnreg_counts(instructions(mod, kernel)[kernel])
     name = f"setmaxnreg split in the SASS of kernel {kernel}"
     per_thread = mod.resources[kernel].registers
-    if producers + consumers != threads // 128 or len(set(dec)) > 1 or len(set(inc)) > 1:
-        # roles that do not fill the block, or several counts: which warpgroup runs which is not in the SASS
-        return (f"{name}: not checked ({len(set(dec))} .dec and {len(set(inc))} .inc counts, {producers} + {consumers} "
-                f"warpgroups of {threads // 128})")
+    if producers + consumers != threads // 128:
+        return f"{name}: not checked ({producers} + {consumers} warpgroups of {threads // 128})"
     d, i = max(dec, default=per_thread), max(inc, default=per_thread)   # a role without one keeps its launch's
+    several = (" (the largest of the .dec counts " + ", ".join(map(str, sorted(set(dec)))) + ")") if len(set(dec)) > 1 else ""
+    several += (" (the largest of the .inc counts " + ", ".join(map(str, sorted(set(inc)))) + ")") if len(set(inc)) > 1 else ""
     lanes = producers * d + consumers * i
     pool = threads // 128 * per_thread
     if lanes > pool:
@@ -412,10 +414,10 @@ def expect_setmaxnreg_split(mod, kernel: str, threads: int, producers: int = 1, 
                f"lane of a warpgroup, and the block has "
                f"{threads // 128} x {per_thread} = {pool} ({threads} threads at the {per_thread} per thread ptxas gave "
                f"the kernel): an .inc waits until the pool has its registers (PTX ISA, setmaxnreg), so the consumers "
-               f"would wait forever. Choose counts, multiples of 8, whose sum is at most {pool}.")
+               f"would wait forever. Choose counts, multiples of 8, whose sum is at most {pool}.{several}")
         hooks.failed(name, msg)
         raise SassMismatch(msg)
-    said = f"{producers} x {d} + {consumers} x {i} = {lanes} <= {pool} registers per lane"
+    said = f"{producers} x {d} + {consumers} x {i} = {lanes} <= {pool} registers per lane{several}"
     hooks.passed(name, said)
     return said
 

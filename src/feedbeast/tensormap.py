@@ -47,9 +47,13 @@ SUPPORTED_DTYPES = ("uint8", "uint16", "uint32", "int32", "uint64", "int64", "fl
                     "float32", "float64")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TensorMap:
-    """A checked tensor map; `raw` holds its 128 bytes once a driver has encoded it."""
+    """A checked tensor map; `raw` holds its 128 bytes once a driver has encoded it.
+
+    However it is made (fb.tensor_map, its constructor, dataclasses.replace), the description is checked against the
+    driver's rules when it is made, and a map over GPU memory is encoded from its own fields then: a map cannot say
+    one thing and hold the bytes of another. It cannot be changed afterwards (frozen)."""
     shape: tuple
     dtype: np.dtype
     box: tuple
@@ -60,6 +64,28 @@ class TensorMap:
     element_strides: tuple
     raw: bytes | None = None
     array: object = dataclasses.field(default=None, repr=False, compare=False)   # kept alive with the map
+
+    def __post_init__(self):
+        import operator
+        put = lambda k, v: object.__setattr__(self, k, v)   # noqa: E731  (frozen)
+        try:     # plain ints and tuples of them: a subclass of int could answer comparisons as it likes
+            put("shape", tuple(operator.index(n) for n in self.shape))
+            put("box", tuple(operator.index(b) for b in self.box))
+            put("strides_bytes", tuple(operator.index(x) for x in self.strides_bytes))
+            put("element_strides", tuple(operator.index(e) for e in self.element_strides))
+            put("swizzle", operator.index(self.swizzle))
+            put("l2_promotion", operator.index(self.l2_promotion))
+        except TypeError as e:
+            raise TensorMapError(f"a tensor map's sizes, strides, box, swizzle and L2 promotion are ints: {e}") from None
+        put("oob_fill", str(self.oob_fill))
+        put("dtype", np.dtype(self.dtype))
+        ptr = getattr(self.array, "ptr", None) if self.array is not None else None
+        if self.array is not None:
+            check_array(self.array, self.shape, self.strides_bytes)
+        check_rules(self.shape, self.dtype, self.strides_bytes, self.box, address=ptr or 0, swizzle=self.swizzle,
+                    element_strides=self.element_strides, oob_fill=self.oob_fill, l2_promotion=self.l2_promotion)
+        if ptr is not None:      # encoded from these fields, whatever bytes were handed in
+            put("raw", _encode(self, ptr))
 
     @property
     def box_bytes(self) -> int:
@@ -214,11 +240,8 @@ def tensor_map(array, box, *, swizzle: int = 0, oob_fill: str = "zero", l2_promo
     address = array.ptr if array.ptr is not None else 0
     check_rules(shape, array.dtype, strides, box, address=address, swizzle=swizzle,
                 element_strides=element_strides, oob_fill=oob_fill, l2_promotion=l2_promotion)
-    tm = TensorMap(shape, array.dtype, box, strides, swizzle, oob_fill, l2_promotion,
-                   tuple(element_strides or (1,) * len(shape)), array=array)
-    if array.ptr is not None:
-        tm.raw = _encode(tm, array.ptr)
-    return tm
+    return TensorMap(shape, array.dtype, box, strides, swizzle, oob_fill, l2_promotion,     # encoded there
+                     tuple(element_strides or (1,) * len(shape)), array=array)
 
 
 def encode_result(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, element_strides=None,

@@ -565,6 +565,8 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
             out.append(f"it defines {getattr(n, 'name', None) or n.id}")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in FINALIZERS:
             out.append(f"it names {n.value}")            # type("X", (int,), {"__ne__": ...})
+        elif isinstance(n, ast.keyword) and n.arg in FINALIZERS:
+            out.append(f"it names {n.arg}")              # type("X", (int,), dict(__ne__=...))
         elif isinstance(n, ast.arg) and isinstance(n.annotation, ast.Constant) and isinstance(n.annotation.value, str) \
                 or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign)) and isinstance(
                     getattr(n, "returns", None) or getattr(n, "annotation", None), ast.Constant):

@@ -23,7 +23,7 @@
                                 (defined(__CUDA_ARCH_FAMILY_SPECIFIC__) &&                                         \
                                  (__CUDA_ARCH_FAMILY_SPECIFIC__ == 1000 || __CUDA_ARCH_FAMILY_SPECIFIC__ == 1030 || \
                                   __CUDA_ARCH_FAMILY_SPECIFIC__ == 1100)))
-#error "fb/tcgen05.cuh needs a Blackwell target with tcgen05: compile with --arch sm_100a (sm_103a, sm_110a and the f families have it too)"
+#error "fb/tcgen05.cuh needs a Blackwell target with tcgen05: compile with --arch sm_100a (the course's Blackwell target)"
 #endif
 
 namespace fb {
