@@ -508,3 +508,20 @@ def test_a_ring_must_move_every_tile():
     res = check_ring(nothing, [nothing], stages=2, tiles=3)
     assert res.kind == "tile_not_moved" and "never copied" in str(res), str(res)
     assert check_ring(producer, [consumer] * 2, stages=2, tiles=5).ok
+
+
+def test_every_consumer_reads_when_the_ring_says_so():
+    """Lab 04's consumers each read every tile of x: one consumer reading for all (and releasing the stage with
+    all the arrivals), or a producer that reads its own copies while the consumers do nothing, is no such ring."""
+    def one_reader(ring, it):
+        s, ph = it % ring.stages, (it // ring.stages) & 1
+        yield ring.full[s].wait(ph)
+        yield ring.read(s, tile=it)
+        yield ring.empty[s].arrive(ring.consumers)
+
+    def idle(ring, it):
+        yield from ()
+    res = check_ring(producer, [one_reader, idle, idle], stages=2, tiles=4, every_consumer_reads=True)
+    assert res.kind == "tile_not_moved" and "consumer C1 never reads tile 0" in str(res), str(res)
+    assert check_ring(producer, [consumer] * 3, stages=2, tiles=4, every_consumer_reads=True).ok
+    assert check_ring(producer, [one_reader, idle, idle], stages=2, tiles=4).ok     # without it: some consumer reads

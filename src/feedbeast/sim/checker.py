@@ -94,6 +94,10 @@ What counts as a bug
                          the reader expects: the tile was there and has been
                          replaced, or it is never copied into that stage
 ``mbarrier_misuse``      any :class:`~feedbeast.sim.mbarrier.MBarrierMisuse`
+``tile_not_moved``       a tile of the ring that no program copies or none reads
+                         (with ``every_consumer_reads``: that some consumer does
+                         not read): programs that move nothing complete in every
+                         interleaving, and that is no ring
 """
 from __future__ import annotations
 
@@ -107,7 +111,7 @@ from .mbarrier import (MBarrierMisuse, bar_arrive, bar_arrive_expect_tx, bar_com
 __all__ = [
     "check_ring", "RingReport", "RingModel", "StepFunctionError",
     "OK", "DEADLOCK", "STAGE_OVERWRITTEN", "READ_BEFORE_ARRIVAL", "WRONG_DATA",
-    "MBARRIER_MISUSE", "BUG_KINDS",
+    "MBARRIER_MISUSE", "TILE_NOT_MOVED", "BUG_KINDS",
 ]
 
 OK = "ok"
@@ -117,7 +121,7 @@ READ_BEFORE_ARRIVAL = "read_before_arrival"
 WRONG_DATA = "wrong_data"
 MBARRIER_MISUSE = "mbarrier_misuse"
 TILE_NOT_MOVED = "tile_not_moved"     # a ring of `tiles` tiles whose programs never copy or never read one of them
-BUG_KINDS = (DEADLOCK, STAGE_OVERWRITTEN, READ_BEFORE_ARRIVAL, WRONG_DATA, MBARRIER_MISUSE)
+BUG_KINDS = (DEADLOCK, STAGE_OVERWRITTEN, READ_BEFORE_ARRIVAL, WRONG_DATA, MBARRIER_MISUSE, TILE_NOT_MOVED)
 
 # instruction codes
 _WAIT, _ARRIVE, _EXPECT, _ARRIVE_TX, _COPY, _READ, _CP_ASYNC, _CP_WAIT = range(8)
@@ -331,7 +335,8 @@ class RingModel:
     barrier-tracked copy has owner and seq -1).
     """
 
-    def __init__(self, producers, consumers, stages=4, tiles=8, tile_bytes=16384, init=None):
+    def __init__(self, producers, consumers, stages=4, tiles=8, tile_bytes=16384, init=None,
+                 every_consumer_reads=False):
         if callable(producers):
             producers = [producers]
         if callable(consumers):
@@ -343,6 +348,7 @@ class RingModel:
             raise ValueError("need stages >= 1 and tiles >= 0")
         S = stages
         self.stages, self.tiles, self.tile_bytes = stages, tiles, tile_bytes
+        self.every_consumer_reads = every_consumer_reads
         self.bar_names = [f"full[{s}]" for s in range(S)] + [f"empty[{s}]" for s in range(S)]
         cfg = dict(stages=stages, tiles=tiles, tile_bytes=tile_bytes, consumers=len(consumers),
                    producers=len(producers), bars=[None] * (2 * S), bar_names=self.bar_names)
@@ -575,6 +581,16 @@ class RingModel:
                                     "move every tile through the ring (a step function takes (ring, it) and is "
                                     "called once per tile; one that takes (ring) runs once, as the whole program)",
                                     [], 1, 0, t0)
+        if self.every_consumer_reads:      # each consumer uses each tile (a GEMV's consumers: all of x, their rows)
+            for name, prog in zip(self.names, self.programs):
+                if not name.startswith("C"):
+                    continue
+                mine = {op[2] for op in prog if op[0] == _READ}
+                t = next((t for t in range(self.tiles) if t not in mine), None)
+                if t is not None:
+                    return self._result(TILE_NOT_MOVED, f"consumer {name} never reads tile {t} of {self.tiles}: "
+                                        "each consumer reads every tile here (ring.read(s, tile=it) in each)",
+                                        [], 1, 0, t0)
         parent = {start: None}
         frontier = [start]
         depth = 0
@@ -693,16 +709,18 @@ def _unwritten(functions) -> str:
 
 
 def check_ring(producer, consumers, stages=4, tiles=8, tile_bytes=16384, init=None,
-               max_states=5_000_000) -> RingReport:
+               max_states=5_000_000, every_consumer_reads=False) -> RingReport:
     """Check a full/empty ring over every interleaving.
 
     ``producer``: a step function or a list of them; ``consumers``: a list of
     step functions (one per consumer thread).  ``init(ring)`` initialises the
     barriers (default: ``full[s]`` with 1 arrival, ``empty[s]`` with one per
-    consumer).  Returns a :class:`RingReport`.
+    consumer).  ``every_consumer_reads``: each consumer must read each tile
+    (a ring whose consumers share every tile; without it, each tile must be
+    read by some consumer).  Returns a :class:`RingReport`.
     """
     model = RingModel(producer, consumers, stages=stages, tiles=tiles,
-                      tile_bytes=tile_bytes, init=init)
+                      tile_bytes=tile_bytes, init=init, every_consumer_reads=every_consumer_reads)
     result = model.explore(max_states=max_states)
     if not result.ok:            # a lab's model whose part is not written yet: say that first
         result.todo = _unwritten([producer] + list(consumers) if callable(producer) else
