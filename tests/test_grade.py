@@ -244,7 +244,9 @@ def test_cli_expands_quoted_globs(tmp_path):
     root = Path(__file__).resolve().parents[1]
     lab03 = root / "labs/03-cp-async-rowsum.ipynb"
     assert g.expand(["03"], root) == g.expand(["3"], root) == g.expand(["cp-async-rowsum"], root) == [lab03]
+    assert g.expand(["04-mbarrier-ring.ipynb"], root) == [root / "labs/04-mbarrier-ring.ipynb"]
     assert g.expand(["99"], root) == [Path("99")]                                   # graded as missing
+    assert "no lab '99': the labs are 00-copy-kernel.ipynb" in g.grade(Path("99")).error
 
 
 # ---- SASS-visible rules: the proxy fence's place, not only its count -----------------------------------------

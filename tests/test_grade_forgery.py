@@ -224,6 +224,10 @@ FORGERIES = {
                                     None, "refused"),
     "kernel-tests-a-hazard-build-macro": ([("#include <fb/tma.cuh>\n",
                                             "#include <fb/tma.cuh>\n#ifdef __syncthreads\n#endif\n")], None, "refused"),
+    "kernel-stringizes-a-hazard-build-macro": ([("#include <fb/tma.cuh>\n", "#include <fb/tma.cuh>\n#define STR_(x) #x\n"
+                                                 "#define XSTR(x) STR_(x)\n"
+                                                 "constexpr bool kTraced = XSTR(__syncthreads())[0] == ':';\n")],
+                                               None, "refused"),
     "kernel-includes-a-header-of-its-own": ([("#include <fb/tma.cuh>\n", '#include <fb/tma.cuh>\n#include "switch.h"\n')],
                                             None, "refused"),
     "kernel-renamed-and-a-python-stand-in": ([("\ntranspose_ring(const", "\ntranspose_ring_mine(const")],

@@ -716,6 +716,8 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         learner = nbformat.reads(raw.decode("utf-8"), as_version=4)
     except Exception as e:   # missing, unreadable, not a notebook
         why = f"cannot read the notebook: {type(e).__name__}: {e}"
+        if str(path) in missing:                   # named as a lab (`grade 99`): which labs there are
+            why = f"{why}; {missing[str(path)]}"
         return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, toolkit=toolkit)
     sha = hashlib.sha256(raw).hexdigest()
 
@@ -912,6 +914,11 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
         out.append(f"it names {', '.join(own)}, the hazard and debug builds' own state")
     if "##" in text:
         out.append("it pastes tokens with ##, which can make a switch's name out of pieces")
+    # `#x` in a macro's body: the spelling of what the argument expands to (`XSTR(__syncthreads())` reads the hazard
+    # build's macro), a difference between the builds that names no switch
+    if re.search(r"^[ \t]*#[ \t]*define[ \t]+\w+\([^)]*\)[^\n]*?(?<!#)#(?!#)[ \t]*\w", text, re.M):
+        out.append("it turns a macro argument into a string with #, which reads what the hazard build's macros "
+                   "expand to")
     # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
     # tells the builds apart
     if re.search(r"^[ \t]*#.*\b__sync(?:threads|warp)\b", text, re.M):
@@ -947,6 +954,9 @@ def gist(message: str, limit: int = 160) -> str:
     return (cut[:word] if word >= limit - 40 else cut) + "..."      # at a word, unless the word is very long
 
 
+missing: dict[str, str] = {}     # a name expand() took for a lab and found none of: why (the labs there are)
+
+
 def expand(patterns, course=None) -> list[Path]:
     """Paths as given; a pattern the shell did not expand (or quoted) is globbed here; a lab named as `make grade
     LAB=` takes it (`03`, `3`, `cp-async-rowsum`: the course's labs/ from the working directory, or `course`). A
@@ -954,13 +964,17 @@ def expand(patterns, course=None) -> list[Path]:
     from . import labs
     from .coursedir import CourseNotFound, find as find_course
     paths = []
+    missing.clear()
     for p in patterns:
         hits = sorted(glob.glob(p)) if any(ch in p for ch in "*?[") else [p]
-        if hits == [p] and not Path(p).exists() and "/" not in p and not p.endswith(".ipynb"):
+        if hits == [p] and not Path(p).exists() and "/" not in p:
             try:
                 root = find_course(explicit=course)
                 hits = [str(lab) for _, lab in labs.select(root / "solutions", root / "labs", [p])]
-            except (CourseNotFound, ValueError):
+            except CourseNotFound:
+                hits = [p]
+            except ValueError as e:       # no such lab: the labs there are, named, when it is graded as missing
+                missing[p] = str(e)
                 hits = [p]
         paths += [Path(h) for h in hits] if hits else [Path(p)]
     return paths
