@@ -156,3 +156,15 @@ def test_a_kernel_starting_with_the_course_says_it_under_its_first_cell(monkeypa
     monkeypatch.setattr(course, "_said_stale", [])
     course.install()
     assert calls == [1, 1]
+
+
+def test_an_nvrtc_the_course_does_not_pin_is_said(tmp_path):
+    """The chapters' SASS, registers and counts were read with the pinned NVRTC: another one is said, with the pip
+    command that installs the pins; the pinned one says nothing."""
+    from feedbeast.course import freshness
+    root = Path(__file__).resolve().parents[1]
+    text = freshness.toolchain_warning(root, version=(13, 5))
+    assert "NVRTC 13.5" in text and "requirements/cu13.txt" in text and "pip install -r" in text, text
+    assert freshness.toolchain_warning(root, version=(13, 0)) is None
+    assert freshness.toolchain_warning(root, version=(12, 9)) is None
+    assert freshness.toolchain_warning(tmp_path, version=(13, 5)) is None      # no checkout: nothing to compare

@@ -66,6 +66,37 @@ def warning(installed: Path, near=None) -> str | None:
             f"{course}`) and restart the kernel.")
 
 
+def toolchain_warning(near=None, version=None) -> str | None:
+    """What to say when the NVRTC this Python compiles with is not one the checkout at or above `near` pins
+    (requirements/cu13.txt, cu12.txt: the compiler the chapters' SASS, registers and counts were read with); None
+    when it is, or when there is no checkout or no NVRTC to ask. `version`: (major, minor), else this NVRTC's."""
+    import re
+    course = coursedir.around(near if near is not None else Path.cwd())
+    if course is None:
+        return None
+    pins = {}
+    for name in ("cu13.txt", "cu12.txt"):
+        path = course / "requirements" / name
+        m = re.search(r"^cuda-toolkit\[[^\]]*\]==(\d+)\.(\d+)", path.read_text(), re.M) if path.is_file() else None
+        if m:
+            pins[(int(m[1]), int(m[2]))] = name
+    if not pins:
+        return None
+    if version is None:
+        try:
+            from ..device import nvrtc_version
+            version = nvrtc_version()
+        except Exception:       # no CUDA wheels here: the first compile says so
+            return None
+    if tuple(version) in pins:
+        return None
+    pinned = " or ".join(f"{a}.{b} (requirements/{n})" for (a, b), n in sorted(pins.items()))
+    return (f"this Python compiles with NVRTC {version[0]}.{version[1]}; the course pins {pinned}, the compiler its "
+            "chapters' SASS, register counts and timings were read with, so what you see may differ from the text. "
+            f"To match it: {sys.executable} -m pip install -r {course / 'requirements' / 'cu13.txt'} (or cu12.txt "
+            "for a CUDA 12 driver).")
+
+
 def warn_if_stale(near=None) -> str | None:
     """warning() for the running feedbeast, printed to stderr as one paragraph (a warnings.warn would print the
     toolkit's line that issued it too, which tells a learner nothing); returns its text. A folder or file that
@@ -76,6 +107,8 @@ def warn_if_stale(near=None) -> str | None:
         text = warning(Path(feedbeast.__file__).resolve().parent, near)
     except OSError:
         return None
+    tool = toolchain_warning(near)
+    text = " ".join(t for t in (text, tool) if t) or None
     if text:
         print(f"feedbeast: {text}", file=sys.stderr)
     return text
