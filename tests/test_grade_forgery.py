@@ -470,6 +470,12 @@ def test_the_channel_reads_only_signed_lines_in_order():
     ("class S(int):\n    def __ne__(self, o):\n        return False", False),
     ("S = type('S', (int,), {'__eq__': lambda s, o: True})", False),
     ("S = type('S', (int,), dict(__ne__=lambda s, o: False))", False),
+    # what a correct learner writes: a parameter named like a builtin the rules watch, @functools.cache, `-> None`
+    ("def f(input, output):\n    return input[0] + output", True),
+    ("import functools\n@functools.cache\ndef blocks(n):\n    return n", True),
+    ("def load(x) -> None:\n    return None", True),
+    ("def f(x, g=getattr):\n    return g(x, 'a')", False),
+    ("x = fb.cache.cache_dir()", False),
     ("class P:\n    def __bool__(self):\n        return True", False),
 ])
 def test_refusals(src, ok):

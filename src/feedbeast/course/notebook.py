@@ -538,6 +538,7 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
                    "pick another name")
     if amends & (protected | modules):
         out.append(f"it changes {', '.join(sorted(amends & (protected | modules)))} in place")
+    local = _function_locals(node)
     for n in ast.walk(node):
         if isinstance(n, ast.Import):
             bad = [a.name for a in n.names if not _importable(a.name)]
@@ -548,13 +549,15 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
                 out.append(f"it imports from {'.' * n.level}{n.module or ''}")
         elif isinstance(n, (ast.Global, ast.Nonlocal)):
             out.append(f"it declares {', '.join(n.names)} {'global' if isinstance(n, ast.Global) else 'nonlocal'}")
-        elif isinstance(n, ast.Name) and n.id in CALLS | {"__builtins__", "__loader__", "__spec__"}:
+        elif isinstance(n, ast.Name) and n.id in CALLS | {"__builtins__", "__loader__", "__spec__"} \
+                and id(n) not in local:        # a parameter or local of the learner's named `input` is theirs
             out.append(f"it uses {n.id}")
         elif isinstance(n, ast.Attribute):
             if n.attr.startswith("_") and not (isinstance(n.value, ast.Name) and n.value.id == "self"
                                                and not n.attr.startswith("__")):
                 out.append(f"it reaches the private attribute .{n.attr}")
-            elif n.attr in INTERNAL:
+            elif n.attr in INTERNAL and not (n.attr == "cache" and isinstance(n.value, ast.Name)
+                                             and n.value.id == "functools"):     # @functools.cache
                 out.append(f"it reaches .{n.attr} (the grader's and the toolkit's own state)")
             elif isinstance(n.ctx, (ast.Store, ast.Del)) and not (isinstance(n.value, ast.Name) and n.value.id == "self"):
                 # an attribute set on anything but one's own object: a module, a toolkit class, an array the
@@ -569,7 +572,8 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
             out.append(f"it names {n.arg}")              # type("X", (int,), dict(__ne__=...))
         elif isinstance(n, ast.arg) and isinstance(n.annotation, ast.Constant) and isinstance(n.annotation.value, str) \
                 or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign)) and isinstance(
-                    getattr(n, "returns", None) or getattr(n, "annotation", None), ast.Constant):
+                    getattr(n, "returns", None) or getattr(n, "annotation", None), ast.Constant) and isinstance(
+                    (getattr(n, "returns", None) or getattr(n, "annotation", None)).value, str):   # not `-> None`
             out.append("it writes an annotation as a string, which typing.get_type_hints would run as code")
     for n in ast.walk(node):     # a function that rebinds a protected name when called: `global` above; a
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):   # subscript store on one:
@@ -581,6 +585,25 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _function_locals(node) -> set[int]:
+    """id() of each Name node that reads a function's own parameter or local (bound in that function, not declared
+    global): such a name is the learner's value, not the builtin it shadows."""
+    out: set[int] = set()
+    for f in ast.walk(node):
+        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        a = f.args
+        bound = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None}
+        body = f.body if isinstance(f.body, list) else [f.body]
+        for n in (m for b in body for m in ast.walk(b)):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                bound.add(n.id)
+        out |= {id(n) for b in body for n in ast.walk(b) if isinstance(n, ast.Name) and n.id in bound}
+    return out
+
+
 def _importable(name: str) -> bool:
+    if name == "functools.cache":
+        return True
     parts = name.split(".")
     return parts[0] in IMPORTABLE and not (set(parts[1:]) & INTERNAL) and not any(p.startswith("_") for p in parts[1:])
