@@ -328,6 +328,64 @@ SOURCE = textwrap.dedent('''
             cuda.syncthreads()
 
     @cuda.jit
+    def prologue_forms(x, n):
+        t = 0
+        while t < n:                      # a while counter
+            if t == 0:
+                cuda.syncthreads()
+            cuda.syncthreads()
+            t += 1
+        for t in range(n):
+            if t < 1:
+                cuda.syncthreads()
+            cuda.syncthreads()
+        for t in range(n):
+            if 0 >= t:
+                cuda.syncthreads()
+            cuda.syncthreads()
+        for t, r in enumerate(range(0, 4 * n, 4)):
+            if t == 0:
+                cuda.syncthreads()
+            cuda.syncthreads()
+        first = True
+        for t in range(n):
+            if first:
+                cuda.syncthreads()
+                first = False
+            cuda.syncthreads()
+
+    @cuda.jit
+    def not_prologues(x, n):
+        for t in range(-2, n):            # starts below 0: t < 1 holds on three passes
+            if t < 1:
+                cuda.syncthreads()
+            cuda.syncthreads()
+        first = True
+        for t in range(n):
+            if first:
+                cuda.syncthreads()
+            if t == 5:
+                first = False
+            cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def coords():
+        return cuda.threadIdx.x, cuda.blockIdx.x * 4
+
+    @cuda.jit
+    def block_value_from_a_tuple(x, n):
+        lane, t0 = coords()
+        for t in range(t0, n):
+            x[lane] = t
+            cuda.syncthreads()
+
+    @cuda.jit
+    def thread_value_from_a_tuple(x, n):
+        lane, t0 = coords()
+        if lane < 4:
+            cuda.syncthreads()
+
+    @cuda.jit
     def three_phases(x):
         t = cuda.threadIdx.x
         for j in range(4):
@@ -500,3 +558,14 @@ def test_barriers_in_device_functions_loops_aliases_and_votes(kernels):
     assert len(divergent_barriers(kernels.split_by_an_aliased_atomic)) == 1
     found = divergent_barriers(kernels.wrapped)
     assert len(found) == 1 and "threadIdx.x < 16" in found[0], found
+
+
+def test_a_prologue_folded_in_any_usual_form_and_indices_returned_as_a_tuple(kernels):
+    """Ways a learner folds the prologue into the tile loop: a while counter, `t < 1`, `0 >= t`, enumerate, a flag
+    cleared on its first pass; not when the range starts below 0 or the flag stays set. A device function returning
+    (thread index, block index): each name as its own element."""
+    from feedbeast.barriers import most_per_iteration
+    assert set(most_per_iteration(kernels.prologue_forms).values()) == {1}
+    assert sorted(most_per_iteration(kernels.not_prologues).values()) == [2, 2]
+    assert divergent_barriers(kernels.block_value_from_a_tuple) == []
+    assert len(divergent_barriers(kernels.thread_value_from_a_tuple)) == 1

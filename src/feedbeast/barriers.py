@@ -63,9 +63,11 @@ class _Reader:
     the function (an assignment from a value the whole block shares ends a name's dependence on the thread; a
     branch's two sides and a loop's passes are joined), on the data the names are computed from."""
 
-    def __init__(self, func: ast.FunctionDef, initial=frozenset(), calls=None, devices=(), thread_returns=()):
+    def __init__(self, func: ast.FunctionDef, initial=frozenset(), calls=None, devices=(), thread_returns=(),
+                 tuple_returns=None):
         self.func, self.at, self.initial, self.calls = func, {}, frozenset(initial), calls or {}
         self.devices, self.thread_returns = set(devices), set(thread_returns)
+        self.tuple_returns = tuple_returns or {}   # device function: which elements of the tuple it returns differ
         self.before: dict[int, set] = {}       # id(statement): the names thread-dependent before it (any pass)
         # names bound to the atomics module (`atom = cuda.atomic`): `atom.add(...)` returns a thread's own old value
         self.atomic = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
@@ -152,11 +154,19 @@ class _Reader:
                 return state
             if isinstance(st, ast.Assign):
                 state, old = walrus(state, st.value), state
+                v = st.value
+                elems = (self.tuple_returns.get(v.func.id) if isinstance(v, ast.Call) and isinstance(v.func, ast.Name)
+                         and not any(self.depends(a, old) for a in [*v.args, *(k.value for k in v.keywords)])
+                         else None)
                 for t in st.targets:
-                    if isinstance(t, ast.Tuple) and isinstance(st.value, ast.Tuple) and len(t.elts) == len(st.value.elts):
-                        for te, ve in zip(t.elts, st.value.elts):     # a, b = x, y: each from the state before
+                    if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
+                        for te, ve in zip(t.elts, v.elts):     # a, b = x, y: each from the state before
                             names = set(_names(te))
                             state = state | names if self.depends(ve, old) else state - names
+                    elif isinstance(t, ast.Tuple) and elems is not None and len(elems) == len(t.elts):
+                        for te, differs in zip(t.elts, elems):  # lane, t0 = coords(): each element as returned
+                            names = set(_names(te))
+                            state = state | names if differs else state - names
                     else:
                         state = assign(state, t, st.value)
                 return state
@@ -355,6 +365,7 @@ class _Kernel:
                 break
             self.calls = calls
         self.thread_returns: set[str] = set()
+        self.tuple_returns: dict[str, tuple] = {}
         for _ in range(len(read) + 1):          # with its parameters the same in every thread
             now = {n for n, (p, _) in read.items()
                    if (r := self.reader(p[0])) and any(isinstance(x, ast.Return) and x.value is not None
@@ -362,9 +373,15 @@ class _Kernel:
             if now == self.thread_returns:
                 break
             self.thread_returns = now
+        for n, (p, _) in read.items():          # a function that returns tuples of one length: each element's own
+            rets = [x.value for x in ast.walk(p[0]) if isinstance(x, ast.Return)]
+            if rets and all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets):
+                r = self.reader(p[0])
+                self.tuple_returns[n] = tuple(any(r.depends(ret.elts[k]) for ret in rets)
+                                              for k in range(len(rets[0].elts)))
 
     def reader(self, func, initial=frozenset()) -> _Reader:
-        return _Reader(func, initial, self.calls, self.devices, self.thread_returns)
+        return _Reader(func, initial, self.calls, self.devices, self.thread_returns, self.tuple_returns)
 
 
 def divergent_barriers(kernel) -> list[str] | None:
@@ -465,37 +482,76 @@ def _trips(loop, consts=None) -> int | None:
     return None
 
 
-def _counter(loop) -> tuple[str, frozenset] | None:
-    """(the loop's variable, the names its body assigns) when the variable takes each value once: `for t in
-    range(...)`, t not assigned in the body."""
-    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Call)
-            and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"):
-        return None
-    assigned = set()
+def _counter(loop):
+    """What a loop's passes tell apart, for `_once`: (its counters: names that take a new value on each pass, whether
+    they start at 0 or above, the flags its body only ever sets to False, the names its body assigns), or None.
+    Counters: `t` of `for t in range(...)` or of `for t, x in enumerate(...)`, not assigned in the body; in a
+    `while`, a name whose one assignment in the body is `t += <a positive int>`."""
+    assigned: dict[str, list] = {}
     for n in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
-        targets = (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign,
-                   ast.AnnAssign, ast.NamedExpr, ast.For)) else [])
-        assigned |= {x for t in targets for x in _names(t)}
-    v = loop.target.id
-    return None if v in assigned else (v, frozenset(assigned))
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                for x in _names(t):
+                    assigned.setdefault(x, []).append(n)
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For)):
+            for x in _names(n.target):
+                assigned.setdefault(x, []).append(n)
+    counters, nonneg = set(), False
+    if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name):
+        it, target = loop.iter, loop.target
+        if it.func.id == "range" and isinstance(target, ast.Name):
+            counters = {target.id}
+            first = it.args[0] if len(it.args) >= 2 else None
+            nonneg = first is None or (isinstance(first, ast.Constant) and isinstance(first.value, int)
+                                       and first.value >= 0)
+        elif it.func.id == "enumerate" and isinstance(target, ast.Tuple) and target.elts \
+                and isinstance(target.elts[0], ast.Name) and len(it.args) == 1 and not it.keywords:
+            counters, nonneg = {target.elts[0].id}, True
+        counters -= set(assigned)
+    elif isinstance(loop, ast.While):
+        counters = {v for v, where in assigned.items() if len(where) == 1 and isinstance(where[0], ast.AugAssign)
+                    and isinstance(where[0].op, ast.Add) and isinstance(where[0].value, ast.Constant)
+                    and isinstance(where[0].value.value, int) and where[0].value.value > 0}
+    # a flag: set only to False in the body, and on every pass that sees it True (directly in the body, or first
+    # thing under `if flag:`), so that it is True on one pass at most
+    def cleared_where_true(v):
+        top = [st for st in loop.body if isinstance(st, ast.Assign)]
+        top += [st for g in loop.body if isinstance(g, ast.If) and isinstance(g.test, ast.Name) and g.test.id == v
+                for st in g.body if isinstance(st, ast.Assign)]
+        return any(v in [x for t in st.targets for x in _names(t)] for st in top)
+    flags = {v for v, where in assigned.items() if all(isinstance(w, ast.Assign) and isinstance(w.value, ast.Constant)
+                                                       and w.value.value is False for w in where)
+             and cleared_where_true(v)}
+    if not counters and not flags:
+        return None
+    return counters, nonneg, flags, frozenset(assigned)
 
 
 def _once(test, counter) -> bool:
-    """Does `test` hold on one pass at most of a loop whose counter is v: `v == e` with e the same on every pass (no
-    name the body assigns, not v), or `not v`?"""
+    """Does `test` hold on one pass at most of the loop `counter` describes (see _counter)? `t == e` with e the
+    same on every pass; `not t`, `t < 1`, `t <= 0` for a counter that starts at 0 or above; a flag the body sets to
+    False (`if first:`)."""
     if counter is None:
         return False
-    v, assigned = counter
+    counters, nonneg, flags, assigned = counter
+    is_counter = lambda e: isinstance(e, ast.Name) and e.id in counters     # noqa: E731
+    fixed = lambda e: not any(isinstance(n, ast.Name) and (n.id in counters or n.id in assigned)   # noqa: E731
+                              for n in ast.walk(e))
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return any(_once(t, counter) for t in test.values)
+    if isinstance(test, ast.Name):
+        return test.id in flags
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return isinstance(test.operand, ast.Name) and test.operand.id == v
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-        a, b = test.left, test.comparators[0]
-        fixed = lambda e: not any(isinstance(n, ast.Name) and (n.id == v or n.id in assigned)   # noqa: E731
-                                  for n in ast.walk(e))
-        return (isinstance(a, ast.Name) and a.id == v and fixed(b)) or \
-               (isinstance(b, ast.Name) and b.id == v and fixed(a))
+        return nonneg and is_counter(test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        a, op, b = test.left, test.ops[0], test.comparators[0]
+        if isinstance(op, ast.Eq):
+            return (is_counter(a) and fixed(b)) or (is_counter(b) and fixed(a))
+        if is_counter(b) and isinstance(op, (ast.Gt, ast.GtE)):      # 1 > t is t < 1
+            a, b, op = b, a, ast.Lt() if isinstance(op, ast.Gt) else ast.LtE()
+        k = b.value if isinstance(b, ast.Constant) and isinstance(b.value, int) else None
+        return nonneg and is_counter(a) and k is not None and (
+            isinstance(op, ast.Lt) and k <= 1 or isinstance(op, ast.LtE) and k <= 0)
     return False
 
 
