@@ -386,6 +386,52 @@ SOURCE = textwrap.dedent('''
             cuda.syncthreads()
 
     @cuda.jit
+    def looks_once_but_is_not(x, n):
+        t = 0
+        k = 0
+        while k < n:                      # t advances on some passes only
+            if t == 0:
+                cuda.syncthreads()
+            cuda.syncthreads()
+            if k % 2 == 1:
+                t += 1
+            k += 1
+        t = 0
+        k = 0
+        while k < n:                      # a continue skips the increment
+            k += 1
+            if t == 0:
+                cuda.syncthreads()
+            cuda.syncthreads()
+            if k < 3:
+                continue
+            t += 1
+        first = True
+        for t in range(n):                # a continue skips the clearing
+            if first:
+                cuda.syncthreads()
+            cuda.syncthreads()
+            if t < 3:
+                continue
+            first = False
+        for t in range(0, -n, -1):        # counts down
+            if t < 1:
+                cuda.syncthreads()
+            cuda.syncthreads()
+        b = (-3, n)
+        for t in range(*b):               # a start it cannot read
+            if t < 1:
+                cuda.syncthreads()
+            cuda.syncthreads()
+
+    @cuda.jit
+    def enumerate_from_one(x, n):
+        for t, r in enumerate(range(n), 1):
+            if t == 1:
+                cuda.syncthreads()
+            cuda.syncthreads()
+
+    @cuda.jit
     def three_phases(x):
         t = cuda.threadIdx.x
         for j in range(4):
@@ -569,3 +615,12 @@ def test_a_prologue_folded_in_any_usual_form_and_indices_returned_as_a_tuple(ker
     assert sorted(most_per_iteration(kernels.not_prologues).values()) == [2, 2]
     assert divergent_barriers(kernels.block_value_from_a_tuple) == []
     assert len(divergent_barriers(kernels.thread_value_from_a_tuple)) == 1
+
+
+def test_what_only_looks_like_a_first_pass_counts_twice(kernels):
+    """A counter advanced on some passes only, a continue before the increment or before a flag is cleared, a range
+    counting down or with a start the check cannot read: each of these holds on more than one pass. enumerate from 1
+    with `t == 1` is the first pass."""
+    from feedbeast.barriers import most_per_iteration
+    assert sorted(most_per_iteration(kernels.looks_once_but_is_not).values()) == [2, 2, 2, 2, 2]
+    assert list(most_per_iteration(kernels.enumerate_from_one).values()) == [1]

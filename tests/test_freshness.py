@@ -168,3 +168,13 @@ def test_an_nvrtc_the_course_does_not_pin_is_said(tmp_path):
     assert freshness.toolchain_warning(root, version=(13, 0)) is None
     assert freshness.toolchain_warning(root, version=(12, 9)) is None
     assert freshness.toolchain_warning(tmp_path, version=(13, 5)) is None      # no checkout: nothing to compare
+
+
+def test_an_unreadable_pin_file_does_not_stop_the_import(tmp_path, monkeypatch):
+    """The comparison must never stop the import it runs in: a requirements file that is not UTF-8 says nothing."""
+    from feedbeast.course import freshness
+    for d in ("chapters", "solutions", "requirements"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "requirements" / "cu13.txt").write_bytes(b"cuda-toolkit[nvrtc]==13.0.2\n# caf\xe9\n")
+    monkeypatch.chdir(tmp_path)
+    assert freshness.warn_if_stale() is None

@@ -475,6 +475,14 @@ def test_the_channel_reads_only_signed_lines_in_order():
     ("import functools\n@functools.cache\ndef blocks(n):\n    return n", True),
     ("def load(x) -> None:\n    return None", True),
     ("def f(x, g=getattr):\n    return g(x, 'a')", False),
+    ("def f(input, output):\n    return [input[i] for i in range(3)]", True),
+    # a name bound only in a nested scope does not shadow the builtin in the function
+    ("def f(s):\n    [exec for exec in ()]\n    return exec(s)", False),
+    ("def f(s):\n    def g():\n        eval = 1\n    return eval(s)", False),
+    ("def f(p):\n    class C:\n        open = 1\n    return open(p, 'w')", False),
+    ("import feedbeast as functools\nx = functools.cache.cache_dir", False),
+    ("def f(functools):\n    return functools.cache", False),
+    ("from functools import cache", True),
     ("x = fb.cache.cache_dir()", False),
     ("class P:\n    def __bool__(self):\n        return True", False),
 ])

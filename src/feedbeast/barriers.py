@@ -497,19 +497,27 @@ def _counter(loop):
             for x in _names(n.target):
                 assigned.setdefault(x, []).append(n)
     counters, nonneg = set(), False
-    if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name):
+    literal = lambda e: e.value if isinstance(e, ast.Constant) and isinstance(e.value, int) else None   # noqa: E731
+    # a `continue` of this loop skips what follows it: then only a `for` advances its counter on every pass
+    skips = any(isinstance(n, ast.Continue) for n in _own_statements(loop.body))
+    if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) \
+            and not any(isinstance(a, ast.Starred) for a in loop.iter.args):
         it, target = loop.iter, loop.target
-        if it.func.id == "range" and isinstance(target, ast.Name):
+        if it.func.id == "range" and isinstance(target, ast.Name) and not it.keywords:
             counters = {target.id}
-            first = it.args[0] if len(it.args) >= 2 else None
-            nonneg = first is None or (isinstance(first, ast.Constant) and isinstance(first.value, int)
-                                       and first.value >= 0)
+            start = it.args[0] if len(it.args) >= 2 else ast.Constant(0)
+            step = it.args[2] if len(it.args) == 3 else ast.Constant(1)
+            nonneg = (literal(start) or -1) >= 0 if literal(start) != 0 else True
+            nonneg = nonneg and (literal(step) or 0) > 0
         elif it.func.id == "enumerate" and isinstance(target, ast.Tuple) and target.elts \
-                and isinstance(target.elts[0], ast.Name) and len(it.args) == 1 and not it.keywords:
-            counters, nonneg = {target.elts[0].id}, True
+                and isinstance(target.elts[0], ast.Name) and 1 <= len(it.args) <= 2:
+            start = it.args[1] if len(it.args) == 2 else next((k.value for k in it.keywords if k.arg == "start"),
+                                                               ast.Constant(0))
+            counters, nonneg = {target.elts[0].id}, literal(start) is not None and literal(start) >= 0
         counters -= set(assigned)
-    elif isinstance(loop, ast.While):
+    elif isinstance(loop, ast.While) and not skips:
         counters = {v for v, where in assigned.items() if len(where) == 1 and isinstance(where[0], ast.AugAssign)
+                    and where[0] in loop.body          # on every pass: a statement of the body itself
                     and isinstance(where[0].op, ast.Add) and isinstance(where[0].value, ast.Constant)
                     and isinstance(where[0].value.value, int) and where[0].value.value > 0}
     # a flag: set only to False in the body, and on every pass that sees it True (directly in the body, or first
@@ -521,10 +529,21 @@ def _counter(loop):
         return any(v in [x for t in st.targets for x in _names(t)] for st in top)
     flags = {v for v, where in assigned.items() if all(isinstance(w, ast.Assign) and isinstance(w.value, ast.Constant)
                                                        and w.value.value is False for w in where)
-             and cleared_where_true(v)}
+             and cleared_where_true(v)} if not skips else set()
     if not counters and not flags:
         return None
     return counters, nonneg, flags, frozenset(assigned)
+
+
+def _own_statements(body):
+    """The statements of a loop body, not those of the loops and functions nested in it (their break/continue are
+    theirs)."""
+    stack = list(body)
+    while stack:
+        st = stack.pop()
+        yield st
+        if not isinstance(st, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stack.extend(c for c in ast.iter_child_nodes(st) if isinstance(c, ast.stmt))
 
 
 def _once(test, counter) -> bool:

@@ -107,7 +107,10 @@ def warn_if_stale(near=None) -> str | None:
         text = warning(Path(feedbeast.__file__).resolve().parent, near)
     except OSError:
         return None
-    tool = toolchain_warning(near)
+    try:
+        tool = toolchain_warning(near)
+    except (OSError, ValueError):    # an unreadable requirements file: nothing to compare, and the import goes on
+        tool = None
     text = " ".join(t for t in (text, tool) if t) or None
     if text:
         print(f"feedbeast: {text}", file=sys.stderr)

@@ -539,13 +539,18 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
     if amends & (protected | modules):
         out.append(f"it changes {', '.join(sorted(amends & (protected | modules)))} in place")
     local = _function_locals(node)
+    # `@functools.cache`: the attribute .cache, only as a function's own decorator (a module bound to the name
+    # functools, or .cache read further, is refused like any other .cache)
+    decorators = {id(d) for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for d in f.decorator_list if isinstance(d, ast.Attribute) and d.attr == "cache"
+                  and isinstance(d.value, ast.Name) and d.value.id == "functools"}
     for n in ast.walk(node):
         if isinstance(n, ast.Import):
             bad = [a.name for a in n.names if not _importable(a.name)]
             out += [f"it imports {b}" for b in bad]
         elif isinstance(n, ast.ImportFrom):
             if n.level or not _importable(n.module or "") or any(
-                    not _importable(f"{n.module}.{a.name}") or a.name == "*" for a in n.names):
+                    not _importable(f"{n.module}.{a.name}", member=True) or a.name == "*" for a in n.names):
                 out.append(f"it imports from {'.' * n.level}{n.module or ''}")
         elif isinstance(n, (ast.Global, ast.Nonlocal)):
             out.append(f"it declares {', '.join(n.names)} {'global' if isinstance(n, ast.Global) else 'nonlocal'}")
@@ -556,8 +561,7 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
             if n.attr.startswith("_") and not (isinstance(n.value, ast.Name) and n.value.id == "self"
                                                and not n.attr.startswith("__")):
                 out.append(f"it reaches the private attribute .{n.attr}")
-            elif n.attr in INTERNAL and not (n.attr == "cache" and isinstance(n.value, ast.Name)
-                                             and n.value.id == "functools"):     # @functools.cache
+            elif n.attr in INTERNAL and id(n) not in decorators:     # @functools.cache as a decorator
                 out.append(f"it reaches .{n.attr} (the grader's and the toolkit's own state)")
             elif isinstance(n.ctx, (ast.Store, ast.Del)) and not (isinstance(n.value, ast.Name) and n.value.id == "self"):
                 # an attribute set on anything but one's own object: a module, a toolkit class, an array the
@@ -585,25 +589,65 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp,
+           ast.GeneratorExp)
+
+
 def _function_locals(node) -> set[int]:
-    """id() of each Name node that reads a function's own parameter or local (bound in that function, not declared
-    global): such a name is the learner's value, not the builtin it shadows."""
+    """id() of each Name node that reads a name bound in its own scope or in an enclosing function's (Python's rule:
+    a name bound anywhere in a function, a lambda or a comprehension is local there, and seen by the scopes nested in
+    it; a class body's names are not seen by its methods): such a name is the learner's value, not the builtin it
+    shadows. The statement's own top level binds nothing here: a top-level name that rebinds a builtin is refused
+    on its own."""
     out: set[int] = set()
-    for f in ast.walk(node):
-        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            continue
-        a = f.args
-        bound = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None}
-        body = f.body if isinstance(f.body, list) else [f.body]
-        for n in (m for b in body for m in ast.walk(b)):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                bound.add(n.id)
-        out |= {id(n) for b in body for n in ast.walk(b) if isinstance(n, ast.Name) and n.id in bound}
+
+    def own(body):       # nodes of this scope, not of the scopes nested in it
+        stack, nested = list(body), []
+        while stack:
+            n = stack.pop()
+            if isinstance(n, _SCOPES):
+                nested.append(n)
+                continue
+            yield n
+            stack.extend(ast.iter_child_nodes(n))
+        yield from nested
+
+    def visit(scope, env):
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = scope.args
+            params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None}
+            # defaults and decorators are read in the enclosing scope
+            outer = [*a.defaults, *(d for d in a.kw_defaults if d is not None),
+                     *getattr(scope, "decorator_list", [])]
+            body = scope.body if isinstance(scope.body, list) else [scope.body]
+        elif isinstance(scope, ast.ClassDef):
+            params, outer, body = set(), [*scope.bases, *scope.decorator_list], scope.body
+        else:            # a comprehension: its generators' targets and conditions, its element(s)
+            params, outer = set(), [scope.generators[0].iter]       # the first iterable is read outside
+            body = [x for g in scope.generators for x in (g.target, *g.ifs)] + \
+                   [g.iter for g in scope.generators[1:]] + \
+                   [getattr(scope, f) for f in ("elt", "key", "value") if getattr(scope, f, None) is not None]
+        for o in outer:
+            walk([o], env)
+        nodes = list(own(body))
+        here = params | {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        seen = env | here
+        for n in nodes:
+            if isinstance(n, _SCOPES):
+                visit(n, seen if not isinstance(scope, ast.ClassDef) else env)
+            elif isinstance(n, ast.Name) and n.id in seen:
+                out.add(id(n))
+
+    def walk(body, env):
+        for n in own(body):
+            if isinstance(n, _SCOPES):
+                visit(n, env)
+    walk([node], set())
     return out
 
 
-def _importable(name: str) -> bool:
-    if name == "functools.cache":
+def _importable(name: str, member: bool = False) -> bool:
+    if member and name == "functools.cache":       # `from functools import cache`
         return True
     parts = name.split(".")
     return parts[0] in IMPORTABLE and not (set(parts[1:]) & INTERNAL) and not any(p.startswith("_") for p in parts[1:])
