@@ -432,6 +432,42 @@ SOURCE = textwrap.dedent('''
             cuda.syncthreads()
 
     @cuda.jit
+    def counter_in_an_array(x, n):
+        for t in range(n):
+            if t == x[0]:                 # x[0] follows t: true on every pass
+                cuda.syncthreads()
+            x[0] = t + 1
+            cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def pick():
+        if cuda.threadIdx.x < 4:
+            return 0
+        return 1
+
+    @cuda.jit
+    def split_by_where_threads_return(x):
+        if pick() == 0:
+            cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def inner_pair():
+        return cuda.threadIdx.x, 0
+
+    @cuda.jit(device=True)
+    def outer_pair():
+        a, b = inner_pair()
+        return b, a
+
+    @cuda.jit
+    def tuple_through_two_helpers(x):
+        z, lane = outer_pair()
+        if z < 4:
+            cuda.syncthreads()
+        if lane < 4:
+            cuda.syncthreads()
+
+    @cuda.jit
     def three_phases(x):
         t = cuda.threadIdx.x
         for j in range(4):
@@ -624,3 +660,14 @@ def test_what_only_looks_like_a_first_pass_counts_twice(kernels):
     from feedbeast.barriers import most_per_iteration
     assert sorted(most_per_iteration(kernels.looks_once_but_is_not).values()) == [2, 2, 2, 2, 2]
     assert list(most_per_iteration(kernels.enumerate_from_one).values()) == [1]
+
+
+def test_an_array_that_follows_the_counter_a_return_that_splits_and_a_tuple_through_two_helpers(kernels):
+    """`t == x[0]` with x[0] stored in the loop is not a first pass; a device function whose threads return at
+    different places returns what differs between threads; a tuple handed on by a second device function keeps
+    each element's own reading."""
+    from feedbeast.barriers import most_per_iteration
+    assert list(most_per_iteration(kernels.counter_in_an_array).values()) == [2]
+    assert len(divergent_barriers(kernels.split_by_where_threads_return)) == 1
+    found = divergent_barriers(kernels.tuple_through_two_helpers)
+    assert len(found) == 1 and "if lane < 4:" in found[0], found

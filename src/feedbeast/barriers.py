@@ -208,11 +208,14 @@ class _Reader:
         block(self.func.body, set(self.initial))
         return frozenset(seen)
 
-    def divergent(self) -> list[tuple[int, int]]:
-        """(line of the barrier, line of the condition that splits the block) for each barrier found."""
+    def divergent(self, returns: bool = False) -> list[tuple[int, int]]:
+        """(line of the barrier, line of the condition that splits the block) for each barrier found; with `returns`,
+        the same for each `return` (a function whose threads return at different places returns what differs)."""
         out: list[tuple[int, int]] = []
 
         def barriers_in(stmts):
+            if returns:
+                return [c for s in stmts for c in ast.walk(s) if isinstance(c, ast.Return)]
             return [c for s in stmts for c in ast.walk(s) if _is_barrier(c, self.calls)]
 
         def leaves_early(loop) -> int | None:
@@ -367,18 +370,19 @@ class _Kernel:
         self.thread_returns: set[str] = set()
         self.tuple_returns: dict[str, tuple] = {}
         for _ in range(len(read) + 1):          # with its parameters the same in every thread
-            now = {n for n, (p, _) in read.items()
-                   if (r := self.reader(p[0])) and any(isinstance(x, ast.Return) and x.value is not None
-                                                       and r.depends(x.value) for x in ast.walk(p[0]))}
-            if now == self.thread_returns:
-                break
-            self.thread_returns = now
-        for n, (p, _) in read.items():          # a function that returns tuples of one length: each element's own
-            rets = [x.value for x in ast.walk(p[0]) if isinstance(x, ast.Return)]
-            if rets and all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets):
+            now, tuples = set(), {}
+            for n, (p, _) in read.items():
                 r = self.reader(p[0])
-                self.tuple_returns[n] = tuple(any(r.depends(ret.elts[k]) for ret in rets)
-                                              for k in range(len(rets[0].elts)))
+                split = bool(r.divergent(returns=True))   # threads that return at different places
+                rets = [x.value for x in ast.walk(p[0]) if isinstance(x, ast.Return)]
+                if split or any(v is not None and r.depends(v) for v in rets):
+                    now.add(n)
+                if rets and all(isinstance(v, ast.Tuple) and len(v.elts) == len(rets[0].elts) for v in rets):
+                    tuples[n] = tuple(split or any(r.depends(v.elts[k]) for v in rets)    # each element's own
+                                      for k in range(len(rets[0].elts)))
+            if now == self.thread_returns and tuples == self.tuple_returns:
+                break
+            self.thread_returns, self.tuple_returns = now, tuples
 
     def reader(self, func, initial=frozenset()) -> _Reader:
         return _Reader(func, initial, self.calls, self.devices, self.thread_returns, self.tuple_returns)
@@ -488,7 +492,14 @@ def _counter(loop):
     Counters: `t` of `for t in range(...)` or of `for t, x in enumerate(...)`, not assigned in the body; in a
     `while`, a name whose one assignment in the body is `t += <a positive int>`."""
     assigned: dict[str, list] = {}
+    changed: set[str] = set()           # arrays and objects the body stores into (`x[0] = t + 1`)
     for n in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []):
+            root = t
+            while isinstance(root, (ast.Subscript, ast.Attribute)):
+                root = root.value
+            if root is not t and isinstance(root, ast.Name):
+                changed.add(root.id)
         if isinstance(n, ast.Assign):
             for t in n.targets:
                 for x in _names(t):
@@ -532,7 +543,7 @@ def _counter(loop):
              and cleared_where_true(v)} if not skips else set()
     if not counters and not flags:
         return None
-    return counters, nonneg, flags, frozenset(assigned)
+    return counters, nonneg, flags, frozenset(assigned) | changed
 
 
 def _own_statements(body):
