@@ -188,9 +188,9 @@ SOURCE = textwrap.dedent('''
     def first_pass_not_once(x, n):
         t = cuda.threadIdx.x
         for j in range(n):
+            j = j + 1
             if j == 0:
                 cuda.syncthreads()
-            j = j + 1
             cuda.syncthreads()
 
     @cuda.jit
@@ -468,6 +468,33 @@ SOURCE = textwrap.dedent('''
             cuda.syncthreads()
 
     @cuda.jit
+    def prologue_forms_too(x, n):
+        t = 0
+        while t < n:                      # advanced once on every pass, in one branch or the other
+            if t == 0:
+                cuda.syncthreads()
+            cuda.syncthreads()
+            if n > 4:
+                t += 1
+            else:
+                t += 1
+        for t in range(n):                # the test reads the range's t; an inner loop reuses the name after it
+            if t == 0:
+                cuda.syncthreads()
+            cuda.syncthreads()
+            for t in range(2):
+                x[t] = 0.0
+
+    @cuda.jit
+    def reused_before_the_test(x, n):
+        for t in range(n):
+            for t in range(2):            # t is 1 whenever the test reads it: not the first pass only
+                x[t] = 0.0
+            if t == 1:
+                cuda.syncthreads()
+            cuda.syncthreads()
+
+    @cuda.jit
     def three_phases(x):
         t = cuda.threadIdx.x
         for j in range(4):
@@ -582,8 +609,8 @@ def test_a_name_is_the_thread_s_only_where_its_last_assignment_makes_it_so(kerne
 def test_a_prologue_folded_into_the_loop_and_a_grid_stride_loop_keep_one_per_tile(kernels):
     """Lab 02's design allows one barrier per tile in the steady state: a branch that holds on one pass only (`if j ==
     0`, `if n - 1 == j`: the prologue or the epilogue folded into the tile loop) is not counted, and a tile loop inside
-    a grid-stride loop over strips is a loop of its own. A branch on a counter the body reassigns still counts, and
-    a loop of a constant trip count inside the tile loop counts that many times."""
+    a grid-stride loop over strips is a loop of its own. A branch on a counter the body reassigns before it still
+    counts, and a loop of a constant trip count inside the tile loop counts that many times."""
     import feedbeast as fb
     from feedbeast.barriers import most_per_iteration
     assert fbn.expect_uniform_barriers(kernels.prologue_in_the_loop, per_loop=1).endswith("at most 1 per loop iteration")
@@ -671,3 +698,11 @@ def test_an_array_that_follows_the_counter_a_return_that_splits_and_a_tuple_thro
     assert len(divergent_barriers(kernels.split_by_where_threads_return)) == 1
     found = divergent_barriers(kernels.tuple_through_two_helpers)
     assert len(found) == 1 and "if lane < 4:" in found[0], found
+
+
+def test_a_while_counter_advanced_in_both_branches_and_a_counter_reused_after_the_test(kernels):
+    """Two more forms of the first pass: a while counter advanced in either branch of an if/else, and a range's counter
+    read before an inner loop reuses its name. Reused before the test, it is not the range's value."""
+    from feedbeast.barriers import most_per_iteration
+    assert set(most_per_iteration(kernels.prologue_forms_too).values()) == {1}
+    assert max(most_per_iteration(kernels.reused_before_the_test).values()) == 2

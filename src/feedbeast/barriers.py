@@ -487,10 +487,11 @@ def _trips(loop, consts=None) -> int | None:
 
 
 def _counter(loop):
-    """What a loop's passes tell apart, for `_once`: (its counters: names that take a new value on each pass, whether
-    they start at 0 or above, the flags its body only ever sets to False, the names its body assigns), or None.
-    Counters: `t` of `for t in range(...)` or of `for t, x in enumerate(...)`, not assigned in the body; in a
-    `while`, a name whose one assignment in the body is `t += <a positive int>`."""
+    """What a loop's passes tell apart, for `_once`: (its counters: {name that takes a new value on each pass: the
+    line from which the body has changed it}, whether they start at 0 or above, the flags its body only ever sets to
+    False, the names its body assigns), or None. Counters: `t` of `for t in range(...)` or of `for t, x in
+    enumerate(...)`, up to the body's first assignment of t (a nested `for t`); in a `while`, a name that every pass
+    advances once by `t += <a positive int>` (in both branches of an if/else, say)."""
     assigned: dict[str, list] = {}
     changed: set[str] = set()           # arrays and objects the body stores into (`x[0] = t + 1`)
     for n in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
@@ -507,7 +508,7 @@ def _counter(loop):
         elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For)):
             for x in _names(n.target):
                 assigned.setdefault(x, []).append(n)
-    counters, nonneg = set(), False
+    counters, nonneg = {}, False
     literal = lambda e: e.value if isinstance(e, ast.Constant) and isinstance(e.value, int) else None   # noqa: E731
     # a `continue` of this loop skips what follows it: then only a `for` advances its counter on every pass
     skips = any(isinstance(n, ast.Continue) for n in _own_statements(loop.body))
@@ -515,7 +516,7 @@ def _counter(loop):
             and not any(isinstance(a, ast.Starred) for a in loop.iter.args):
         it, target = loop.iter, loop.target
         if it.func.id == "range" and isinstance(target, ast.Name) and not it.keywords:
-            counters = {target.id}
+            counters = {target.id: None}
             start = it.args[0] if len(it.args) >= 2 else ast.Constant(0)
             step = it.args[2] if len(it.args) == 3 else ast.Constant(1)
             nonneg = (literal(start) or -1) >= 0 if literal(start) != 0 else True
@@ -524,13 +525,13 @@ def _counter(loop):
                 and isinstance(target.elts[0], ast.Name) and 1 <= len(it.args) <= 2:
             start = it.args[1] if len(it.args) == 2 else next((k.value for k in it.keywords if k.arg == "start"),
                                                                ast.Constant(0))
-            counters, nonneg = {target.elts[0].id}, literal(start) is not None and literal(start) >= 0
-        counters -= set(assigned)
+            counters, nonneg = {target.elts[0].id: None}, literal(start) is not None and literal(start) >= 0
+        # the range gives t its value at the top of each pass: a test before the body changes t reads that value
+        counters = {v: min((w.lineno for w in assigned.get(v, [])), default=float("inf")) for v in counters}
     elif isinstance(loop, ast.While) and not skips:
-        counters = {v for v, where in assigned.items() if len(where) == 1 and isinstance(where[0], ast.AugAssign)
-                    and where[0] in loop.body          # on every pass: a statement of the body itself
-                    and isinstance(where[0].op, ast.Add) and isinstance(where[0].value, ast.Constant)
-                    and isinstance(where[0].value.value, int) and where[0].value.value > 0}
+        counters = {v: float("inf") for v, where in assigned.items()
+                    if all(isinstance(w, ast.AugAssign) and isinstance(w.op, ast.Add) and literal(w.value)
+                           and literal(w.value) > 0 for w in where) and _increments(loop.body, v) == (1, 1)}
     # a flag: set only to False in the body, and on every pass that sees it True (directly in the body, or first
     # thing under `if flag:`), so that it is True on one pass at most
     def cleared_where_true(v):
@@ -544,6 +545,23 @@ def _counter(loop):
     if not counters and not flags:
         return None
     return counters, nonneg, flags, frozenset(assigned) | changed
+
+
+def _increments(stmts, v) -> tuple:
+    """(fewest, most) times running `stmts` advances `v` by a `v += k` statement, over the paths through an if/else;
+    an assignment of v anywhere else (a nested loop, a with) counts as any number."""
+    lo = hi = 0
+    for st in stmts:
+        if isinstance(st, ast.AugAssign) and _names(st.target) == [v]:
+            lo, hi = lo + 1, hi + 1
+        elif isinstance(st, ast.If):
+            a, b = _increments(st.body, v), _increments(st.orelse, v)
+            lo, hi = lo + min(a[0], b[0]), hi + max(a[1], b[1])
+        elif any(isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For))
+                 and v in [x for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for x in _names(t)]
+                 for n in ast.walk(st)):
+            return 0, float("inf")
+    return lo, hi
 
 
 def _own_statements(body):
@@ -564,7 +582,7 @@ def _once(test, counter) -> bool:
     if counter is None:
         return False
     counters, nonneg, flags, assigned = counter
-    is_counter = lambda e: isinstance(e, ast.Name) and e.id in counters     # noqa: E731
+    is_counter = lambda e: isinstance(e, ast.Name) and e.id in counters and e.lineno < counters[e.id]   # noqa: E731
     fixed = lambda e: not any(isinstance(n, ast.Name) and (n.id in counters or n.id in assigned)   # noqa: E731
                               for n in ast.walk(e))
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
