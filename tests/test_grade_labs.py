@@ -78,6 +78,9 @@ CHAPTERS = {"03": "03-cp-async.ipynb", "04": "04-mbarrier.ipynb", "05": "05-tma.
 MAX_SHARED = 20
 
 
+# lab 03's per-tile wait, as the solution writes it (two planted bugs move it)
+LAB03_WAIT = "      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n"
+
 class Bug:
     def __init__(self, replacements, gpu, cpu=None, hangs=False, rule=None, cpu_may_fail=None, says=None):
         self.replacements = replacements   # [(old, new)], each old exactly once in the solution's code cells
@@ -153,14 +156,14 @@ BUGS = {
                                        gpu={SASS, WRONG}, cpu=r"SassMismatch.*(cp\.async|DEPBAR)"),
         # The wait moved after the fold: its count is right, and from the second tile on each read follows the last
         # iteration's wait; but tile 0 is read before it lands. The SASS shows the first read with no wait before it.
-        "wait-after-the-fold": Bug([("      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n", ""),
+        "wait-after-the-fold": Bug([(LAB03_WAIT, ""),
                                     ("reinterpret_cast<const float4*>(slots + (j % STAGES) * TILE_F)[threadIdx.x]);\n",
                                      "reinterpret_cast<const float4*>(slots + (j % STAGES) * TILE_F)[threadIdx.x]);\n"
                                      "      fb::cp_async_wait<STAGES - 2>();\n")],
                                    gpu={SASS, WRONG}, cpu=r"SassMismatch.*the wait is in the wrong place: .*the first "
                                                           r"tile is read before it lands"),
         # One wait before the loop instead of one per tile: the loop commits and reads but never waits.
-        "one-wait-before-the-loop": Bug([("      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n", ""),
+        "one-wait-before-the-loop": Bug([(LAB03_WAIT, ""),
                                          ("    for (int j = 0; j < ntiles; ++j) {\n      __syncthreads();",
                                           "    fb::cp_async_wait<STAGES - 2>();\n    for (int j = 0; j < ntiles; ++j) {\n"
                                           "      __syncthreads();")],
