@@ -76,10 +76,14 @@ def test_variant_sass_and_no_spills(ch, name):
 
 
 def test_release_cluster_arrive_puts_a_gpu_fence_in_the_loop_and_relaxed_does_not(ch):
+    """Chapters 07 and 10 name the four instructions `.release.cluster` puts in front of the arrive, in order."""
+    fences = ["MEMBAR.ALL.CTA", "MEMBAR.ALL.GPU", "ERRBAR", "CGAERRBAR"]
+
     def fences_before_remote_arrives(mod):
-        lines = mod.sass("gemm_persistent").splitlines()
-        return sum(1 for i, l in enumerate(lines) if "SYNCS.ARRIVE.TRANS64.RED" in l
-                   and any("MEMBAR.ALL.GPU" in x for x in lines[max(0, i - 4):i]))
+        ops = [l.split(";")[0].split("*/")[-1].split() for l in mod.sass("gemm_persistent").splitlines() if "*/" in l]
+        ops = [o[0] for o in ops if o]
+        return sum(1 for i, o in enumerate(ops) if o.startswith("SYNCS.ARRIVE.TRANS64.RED")
+                   and ops[max(0, i - 4):i] == fences)
     assert fences_before_remote_arrives(ch["MODS"]["cluster2+mc/release"]) == 2
     assert fences_before_remote_arrives(ch["MODS"]["cluster2+mc/relaxed"]) == 0
     assert "CCTL.IVALL" in ch["MODS"]["cluster2+mc/relaxed+acquire"].histogram("gemm_persistent")
