@@ -214,3 +214,55 @@ def test_the_kubernetes_learners_know_where_the_course_is():
     values = (ROOT / "workshop/k8s/values.yaml").read_text()
     assert "FEEDBEAST_COURSE: /opt/feedbeast/course" in values
     assert "COPY . /opt/feedbeast/course" in (ROOT / "workshop/k8s/Dockerfile").read_text()
+
+
+def _load(monkeypatch, tmp_path, **env):
+    """The config as the hub loads it, with these settings; its Authenticator section."""
+    monkeypatch.setenv("FEEDBEAST_HUB_COURSE", str(_checkout(tmp_path)))
+    monkeypatch.setenv("FEEDBEAST_HUB_STATE", str(tmp_path))
+    monkeypatch.setenv("FEEDBEAST_HUB_GPUS", "")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    config = _Section()
+    runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: config})
+    return config.Authenticator
+
+
+def test_the_learners_file_takes_names_not_comments(tmp_path, monkeypatch):
+    names = tmp_path / "learners.txt"
+    names.write_text("# the room, Tuesday\nalice  # TA\n  # bob is away\n\tcarol\t\n\n  dave\n")
+    assert _load(monkeypatch, tmp_path, FEEDBEAST_HUB_LEARNERS=str(names)).allowed_users == {"alice", "carol", "dave"}
+    names.write_text("# nobody yet\n")
+    with pytest.raises(SystemExit, match="names no user, so no learner could log in"):
+        _load(monkeypatch, tmp_path, FEEDBEAST_HUB_LEARNERS=str(names))
+
+
+def test_a_wrong_setting_stops_the_hub_with_what_it_should_hold(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit, match=r"FEEDBEAST_HUB_LEARNERS=.*nowhere.txt: No such file.*one allowed username"):
+        _load(monkeypatch, tmp_path, FEEDBEAST_HUB_LEARNERS=str(tmp_path / "nowhere.txt"))
+    monkeypatch.delenv("FEEDBEAST_HUB_LEARNERS")
+    for wrong in ("six", "2.5", "0"):
+        with pytest.raises(SystemExit, match=f"FEEDBEAST_HUB_PER_GPU='{wrong}': it holds the number of learners"):
+            _load(monkeypatch, tmp_path, FEEDBEAST_HUB_PER_GPU=wrong)
+    _load(monkeypatch, tmp_path, FEEDBEAST_HUB_PER_GPU="2")
+
+
+def test_a_home_the_hook_makes_belongs_to_the_learner(hub, tmp_path, monkeypatch):
+    """A user with no home yet: the hook makes it and the copy in it, both the learner's (as root, the hook gives
+    them away; made by root and 0700, the home would lock the learner out of their own server)."""
+    import pwd
+    learner = pwd.getpwnam("nobody")
+    given = {}
+    if os.geteuid() != 0:           # no root here: the hook as root, its chowns recorded instead of made
+        glob = hub["pre_spawn_hook"].__globals__
+        monkeypatch.setattr(glob["os"], "geteuid", lambda: 0)
+        monkeypatch.setattr(glob["os"], "lchown", lambda p, u, g: given.__setitem__(os.fspath(p), (u, g)))
+    home = tmp_path / "homes" / "nobody"
+    spawner = types.SimpleNamespace(user=types.SimpleNamespace(name="nobody"), home_dir=str(home), environment={},
+                                    log=types.SimpleNamespace(info=lambda *a: None))
+    hub["pre_spawn_hook"](spawner)
+    paths = [home, *home.rglob("*")]
+    owners = {p: given.get(str(p)) or (os.lstat(p).st_uid, os.lstat(p).st_gid) for p in paths}
+    assert len(paths) > 10 and all(o == (learner.pw_uid, learner.pw_gid) for o in owners.values()), \
+        [str(p) for p, o in owners.items() if o != (learner.pw_uid, learner.pw_gid)]
+    assert oct(home.stat().st_mode & 0o777) == "0o700"

@@ -129,3 +129,81 @@ def test_the_roster_outside_a_checkout_says_how_to_name_the_course(tmp_path, mon
     err = capsys.readouterr().err
     assert "--solutions <checkout>/solutions" in err and "--course" not in err, err
     assert not (tmp_path / "x.csv").exists()
+
+
+# ---- the command line: what it refuses before grading, and grades it keeps ------------------------------------
+
+def _room(tmp: Path, monkeypatch) -> tuple[Path, Path, list]:
+    """Learners alice, bob, erin with lab 04, zed's folder without a course copy, a course with labs 00 and 04;
+    grading replaced by a stand-in that records whom it grades."""
+    homes, sols = tmp / "homes", tmp / "course" / "solutions"
+    for name in ("alice", "bob", "erin"):
+        (homes / name / "feedbeast" / "labs").mkdir(parents=True)
+        (homes / name / "feedbeast" / "labs" / "04-mbarrier-ring.ipynb").write_text("{}")
+    (homes / "zed").mkdir()
+    sols.mkdir(parents=True)
+    for lab in ("00-copy-kernel", "04-mbarrier-ring"):
+        (sols / f"{lab}.ipynb").write_text("{}")
+    graded = []
+
+    def grade(name, labs, wanted=None, *a, **k):
+        graded.append(name)
+        return {"learner": name, "exit": 0, "seconds": 0.0, "labs": [
+            {"lab": "04", "status": "ok", "checks": [{"status": "passed", "name": "x", "count": 1}]}]}
+    monkeypatch.setattr(roster, "grade_learner", grade)
+    return homes, sols, graded
+
+
+def _main(homes, sols, *args) -> int:
+    return roster.main(["--homes", str(homes), "--solutions", str(sols), "--as-me", *args])
+
+
+def test_an_output_folder_that_is_not_there_is_said_before_anyone_is_graded(tmp_path, monkeypatch, capsys):
+    homes, sols, graded = _room(tmp_path, monkeypatch)
+    out = tmp_path / "grades"
+    assert _main(homes, sols, "--csv", str(out / "g.csv")) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {out} does not exist: create it first (sudo install -d -m 700 {out}" in err, err
+    assert graded == [] and "Traceback" not in err
+    out.mkdir()
+    assert _main(homes, sols, "--csv", str(out / "g.csv"), "--json", str(tmp_path / "no" / "g.json")) == 2
+    assert f"--json {tmp_path / 'no' / 'g.json'}: the folder" in capsys.readouterr().err and graded == []
+
+
+def test_a_second_run_keeps_the_first_runs_grades(tmp_path, monkeypatch, capsys):
+    homes, sols, _ = _room(tmp_path, monkeypatch)
+    csv_, json_ = tmp_path / "grades.csv", tmp_path / "grades.json"
+    assert _main(homes, sols, "--csv", str(csv_), "--json", str(json_)) == 0
+    first = csv_.read_text(), json_.read_text()
+    csv_.write_text(first[0] + "a grade the LMS already has\n")
+    for _ in range(2):
+        assert _main(homes, sols, "--csv", str(csv_), "--json", str(json_)) == 0
+    kept = sorted(tmp_path.glob("grades.*.csv"))
+    assert len(kept) == 2 and len(list(tmp_path.glob("grades.*.json"))) == 2, kept
+    assert "a grade the LMS already has" in kept[0].read_text() + kept[1].read_text()
+    assert csv_.read_text() == first[0] and json_.read_text() == first[1]
+    out = capsys.readouterr().out
+    assert all(f"kept the previous {p.name.split('.')[0]}.{p.suffix[1:]} as {p}" in out for p in kept), out
+
+
+def test_what_the_command_line_names_wrong_is_said_with_what_to_do(tmp_path, monkeypatch, capsys):
+    homes, sols, graded = _room(tmp_path, monkeypatch)
+    g = str(tmp_path / "g.csv")
+    assert _main(tmp_path / "nowhere", sols, "--csv", g) == 2
+    assert "--homes" in (err := capsys.readouterr().err) and "is not a folder" in err and "Traceback" not in err
+    assert _main(homes, sols, "--csv", g, "--only", "alcie") == 2
+    assert f"no learner alcie under {homes}: did you mean alice?" in (err := capsys.readouterr().err), err
+    assert "no learner folder with" not in err
+    assert _main(homes, sols, "--csv", g, "--only", "erin", "alcie") == 2          # not graded without alcie
+    assert "no learner alcie" in capsys.readouterr().err and graded == []
+    assert _main(homes, sols, "--csv", g, "--only", "xavier") == 2
+    assert "the learners there are alice, bob, erin" in capsys.readouterr().err
+    assert _main(homes, sols, "--csv", g, "--only", "zed") == 2
+    assert f"zed has no feedbeast/labs in {homes / 'zed'}" in capsys.readouterr().err
+    assert _main(homes, sols, "--csv", g, "--labs", "99") == 2
+    assert "no lab 99 in the course" in (err := capsys.readouterr().err) and \
+        "the labs are 00-copy-kernel.ipynb, 04-mbarrier-ring.ipynb" in err, err
+    assert graded == [] and not Path(g).exists()
+    assert _main(homes, sols, "--csv", g, "--labs", "4") == 0
+    assert "no row for zed: no feedbeast/labs in their folder" in capsys.readouterr().err
+    assert graded == ["alice", "bob", "erin"]

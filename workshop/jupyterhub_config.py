@@ -18,7 +18,8 @@
 #   FEEDBEAST_HUB_GPUS      devices to share out: "0,1" or "MIG-<uuid>,MIG-<uuid>" (default: what nvidia-smi -L
 #                           lists, MIG instances first; none: learners run in the course's CPU mode)
 #   FEEDBEAST_HUB_PER_GPU   learners per device (default 6; docs/instructors.md says how to measure the memory each takes)
-#   FEEDBEAST_HUB_LEARNERS  a file with one allowed username per line (default: every PAM user may log in)
+#   FEEDBEAST_HUB_LEARNERS  a file with one allowed username per line, `#` starting a comment (default: every PAM
+#                           user may log in)
 #   FEEDBEAST_HUB_ADMINS    comma-separated instructor usernames (hub admins: start, stop, reset servers)
 #   FEEDBEAST_HUB_SPAWNER   localprocess (default) or systemd (jupyterhub-systemdspawner: memory and CPU
 #                           limits per learner through cgroups)
@@ -38,7 +39,21 @@ c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 
 HERE = Path(__file__).resolve().parent
 COURSE = Path(os.environ.get("FEEDBEAST_HUB_COURSE", HERE.parent)).resolve()
-PER_GPU = int(os.environ.get("FEEDBEAST_HUB_PER_GPU", "6"))
+
+
+def per_gpu(text: str) -> int:
+    """FEEDBEAST_HUB_PER_GPU as a count of learners; a wrong value stops the hub with what it should hold."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise SystemExit(f"FEEDBEAST_HUB_PER_GPU={text!r}: it holds the number of learners per GPU (or MIG instance), "
+                         "a whole number from 1 (default 6; 1 with MIG)")
+    return n
+
+
+PER_GPU = per_gpu(os.environ.get("FEEDBEAST_HUB_PER_GPU", "6"))
 # What a learner's copy leaves out. Anywhere: history, environments, bundles, build outputs, caches, the hub's
 # secrets. At the checkout's top: hidden files and folders other than the course's own (tools' state, caches, a
 # .env), the hub's state when it was started there (feedbeast-gpus.json, share/), and the roster's grade files
@@ -69,9 +84,24 @@ c.JupyterHub.cleanup_servers = True        # stopping the hub stops the learners
 c.JupyterHub.authenticator_class = "pam"
 if os.environ.get("FEEDBEAST_HUB_CREATE_USERS") == "1":
     c.LocalAuthenticator.create_system_users = True
+
+
+def allowed(path: str) -> set[str]:
+    """FEEDBEAST_HUB_LEARNERS's usernames: one a line, blank lines and `# comments` (whole or trailing) left out."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise SystemExit(f"FEEDBEAST_HUB_LEARNERS={path}: {e.strerror}: it names a file with one allowed username "
+                         "per line; unset it to let every system user log in") from None
+    names = {name for ln in text.splitlines() if (name := ln.split("#", 1)[0].strip())}
+    if not names:
+        raise SystemExit(f"FEEDBEAST_HUB_LEARNERS={path} names no user, so no learner could log in: write one "
+                         "username per line, or unset it to let every system user log in")
+    return names
+
+
 if os.environ.get("FEEDBEAST_HUB_LEARNERS"):
-    c.Authenticator.allowed_users = {ln.strip() for ln in Path(os.environ["FEEDBEAST_HUB_LEARNERS"]).read_text()
-                                     .splitlines() if ln.strip() and not ln.startswith("#")}
+    c.Authenticator.allowed_users = allowed(os.environ["FEEDBEAST_HUB_LEARNERS"])
 else:
     c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {u.strip() for u in os.environ.get("FEEDBEAST_HUB_ADMINS", "").split(",") if u.strip()}
@@ -167,10 +197,14 @@ def home_of(spawner) -> Path:
 
 
 def copy_course(home: Path, owner=None) -> Path:
-    """~/feedbeast: a copy of the course, made once (a restart keeps the learner's work), private."""
+    """~/feedbeast: a copy of the course, made once (a restart keeps the learner's work), private. A home made
+    here (a user without one) is the learner's too: made by root, it would lock them out of it."""
     dest = home / "feedbeast"
     if not dest.exists():
-        home.mkdir(parents=True, exist_ok=True)
+        if not home.exists():
+            home.mkdir(parents=True)
+            if owner is not None:
+                os.lchown(home, *owner)
         shutil.copytree(COURSE, dest, ignore=skip, symlinks=True)
         if owner is not None:
             for root, dirs, files in os.walk(dest):

@@ -9,8 +9,8 @@ TODO line (`# TODO: your code here: what to write`), which the checks quote whil
 `# LAB: code` inside the region is given to the learner as `code` (a starting value that lets the lab run as
 given: `// LAB: const int use = 0;`); in the solution it is a comment. A cell tagged `solution-only` is dropped.
 
-    python -m feedbeast.course.labs build solutions labs    # write labs/
-    python -m feedbeast.course.labs check solutions labs    # exit 1 if labs/ is stale
+    python -m feedbeast.course.labs build solutions labs    # write labs/, backing up edited ones
+    python -m feedbeast.course.labs check solutions labs    # exit 1 if labs/ is stale (or edited)
     python -m feedbeast.course.labs reset solutions labs    # restore labs/, backing up edited ones
     python -m feedbeast.course.labs reset solutions labs 04 # only lab 04 (a number, a name or a lab's path; several)
     python -m feedbeast.course.labs find solutions labs 04  # the lab files that 04 names (make grade LAB=04)
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import datetime
+import os
+import pwd
 import re
 import shutil
 import sys
@@ -84,15 +86,21 @@ def pairs(solutions: Path, labs: Path):
 
 
 def build(solutions, labs):
+    """Write every lab from its solution; an edited lab is kept in labs/backup/ first (see restore)."""
     Path(labs).mkdir(exist_ok=True)
+    stamp = _stamp()
     for sol, lab in pairs(solutions, labs):
-        lab.write_text(lab_text(sol))
-        print(f"wrote {lab}")
+        restore(sol, lab, stamp, said="wrote")
+
+
+def edited(lab: Path, fresh: str) -> bool:
+    """Whether `lab` holds something the generated lab does not: the learner's work (or a lab of older
+    solutions). build and reset both back such a lab up before replacing it."""
+    return lab.exists() and lab.read_text() != fresh
 
 
 def stale(solutions, labs) -> list[str]:
-    return [str(lab) for sol, lab in pairs(solutions, labs)
-            if not lab.exists() or lab.read_text() != lab_text(sol)]
+    return [str(lab) for sol, lab in pairs(solutions, labs) if not lab.exists() or edited(lab, lab_text(sol))]
 
 
 def select(solutions, labs, which) -> list[tuple[Path, Path]]:
@@ -114,19 +122,63 @@ def select(solutions, labs, which) -> list[tuple[Path, Path]]:
     return chosen
 
 
+class NotKept(Exception):
+    """An edited lab could not be backed up: it is left as it is, and the message says what to do."""
+
+
+def _stamp() -> str:
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _not_writable(lab: Path, what: Path, e: OSError) -> NotKept:
+    """The message for a backup folder (or a lab) this user cannot write, e.g. one a reset run with sudo left
+    to root: whose it is and what to run, the learner's lab untouched."""
+    me = _name(os.geteuid())
+    whose = f"it belongs to {_name(what.stat().st_uid)}" if what.exists() else e.strerror
+    fix = (f"Move it aside (mv {what} {what}.old) and run this again, or ask an instructor for "
+           f"`sudo chown -R {me} {what}`" if what.name == "backup" else
+           f"Ask an instructor for `sudo chown {me} {what}`, then run this again")
+    return NotKept(f"{what} is not writable by {me} ({whose}; a reset run with sudo leaves it so): {lab.name} was "
+                   f"not restored and is as you left it. {fix}.")
+
+
+def keep(lab: Path, stamp: str) -> Path:
+    """Copy `lab` to labs/backup/<name>.<stamp>.ipynb; NotKept when that folder cannot be written."""
+    folder = lab.parent / "backup"
+    backup = folder / f"{lab.stem}.{stamp}.ipynb"
+    try:
+        folder.mkdir(exist_ok=True)
+        shutil.copy2(lab, backup)
+    except PermissionError as e:
+        raise _not_writable(lab, folder, e) from None
+    return backup
+
+
+def restore(sol: Path, lab: Path, stamp: str, said: str = "restored"):
+    """Write the lab of `sol` to `lab`, after keeping an edited `lab` in labs/backup/ (nothing is lost)."""
+    fresh = lab_text(sol)
+    if edited(lab, fresh):
+        print(f"kept your version of {lab.name} as {keep(lab, stamp)}")
+    try:
+        lab.write_text(fresh)
+    except PermissionError as e:
+        raise _not_writable(lab, lab, e) from None
+    print(f"{said} {lab}")
+
+
 def reset(solutions, labs, which=()):
     """Restore each lab (or those `which` names, see select); a lab that differs from the generated one is copied
     to labs/backup/ first."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = _stamp()
     for sol, lab in select(solutions, labs, which):
-        fresh = lab_text(sol)
-        if lab.exists() and lab.read_text() != fresh:
-            backup = lab.parent / "backup" / f"{lab.stem}.{stamp}.ipynb"
-            backup.parent.mkdir(exist_ok=True)
-            shutil.copy2(lab, backup)
-            print(f"kept your version of {lab.name} as {backup}")
-        lab.write_text(fresh)
-        print(f"restored {lab}")
+        restore(sol, lab, stamp)
 
 
 def main(argv=None):
@@ -142,7 +194,11 @@ def main(argv=None):
                   f"(python -m feedbeast.course.labs {cmd} solutions labs{' 04' if cmd == 'reset' else ''})")
             return 2
     if cmd == "build":
-        build(solutions, labs)
+        try:
+            build(solutions, labs)
+        except NotKept as e:
+            print(e)
+            return 1
     elif cmd == "find":
         try:
             print(*(str(lab) for _, lab in select(solutions, labs, which)), sep="\n")
@@ -155,10 +211,17 @@ def main(argv=None):
         except ValueError as e:
             print(e)
             return 2
+        except NotKept as e:
+            print(e)
+            return 1
     else:
         s = stale(solutions, labs)
         if s:
-            print("stale labs (run `make labs`):", *s, sep="\n  ")
+            # a learner's worked lab differs too: point at the reset of one lab, which keeps their version
+            print("stale labs (each differs from what solutions/ gives; a lab you worked on does too):", *s,
+                  sep="\n  ")
+            print("make reset-labs LAB=NN starts one lab again, make labs every lab; either keeps each edited lab "
+                  "in labs/backup/ first")
             return 1
         print("labs are in sync with solutions")
     return 0

@@ -10,8 +10,8 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
    copied into a fresh private folder; the learner's own files are only read;
 2. `python -m feedbeast grade --json` grades the copies in a fresh process, with the checks of the
    course's solutions (the instructor's checkout, never the learner's copy of solutions/). Run as root,
-   that process runs as the learner (the owner of their home): their code can then touch nothing that
-   they could not touch anyway, in particular no other learner's files or grade;
+   that process runs as the learner (the owner of their labs folder, `<home>/<subdir>`): their code can then
+   touch nothing that they could not touch anyway, in particular no other learner's files or grade;
 3. the JSON comes back on the process's standard output.
 
 CSV: one row per learner; for each lab a score (see score(): 100 x passed / (passed + failed) over the checks
@@ -19,7 +19,13 @@ that ran, below 100 for every failed lab, empty when no check ran) and a status 
 the learner could not be graded, e.g. the grader could not start as them). Columns: username, "lab NN",
 "lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
 "lab 04: name: why"; for an error row, why it could not be graded).
-Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise.
+Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise; 2 when nothing was graded
+because the command line names something that is not there (--homes, a learner of --only, a lab of --labs, the
+folder of --csv or --json).
+
+A folder under --homes without `<subdir>` (a learner whose server never started, a system account) gets no row:
+the roster names each such folder in a note. An existing --csv or --json file is kept, renamed beside it
+(grades.csv -> grades.20261128-171500.csv), before anything is written: a second run never loses the first's.
 
 A room on several servers: run the roster with --json on each, then merge the files into one CSV
 (feedbeast.course.roster_merge, which `python -m feedbeast roster merge` runs):
@@ -39,6 +45,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import csv
+import difflib
 import json
 import os
 import re
@@ -71,11 +78,82 @@ def _interpreter(python: str) -> str:
 def learners(homes: Path, subdir: str) -> dict[str, Path]:
     """{name: labs folder} for each folder under `homes` holding `subdir`."""
     found = {}
-    for home in sorted(Path(homes).iterdir()):
+    for home in _homes(homes):
         labs = home / subdir
-        if home.is_dir() and not home.is_symlink() and labs.is_dir():
+        if labs.is_dir():
             found[home.name] = labs
     return found
+
+
+def _homes(homes: Path) -> list[Path]:
+    """The folders under `homes` (not links: a link could lead to anyone's files)."""
+    return [h for h in sorted(Path(homes).iterdir()) if h.is_dir() and not h.is_symlink()]
+
+
+def without_labs(homes: Path, subdir: str) -> list[str]:
+    """The folders under `homes` that hold no `subdir`: no course copy, so no row (the roster names them)."""
+    return [h.name for h in _homes(homes) if not (h / subdir).is_dir()]
+
+
+def unknown_learners(homes: Path, subdir: str, only: list[str], found: dict) -> list[str]:
+    """What is wrong with each --only name that cannot be graded: no such folder (with the close names, or the
+    learners there are), or a folder without `subdir`."""
+    out = []
+    for name in only:
+        if name in found:
+            continue
+        if (Path(homes) / name).is_dir():
+            out.append(f"{name} has no {subdir} in {Path(homes) / name} (their server never started, or the course "
+                       "copy is elsewhere: --subdir)")
+            continue
+        close = difflib.get_close_matches(name, list(found), n=3)
+        out.append(f"no learner {name} under {homes}: " + (f"did you mean {' or '.join(close)}?" if close else
+                   f"the learners there are {', '.join(found) or 'none'}"))
+    return out
+
+
+def unknown_labs(wanted: list[str], solutions: Path, found: dict) -> str | None:
+    """Why --labs names a lab that neither the course (solutions/NN-*.ipynb) nor any learner has, with the labs
+    there are; None when every one is known."""
+    course = sorted(p.name for p in Path(solutions).glob("[0-9][0-9]-*.ipynb"))
+    missing = [n for n in wanted if n not in {c[:2] for c in course}]
+    for labs in found.values():            # a lab the learners have and the course not: theirs is graded
+        if missing:
+            missing = [n for n in missing if not any(labs.glob(f"{n}-*.ipynb"))]
+    if not missing:
+        return None
+    return (f"no lab {', '.join(missing)} in the course ({solutions}) or in any learner's labs: the labs are "
+            f"{', '.join(course) or 'none'}; give their numbers (--labs 0 4)")
+
+
+def _output_problem(option: str, path: str) -> str | None:
+    """Why the roster could not write `path` (checked before grading: an hour of grading is not lost on it)."""
+    p = Path(path)
+    folder = p.parent
+    if not folder.is_dir():
+        return (f"{option} {path}: the folder {folder} does not exist: create it first (sudo install -d -m 700 "
+                f"{folder}: grades where no learner can read them), or name a file in a folder that exists")
+    if p.is_dir():
+        return f"{option} {path} is a folder: name a file in it ({p / ('grades.' + option[2:])})"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return (f"{option} {path}: the folder {folder} is not writable by this user: run the roster as its owner, "
+                "or name another folder")
+    return None
+
+
+def keep_previous(path: str) -> Path | None:
+    """Rename an existing grades file to <name>.<date-time><suffix> beside it (a number added when that is taken),
+    so that a second run keeps the first one's grades; the new name, or None when there was no file."""
+    p = Path(path)
+    if not p.exists():
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(p.stat().st_mtime))
+    kept, n = p.with_name(f"{p.stem}.{stamp}{p.suffix}"), 1
+    while kept.exists():
+        n += 1
+        kept = p.with_name(f"{p.stem}.{stamp}-{n}{p.suffix}")
+    p.rename(kept)
+    return kept
 
 
 def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None, names=()) -> tuple[list[Path], list[str]]:
@@ -370,11 +448,28 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.labs:
         args.labs = sorted(set(args.labs))
+    if not Path(args.homes).is_dir():
+        print(f"roster: --homes {args.homes} is not a folder: give the folder that holds one folder per learner "
+              "(e.g. /home)", file=sys.stderr)
+        return 2
+    for option, path in (("--csv", args.csv), ("--json", args.json)):
+        if path and (why := _output_problem(option, path)):
+            print(f"roster: {why}; nothing was graded", file=sys.stderr)
+            return 2
     found = learners(Path(args.homes), args.subdir)
     if args.only:
+        wrong = unknown_learners(args.homes, args.subdir, args.only, found)
+        if wrong:
+            print("roster: " + "\n        ".join(wrong) + "\n        nothing was graded: fix --only and run it again",
+                  file=sys.stderr)
+            return 2
         found = {k: v for k, v in found.items() if k in args.only}
+    elif (left := without_labs(args.homes, args.subdir)):
+        print(f"roster: note: no row for {', '.join(left)}: no {args.subdir} in their folder (a server never "
+              "started, or not a learner)", file=sys.stderr)
     if not found:
-        print(f"roster: no learner folder with {args.subdir} under {args.homes}")
+        print(f"roster: no learner folder with {args.subdir} under {args.homes}: each learner's course copy is "
+              f"<home>/{args.subdir} (--subdir for another layout)")
         return 1
     if os.geteuid() != 0:
         print("roster: note: grading runs as this user, so learners' code runs with its rights; run as root "
@@ -382,7 +477,7 @@ def main(argv=None) -> int:
     elif args.as_me:
         print("roster: note: --as-me: grading runs as root, so learners' code runs with root's rights (it can read "
               "and change any learner's files and grades); leave out --as-me to grade each learner as the owner "
-              "of their home", file=sys.stderr)
+              "of their labs folder", file=sys.stderr)
     if not args.solutions:      # found once, before any grading: outside a checkout, say how to name it
         from .coursedir import CourseNotFound
         try:
@@ -391,6 +486,16 @@ def main(argv=None) -> int:
             print(f"roster: {str(e).split(': run from')[0]}: run the roster from the checkout, or pass "
                   "--solutions <checkout>/solutions (or set FEEDBEAST_COURSE=<checkout>)", file=sys.stderr)
             return 2
+    if not Path(args.solutions).is_dir():
+        print(f"roster: --solutions {args.solutions} is not a folder: give the course checkout's solutions/",
+              file=sys.stderr)
+        return 2
+    if args.labs and (why := unknown_labs(args.labs, Path(args.solutions), found)):
+        print(f"roster: {why}", file=sys.stderr)
+        return 2
+    for path in filter(None, (args.csv, args.json)):
+        if kept := keep_previous(path):
+            print(f"roster: kept the previous {Path(path).name} as {kept}")
     if args.watch:
         return watch(args, found)
 
