@@ -391,3 +391,77 @@ def test_grading_starts_no_network_kernel_and_prints_the_record(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "TCP" not in out and "IPKernelApp" not in out, out
     assert f"sha256 {hashlib.sha256(lab.read_bytes()).hexdigest()} of 05-renamed.ipynb, feedbeast " in out, out
+
+
+def test_a_cell_without_text_or_type_is_a_clear_failure_and_the_batch_goes_on(tmp_path, capsys):
+    """A notebook edited by hand outside Jupyter: the grade says which cell and what to do, no traceback."""
+    for n, (key, value) in enumerate([("source", None), ("source", 5), ("cell_type", None)]):
+        nb = json.loads(LAB.read_text())
+        cell = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        if value is None:
+            del cell[key]
+        else:
+            cell[key] = value
+        bad = tmp_path / f"bad{n}" / LAB.name
+        bad.parent.mkdir()
+        bad.write_text(json.dumps(nb))
+        rep = g.grade(bad, timeout=120)
+        assert rep.status == "failed" and "cannot read the notebook: cell 2 has no " in str(rep), str(rep)
+        assert "make reset-labs" in str(rep) and "sha256 ?" not in str(rep)
+    assert g.main([str(bad), str(SOLUTION)]) == 1
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and "solutions/00-copy-kernel.ipynb: PARTIAL" in out.replace(str(ROOT) + "/", "")
+
+
+def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_nothing(tmp_path):
+    """The build-switch, token-pasting and include rules read what the preprocessor reads: a comment or a string
+    that spells FB_ or ## is not a switch or a paste; a %%cuda cell the checks do not read may have a line that
+    does not parse."""
+    def edit(nb):
+        i = next(k for k, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
+        nb.cells[i:i] = [code('%%cuda --name scratch --arch\n__global__ void k() {}\n'),
+                         code('%%cuda --name "scratch2\n__global__ void k2() {}\n')]
+    nb = plant(SOLUTION, [(TAIL, TAIL + '  // no FB_DEBUG needed here; "quotes" and ## in a comment\n'
+                                  '  if (n < 0) printf("## negative, FB_HAZARDS off: %d\\n", (int)n);\n')],
+               once=False, cuda_only=True, edit=edit, to=tmp_path / SOLUTION.name)
+    rep = g.grade(nb, timeout=300)
+    assert rep.status == ("ok" if _has_gpu() else "partial"), str(rep)
+    assert g.cuda_refusals('#define P(a, b) a##b\n#if FB_DEBUG\n#endif\n#include "mine.h"\n', tmp_path) == [
+        "it sets or tests FB_DEBUG, the toolkit's own build switches (the hazard and debug builds set them)",
+        "it pastes tokens with ##, which can make a switch's name out of pieces",
+        'it includes "mine.h", which is not one of the toolkit\'s or CUDA\'s headers']
+
+
+def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():
+    nb = json.loads(SOLUTION.read_text())
+    cell = next(c for c in nb["cells"] if "".join(c["source"]).startswith("%%cuda"))
+    src = "".join(cell["source"])
+    cell["source"] = src.replace("%%cuda --name lab", '%%cuda --name "lab', 1)
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / SOLUTION.name
+        p.write_text(json.dumps(nb))
+        rep = g.grade(p, timeout=300)
+    assert rep.status == "failed" and "does not parse" in str(rep) and "No closing quotation" in str(rep), str(rep)
+
+
+def test_report_lines_carry_no_terminal_control():
+    o = g.Outcome("passed", "\x1b[2K\r<lab>: ok: 4 passed\x1b[8m", "a\nb\tc\x07\x9b")
+    assert (o.name, o.message) == ("<lab>: ok: 4 passed", "a\nb\tc")
+    assert "\x1b" not in o.line() and "\r" not in o.line()
+
+
+def test_a_lab_saved_under_another_lab_s_name_a_folder_and_an_empty_pattern_are_named(tmp_path, capsys):
+    wrong = tmp_path / "01-tiled-transpose.ipynb"
+    shutil.copy(ROOT / "labs/04-mbarrier-ring.ipynb", wrong)
+    rep = g.grade(wrong, timeout=120)
+    assert rep.status == "failed" and "title says lab 04, but its file name makes it lab 01" in str(rep), str(rep)
+    folder = tmp_path / "room"
+    folder.mkdir()
+    shutil.copy(SOLUTION, folder / SOLUTION.name)
+    assert g.expand([str(folder)]) == [folder / SOLUTION.name]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert g.main([str(empty), str(tmp_path / "none" / "*.ipynb")]) == 1
+    out = capsys.readouterr().out
+    assert "a folder with no lab notebook" in out and "no notebook matches this pattern" in out, out

@@ -40,7 +40,7 @@ CPU_BUG = LAB_BUGS["05"]["fence-after-release"].replacements            # SASS-v
 GPU_BUG = LAB_BUGS["05"]["staging-rewritten-before-store-read"].replacements   # a race only hazards see
 GPU_RULE = "async-read-in-flight"
 REFUSED = (r"not run by the grader|not compiled: it |raised Python's audit event|"
-           r"no kernel named 'transpose_ring'|was changed in place|the Python builtin \w+ was rebound")
+           r"no kernel named 'transpose_ring'|was changed in place|was replaced|the Python builtin \w+ was rebound")
 MAKE_MAPS = "def make_maps(x_dev, y_dev):\n"
 
 
@@ -182,6 +182,58 @@ LIAR = """class Swizzle(int):
 def make_maps(x_dev, y_dev, unused=Swizzle(0)):
 """
 
+# Module attributes set through objects no static rule sees: a parameter named self bound to a module, and
+# functools.update_wrapper naming the attribute: the signed channel's json.dumps (which would rewrite every verdict
+# it sends) and the toolkit's cached disassembler (an lru_cache wrapper, not a function). Files renamed, linked or
+# removed: a solution another grade reads (here names that do not exist: the refusal comes before the call).
+SELF_SETS = """from feedbeast.numba_compile import json
+
+
+def put(self, f):
+    self.dumps = f
+
+
+def fake_dumps(obj, *a, orig=json.dumps, **k):
+    if isinstance(obj, dict) and obj.get("t") == "rec":
+        obj = {**obj, "status": "passed"}
+    return orig(obj, *a, **k)
+
+
+def make_maps(x_dev, y_dev, unused=put(json, fake_dumps)):
+"""
+WRAPPER_SETS = """import functools
+from feedbeast.numba_compile import json
+
+
+class Holder:
+    dumps = staticmethod(lambda obj, *a, **k: "{}")
+
+
+def make_maps(x_dev, y_dev, unused=functools.update_wrapper(json, Holder, assigned=("dumps",), updated=())):
+"""
+CACHED_SASS = """import functools
+from feedbeast import sass
+
+
+class Holder:
+    _disassemble = staticmethod(lambda cubin: {})
+
+
+def make_maps(x_dev, y_dev, unused=functools.update_wrapper(sass, Holder, assigned=("_disassemble",), updated=())):
+"""
+SELF_SETS_AT_CHECK = SELF_SETS.replace("def make_maps(x_dev, y_dev, unused=put(json, fake_dumps)):\n",
+                                      "def make_maps(x_dev, y_dev):\n    put(json, fake_dumps)\n")
+FILES = """from feedbeast.numba_support import os
+
+
+def make_maps(x_dev, y_dev, unused=os.rename("no-such-solution.ipynb", "elsewhere.ipynb")):
+"""
+FILES_REMOVED = """from feedbeast.numba_support import os
+
+
+def make_maps(x_dev, y_dev, unused=os.remove("no-such-solution.ipynb")):
+"""
+
 # name -> (replacements added to the bug's, an edit of the notebook, what the failure names: "bug" | "refused")
 FORGERIES = {
     "env-hazards-off": ([], _before_check(['import os\nos.environ["FEEDBEAST_HAZARDS"] = "0"']), "bug"),
@@ -242,6 +294,12 @@ FORGERIES = {
     "tolerance-table-updated": ([(MAKE_MAPS, TOLERANCE)], None, "refused"),
     "builtin-rebound": ([(MAKE_MAPS, BUILTIN)], None, "refused"),
     "comparison-that-lies": ([(MAKE_MAPS, LIAR)], None, "refused"),
+    "channel-rewritten-through-a-self-parameter": ([(MAKE_MAPS, SELF_SETS)], None, "refused"),
+    "channel-rewritten-while-the-checks-run": ([(MAKE_MAPS, SELF_SETS_AT_CHECK)], None, "refused"),
+    "channel-rewritten-through-update-wrapper": ([(MAKE_MAPS, WRAPPER_SETS)], None, "refused"),
+    "cached-disassembler-replaced": ([(MAKE_MAPS, CACHED_SASS)], None, "refused"),
+    "a-file-renamed": ([(MAKE_MAPS, FILES)], None, "refused"),
+    "a-file-removed": ([(MAKE_MAPS, FILES_REMOVED)], None, "refused"),
 }
 
 
@@ -437,6 +495,56 @@ def test_the_channel_reads_only_signed_lines_in_order():
     assert [m["t"] for m in got] == ["hello", "done"] and chan.forged == 3, (got, chan.forged)
 
 
+def test_the_channel_puts_back_what_it_runs_and_says_so():
+    """A json.dumps, an hmac or a builtin the notebook's code replaced (through objects no static rule sees) is put
+    back before the child signs a message, so the message goes out as the checks made it, and what was put back is
+    an integrity failure."""
+    import builtins
+    import json
+    import os
+    key = b"k" * 32
+    r, w = os.pipe()
+    child = g._CheckChild(w, key)
+    real_dumps, real_str = json.dumps, builtins.str
+    try:
+        json.dumps = lambda obj, *a, **k: real_dumps({**obj, "status": "passed"}, *a, **k)
+        builtins.str = lambda *a: "forged"
+        child.send({"t": "rec", "status": "failed", "name": "x"})
+        assert json.dumps is real_dumps and builtins.str is real_str
+    finally:
+        json.dumps, builtins.str = real_dumps, real_str
+    os.close(w)
+    chan, got = g._Channel(r, key), []
+    while (msgs := chan.read(1.0)) is not None:
+        got += msgs
+    os.close(r)
+    assert [(m["t"], m["status"]) for m in got] == [("rec", "failed")], got
+    assert child.tampered == ["json.dumps, which signs and sends the verdicts, was replaced",
+                              "builtins.str, which signs and sends the verdicts, was replaced"], child.tampered
+    assert child.tampered[0] in "\n".join(g._integrity_problems(g._integrity_baseline({}, set()) | {
+        "tampered": child.tampered}, {}))
+
+
+def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_module_s_function():
+    """Callables that are not plain functions (an lru_cache wrapper, a numpy ufunc) and the functions of every module
+    loaded (json, the standard library) are compared too."""
+    import json
+
+    import numpy as np
+
+    from feedbeast import sass
+    base = g._integrity_baseline({}, set())
+    real = sass._disassemble, np.isfinite, json.dumps
+    try:
+        sass._disassemble, np.isfinite, json.dumps = (lambda *a: {}), (lambda *a: True), (lambda *a, **k: "{}")
+        problems = "\n".join(g._integrity_problems(base, {}))
+    finally:
+        sass._disassemble, np.isfinite, json.dumps = real
+    for what in ("feedbeast.sass._disassemble was replaced", "numpy.isfinite was replaced", "json.dumps was replaced"):
+        assert what in problems, problems
+    assert g._integrity_problems(base, {}) == []
+
+
 @pytest.mark.parametrize("src, ok", [
     ("def make_maps(x, y):\n    return fb.tensor_map(x, box=(64, 32), swizzle=128), None", True),
     ("BAND, TW = 8, 128", True),
@@ -485,10 +593,27 @@ def test_the_channel_reads_only_signed_lines_in_order():
     ("from functools import cache", True),
     ("x = fb.cache.cache_dir()", False),
     ("class P:\n    def __bool__(self):\n        return True", False),
+    # `self` is the learner's own object only in a method of the learner's own class, called on an object of it
+    ("def put(self, f):\n    self.dumps = f", False),
+    ("class H:\n    def put(self, f):\n        self.dumps = f\n\nH.put(np, None)", False),
+    ("class H:\n    def put(self, f):\n        self.dumps = f\n\nput = [H.put][0]", False),
+    ("class H:\n    @staticmethod\n    def put(self, f):\n        self.dumps = f", False),
+    ("class H:\n    def put(self, f):\n        def inner(self):\n            self.dumps = f\n        return inner", False),
+    ("class Acc:\n    def __init__(self):\n        self.n = 0\n    def add(self, k):\n        self.n += k\n"
+     "        return self\n\ntotal = Acc().add(3).n", True),
+    ("class Ring:\n    STAGES = 3\n    def __init__(self):\n        self.slots = [None] * Ring.STAGES", True),
+    # functools.update_wrapper and wraps set attributes named in strings: only @functools.wraps(f) on one's own
+    ("import functools\ndef deco(f):\n    @functools.wraps(f)\n    def g(*a):\n        return f(*a)\n    return g", True),
+    ("import functools\nx = functools.update_wrapper(np, object)", False),
+    ("import functools\nx = functools.wraps(object, assigned=('dumps',))(np)", False),
+    ("from functools import wraps", False),
+    ("from feedbeast.numba_support import os", False),
+    ("from feedbeast.numba_compile import json", False),
 ])
 def test_refusals(src, ok):
     import ast
-    why = [w for node in ast.parse(src).body for w in nbm.refusals(node, {"fb"}, {"fb", "np", "cuda"})]
+    body = ast.parse(src).body
+    why = [w for node in body for w in nbm.refusals(node, {"fb"}, {"fb", "np", "cuda"}, nbm.methods_of(body))]
     assert (not why) == ok, why
 
 
@@ -529,3 +654,40 @@ def test_the_grade_compiles_in_a_cache_of_its_own(tmp_path, monkeypatch):
     rep = g.grade(SOLUTION, timeout=300)
     assert rep.status in ("ok", "partial"), str(rep)
     assert not [p for p in shared.rglob("*") if p.is_file()], sorted(shared.rglob("*"))
+
+
+def test_a_learner_helper_that_zeroes_the_input_does_not_make_a_zero_kernel_right(tmp_path):
+    """Lab 01's checks hand x to the learner's grid_of: the reference is taken before, so a kernel that writes
+    zeros fails even when grid_of zeroes x (it passed when the reference was x.T taken after the launch)."""
+    lab = ROOT / "labs/01-tiled-transpose.ipynb"
+    todo = ("    # TODO: your code here: read the tile's rows from x into tile (lanes along a row), one barrier, write "
+            "the tile's columns as rows of y\n\n\ndef grid_of(x):\n    return")
+    zeros = ("    cuda.syncthreads()\n    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
+             "        if c0 + i < cols and r0 + lane < rows:\n            y[c0 + i, r0 + lane] = 0.0\n\n\n"
+             "def grid_of(x):\n    x.fill(0.0)\n    return")
+    rep = g.grade(nbm.planted(lab, [(todo, zeros)], to=tmp_path / lab.name), timeout=300)
+    assert rep.status == "failed" and "transpose_tiled" in rep.first_failure, str(rep)
+
+
+def test_lab_10s_helpers_are_the_lab_s_own(tmp_path):
+    """Which builds the SASS check reads, how the checks launch and the reference's dequantization come from the
+    lab's given cell: a learner's TOKENS = () (which skipped the SASS loop) changes nothing."""
+    lab = ROOT / "labs/10-fp8-gemv.ipynb"
+    nb = nbm.read(lab)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "TOKENS = (8, 16, 32, 64)" in c.source)
+    assert "TODO" not in cell.source and "def prepare_fp8" in cell.source and "def dequantize" in cell.source
+    assert g.is_given(next(c for c in nbm.read(ROOT / "solutions/10-fp8-gemv.ipynb").cells
+                           if c.cell_type == "code" and "TOKENS = (8, 16, 32, 64)" in c.source))
+    stub = [("    # TODO: your code here: per-row scales (a row of zeros gets scale 1) and the e4m3 codes of w / scale\n"
+             "    scale = np.ones(w.shape[0], np.float32)\n    w8 = np.zeros(w.shape, ml_dtypes.float8_e4m3fn)\n",
+             "    amax = np.abs(w).max(axis=1)\n"
+             "    scale = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)\n"
+             "    w8 = (w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn)\n"
+             "    TOKENS = ()\n"),
+            ("TOKENS = (8, 16, 32, 64)\n", "TOKENS = ()\n")]
+    def edit(nb):
+        for c in nb.cells:
+            if c.source.startswith("%%cuda"):
+                c.source = "\n".join(ln for ln in c.source.split("\n") if "TODO: your code here" not in ln)
+    rep = g.grade(nbm.planted(lab, stub, edit=edit, to=tmp_path / lab.name), timeout=600)
+    assert rep.status == "failed" and "F2FP.F16.E4M3.UNPACK_B" in str(rep), str(rep)

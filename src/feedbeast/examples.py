@@ -9,7 +9,7 @@ Chapter 01 introduces the two running examples; chapter 03 moves the matmul to b
    bf16 operands from chapter 03 on. Its ceiling is cuBLAS at the same size and precision.
 
 Sizes used on a GPU are large (rowsum: 512 MiB; matmul: 4096^3 and 8192^3); on a CPU small and ragged,
-never tile multiples.
+never tile multiples (the GPU matmul shape, MATMUL_RAGGED, has M a multiple of 16).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .memory import random
 ROWSUM_GPU_SHAPE = (16384, 8192)      # 512 MiB of float32: far past any L2
 ROWSUM_CPU_SHAPE = (37, 1000)         # ragged: no tile multiple
 MATMUL_GPU_SIZES = (4096, 8192)
-MATMUL_RAGGED = (4000, 4104, 3992)    # M, N, K: not multiples of any tile
+MATMUL_RAGGED = (4000, 4104, 3992)    # none a multiple of 64, N and K not of 16 (but of 8: TMA's 16-byte strides)
 MATMUL_RAGGED_SANITIZE = (500, 504, 488)   # the same under `make sanitize`: M % 16, N % 16, K % 16 != 0
 
 

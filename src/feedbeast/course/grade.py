@@ -67,6 +67,7 @@ from .notebook import at, cuda_name, place, python_of   # places in a learner's 
 
 FAILED_LINE = re.compile(r"^(?P<name>[^\n:][^\n]*?): FAILED(?::\s*(?P<msg>.*))?$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")    # C0 and C1 controls but tab and newline
 HEADING = re.compile(r"^##\s+(?P<title>\S.*)$")
 
 # Errors that are a check saying no (as opposed to a notebook that broke in some other way).
@@ -86,6 +87,11 @@ class Outcome:
     message: str = ""
     cell: int = -1       # index of the check cell it came from (-1: the registry, or the grader)
     count: int = 1
+
+    def __post_init__(self):
+        # names and messages come from the notebook's code too (a check's name, an error's text): no terminal
+        # control (an escape that moves the cursor or hides text, a carriage return) reaches the report
+        self.name, self.message = (_CONTROL.sub("", ANSI.sub("", str(t))) for t in (self.name, self.message))
 
     def line(self) -> str:
         times = f" (x{self.count})" if self.count > 1 else ""
@@ -291,27 +297,41 @@ def _toolkit_version() -> str:
 
 # ---- the check process (the child) ------------------------------------------------------------------------
 
+def _tracked(v) -> bool:
+    """A module attribute whose identity the checks rely on: a function, class, builtin, module or any other
+    callable (a numpy ufunc, an lru_cache wrapper, a partial), in any module. Set through an object the static
+    rules cannot see (a parameter named self bound to a module, functools.update_wrapper), it would change what a
+    check or the signed channel runs while the toolkit's own functions stay the same objects."""
+    import types
+    return isinstance(v, (types.ModuleType, type)) or callable(v)
+
+
 def _integrity_baseline(ns: dict, protected) -> dict:
-    """What must not change while learner code runs: the identity of every function and class of the toolkit,
-    numpy, os and the builtins (and of the methods of the toolkit's classes), the modules themselves, the
-    library's hooks (feedbeast.hooks: launch checks, verdict listeners, the run mode), the verdict sinks, and
-    the names the lab gives."""
+    """What must not change while learner code runs: the identity of every callable, class and module attribute of
+    every module loaded so far (the toolkit, numpy, Numba, the standard library the checks and the channel use),
+    the methods of the toolkit's classes, the modules themselves, the library's hooks (feedbeast.hooks: launch
+    checks, verdict listeners, the run mode), the verdict sinks, and the names the lab gives."""
     import dataclasses
     import types
     from .. import hooks
     from . import verdicts
     kinds = (types.FunctionType, types.BuiltinFunctionType, type, classmethod, staticmethod, property)
-    mods = {n: m for n, m in sys.modules.items()
-            if m is not None and (n == "feedbeast" or n.startswith("feedbeast.") or n in ("numpy", "os", "builtins"))}
+    mods = {n: m for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType) and n != "__main__"}
     attrs = {}
     for n, m in mods.items():
-        for k, v in list(vars(m).items()):
-            if isinstance(v, kinds) and not (k.startswith("__") and k.endswith("__")):
+        try:
+            items = list(vars(m).items())
+        except TypeError:
+            continue
+        for k, v in items:
+            if k.startswith("__") and k.endswith("__"):
+                continue
+            if _tracked(v):
                 attrs[(n, k)] = v
-                if isinstance(v, type) and n.startswith("feedbeast") and getattr(v, "__module__", "") == n:
-                    for ck, cv in list(vars(v).items()):
-                        if isinstance(cv, kinds) or callable(cv):
-                            attrs[(f"{n}.{k}", ck)] = cv
+            if isinstance(v, type) and n.startswith("feedbeast") and getattr(v, "__module__", "") == n:
+                for ck, cv in list(vars(v).items()):
+                    if isinstance(cv, kinds) or callable(cv):
+                        attrs[(f"{n}.{k}", ck)] = cv
     codes = {key: _code_of(v) for key, v in attrs.items() if isinstance(v, types.FunctionType)}
     return {"modules": mods, "attrs": attrs, "codes": codes, "state": {}, "data": _toolkit_data(mods),
             "given": {k: ns[k] for k in protected if k in ns},
@@ -396,8 +416,13 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
         out.append("feedbeast.hooks.mode (how this process runs) was changed")
     if [id(s) for s in verdicts._sinks] != [id(s) for s in base["sinks"]] or verdicts._records is not base["records"]:
         out.append("feedbeast.course.verdicts (where checks record their verdicts) was changed")
-    out += guard.refused()
+    out += guard.refused() + list(base.get("tampered", ()))
     return out[:20]
+
+
+# the modules the signed channel runs (the grader's own module for its globals json, hmac, hashlib, os, builtins)
+_CHANNEL = ("json", "json.encoder", "_json", "hmac", "hashlib", "_hashlib", "os", "posix", "builtins", __name__)
+_GONE = object()
 
 
 class _CheckChild:
@@ -407,13 +432,31 @@ class _CheckChild:
     def __init__(self, fd: int, key: bytes):
         import io
         self.fd, self.key, self.seq = fd, key, 0
+        # what the channel runs, as it was before any notebook code: put back before each message (a module
+        # attribute can be set through objects no static rule sees), and what was put back is a failure
+        self.channel = {n: (sys.modules[n], dict(vars(sys.modules[n]))) for n in _CHANNEL if n in sys.modules}
+        self.tampered: list[str] = []
         self.stopped: list[str] = []
         self.log = io.StringIO()     # what given and learner cells print: not a verdict, not shown
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
         self.nb = None               # the learner's notebook (feedbeast.course.notebook.Notebook), once read
         self.unbuilt: set[str] = set()   # what a %%cuda cell that failed would have defined: not reported again
 
+    def _channel_restored(self):
+        for n, (m, saved) in self.channel.items():
+            found = []
+            if sys.modules.get(n) is not m:
+                sys.modules[n] = m
+                found.append(f"the module {n}, which signs and sends the verdicts, was replaced")
+            now = vars(m)
+            for k, v in saved.items():
+                if now.get(k, _GONE) is not v:
+                    now[k] = v
+                    found.append(f"{n}.{k}, which signs and sends the verdicts, was replaced")
+            self.tampered += [f for f in found if f not in self.tampered]
+
     def send(self, msg):
+        self._channel_restored()
         body = json.dumps({**msg, "seq": self.seq}, default=str)
         self.seq += 1
         data = (hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest() + " " + body + "\n").encode()
@@ -459,8 +502,10 @@ class _CheckChild:
         for name, lab_line in wanted:
             cells = [(i, s) for i, s in cuda if cuda_name(s) == name]
             if not cells:
+                bad = "".join(f"; the %%cuda line of {at(nb.cells, i, 1)} does not parse ({why})"
+                              for i, why in nb.bad_magic)
                 self.fail(f"%%cuda --name {name}", f"your notebook has no `%%cuda ... --name {name}` cell before its "
-                          "checks: the checks compile and launch the kernels of that cell")
+                          "checks: the checks compile and launch the kernels of that cell" + bad)
                 continue
             _, src = cells[-1]
             body = src.partition("\n")[2]
@@ -519,8 +564,10 @@ class _CheckChild:
             modules |= {a.asname or a.name.split(".")[0] for a in getattr(s.node, "names", [])} \
                 if isinstance(s.node, ast.Import) else set()
         refused = False
+        from .notebook import methods_of
+        methods = methods_of([s.node for s in stmts])
         for s in stmts:
-            why = refusals(s.node, protected, modules)
+            why = refusals(s.node, protected, modules, methods)
             if why:
                 refused = True
                 self.fail(at(nb.cells, s.pos[0], s.node.lineno),
@@ -595,6 +642,7 @@ def _harness(fd: int) -> int:
     given = set(ns) - {"__name__", "__builtins__"}
     env0 = dict(os.environ)          # the grader's, as the given cells left it (Numba's simulator switch)
     base = _integrity_baseline(ns, given)
+    base["tampered"] = child.tampered      # what the channel put back (a list the child adds to)
 
     nb = child.nb = Notebook(learner, upto=job["upto"])
     cells = re.compile(rf"{re.escape(learner.name)}, cell \d+")    # the names Notebook.run compiles them under
@@ -700,6 +748,31 @@ def _todo(cells) -> str:
     return unwritten(parts)
 
 
+def _lab_number(nb) -> str | None:
+    """The NN of a lab's title (`# Lab 04 · ...`, its first Markdown cell), None without one."""
+    first = next((c.source.strip() for c in nb.cells if c.cell_type == "markdown" and c.source.strip()), "")
+    m = re.match(r"#\s+Lab\s+(\d+)\b", first)
+    return m[1].zfill(2) if m else None
+
+
+class NotWellFormed(ValueError):
+    """A cell the grader cannot read: edited by hand outside Jupyter."""
+
+
+def _well_formed(nb) -> None:
+    """Every cell has a type the grader knows and text."""
+    for i, c in enumerate(nb.get("cells", [])):
+        kind = c.get("cell_type") if isinstance(c, dict) else None
+        if kind not in ("code", "markdown", "raw"):
+            why = "no type" if kind is None else f"the type {kind!r}, which is not code, markdown or raw"
+        elif not isinstance(c.get("source"), str):
+            why = "no text (its 'source')"
+        else:
+            continue
+        raise NotWellFormed(f"cell {i + 1} has {why}: open the notebook in Jupyter and save it again, or start "
+                            "again from the lab as shipped (make reset-labs)")
+
+
 def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None, kernel: str | None = None,
           course=None) -> Report:
     """Grade the learner notebook at `path` (not changed) with the check cells of its solution.
@@ -711,14 +784,17 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     path = Path(path)
     t0 = time.time()
     toolkit = _toolkit_version()
+    raw = None
     try:
         raw = path.read_bytes()
         learner = nbformat.reads(raw.decode("utf-8"), as_version=4)
+        _well_formed(learner)
     except Exception as e:   # missing, unreadable, not a notebook
-        why = f"cannot read the notebook: {type(e).__name__}: {e}"
+        why = f"cannot read the notebook: {e if isinstance(e, NotWellFormed) else f'{type(e).__name__}: {e}'}"
         if str(path) in missing:                   # named as a lab (`grade 99`): which labs there are
             why = f"{why}; {missing[str(path)]}"
-        return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, toolkit=toolkit)
+        return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, toolkit=toolkit,
+                      sha256=hashlib.sha256(raw).hexdigest() if raw is not None else "")
     sha = hashlib.sha256(raw).hexdigest()
 
     def broken(why, sol=""):
@@ -732,6 +808,11 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         return broken(f"cannot find the lab's checks: {type(e).__name__}: {e}")
     if not checks:
         return broken(f"{sol_path.name} has no code cell under a '## Check' heading", sol_path)
+    mine_no, lab_no = _lab_number(learner), _lab_number(sol)
+    if mine_no and lab_no and mine_no != lab_no:
+        return broken(f"this notebook's title says lab {mine_no}, but its file name makes it lab {lab_no} "
+                      f"({sol_path.name}): save lab {mine_no} under its own name (NN- as in labs/) and grade that",
+                      sol_path)
     sol_mine = learner_part(sol)
     mine = learner_part(learner)
     job = {"solution": str(sol_path.resolve()), "learner": str(path.resolve()), "upto": len(mine),
@@ -896,19 +977,38 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
     return outcomes + records + errors + [p for p in printed if p.name not in recorded_names], error
 
 
+_LEXEMES = re.compile(r'//[^\n]*|/\*.*?\*/|R"([^()\\ ]{0,16})\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+                      re.S)
+
+
+def _without_comments_and_literals(src: str) -> str:
+    """C++ source with each comment a space and each string or character literal (raw strings too) an empty one,
+    scanned left to right as the lexer does, so that `//` inside a string and a quote inside a comment are read
+    right."""
+    def one(m):
+        t = m[0]
+        if t.startswith("/"):
+            return " "
+        line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
+        if re.fullmatch(r"[ \t]*(?:#|%:)[ \t]*include[ \t]*", line):
+            return t                   # a header name, not a literal: the include rule reads it
+        return '""' if t[-1] == '"' else "' '"
+    return _LEXEMES.sub(one, src)
+
+
 def cuda_refusals(body: str, cwd: Path) -> list[str]:
     """Why the grader does not compile this %%cuda cell of a learner ([] when it does): what could make the build it
     launches differ from the hazard and debug builds of the same text, which set the toolkit's FB_ switches."""
     from ..compile import include_path
     out = []
-    switches = sorted(set(re.findall(r"\bFB_\w+", body)))
+    # what the preprocessor reads: lines spliced at a backslash, comments gone (C++17 [lex.phases] 2 and 3), string
+    # and character literals as tokens of their own (nothing in them names a macro), the digraphs %: and %:%: read
+    # as # and ## ([lex.digraph])
+    text = _without_comments_and_literals(body.replace("\\\n", "")).replace("%:", "#")
+    switches = sorted(set(re.findall(r"\bFB_\w+", text)))
     if switches:
         out.append(f"it sets or tests {', '.join(switches)}, the toolkit's own build switches (the hazard and debug "
                    "builds set them)")
-    # what the preprocessor reads: lines spliced at a backslash, comments gone (C++17 [lex.phases] 2 and 3), the
-    # digraphs %: and %:%: read as # and ## ([lex.digraph])
-    text = re.sub(r"/\*.*?\*/", " ", body.replace("\\\n", ""), flags=re.S)
-    text = re.sub(r"//[^\n]*", "", text).replace("%:", "#")
     own = sorted(set(re.findall(r"\bfb_(?:hz|debug)_\w+|\bhazard\s*::\s*record\b", text)))
     if own:
         out.append(f"it names {', '.join(own)}, the hazard and debug builds' own state")
@@ -967,7 +1067,14 @@ def expand(patterns, course=None) -> list[Path]:
     missing.clear()
     for p in patterns:
         hits = sorted(glob.glob(p)) if any(ch in p for ch in "*?[") else [p]
-        if hits == [p] and not Path(p).exists() and "/" not in p:
+        if not hits:                      # a pattern that matches nothing: named as such when graded
+            missing[p] = "no notebook matches this pattern"
+        if hits == [p] and Path(p).is_dir():      # a folder: its notebooks (a learner's labs/), or named as empty
+            hits = [str(n) for n in sorted(Path(p).glob("[0-9][0-9]-*.ipynb"))]
+            if not hits:
+                missing[p] = "a folder with no lab notebook (NN-name.ipynb) in it"
+                hits = [p]
+        elif hits == [p] and not Path(p).exists() and "/" not in p:
             try:
                 root = find_course(explicit=course)
                 hits = [str(lab) for _, lab in labs.select(root / "solutions", root / "labs", [p])]

@@ -35,8 +35,9 @@ without passing through a library trusted to act for it:
   and the stopping of its workers. Such a child never returns to the frames it was forked from (multiprocessing ends
   it with os._exit), so its walk stops there; what it runs is checked as in the parent. A fork from anywhere else,
   a toolkit function handed `os.fork` included, stays refused, and its child keeps the whole walk.
-Setting an attribute of a function or class (`object.__setattr__`: a `__code__` swapped) and opening a file for
-writing (the compile cache a later check reads) are refused too.
+Setting an attribute of a function or class (`object.__setattr__`: a `__code__` swapped), opening a file for
+writing (the compile cache a later check reads), and renaming, linking, removing, truncating or changing the
+mode of a file or folder (a solution notebook another grade reads) are refused too.
 Code made at run time is allowed (dataclasses, namedtuple and Numba make some), as learner code: `compile` and
 `exec` are refused only when the code would carry the name of an installed file or of the grader's own cells.
 Audit hooks cannot be removed once added, so nothing the notebook runs later turns the guard off. Not every way
@@ -64,6 +65,12 @@ REFUSED = frozenset({
     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill",
     "os.killpg", "signal.pthread_kill", "_thread.start_new_thread", "_thread.start_joinable_thread",
     "os.startfile", "pty.spawn",
+    # the file system: a solution, a cache or a results file renamed, linked, removed or truncated is what a later
+    # check or another learner's grade reads (the toolkit's own compile cache may: _LIBRARY_EVENTS)
+    "os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link", "os.truncate", "os.chmod", "os.chown",
+    "os.chflags", "os.lchflags", "os.mkdir", "os.utime", "os.setxattr", "os.removexattr", "os.chdir",
+    "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.copytree", "shutil.chown", "shutil.move",
+    "shutil.rmtree", "shutil.make_archive", "shutil.unpack_archive",
 })
 MADE = frozenset({"compile", "exec"})   # refused when the code would be named as an installed file or a grader cell
 
@@ -101,8 +108,11 @@ def _writes(args) -> bool:
     return isinstance(flags, int) and bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC))
 
 
+_FILE_EVENTS = frozenset(e for e in REFUSED if e.startswith(("os.", "shutil.")) and e not in {
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+    "os.startfile", "os.chdir"})
 _LIBRARY_EVENTS = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function",
-                             "ctypes.string_at", "open"})
+                             "ctypes.string_at", "open"}) | _FILE_EVENTS
 # the hazard replay's pool: its forks, its threads, its workers stopped (trusted from that one function only)
 _REPLAY_EVENTS = frozenset({"os.fork", "os.kill", "_thread.start_new_thread", "_thread.start_joinable_thread"})
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
@@ -194,7 +204,7 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
                     where = place(name, f.f_lineno) if is_learner_file(name) else f"code made at run time ({name})"
                     why = (f"{where} raised Python's audit event {event!r}: the grader does not run code that reads "
                            "frames or the garbage collector's objects, sets a function's or a class's attributes, "
-                           "writes files, calls native code, or makes code under a name that is not its own (any of "
+                           "writes, moves, links or removes files, calls native code, or makes code under a name that is not its own (any of "
                            "these reaches the checks' own state)")
                     _refused.append(why)
                     raise Refused(why)

@@ -125,13 +125,28 @@ class CudaCell:
 def parse_magic_line(line: str) -> dict:
     """The flags of a `%%cuda ...` line: name, arch, min_arch, debug, defines ({macro: value or None})."""
     from ..magic import defines_of, parse_line
-    words = shlex.split(line)
+    from ..errors import CompileError
+    try:
+        words = shlex.split(line)
+    except ValueError as e:
+        raise CompileError(f"{line.strip()}: {e}") from None
     args = parse_line(shlex.join(words[1:] if words and words[0].startswith("%%") else words))
     return {"name": args.name, "arch": args.arch, "min_arch": args.min_arch, "debug": args.debug,
             "defines": defines_of(args)}
 
 
 _CACHE: dict = {}
+
+
+# IPython's cell magics that run the rest of the cell as Python in the notebook's namespace (a timing, a capture of
+# its output): the cell's definitions are the notebook's. Any other cell magic's body is not Python.
+PYTHON_CELL_MAGICS = ("%%time", "%%capture")
+
+
+def is_python(source: str) -> bool:
+    """Is a code cell's text Python (its first line blanked by python_of when it is one of PYTHON_CELL_MAGICS)?"""
+    first = source.split(None, 1)[0] if source.strip() else ""
+    return not source.startswith("%%") or first in PYTHON_CELL_MAGICS
 
 
 def python_of(source: str) -> str:
@@ -249,15 +264,20 @@ class Notebook:
         self.cuda_cells: dict[str, CudaCell] = {}
         self._stmts: list[_Stmt] = []
         self._unparsed: list[int] = []
+        self.bad_magic: list[tuple[int, str]] = []    # (cell index, why): %%cuda cells whose line does not parse
         for i, cell in enumerate(self.cells):
             if cell.cell_type != "code":
                 continue
             if cell.source.startswith("%%cuda"):
                 line, _, body = cell.source.partition("\n")
-                f = parse_magic_line(line)
+                try:
+                    f = parse_magic_line(line)
+                except Exception as e:      # a flag or quote error: named where a check needs the cell
+                    self.bad_magic.append((i, str(e)))
+                    continue
                 self.cuda_cells[f["name"]] = CudaCell(f["name"], body, f["defines"], f["arch"], f["debug"], i,
                                                       self.path, f["min_arch"])
-            elif not cell.source.startswith("%%"):
+            elif is_python(cell.source):
                 self._index_python(i, cell.source)
 
     def __repr__(self):
@@ -504,7 +524,10 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
             "ctypes", "ctypeslib", "pythonapi", "threading", "gc", "inspect", "traceback", "sys", "builtins",
             "importlib", "pickle", "marshal", "subprocess", "signal", "multiprocessing", "asyncio", "concurrent",
             # attributes named in a string, past the rules above: operator.attrgetter("hazards.check")(fb)
-            "attrgetter", "methodcaller", "copyreg"}
+            "attrgetter", "methodcaller", "copyreg",
+            # the file system and the grader's channel, reached as a toolkit module's attribute
+            # (`from feedbeast.numba_support import os`)
+            "os", "shutil", "tempfile", "io", "json", "hmac", "hashlib", "secrets", "socket", "pathlib", "nbformat"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super"}
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__",
@@ -521,13 +544,62 @@ FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__
 BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 
 
-def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
+def _own_attribute_stores(node) -> set[int]:
+    """id() of each `self.x = ...` (or del) in a method: a function directly in a class body whose first parameter
+    is `self` (not a static or class method), outside the functions nested in it that take a `self` of their own.
+    Only there is `self` the object the learner's own class made; a function outside a class may be handed any
+    object as `self` (a module, an array the checks pass in)."""
+    out: set[int] = set()
+
+    def stores(fn):
+        stack = list(fn.body)
+        while stack:
+            n = stack.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and any(
+                    a.arg == "self" for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)):
+                continue
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) \
+                    and isinstance(n.value, ast.Name) and n.value.id == "self":
+                out.add(id(n))
+            stack.extend(ast.iter_child_nodes(n))
+
+    for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
+        for fn in cls.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.args.posonlyargs + fn.args.args \
+                    and (fn.args.posonlyargs + fn.args.args)[0].arg == "self" and not any(
+                        ast.unparse(d) in ("staticmethod", "classmethod") for d in fn.decorator_list):
+                stores(fn)
+    return out
+
+
+def methods_of(stmts) -> dict[str, set[str]]:
+    """{class name: its methods that take self} for the learner's top-level classes: read through the class
+    (`Acc.add(obj, 1)`), such a method takes any object as self."""
+    out: dict[str, set[str]] = {}
+    for node in stmts:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                              and (f.args.posonlyargs + f.args.args)[:1]
+                              and (f.args.posonlyargs + f.args.args)[0].arg == "self"}
+    return out
+
+
+def refusals(node: ast.stmt, protected=(), modules=(), methods=None) -> list[str]:
     """Why a grader must not run this top-level statement of a learner's cell ([] when it may).
 
     protected: names the lab gives or the grader binds (the toolkit `fb`, the kernels of the %%cuda cells, a
     given `check_ring`): the learner's code may read them, never rebind or change them. modules: names
-    bound to modules (an attribute set on one changes it for the checks too)."""
+    bound to modules (an attribute set on one changes it for the checks too). methods: methods_of() the
+    learner's statements (this one's own classes are added)."""
     protected, modules = set(protected), set(modules)
+    methods = {**(methods or {}), **methods_of([node])}
+    own_stores = _own_attribute_stores(node)
+    # @functools.wraps(f) as a function's own decorator sets attributes of that function only; called any other
+    # way (or update_wrapper) it sets the attributes it is told to on any object: a module, an array of the checks
+    wraps = {id(d.func) for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for d in f.decorator_list if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+             and d.func.attr == "wraps" and isinstance(d.func.value, ast.Name) and d.func.value.id == "functools"
+             and not d.keywords and len(d.args) == 1}
     out = []
     binds, amends = _targets(node)
     if binds & protected:
@@ -563,10 +635,18 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
                 out.append(f"it reaches the private attribute .{n.attr}")
             elif n.attr in INTERNAL and id(n) not in decorators:     # @functools.cache as a decorator
                 out.append(f"it reaches .{n.attr} (the grader's and the toolkit's own state)")
-            elif isinstance(n.ctx, (ast.Store, ast.Del)) and not (isinstance(n.value, ast.Name) and n.value.id == "self"):
-                # an attribute set on anything but one's own object: a module, a toolkit class, an array the
-                # checks pass in (its methods are what the checks read back)
-                out.append(f"it sets the attribute .{n.attr} of {ast.unparse(n.value)[:40]}")
+            elif n.attr in ("wraps", "update_wrapper") and id(n) not in wraps:
+                out.append(f"it calls functools.{n.attr} other than as @functools.wraps(f) on a function of its own "
+                           "(it sets the attributes it is told to on any object)")
+            elif isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own_stores:
+                # an attribute set on anything but the object a method of one's own class was called on: a
+                # module, a toolkit class, an array the checks pass in (its methods are what the checks read back)
+                out.append(f"it sets the attribute .{n.attr} of {ast.unparse(n.value)[:40]}"
+                           + (" outside a method of a class of its own" if ast.unparse(n.value) == "self" else ""))
+            elif isinstance(n.value, ast.Name) and n.attr in methods.get(n.value.id, ()) \
+                    and id(n.value) not in local:
+                out.append(f"it reads the method {n.value.id}.{n.attr} through its class, where it takes any "
+                           "object as self: call it on an object of the class")
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS or \
                 isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in FINALIZERS:
             out.append(f"it defines {getattr(n, 'name', None) or n.id}")
@@ -649,5 +729,7 @@ def _function_locals(node) -> set[int]:
 def _importable(name: str, member: bool = False) -> bool:
     if member and name == "functools.cache":       # `from functools import cache`
         return True
+    if member and name in ("functools.wraps", "functools.update_wrapper"):   # only as @functools.wraps(f)
+        return False
     parts = name.split(".")
     return parts[0] in IMPORTABLE and not (set(parts[1:]) & INTERNAL) and not any(p.startswith("_") for p in parts[1:])
