@@ -465,3 +465,14 @@ def test_a_lab_saved_under_another_lab_s_name_a_folder_and_an_empty_pattern_are_
     assert g.main([str(empty), str(tmp_path / "none" / "*.ipynb")]) == 1
     out = capsys.readouterr().out
     assert "a folder with no lab notebook" in out and "no notebook matches this pattern" in out, out
+
+
+def test_a_cell_timed_with_percent_percent_time_is_still_the_learner_s_definitions(tmp_path):
+    """IPython's %%time and %%capture run the rest of the cell as Python in the notebook: its definitions count."""
+    sol = ROOT / "solutions/01-tiled-transpose.ipynb"
+
+    def edit(nb):
+        cell = next(c for c in nb.cells if c.cell_type == "code" and "def transpose_tiled" in c.source)
+        cell.source = "%%time\n" + cell.source
+    rep = g.grade(plant(sol, edit=edit, to=tmp_path / sol.name), timeout=300)
+    assert rep.status == ("ok" if _has_gpu() else "partial"), str(rep)
