@@ -297,6 +297,14 @@ def _toolkit_version() -> str:
 
 # ---- the check process (the child) ------------------------------------------------------------------------
 
+def _compared(name: str) -> bool:
+    """A module whose attributes the integrity check compares: the toolkit, numpy and the standard library (what
+    the checks and the signed channel run). Not the compilers and drivers (Numba, cuda-python), which set their own
+    attributes as they load what a launch needs; the static rules keep the notebook's code off them."""
+    root = name.partition(".")[0]
+    return name != "__main__" and (root in ("feedbeast", "numpy") or root in sys.stdlib_module_names)
+
+
 def _tracked(v) -> bool:
     """A module attribute whose identity the checks rely on: a function, class, builtin, module or any other
     callable (a numpy ufunc, an lru_cache wrapper, a partial), in any module. Set through an object the static
@@ -316,7 +324,7 @@ def _integrity_baseline(ns: dict, protected) -> dict:
     from .. import hooks
     from . import verdicts
     kinds = (types.FunctionType, types.BuiltinFunctionType, type, classmethod, staticmethod, property)
-    mods = {n: m for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType) and n != "__main__"}
+    mods = {n: m for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType) and _compared(n)}
     attrs = {}
     for n, m in mods.items():
         try:
@@ -326,7 +334,7 @@ def _integrity_baseline(ns: dict, protected) -> dict:
         for k, v in items:
             if k.startswith("__") and k.endswith("__"):
                 continue
-            if _tracked(v):
+            if _tracked(v) and not (isinstance(v, types.ModuleType) and not n.startswith("feedbeast")):
                 attrs[(n, k)] = v
             if isinstance(v, type) and n.startswith("feedbeast") and getattr(v, "__module__", "") == n:
                 for ck, cv in list(vars(v).items()):
