@@ -463,7 +463,7 @@ def test_a_lab_saved_under_another_lab_s_name_a_folder_and_an_empty_pattern_are_
     assert g.expand([str(folder)]) == [folder / SOLUTION.name]
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert g.main([str(empty), str(tmp_path / "none" / "*.ipynb")]) == 1
+    assert g.main([str(empty) + "/", str(tmp_path / "none" / "*.ipynb")]) == 1
     out = capsys.readouterr().out
     assert "a folder with no lab notebook" in out and "no notebook matches this pattern" in out, out
 
@@ -477,3 +477,20 @@ def test_a_cell_timed_with_percent_percent_time_is_still_the_learner_s_definitio
         cell.source = "%%time\n" + cell.source
     rep = g.grade(plant(sol, edit=edit, to=tmp_path / sol.name), timeout=300)
     assert rep.status == ("ok" if _has_gpu() else "partial"), str(rep)
+
+
+def test_what_correct_learners_write_is_read_as_they_mean_it(tmp_path):
+    """A line that starts with `!=` or `% 4` inside brackets is Python, not a shell escape or a magic; a heading
+    "Checking my reasoning" is the learner's, not the lab's checks; `global n` with `n += 1` reads n; a #define
+    whose body calls __syncwarp() expands alike in every build; Numba's cache=True has no file to cache beside in
+    the grader, so it is left out there."""
+    import ast
+
+    from feedbeast.course import notebook as nbm
+    assert nbm.python_of("x = (a\n     != 0)\n%time y\n!ls\ny = (5\n    % 4)") == "x = (a\n     != 0)\n\n\ny = (5\n    % 4)"
+    assert not g._is_check("Checking my parity reasoning") and g._is_check("Check: correctness")
+    assert "CALLS" in nbm._reads(ast.parse("def f():\n    global CALLS\n    CALLS += 1").body[0])[1]
+    assert g.cuda_refusals("#define WARP_SYNC() __syncwarp()\n", tmp_path) == []
+    assert g.cuda_refusals("#ifdef __syncwarp\n#endif\n", tmp_path) != []
+    node = nbm.guarded(ast.parse("@numba.njit(cache=True, fastmath=True)\ndef f(x):\n    return x").body[0])
+    assert [k.arg for k in node.decorator_list[0].keywords] == ["fastmath"]

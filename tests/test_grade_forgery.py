@@ -496,11 +496,12 @@ def test_the_channel_reads_only_signed_lines_in_order():
 
 
 def test_the_channel_puts_back_what_it_runs_and_says_so():
-    """A json.dumps, an hmac or a builtin the notebook's code replaced (through objects no static rule sees) is put
-    back before the child signs a message, so the message goes out as the checks made it, and what was put back is
-    an integrity failure."""
+    """A json.dumps, an hmac or a builtin the notebook's code replaced (through objects no static rule sees), or a
+    name added where the encoder looks first, is put back before the child signs a message, so the message goes
+    out as the checks made it, and what was put back is an integrity failure."""
     import builtins
     import json
+    import json.encoder
     import os
     key = b"k" * 32
     r, w = os.pipe()
@@ -511,18 +512,42 @@ def test_the_channel_puts_back_what_it_runs_and_says_so():
         builtins.str = lambda *a: "forged"
         child.send({"t": "rec", "status": "failed", "name": "x"})
         assert json.dumps is real_dumps and builtins.str is real_str
+        json.encoder.isinstance = lambda *a: False
+        child.send({"t": "rec", "status": "failed", "name": "y"})
+        assert not hasattr(json.encoder, "isinstance")
     finally:
         json.dumps, builtins.str = real_dumps, real_str
+        vars(json.encoder).pop("isinstance", None)
     os.close(w)
     chan, got = g._Channel(r, key), []
     while (msgs := chan.read(1.0)) is not None:
         got += msgs
     os.close(r)
-    assert [(m["t"], m["status"]) for m in got] == [("rec", "failed")], got
+    assert [(m["t"], m["status"]) for m in got] == [("rec", "failed"), ("rec", "failed")], got
     assert child.tampered == ["json.dumps, which signs and sends the verdicts, was replaced",
-                              "builtins.str, which signs and sends the verdicts, was replaced"], child.tampered
+                              "builtins.str, which signs and sends the verdicts, was replaced",
+                              "json.encoder.isinstance, which the signing reads, was added"], child.tampered
     assert child.tampered[0] in "\n".join(g._integrity_problems(g._integrity_baseline({}, set()) | {
         "tampered": child.tampered}, {}))
+
+
+def test_a_method_of_the_learner_s_class_runs_only_on_an_object_of_it():
+    """Read through its class (type(obj).put, a subclass, an alias, a class decorator's cls.put), a method takes any
+    object as self; the grader's copy of each method refuses one that is not of its class before anything runs."""
+    import ast
+    import types
+    src = ("class Fix:\n    def apply(self, target):\n        self.hidden = target\n        return 0\n\n\n"
+           "class Acc:\n    def __init__(self):\n        self.n = 0\n\n    def add(self, k):\n        self.n += k\n"
+           "        return self\n\n\nclass Sub(Fix):\n    pass\n")
+    ns = {}
+    for node in ast.parse(src).body:
+        exec(compile(ast.Module([nbm.guarded(node)], []), "cell", "exec"), ns)
+    assert ns["Acc"]().add(3).add(4).n == 7 and ns["Fix"]().apply(1) == 0 and ns["Sub"]().apply(2) == 0
+    m = types.ModuleType("m")
+    for call in (lambda: ns["Fix"].apply(m, 1), lambda: type(ns["Sub"]()).apply(m, 1), lambda: ns["Acc"].add(m, 1)):
+        with pytest.raises(TypeError, match="was called on an object that is not a"):
+            call()
+    assert not hasattr(m, "hidden") and not hasattr(m, "n")
 
 
 def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_module_s_function():
@@ -595,8 +620,15 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("class P:\n    def __bool__(self):\n        return True", False),
     # `self` is the learner's own object only in a method of the learner's own class, called on an object of it
     ("def put(self, f):\n    self.dumps = f", False),
-    ("class H:\n    def put(self, f):\n        self.dumps = f\n\nH.put(np, None)", False),
-    ("class H:\n    def put(self, f):\n        self.dumps = f\n\nput = [H.put][0]", False),
+    ("class H:\n    def put(self, t):\n        self = t\n        self.x = 1", False),
+    ("class H:\n    def put(self, t):\n        for self in [t]:\n            self.x = 1", False),
+    ("import numba.cuda.types.scalars as s\nx = s.enum.bltns", False),
+    ("def f(m):\n    return m.eval('1')", False),
+    ("from feedbeast.compile import Path", False),
+    ("def peek(self):\n    return self._hazards", False),
+    ("class C:\n    def __init__(self):\n        self._n = 0\n    def n(self):\n        return self._n", True),
+    ("class Box:\n    def area(self):\n        return 1\n\nbest = sorted([Box()], key=Box.area)", True),
+    ("import functools as ft\ndef deco(f):\n    @ft.wraps(f)\n    def g(*a):\n        return f(*a)\n    return g", True),
     ("class H:\n    @staticmethod\n    def put(self, f):\n        self.dumps = f", False),
     ("class H:\n    def put(self, f):\n        def inner(self):\n            self.dumps = f\n        return inner", False),
     ("class Acc:\n    def __init__(self):\n        self.n = 0\n    def add(self, k):\n        self.n += k\n"
@@ -606,14 +638,23 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("import functools\ndef deco(f):\n    @functools.wraps(f)\n    def g(*a):\n        return f(*a)\n    return g", True),
     ("import functools\nx = functools.update_wrapper(np, object)", False),
     ("import functools\nx = functools.wraps(object, assigned=('dumps',))(np)", False),
-    ("from functools import wraps", False),
+    ("from functools import wraps\ndef deco(f):\n    @wraps(f)\n    def g(*a):\n        return f(*a)\n    return g", True),
+    ("from functools import wraps\nx = wraps(object, assigned=('dumps',))(np)", False),
+    ("import functools\nclass Timed:\n    def __init__(self, f):\n        functools.update_wrapper(self, f)\n"
+     "        self.f = f", True),
+    ("class Role:\n    def __init__(self, n):\n        self.n = n\n\n\nclass Consumer(Role):\n"
+     "    def __init__(self):\n        super().__init__(4)\n        self.io = 0", True),
+    ("def f():\n    return super().__init__", False),
+    ("class C:\n    def f(self, o):\n        return super(C, o).__init__", False),
+    ("CALLS = 0\ndef f():\n    global CALLS\n    CALLS += 1", True),
+    ("def f():\n    global fb\n    fb = 1", False),
+    ("def make():\n    n = 0\n    def inc():\n        nonlocal n\n        n += 1\n        return n\n    return inc", True),
     ("from feedbeast.numba_support import os", False),
     ("from feedbeast.numba_compile import json", False),
 ])
 def test_refusals(src, ok):
     import ast
-    body = ast.parse(src).body
-    why = [w for node in body for w in nbm.refusals(node, {"fb"}, {"fb", "np", "cuda"}, nbm.methods_of(body))]
+    why = [w for node in ast.parse(src).body for w in nbm.refusals(node, {"fb"}, {"fb", "np", "cuda"})]
     assert (not why) == ok, why
 
 

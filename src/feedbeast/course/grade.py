@@ -207,7 +207,7 @@ def _heading(cell) -> str | None:
 
 
 def _is_check(title: str | None) -> bool:
-    return title is not None and title.lower().startswith("check")
+    return title is not None and re.match(r"check\b", title.lower()) is not None    # not "Checking my ..."
 
 
 def learner_part(nb) -> list:
@@ -348,21 +348,41 @@ def _integrity_baseline(ns: dict, protected) -> dict:
 
 
 _DATA = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, list, dict, set)
+_MISSING = object()
 
 
 def _toolkit_data(mods: dict) -> dict:
     """The toolkit's module-level constants (upper-case names: tolerances, peaks, rule tables), as text: changed in
     place (`TOLERANCE.update(...)`), they would change what the checks accept while every function stays the same
     object. Lower-case names are state the toolkit keeps (the last launch); the hooks' lists are checked on their
-    own."""
+    own. Every other module-level value of the toolkit (private tables too) must stay the same object: key
+    ("is", module, name)."""
     out = {}
     for n, m in mods.items():
         if not (n == "feedbeast" or n.startswith("feedbeast.")) or n == "feedbeast.hooks":
             continue
+        rebound = _rebound(m)
         for k, v in list(vars(m).items()):
             if not k.startswith("_") and k.isupper() and type(v) in _DATA:
                 out[n, k] = repr(v)
+            elif not (k.startswith("__") and k.endswith("__")) and k not in rebound and not _tracked(v):
+                out["is", n, k] = v
     return out
+
+
+_REBOUND: dict = {}
+
+
+def _rebound(module) -> frozenset:
+    """The names a module's own functions declare `global` (state it keeps: the last launch, a cached buffer)."""
+    f = getattr(module, "__file__", None)
+    if f not in _REBOUND:
+        try:
+            tree = ast.parse(Path(f).read_text())
+            _REBOUND[f] = frozenset(x for g in ast.walk(tree) if isinstance(g, ast.Global) for x in g.names)
+        except (OSError, TypeError, ValueError, SyntaxError):
+            _REBOUND[f] = frozenset()
+    return _REBOUND[f]
 
 
 def _code_of(f) -> tuple:
@@ -405,9 +425,15 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
             out.append(f"{owner}.{k} was replaced")
         elif (owner, k) in base["codes"] and any(a is not b for a, b in zip(_code_of(v), base["codes"][owner, k])):
             out.append(f"{owner}.{k} was changed in place (its code, defaults or closure)")
-    for (owner, k), text in base["data"].items():
+    for key, value in base["data"].items():
+        if key[0] == "is":
+            m = base["modules"].get(key[1])
+            if m is not None and vars(m).get(key[2], _MISSING) is not value:
+                out.append(f"{key[1]}.{key[2]} was replaced")
+            continue
+        owner, k = key
         m = base["modules"].get(owner)
-        if m is not None and repr(vars(m).get(k)) != text:
+        if m is not None and repr(vars(m).get(k)) != value:
             out.append(f"{owner}.{k} was changed in place")
     for k, state in base["state"].items():
         if kernel_state(ns.get(k)) != state:
@@ -430,7 +456,6 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
 
 # the modules the signed channel runs (the grader's own module for its globals json, hmac, hashlib, os, builtins)
 _CHANNEL = ("json", "json.encoder", "_json", "hmac", "hashlib", "_hashlib", "os", "posix", "builtins", __name__)
-_GONE = object()
 
 
 class _CheckChild:
@@ -442,7 +467,11 @@ class _CheckChild:
         self.fd, self.key, self.seq = fd, key, 0
         # what the channel runs, as it was before any notebook code: put back before each message (a module
         # attribute can be set through objects no static rule sees), and what was put back is a failure
-        self.channel = {n: (sys.modules[n], dict(vars(sys.modules[n]))) for n in _CHANNEL if n in sys.modules}
+        # (name, module, its namespace, a copy of it); the loop that puts them back reads only these and the
+        # sys.modules dict, never a builtin or a global a notebook could have replaced
+        self.channel = [(n, sys.modules[n], vars(sys.modules[n]), dict(vars(sys.modules[n])))
+                        for n in _CHANNEL if n in sys.modules]
+        self.modules = sys.modules
         self.tampered: list[str] = []
         self.stopped: list[str] = []
         self.log = io.StringIO()     # what given and learner cells print: not a verdict, not shown
@@ -451,17 +480,22 @@ class _CheckChild:
         self.unbuilt: set[str] = set()   # what a %%cuda cell that failed would have defined: not reported again
 
     def _channel_restored(self):
-        for n, (m, saved) in self.channel.items():
-            found = []
-            if sys.modules.get(n) is not m:
-                sys.modules[n] = m
+        found = []
+        for n, m, now, saved in self.channel:
+            if self.modules.get(n) is not m:
+                self.modules[n] = m
                 found.append(f"the module {n}, which signs and sends the verdicts, was replaced")
-            now = vars(m)
+            for k in [*now]:                 # a name added since the start (json.encoder.isinstance) goes;
+                if k not in saved and not k.startswith("__"):    # not a warning's __warningregistry__
+                    del now[k]
+                    found.append(f"{n}.{k}, which the signing reads, was added")
             for k, v in saved.items():
-                if now.get(k, _GONE) is not v:
+                if k not in now or now[k] is not v:
                     now[k] = v
                     found.append(f"{n}.{k}, which signs and sends the verdicts, was replaced")
-            self.tampered += [f for f in found if f not in self.tampered]
+        for f in found:
+            if f not in self.tampered:
+                self.tampered.append(f)
 
     def send(self, msg):
         self._channel_restored()
@@ -572,10 +606,8 @@ class _CheckChild:
             modules |= {a.asname or a.name.split(".")[0] for a in getattr(s.node, "names", [])} \
                 if isinstance(s.node, ast.Import) else set()
         refused = False
-        from .notebook import methods_of
-        methods = methods_of([s.node for s in stmts])
         for s in stmts:
-            why = refusals(s.node, protected, modules, methods)
+            why = refusals(s.node, protected, modules)
             if why:
                 refused = True
                 self.fail(at(nb.cells, s.pos[0], s.node.lineno),
@@ -584,7 +616,7 @@ class _CheckChild:
             return
         try:
             with contextlib.redirect_stdout(self.log):
-                nb.run(stmts, ns)
+                nb.run(stmts, ns, guard_methods=True)
         except BaseException as e:
             self.fail(nb.raised_at(e) or "your definitions", f"{type(e).__name__}: {e}")
 
@@ -620,6 +652,26 @@ class _CheckChild:
                 break
 
 
+def _import_what_checks_import(sources) -> None:
+    """Import the modules the check cells import, so that the integrity baseline holds them as they were before
+    the learner's code ran (a module first imported by a check would be compared with nothing)."""
+    import importlib
+    for src in sources:
+        try:
+            tree = ast.parse(python_of(src))
+        except SyntaxError:
+            continue
+        for n in ast.walk(tree):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module] + [f"{n.module}.{a.name}" for a in n.names] if isinstance(n, ast.ImportFrom) and n.module \
+                and not n.level else []
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                except Exception:          # a name imported from a module, not a module: the module is enough
+                    pass
+
+
 def _harness(fd: int) -> int:
     """The check process: reads its job on stdin, reports on file descriptor `fd`, every line signed."""
     job = json.loads(sys.stdin.read())
@@ -649,6 +701,7 @@ def _harness(fd: int) -> int:
     ns = child.ns
     given = set(ns) - {"__name__", "__builtins__"}
     env0 = dict(os.environ)          # the grader's, as the given cells left it (Numba's simulator switch)
+    _import_what_checks_import(job["checks"])   # in the baseline before any learner code: lab 10's lab_refs
     base = _integrity_baseline(ns, given)
     base["tampered"] = child.tampered      # what the channel put back (a list the child adds to)
 
@@ -985,8 +1038,9 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
     return outcomes + records + errors + [p for p in printed if p.name not in recorded_names], error
 
 
-_LEXEMES = re.compile(r'//[^\n]*|/\*.*?\*/|R"([^()\\ ]{0,16})\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
-                      re.S)
+_LEXEMES = re.compile(
+    r"(?<![\w.])\.?\d(?:[\w.]|'(?=\w)|[eEpP][+-])*"       # a pp-number, digit separators included: 1'000
+    r'|//[^\n]*|/\*.*?\*/|R"([^()\\ ]{0,16})\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
 
 def _without_comments_and_literals(src: str) -> str:
@@ -995,6 +1049,8 @@ def _without_comments_and_literals(src: str) -> str:
     right."""
     def one(m):
         t = m[0]
+        if t[0].isdigit() or t[0] == ".":
+            return t                   # a number, kept as it is
         if t.startswith("/"):
             return " "
         line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
@@ -1029,7 +1085,8 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
                    "expand to")
     # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
     # tells the builds apart
-    if re.search(r"^[ \t]*#.*\b__sync(?:threads|warp)\b", text, re.M):
+    # (a #define whose body calls them expands to the same call in every build: allowed)
+    if re.search(r"^[ \t]*#[ \t]*(?!define[ \t]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
         out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
                    "macros)")
     folders = [Path(d) for d in include_path()]
@@ -1076,11 +1133,11 @@ def expand(patterns, course=None) -> list[Path]:
     for p in patterns:
         hits = sorted(glob.glob(p)) if any(ch in p for ch in "*?[") else [p]
         if not hits:                      # a pattern that matches nothing: named as such when graded
-            missing[p] = "no notebook matches this pattern"
+            missing[str(Path(p))] = "no notebook matches this pattern"
         if hits == [p] and Path(p).is_dir():      # a folder: its notebooks (a learner's labs/), or named as empty
             hits = [str(n) for n in sorted(Path(p).glob("[0-9][0-9]-*.ipynb"))]
             if not hits:
-                missing[p] = "a folder with no lab notebook (NN-name.ipynb) in it"
+                missing[str(Path(p))] = "a folder with no lab notebook (NN-name.ipynb) in it"
                 hits = [p]
         elif hits == [p] and not Path(p).exists() and "/" not in p:
             try:
@@ -1089,7 +1146,7 @@ def expand(patterns, course=None) -> list[Path]:
             except CourseNotFound:
                 hits = [p]
             except ValueError as e:       # no such lab: the labs there are, named, when it is graded as missing
-                missing[p] = str(e)
+                missing[str(Path(p))] = str(e)
                 hits = [p]
         paths += [Path(h) for h in hits] if hits else [Path(p)]
     return paths

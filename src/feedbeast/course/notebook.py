@@ -149,9 +149,12 @@ def is_python(source: str) -> bool:
     return not source.startswith("%%") or first in PYTHON_CELL_MAGICS
 
 
+_MAGIC_LINE = re.compile(r"\s*(?:%{1,2}[A-Za-z_]|!(?!=))")    # `%time x`, `%%capture`, `!ls`; not `!= 0`, `% 4`
+
+
 def python_of(source: str) -> str:
     """A cell's Python with its line magics and shell escapes blanked (line numbers kept)."""
-    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.split("\n"))
+    return "\n".join("" if _MAGIC_LINE.match(ln) else ln for ln in source.split("\n"))
 
 
 def cuda_name(source: str) -> str | None:
@@ -386,14 +389,18 @@ class Notebook:
                               f"give {'it' if len(missing) == 1 else 'them'} as keyword arguments{hint}")
         return sorted(chosen.values(), key=lambda s: s.pos), sorted(modules)
 
-    def run(self, stmts, ns: dict) -> dict:
-        """Run planned statements in `ns`, each under its cell's name (so that inspect finds a function's lines)."""
+    def run(self, stmts, ns: dict, guard_methods: bool = False) -> dict:
+        """Run planned statements in `ns`, each under its cell's name (so that inspect finds a function's lines).
+        guard_methods: each method of the learner's classes first checks that `self` is an object of its class
+        (see guarded())."""
+        import copy
         import linecache
         for s in stmts:
             where = f"{self.path.name}, cell {s.pos[0]}"
             lines = self.cells[s.pos[0]].source.splitlines(keepends=True)
             linecache.cache[where] = (sum(map(len, lines)), None, lines, where)
-            module = ast.Module(body=[s.node], type_ignores=[])
+            node = guarded(copy.deepcopy(s.node)) if guard_methods else s.node
+            module = ast.Module(body=[node], type_ignores=[])
             exec(compile(module, where, "exec"), ns)
         return ns
 
@@ -505,6 +512,11 @@ def _reads(node) -> tuple[frozenset, frozenset]:
             walk(c, deferred)
     for child in table.get_children():
         walk(child, False)
+    # `global n` then `n += 1` reads n too (symtable counts it as assigned only)
+    for fn in (f for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        declared = {x for g in ast.walk(fn) if isinstance(g, ast.Global) for x in g.names}
+        later |= {a.target.id for a in ast.walk(fn) if isinstance(a, ast.AugAssign)
+                  and isinstance(a.target, ast.Name) and a.target.id in declared}
     return frozenset(now), frozenset(later - now)
 
 
@@ -514,7 +526,7 @@ def _reads(node) -> tuple[frozenset, frozenset]:
 # the code runs, feedbeast.course.guard refuses what the interpreter reports as reaching around it; the grader
 # also checks, around every check cell, that the toolkit and the environment are as it set them).
 
-IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses",
+IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses", "time",
               "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
 INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grade", "guard", "roster", "isolated", "sanitize",
             "cache",
@@ -527,7 +539,8 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
             "attrgetter", "methodcaller", "copyreg",
             # the file system and the grader's channel, reached as a toolkit module's attribute
             # (`from feedbeast.numba_support import os`)
-            "os", "shutil", "tempfile", "io", "json", "hmac", "hashlib", "secrets", "socket", "pathlib", "nbformat"}
+            "os", "shutil", "tempfile", "io", "json", "hmac", "hashlib", "secrets", "socket", "pathlib", "nbformat",
+            "Path", "PurePath", "bltns"}      # pathlib's classes, and the builtins module under enum's name for it
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super"}
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__",
@@ -544,8 +557,8 @@ FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__
 BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 
 
-def _own_attribute_stores(node) -> set[int]:
-    """id() of each `self.x = ...` (or del) in a method: a function directly in a class body whose first parameter
+def _own_attributes(node) -> set[int]:
+    """id() of each `self.x` (read, set or deleted), `self` handed on and `super().name` in a method: a function directly in a class body whose first parameter
     is `self` (not a static or class method), outside the functions nested in it that take a `self` of their own.
     Only there is `self` the object the learner's own class made; a function outside a class may be handed any
     object as `self` (a module, an array the checks pass in)."""
@@ -558,9 +571,14 @@ def _own_attribute_stores(node) -> set[int]:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and any(
                     a.arg == "self" for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)):
                 continue
-            if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) \
-                    and isinstance(n.value, ast.Name) and n.value.id == "self":
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
                 out.add(id(n))
+            elif isinstance(n, ast.Name) and n.id == "self" and isinstance(n.ctx, ast.Load):
+                out.add(id(n))              # self handed on: update_wrapper(self, f)
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call) and not n.value.args \
+                    and not n.value.keywords and isinstance(n.value.func, ast.Name) and n.value.func.id == "super" \
+                    and n.attr not in FINALIZERS:
+                out.update((id(n), id(n.value.func)))   # super().__init__(...): the parent's method, on self
             stack.extend(ast.iter_child_nodes(n))
 
     for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
@@ -572,34 +590,55 @@ def _own_attribute_stores(node) -> set[int]:
     return out
 
 
-def methods_of(stmts) -> dict[str, set[str]]:
-    """{class name: its methods that take self} for the learner's top-level classes: read through the class
-    (`Acc.add(obj, 1)`), such a method takes any object as self."""
-    out: dict[str, set[str]] = {}
-    for node in stmts:
-        if isinstance(node, ast.ClassDef):
-            out[node.name] = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                              and (f.args.posonlyargs + f.args.args)[:1]
-                              and (f.args.posonlyargs + f.args.args)[0].arg == "self"}
-    return out
+def _methods(cls: ast.ClassDef) -> list:
+    """The functions directly in a class body whose first parameter is `self`."""
+    return [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (f.args.posonlyargs + f.args.args)[:1] and (f.args.posonlyargs + f.args.args)[0].arg == "self"]
 
 
-def refusals(node: ast.stmt, protected=(), modules=(), methods=None) -> list[str]:
+def guarded(node: ast.AST) -> ast.AST:
+    """`node` with a first statement in each method of its classes that refuses a `self` of another class, and
+    Numba's `cache=True` left out (a cell the grader runs has no file for Numba to keep a cache beside).
+    A method read through its class (`type(obj).put(np, f)`, a subclass, a class decorator's `cls.put`, an
+    alias) takes any object as self, and `self.x = v` would then set an attribute of a module or of an array the
+    checks read back; no static rule sees every such path, this test does. `__class__` is the class the method
+    was defined in (Python makes the cell for a function that names it)."""
+    for fn in (n for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        for d in fn.decorator_list:     # Numba's cache=True: no cache folder for a cell the grader names
+            if isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] in ("jit", "njit"):
+                d.keywords = [k for k in d.keywords if k.arg != "cache"]
+    for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
+        for fn in _methods(cls):
+            test = ast.parse(
+                "if not isinstance(self, __class__):\n"
+                f"    raise TypeError('{cls.name}.{fn.name} was called on an object that is not a {cls.name}: the "
+                "grader runs a method only on an object of its class')").body[0]
+            for n in ast.walk(test):
+                ast.copy_location(n, fn.body[0])
+                if hasattr(n, "end_lineno"):
+                    n.end_lineno, n.end_col_offset = fn.body[0].lineno, fn.body[0].col_offset
+            fn.body.insert(0, test)
+    return node
+
+
+def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
     """Why a grader must not run this top-level statement of a learner's cell ([] when it may).
 
     protected: names the lab gives or the grader binds (the toolkit `fb`, the kernels of the %%cuda cells, a
     given `check_ring`): the learner's code may read them, never rebind or change them. modules: names
-    bound to modules (an attribute set on one changes it for the checks too). methods: methods_of() the
-    learner's statements (this one's own classes are added)."""
+    bound to modules (an attribute set on one changes it for the checks too). A method read through its class
+    takes any object as self: the grader runs the learner's methods guarded() against that."""
     protected, modules = set(protected), set(modules)
-    methods = {**(methods or {}), **methods_of([node])}
-    own_stores = _own_attribute_stores(node)
+    own = _own_attributes(node)
     # @functools.wraps(f) as a function's own decorator sets attributes of that function only; called any other
     # way (or update_wrapper) it sets the attributes it is told to on any object: a module, an array of the checks
     wraps = {id(d.func) for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-             for d in f.decorator_list if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
-             and d.func.attr == "wraps" and isinstance(d.func.value, ast.Name) and d.func.value.id == "functools"
-             and not d.keywords and len(d.args) == 1}
+             for d in f.decorator_list if isinstance(d, ast.Call) and not d.keywords and len(d.args) == 1
+             and (isinstance(d.func, ast.Attribute) and d.func.attr == "wraps" and isinstance(d.func.value, ast.Name)
+                  or isinstance(d.func, ast.Name) and d.func.id == "wraps")}
+    # update_wrapper(self, f) in a method: the learner's own object (a class used as a decorator)
+    on_self = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call) and c.args
+               and isinstance(c.args[0], ast.Name) and c.args[0].id == "self" and id(c.args[0]) in own}
     out = []
     binds, amends = _targets(node)
     if binds & protected:
@@ -616,6 +655,11 @@ def refusals(node: ast.stmt, protected=(), modules=(), methods=None) -> list[str
     decorators = {id(d) for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                   for d in f.decorator_list if isinstance(d, ast.Attribute) and d.attr == "cache"
                   and isinstance(d.value, ast.Name) and d.value.id == "functools"}
+    for fn in (f for c in ast.walk(node) if isinstance(c, ast.ClassDef) for f in _methods(c)):
+        if any(isinstance(n, ast.Name) and n.id == "self" and isinstance(n.ctx, (ast.Store, ast.Del))
+               for n in ast.walk(fn)) or any(isinstance(n, ast.alias) and (n.asname or n.name) == "self"
+                                             for n in ast.walk(fn)):
+            out.append(f"it binds self anew in {fn.name} (self is the object the method was called on)")
     for n in ast.walk(node):
         if isinstance(n, ast.Import):
             bad = [a.name for a in n.names if not _importable(a.name)]
@@ -624,29 +668,34 @@ def refusals(node: ast.stmt, protected=(), modules=(), methods=None) -> list[str
             if n.level or not _importable(n.module or "") or any(
                     not _importable(f"{n.module}.{a.name}", member=True) or a.name == "*" for a in n.names):
                 out.append(f"it imports from {'.' * n.level}{n.module or ''}")
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            out.append(f"it declares {', '.join(n.names)} {'global' if isinstance(n, ast.Global) else 'nonlocal'}")
+        elif isinstance(n, ast.Global) and set(n.names) & (protected | modules | BUILTIN_NAMES):
+            # a function that rebinds, when called, a name the lab gives, a module or a builtin; a counter of
+            # the learner's own (`global CALLS`), or `nonlocal`, is theirs
+            out.append(f"it declares {', '.join(sorted(set(n.names) & (protected | modules | BUILTIN_NAMES)))} global")
+        elif isinstance(n, ast.Name) and n.id in ("wraps", "update_wrapper") and id(n) not in wraps \
+                and id(n) not in on_self and isinstance(n.ctx, ast.Load):
+            out.append(f"it calls {n.id} other than as @wraps(f) on a function of its own or on self in a method "
+                       "(it sets the attributes it is told to on any object)")
         elif isinstance(n, ast.Name) and n.id in CALLS | {"__builtins__", "__loader__", "__spec__"} \
-                and id(n) not in local:        # a parameter or local of the learner's named `input` is theirs
+                and id(n) not in local and id(n) not in own:   # a local named `input` is theirs; super() in a method
             out.append(f"it uses {n.id}")
         elif isinstance(n, ast.Attribute):
-            if n.attr.startswith("_") and not (isinstance(n.value, ast.Name) and n.value.id == "self"
-                                               and not n.attr.startswith("__")):
+            if n.attr.startswith("_") and not (id(n) in own and (not n.attr.startswith("__") or isinstance(
+                    n.value, ast.Call))):         # self._n, super().__init__ in a method
                 out.append(f"it reaches the private attribute .{n.attr}")
-            elif n.attr in INTERNAL and id(n) not in decorators:     # @functools.cache as a decorator
+            elif n.attr in INTERNAL and id(n) not in decorators and id(n) not in own:   # @functools.cache
                 out.append(f"it reaches .{n.attr} (the grader's and the toolkit's own state)")
-            elif n.attr in ("wraps", "update_wrapper") and id(n) not in wraps:
+            elif n.attr in CALLS - {"input", "super"}:
+                out.append(f"it reaches .{n.attr} (what the builtin of that name does, reached through a module)")
+            elif n.attr in ("wraps", "update_wrapper") and id(n) not in wraps and id(n) not in on_self:
                 out.append(f"it calls functools.{n.attr} other than as @functools.wraps(f) on a function of its own "
-                           "(it sets the attributes it is told to on any object)")
-            elif isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own_stores:
+                           "or on self in a method (it sets the attributes it is told to on any object)")
+            elif isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own:
                 # an attribute set on anything but the object a method of one's own class was called on: a
                 # module, a toolkit class, an array the checks pass in (its methods are what the checks read back)
                 out.append(f"it sets the attribute .{n.attr} of {ast.unparse(n.value)[:40]}"
                            + (" outside a method of a class of its own" if ast.unparse(n.value) == "self" else ""))
-            elif isinstance(n.value, ast.Name) and n.attr in methods.get(n.value.id, ()) \
-                    and id(n.value) not in local:
-                out.append(f"it reads the method {n.value.id}.{n.attr} through its class, where it takes any "
-                           "object as self: call it on an object of the class")
+
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS or \
                 isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in FINALIZERS:
             out.append(f"it defines {getattr(n, 'name', None) or n.id}")
@@ -729,7 +778,6 @@ def _function_locals(node) -> set[int]:
 def _importable(name: str, member: bool = False) -> bool:
     if member and name == "functools.cache":       # `from functools import cache`
         return True
-    if member and name in ("functools.wraps", "functools.update_wrapper"):   # only as @functools.wraps(f)
-        return False
+
     parts = name.split(".")
     return parts[0] in IMPORTABLE and not (set(parts[1:]) & INTERNAL) and not any(p.startswith("_") for p in parts[1:])
