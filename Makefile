@@ -165,7 +165,7 @@ bench: $(STAMP)
 bench-llm: $(STAMP)
 	FEEDBEAST_RESULTS=$(CURDIR)/results $(PYTHON) -m feedbeast.course.llm_suite
 
-## make labs       regenerate labs/ from solutions/ (solution regions stripped)
+## make labs       regenerate labs/ from solutions/ (solution regions stripped; an edited lab is kept in labs/backup/)
 labs: $(STAMP)
 	$(PYTHON) -m feedbeast.course.labs build solutions labs
 
