@@ -550,6 +550,33 @@ def test_a_method_of_the_learner_s_class_runs_only_on_an_object_of_it():
     assert not hasattr(m, "hidden") and not hasattr(m, "n")
 
 
+def test_integrity_names_a_toolkit_class_given_methods_and_an_exception_whose_message_raises_is_named():
+    """dataclasses.dataclass(Op) adds __eq__ and the orderings to a toolkit class (its objects then compare as the
+    learner likes) while every function stays the same object; an exception whose __str__ raises ended the check
+    process."""
+    import dataclasses
+
+    from feedbeast.sim import checker
+    base = g._integrity_baseline({}, set())
+    real = dict(vars(checker.Op))
+    try:
+        dataclasses.dataclass(order=True)(checker.Op)
+        problems = "\n".join(g._integrity_problems(base, {}))
+    finally:
+        for k in set(vars(checker.Op)) - set(real):
+            delattr(checker.Op, k)
+        for k, v in real.items():
+            if vars(checker.Op).get(k) is not v and k not in ("__dict__", "__weakref__"):
+                setattr(checker.Op, k, v)
+    assert "the class feedbeast.sim.checker.Op was changed: it gained" in problems and "__eq__" in problems, problems
+    assert g._integrity_problems(base, {}) == []
+
+    class Boom(Exception):
+        def __str__(self):
+            raise Boom()
+    assert "could not be read" in g._text_of(Boom())
+
+
 def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_module_s_function():
     """Callables that are not plain functions (an lru_cache wrapper, a numpy ufunc) and the functions of every module
     loaded (json, the standard library) are compared too."""

@@ -341,7 +341,12 @@ def _integrity_baseline(ns: dict, protected) -> dict:
                     if isinstance(cv, kinds) or callable(cv):
                         attrs[(f"{n}.{k}", ck)] = cv
     codes = {key: _code_of(v) for key, v in attrs.items() if isinstance(v, types.FunctionType)}
-    return {"modules": mods, "attrs": attrs, "codes": codes, "state": {}, "data": _toolkit_data(mods),
+    # the names each toolkit class holds: one added (dataclasses.dataclass(Op) adds __eq__ to a toolkit class)
+    # or taken away changes what its objects do while every function stays the same object
+    classes = {(n, k): (v, frozenset(vars(v))) for n, m in mods.items() if n.startswith("feedbeast")
+               for k, v in list(vars(m).items()) if isinstance(v, type) and getattr(v, "__module__", "") == n}
+    return {"modules": mods, "attrs": attrs, "codes": codes, "classes": classes, "state": {},
+            "data": _toolkit_data(mods),
             "given": {k: ns[k] for k in protected if k in ns},
             "hooks": _hook_state(hooks), "mode": (hooks.mode, dataclasses.asdict(hooks.mode)),
             "sinks": list(verdicts._sinks), "records": verdicts._records}
@@ -425,6 +430,12 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
             out.append(f"{owner}.{k} was replaced")
         elif (owner, k) in base["codes"] and any(a is not b for a, b in zip(_code_of(v), base["codes"][owner, k])):
             out.append(f"{owner}.{k} was changed in place (its code, defaults or closure)")
+    for (owner, k), (cls, names) in base.get("classes", {}).items():
+        now = frozenset(vars(cls))
+        if now != names:
+            what = sorted(now - names) or sorted(names - now)
+            out.append(f"the class {owner}.{k} was changed: it {'gained' if now - names else 'lost'} "
+                       f"{', '.join(what[:6])}")
     for key, value in base["data"].items():
         if key[0] == "is":
             m = base["modules"].get(key[1])
@@ -456,6 +467,14 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
 
 # the modules the signed channel runs (the grader's own module for its globals json, hmac, hashlib, os, builtins)
 _CHANNEL = ("json", "json.encoder", "_json", "hmac", "hashlib", "_hashlib", "os", "posix", "builtins", __name__)
+
+
+def _text_of(e: BaseException) -> str:
+    """An exception's message; one whose __str__ raises (the learner's class) is named, not fatal."""
+    try:
+        return str(e)
+    except BaseException:
+        return f"(the message of this {type(e).__name__} could not be read: its __str__ raised)"
 
 
 class _CheckChild:
@@ -565,7 +584,7 @@ class _CheckChild:
                 with contextlib.redirect_stdout(self.log):
                     magic.cuda_cell(line[len("%%cuda"):], body, mod_ns)
             except BaseException as e:
-                self.fail(where, f"{type(e).__name__}: {e}")
+                self.fail(where, f"{type(e).__name__}: {_text_of(e)}")
                 self.unbuilt |= would
                 continue
             new = {k: v for k, v in mod_ns.items() if k not in ns or mod_ns[k] is not ns[k]}
@@ -618,7 +637,7 @@ class _CheckChild:
             with contextlib.redirect_stdout(self.log):
                 nb.run(stmts, ns, guard_methods=True)
         except BaseException as e:
-            self.fail(nb.raised_at(e) or "your definitions", f"{type(e).__name__}: {e}")
+            self.fail(nb.raised_at(e) or "your definitions", f"{type(e).__name__}: {_text_of(e)}")
 
     def checks(self, cells, env0: dict, base: dict, current: list, launched: list):
         """Each check cell of the solution, with the grader's environment set back before it and the toolkit
@@ -640,7 +659,7 @@ class _CheckChild:
                     self.run(src, f"check cell {i + 1}")
             except BaseException as e:      # SystemExit and KeyboardInterrupt from learner code are failures too
                 tb = traceback.format_exception(type(e), e, e.__traceback__)
-                err = {"ename": type(e).__name__, "evalue": str(e), "tb": "".join(tb)[-3000:],
+                err = {"ename": type(e).__name__, "evalue": _text_of(e), "tb": "".join(tb)[-3000:],
                        "at": self.nb.raised_at(e) if self.nb is not None else None}
             changed = [k for k in set(env0) | set(os.environ) if k.startswith(("FEEDBEAST_", "CUDA_"))
                        and env0.get(k) != os.environ.get(k)]
