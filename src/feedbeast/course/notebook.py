@@ -558,10 +558,10 @@ BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 
 
 def _own_attributes(node) -> set[int]:
-    """id() of each `self.x` (read, set or deleted), `self` handed on and `super().name` in a method: a function directly in a class body whose first parameter
-    is `self` (not a static or class method), outside the functions nested in it that take a `self` of their own.
-    Only there is `self` the object the learner's own class made; a function outside a class may be handed any
-    object as `self` (a module, an array the checks pass in)."""
+    """id() of each `self.x` (read, set or deleted), `self` handed on and `super().name` in a method (_methods()),
+    outside the functions nested in it that take a `self` of their own. Only there is `self` the object the
+    learner's own class made (guarded() makes sure of it); a function outside a class may be handed any object as
+    `self` (a module, an array the checks pass in)."""
     out: set[int] = set()
 
     def stores(fn):
@@ -582,18 +582,18 @@ def _own_attributes(node) -> set[int]:
             stack.extend(ast.iter_child_nodes(n))
 
     for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
-        for fn in cls.body:
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.args.posonlyargs + fn.args.args \
-                    and (fn.args.posonlyargs + fn.args.args)[0].arg == "self" and not any(
-                        ast.unparse(d) in ("staticmethod", "classmethod") for d in fn.decorator_list):
-                stores(fn)
+        for fn in _methods(cls):
+            stores(fn)
     return out
 
 
 def _methods(cls: ast.ClassDef) -> list:
-    """The functions directly in a class body whose first parameter is `self`."""
+    """The functions directly in a class body whose first parameter is `self`, but those decorated @staticmethod or
+    @classmethod (any other decorator, an alias of those included, keeps the function a method here: guarded()
+    then refuses a `self` of another class)."""
     return [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and (f.args.posonlyargs + f.args.args)[:1] and (f.args.posonlyargs + f.args.args)[0].arg == "self"]
+            and (f.args.posonlyargs + f.args.args)[:1] and (f.args.posonlyargs + f.args.args)[0].arg == "self"
+            and not any(ast.unparse(d) in ("staticmethod", "classmethod") for d in f.decorator_list)]
 
 
 def guarded(node: ast.AST) -> ast.AST:
