@@ -56,10 +56,12 @@ WHEELS_DIR = $(patsubst %/,%,$(WHEELS))
 NOTEBOOK_BUNDLE = $(if $(wildcard $(WHEELS_DIR)/*.whl),$(if $(wildcard $(WHEELS_DIR)/jupyterlab-*.whl),,yes))
 BUNDLE_PY = $(shell ls $(WHEELS_DIR) 2>/dev/null | sed -n 's/.*-cp3\([0-9][0-9]*\)-cp3[0-9]*-.*/3.\1/p' | sort -u | head -1)
 NOTEBOOK_BUNDLE_HINT = $(WHEELS_DIR)/ is a notebook bundle (make wheelhouse SET=notebook): it holds the course's \
-	packages for a Python that already has Jupyter (make install ENV=current WHEELS=$(WHEELS_DIR)), not JupyterLab \
+	packages for a Python that already has Jupyter$(comma) CUDA Python$(comma) Numba and matplotlib (a GPU image: make \
+	install ENV=current WHEELS=$(WHEELS_DIR)), not JupyterLab \
 	or the hub; bring the full bundle (make wheelhouse, for the Python that installs it)
-NO_WHEELS_HINT = $(if $(WHEELS),$(if $(wildcard $(WHEELS_DIR)/*.whl),,$(WHEELS_DIR)/ holds no wheels: give the folder \
-	that make wheelhouse wrote (wheelhouse/)))
+NO_WHEELS_HINT = $(if $(WHEELS),$(if $(wildcard $(WHEELS_DIR)/*.whl),,$(WHEELS_DIR)/ $(if $(wildcard \
+	$(WHEELS_DIR)/.),holds no wheels,does not exist (no such folder) and so holds no wheels): give the folder that make \
+	wheelhouse wrote (wheelhouse/)))
 comma   := ,
 
 .PHONY: help install bundle-into-current lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \

@@ -317,13 +317,19 @@ def test_a_notebook_bundle_where_the_full_one_is_needed_is_named(tmp_path):
     assert "is a notebook bundle" not in dry("install", full, f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
     # a folder with no wheels (a typo, or not the bundle) is not called a notebook bundle; a trailing / is no matter
     nothing = dry("install", f"{tmp_path / 'none'}/", f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
-    assert f"{tmp_path / 'none'}/ holds no wheels" in nothing and "notebook bundle" not in nothing, nothing
+    assert f"{tmp_path / 'none'}/ does not exist (no such folder)" in nothing and "notebook bundle" not in nothing, \
+        nothing
+    (tmp_path / "empty").mkdir()
+    empty = dry("install", f"{tmp_path / 'empty'}", f"VENV={tmp_path / 'v'}", f"PYTHON3={sys.executable}")
+    assert f"{tmp_path / 'empty'}/ holds no wheels" in empty and "does not exist" not in empty, empty
     assert f"{notebook}// " not in dry("lab", f"{notebook}/", "ENV=current", f"PYTHON3={sys.executable}")
     # the GPU image's path (ENV=current) names the bundle's Python too, and the hub's install an empty folder
     current = " ".join(dry("install", notebook, "ENV=current", f"PYTHON3={sys.executable}").replace("\\\n", " ").split())
     assert "its wheels are for Python 3.99: pass PYTHON3=python3.99" in current and "SET=notebook" in current, current
     hub = dry("workshop", f"{tmp_path / 'none'}", "ENV=current", f"PYTHON3={sys.executable}")
-    assert f"{tmp_path / 'none'}/ holds no wheels" in hub, hub
+    assert f"{tmp_path / 'none'}/ does not exist (no such folder)" in hub, hub
+    assert "CUDA Python, Numba and matplotlib" in " ".join(
+        dry("workshop", notebook, "ENV=current", f"PYTHON3={sys.executable}").replace("\\\n", " ").split())
 
 
 def test_gpu_image_whose_python_is_a_venv_gets_the_bundle(tmp_path):
