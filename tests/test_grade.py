@@ -447,7 +447,7 @@ def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():
 
 
 def test_report_lines_carry_no_terminal_control():
-    o = g.Outcome("passed", "\x1b[2K\r<lab>: ok: 4 passed\x1b[8m", "a\nb\tc\x07\x9b")
+    o = g.Outcome("passed", "\x1b[2K\r<lab>: ok: 4 passed\x1b[8m\u202e", "a\nb\tc\x07\x9b\u2066")
     assert (o.name, o.message) == ("<lab>: ok: 4 passed", "a\nb\tc")
     assert "\x1b" not in o.line() and "\r" not in o.line()
 

@@ -652,6 +652,8 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("import numba.cuda.types.scalars as s\nx = s.enum.bltns", False),
     ("def f(m):\n    return m.eval('1')", False),
     ("from feedbeast.compile import Path", False),
+    ("S = type('S', (int,), {'_' + '_ne__': lambda s, o: False})", False),
+    ("def kind(x):\n    return type(x) is int", True),
     ("def peek(self):\n    return self._hazards", False),
     ("class C:\n    def __init__(self):\n        self._n = 0\n    def n(self):\n        return self._n", True),
     ("class Box:\n    def area(self):\n        return 1\n\nbest = sorted([Box()], key=Box.area)", True),

@@ -67,7 +67,8 @@ from .notebook import at, cuda_name, place, python_of   # places in a learner's 
 
 FAILED_LINE = re.compile(r"^(?P<name>[^\n:][^\n]*?): FAILED(?::\s*(?P<msg>.*))?$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")    # C0 and C1 controls but tab and newline
+# C0 and C1 controls but tab and newline, and the bidirectional marks, overrides and isolates (text shown reversed)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 HEADING = re.compile(r"^##\s+(?P<title>\S.*)$")
 
 # Errors that are a check saying no (as opposed to a notebook that broke in some other way).
