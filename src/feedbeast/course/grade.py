@@ -308,7 +308,7 @@ def _compared(name: str) -> bool:
 
 def _tracked(v) -> bool:
     """A module attribute whose identity the checks rely on: a function, class, builtin, module or any other
-    callable (a numpy ufunc, an lru_cache wrapper, a partial), in any module. Set through an object the static
+    callable (a numpy ufunc, an lru_cache wrapper, a partial), in a compared module. Set through an object the static
     rules cannot see (a parameter named self bound to a module, functools.update_wrapper), it would change what a
     check or the signed channel runs while the toolkit's own functions stay the same objects."""
     import types
@@ -316,10 +316,11 @@ def _tracked(v) -> bool:
 
 
 def _integrity_baseline(ns: dict, protected) -> dict:
-    """What must not change while learner code runs: the identity of every callable, class and module attribute of
-    every module loaded so far (the toolkit, numpy, Numba, the standard library the checks and the channel use),
-    the methods of the toolkit's classes, the modules themselves, the library's hooks (feedbeast.hooks: launch
-    checks, verdict listeners, the run mode), the verdict sinks, and the names the lab gives."""
+    """What must not change while learner code runs: the identity of every callable and class attribute of the
+    modules loaded so far that _compared() names (and of the toolkit's modules held as attributes of its own), the
+    methods and names of the toolkit's classes, its other module-level values (_toolkit_data), the modules
+    themselves, the library's hooks (feedbeast.hooks: launch checks, verdict listeners, the run mode), the verdict
+    sinks, and the names the lab gives."""
     import dataclasses
     import types
     from .. import hooks
@@ -485,10 +486,9 @@ class _CheckChild:
     def __init__(self, fd: int, key: bytes):
         import io
         self.fd, self.key, self.seq = fd, key, 0
-        # what the channel runs, as it was before any notebook code: put back before each message (a module
-        # attribute can be set through objects no static rule sees), and what was put back is a failure
-        # (name, module, its namespace, a copy of it); the loop that puts them back reads only these and the
-        # sys.modules dict, never a builtin or a global a notebook could have replaced
+        # What the channel runs, as it was before any notebook code: (name, module, its namespace, a copy of it),
+        # put back before each message (a module attribute can be set through objects no static rule sees); what
+        # was put back is a failure. The loop reads only these and sys.modules, never a builtin or a global.
         self.channel = [(n, sys.modules[n], vars(sys.modules[n]), dict(vars(sys.modules[n])))
                         for n in _CHANNEL if n in sys.modules]
         self.modules = sys.modules
