@@ -1,4 +1,5 @@
 """compile(): cubins without a GPU, resources, SASS, errors that show the line, the cache."""
+import dataclasses
 import sys
 
 import numpy as np
@@ -49,6 +50,32 @@ def test_expect_sass_names_the_missing_instruction():
     assert hist["LDGSTS.E.BYPASS.128.ZFILL"] + hist["LDGSTS.E.BYPASS.128"] >= 1
     with pytest.raises(fb.SassMismatch, match=r"missing ldgsts\n  \(SASS opcodes are upper case: LDGSTS is there\)"):
         mod.expect_sass("ldgsts", kernel="stage")
+
+
+SCALAR_COPY = r"""
+extern "C" __global__ void copy(const float* __restrict__ src, float* __restrict__ dst, long long n) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+}
+"""
+
+
+def test_a_missing_wide_access_names_its_width_not_the_access():
+    # lab 00 asks for 16-byte accesses; a float loop has global loads and stores, 4 bytes each
+    mod = fb.compile(SCALAR_COPY, "sm_90a")
+    with pytest.raises(fb.SassMismatch) as e:
+        mod.expect_sass("LDG.E.128", "STG.E.128", kernel="copy")
+    text = str(e.value)
+    assert ("LDG.E.128 from a 16-byte load from global memory: a float4 or int4 access, 16-byte aligned "
+            "(LDG.E is 4 bytes); STG.E.128 from a 16-byte store") in text, text
+    assert "the SASS has them at another width: " in text and "STG.E (4 bytes)" in text, text
+    src = fb.sass.source_of
+    assert src("LDS.64").startswith("an 8-byte load from shared memory: a float2")
+    assert src("STG.E.U8").startswith("a 1-byte store to global memory") and "(STG.E is 4 bytes)" in src("STG.E.U8")
+    assert src("LDG.E.S16").startswith("a 2-byte load from global memory")
+    assert src("LDG.E") == "a load from global memory"                 # no suffix: no width said
+    assert src("LDGSTS.E.BYPASS.128") == fb.sass.SOURCE_OF["LDGSTS"]   # a cp.async, not an ordinary load
+    assert src("LDSM.16.M88.4") is None                                 # ldmatrix: .16 is not a width
 
 
 def test_sass_text_and_highlight():
@@ -224,6 +251,49 @@ def test_ptxas_log_parser():
     r = parse_ptxas_log(log)["k"]
     assert (r.registers, r.stack, r.spill_stores, r.spill_loads, r.shared_static, r.barriers) == \
         (168, 24, 8, 12, 1024, 1)
+
+
+LOCAL_ARRAY = r"""
+extern "C" __global__ void scale(const float* __restrict__ x, float* y, int k) {
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = x[threadIdx.x * 16 + i];
+#pragma unroll UNROLL
+  for (int i = 0; i < 16; ++i) acc[i] *= 2.f + k;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) y[threadIdx.x * 16 + i] = acc[i];
+}
+"""
+
+
+def test_local_memory_says_spilled_registers_from_an_array_on_the_stack():
+    # lab 07's stage_slab under `#pragma unroll 1`: acc[i] with a run-time i, a stack frame and no spills
+    mod = fb.compile(LOCAL_ARRAY, "sm_90a", defines={"UNROLL": 1})
+    res = mod.resources["scale"]
+    assert res.stack > 0 and res.spills == 0, res
+    with pytest.raises(fb.CheckFailed) as e:
+        mod.expect_no_local_memory("scale", spills_hint="not said: nothing spilled")
+    text = str(e.value)
+    assert text.startswith(f"scale uses local memory: a {res.stack} B stack frame and no spills: a local array is "
+                           "indexed by a value the compiler cannot resolve at compile time"), text
+    assert "unroll the loops that index it" in text and "spilled" not in text and "not said" not in text, text
+    # unrolled, every index is a constant: the array lives in registers
+    unrolled = fb.compile(LOCAL_ARRAY, "sm_90a", defines={"UNROLL": 16})
+    assert unrolled.expect_no_local_memory("scale") == unrolled.resources["scale"]
+    assert unrolled.resources["scale"].local_memory == ""
+    # spill stores or loads: registers ran out (the lab's own advice follows)
+    spilled = parse_ptxas_log("ptxas info    : Function properties for k\n"
+                              "    24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+                              "ptxas info    : Used 255 registers, used 1 barriers\n")["k"]
+    assert spilled.local_memory.startswith("registers spilled (8 B spill stores, 12 B spill loads): the kernel "
+                                           "keeps more values live than the 255 registers each thread has")
+    assert "array" not in spilled.local_memory
+    log = ("ptxas info    : Function properties for scale\n    24 bytes stack frame, 8 bytes spill stores, "
+           "12 bytes spill loads\nptxas info    : Used 255 registers, used 1 barriers\n")
+    faked = dataclasses.replace(mod, log=log)
+    with pytest.raises(fb.CheckFailed, match=r"^scale uses local memory: registers spilled .*\(__launch_bounds__, "
+                                             r"setmaxnreg\)\. Did a consumer lose its setmaxnreg_inc\? \(255 registers"):
+        faked.expect_no_local_memory("scale", spills_hint="Did a consumer lose its setmaxnreg_inc?")
 
 
 def test_kernel_names_rejects_non_elf():

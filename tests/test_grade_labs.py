@@ -354,6 +354,12 @@ BUGS = {
                                              "        if (acc[0] > 3e38f) acc[1] = 0.f;\n"
                                              "        fb::wgmma::fence_operand(acc);\n")],
                                            gpu={HAZARD}, rule="wgmma-register-in-flight"),
+        # stage_slab's loop left rolled: acc[i] with a run-time i puts the accumulator array on the stack (a stack
+        # frame, no spills). The resources check says which it is and what to do, on any machine.
+        "stage-slab-not-unrolled": Bug([("#pragma unroll\n  for (int i = 0; i < 64; i += 2) {",
+                                         "#pragma unroll 1\n  for (int i = 0; i < 64; i += 2) {")], gpu={WRONG},
+                                       cpu=r"CheckFailed: gemm_persistent_lab uses local memory: a \d+ B stack frame "
+                                           r"and no spills: a local array .* unroll the loops that index it"),
     },
     "08": {},   # needs a Blackwell GPU: only the untouched solution is graded (partial elsewhere)
 }

@@ -21,7 +21,7 @@ from pathlib import Path
 from .cache import cache_dir  # noqa: F401  (feedbeast.compile.cache_dir: the cubins' folder)
 from .cubin import kernel_max_threads, kernel_names, kernel_params  # noqa: F401  (fb.compile.kernel_names...)
 from .device import current_arch, nvrtc_version, parse_arch
-from .errors import CompileError, FeedbeastError, unwritten
+from .errors import CheckFailed, CompileError, FeedbeastError, unwritten
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 DEFAULT_ARCH = "sm_90a"   # the course's main target when no GPU says otherwise
@@ -54,6 +54,22 @@ class Resources:
     @property
     def spills(self) -> int:
         return self.spill_stores + self.spill_loads
+
+    @property
+    def local_memory(self) -> str:
+        """Why the kernel uses local memory (per thread, in device memory behind the caches) and what to do; '' when it
+        uses none. Spill stores or loads: ptxas ran out of registers and moved values out. A stack frame with no
+        spills: an array indexed by a value ptxas cannot resolve at compile time lives there, not in registers."""
+        if self.spills:
+            return (f"registers spilled ({self.spill_stores} B spill stores, {self.spill_loads} B spill loads): the "
+                    f"kernel keeps more values live than the {self.registers} registers each thread has; keep fewer "
+                    "alive at once, or give each thread more (__launch_bounds__, setmaxnreg)")
+        if self.stack:
+            return (f"a {self.stack} B stack frame and no spills: a local array is indexed by a value the compiler "
+                    "cannot resolve at compile time (a loop over it that is not unrolled, an index computed at run "
+                    "time), so it lives in local memory instead of registers; unroll the loops that index it "
+                    "(#pragma unroll, a trip count known at compile time) or index it with constants only")
+        return ""
 
     def __str__(self):
         return (f"{self.registers} registers, {self.shared_static} B static shared, {self.stack} B stack, "
@@ -305,6 +321,17 @@ class Module:
     def expect_sass(self, *opcodes: str, kernel: str | None = None, forbid: tuple = ()):
         from .sass import expect_sass
         return expect_sass(self, *opcodes, kernel=self._known(kernel), forbid=forbid)
+
+    def expect_no_local_memory(self, kernel: str, spills_hint: str = "") -> Resources:
+        """The kernel's Resources; raises CheckFailed when it uses local memory, saying whether registers spilled or
+        an array sits on the stack, and what to do (Resources.local_memory). `spills_hint`, the lab's own advice,
+        follows a spill."""
+        res = self.resources[self._known(kernel)]
+        why = res.local_memory
+        if why:
+            hint = f". {spills_hint}" if spills_hint and res.spills else ""
+            raise CheckFailed(f"{self.todo}{kernel} uses local memory: {why}{hint} ({res})")
+        return res
 
     def report(self) -> str:
         """Resource usage per kernel, and the compiler's warnings."""

@@ -269,10 +269,56 @@ SOURCE_OF = {
 }
 
 
+# The width of an ordinary load or store is a suffix of its opcode; with none it moves 4 bytes (LDG.E, STS).
+# {suffix: (bytes, the C++ types whose access makes it)}
+ACCESS_WIDTHS = {
+    "U8": (1, "an unsigned char or uint8_t"), "S8": (1, "a signed char or int8_t"),
+    "U16": (2, "an unsigned short, __half or __nv_bfloat16"), "S16": (2, "a short or int16_t"),
+    "64": (8, "a float2, int2, double or long long"), "128": (16, "a float4 or int4"),
+}
+_ACCESSES = ("LDG", "STG", "LDS", "STS")     # the SOURCE_OF entries whose opcodes carry a width
+
+
+def access_width(opcode: str) -> tuple[str, str] | None:
+    """(the width suffix, the opcode without it) of an ordinary global or shared load or store that has one:
+    ("128", "LDG.E") for LDG.E.128; None for LDG.E (4 bytes) and for any other opcode."""
+    words = opcode.split(".")
+    if words[0] not in _ACCESSES:
+        return None
+    suffix = next((w for w in words[1:] if w in ACCESS_WIDTHS), None)
+    return (suffix, ".".join(w for w in words if w != suffix)) if suffix else None
+
+
 def source_of(opcode: str) -> str | None:
-    """The source that makes `opcode` (the longest SOURCE_OF key it starts with), or None."""
+    """The source that makes `opcode` (the longest SOURCE_OF key it starts with), or None. For a load or store
+    with a width suffix, its width and the type whose access makes it: LDG.E.128 is a 16-byte load (float4),
+    which a plain float access (LDG.E, 4 bytes) is not."""
     keys = [k for k in SOURCE_OF if opcode == k or opcode.startswith(k + ".")]
-    return SOURCE_OF[max(keys, key=len)] if keys else None
+    if not keys:
+        return None
+    key = max(keys, key=len)
+    width = access_width(opcode) if key in _ACCESSES else None
+    if width is None:
+        return SOURCE_OF[key]
+    suffix, narrow = width
+    size, types = ACCESS_WIDTHS[suffix]
+    what = SOURCE_OF[key].removeprefix("a ")
+    aligned = f", {size}-byte aligned" if size >= 8 else ""
+    return f"{'an' if size == 8 else 'a'} {size}-byte {what}: {types} access{aligned} ({narrow} is 4 bytes)"
+
+
+def _other_widths(pattern: str, hist) -> list[str]:
+    """The opcodes of `hist` that are `pattern`'s load or store at another width (LDG.E for LDG.E.128)."""
+    want = access_width(pattern)
+    if want is None:
+        return []
+    out = []
+    for op in hist:
+        have = access_width(op)
+        narrow, size = (have[1], ACCESS_WIDTHS[have[0]][0]) if have else (op, 4)
+        if matches(narrow, want[1]) and not matches(op, pattern):
+            out.append(f"{op} ({size} bytes)")
+    return out
 
 
 def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = (), where: str,
@@ -289,6 +335,9 @@ def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = ()
             made = [f"{p} from {source_of(p)}" for p in missing if source_of(p)]
             if made:
                 msg.append(f"  (in the source: {'; '.join(made)})")
+            other = [o for p in missing for o in _other_widths(p, hist)]
+            if other:       # the accesses are there, at another width (a float loop where float4 was asked for)
+                msg.append(f"  (the SASS has them at another width: {', '.join(other)})")
             cased = [p for p in missing if p != p.upper() and any(matches(op, p.upper()) for op in hist)]
             if cased:       # SASS mnemonics are upper case: 'ldg' matches nothing, 'LDG' matches LDG.E
                 msg.append(f"  (SASS opcodes are upper case: {', '.join(p.upper() for p in cased)} is there)")
