@@ -19,7 +19,7 @@ On a machine that cannot run a kernel, launch/check/bench return a Skipped that 
 The modules by layer and stage (the library: build, run, verify, measure, simulate; the course machinery,
 feedbeast.course: grading, runs): README, "Layout".
 """
-from .bench import BenchResult, bench, plot_recorded, result_of
+from .bench import BenchResult, bench, result_of
 from .ceilings import PhysicalLimitError, ceiling, gemm, physical_peak
 from .check import CheckResult, Tally, check, tally
 from .compile import Module, compile

@@ -40,7 +40,7 @@ from . import hooks
 from .device import _check, gpu
 from .errors import FeedbeastError
 from .peaks import PhysicalLimitError, bound_of, physical_peak
-from .skip import Skipped, needs_gpu
+from .skip import Skipped, needs_gpu, with_recorded
 
 
 @dataclasses.dataclass
@@ -146,8 +146,55 @@ def flush_l2():
     _check(driver.cuMemsetD8Async(_flush_buf.ptr, 0, _flush_buf.nbytes, driver.CUstream(0)))
 
 
+FLUSHES = (True, "read", False)   # bench(flush=): a memset of twice the L2, a read of it, none
+
+_read_flush = None
+_READ_FLUSH_SOURCE = r"""
+// Evict the L2 by *reading* twice its size: unlike a memset, this leaves no dirty lines that the timed
+// kernel's own traffic would have to write back to DRAM first.
+extern "C" __global__ void read_flush(const int4* p, long long n, int* sink) {
+  int acc = 0;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const int4 v = __ldcg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x5EED5EED) sink[0] = acc;   // never true for the zero-filled buffer; keeps the loads alive
+}
+"""
+
+
+def read_flush_l2():
+    """Read a zero-filled buffer twice the L2's size (4 blocks of 512 threads per SM, 16 B loads that bypass L1)
+    so the next run starts with a cold cache and no dirty lines: after flush_l2's memset, a kernel that streams
+    tens of megabytes first writes the memset's lines back to DRAM (on an H100, cuBLAS at M = 8 and N = K = 4096
+    reached 49 % of the copy ceiling after a memset and 62 % after this; chapter 07). Launched directly, like the
+    hold: the timer's kernel, not a launch of the notebook's."""
+    global _read_flush
+    if _read_flush is None:
+        from .compile import compile
+        from .memory import empty
+        g = gpu()
+        n16 = 2 * g.l2_bytes // 16
+        buf, sink = empty(n16 * 16, np.uint8, poison=False).fill_bytes(0), empty(1, np.int32)
+        kern = compile(_READ_FLUSH_SOURCE, name="read_flush.cu").kernel("read_flush")
+        kern._load()
+        args = (ctypes.c_uint64(buf.ptr), ctypes.c_longlong(n16), ctypes.c_uint64(sink.ptr))
+        ptrs = (ctypes.c_void_p * 3)(*(ctypes.addressof(a) for a in args))
+        _read_flush = (kern, (4 * g.sm_count, 1, 1), ptrs, args, buf, sink)   # the arguments kept alive
+    kern, grid, ptrs = _read_flush[:3]
+    kern._raw_launch(grid, (512, 1, 1), 0, None, 0, ptrs)
+
+
+def _flush(how) -> None:
+    """The L2 flush before a run, as bench(flush=) asks for it (FLUSHES)."""
+    if how == "read":
+        read_flush_l2()
+    elif how:
+        flush_l2()
+
+
 def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = None, ceiling=None,
-          bound: str | None = None, kernel=None, warmup: int = 3, reps: int = 30, flush: bool = True,
+          bound: str | None = None, kernel=None, warmup: int = 3, reps: int = 30, flush: bool | str = True,
           sizes: dict | None = None, record: bool = True):
     """Time `fn` (no arguments, or the run index to rotate inputs) with CUDA events.
 
@@ -159,9 +206,15 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
     the resource's physical peak raises PhysicalLimitError.
     kernel: what was timed (a fb Kernel, Module or Launch, a Numba kernel, or a list), kept with the result; by
     default `fn.kernel` (a Launch from Kernel.bind) and the fb kernels that `fn`'s first run launched.
+    flush: before each run, True empties the L2 with a memset of twice its size; "read" reads twice its size
+    instead, which leaves no dirty lines for the run to write back (a memory-bound run of tens of MB: chapter 07);
+    False keeps what the last run left in it.
     record: hand the result to feedbeast.hooks.on_bench (the course's results log, when installed).
     Returns a BenchResult, or a Skipped when there is no GPU or fn skipped.
     """
+    if flush not in FLUSHES:     # said on every machine, before any skip
+        raise ValueError(f"bench {name}: flush is True (a memset of twice the L2), \"read\" (a read of it) or False, "
+                         f"not {flush!r}")
     skip = needs_gpu(f"bench {name}")
     if skip is not None:
         return with_recorded(skip, name)
@@ -201,13 +254,14 @@ HOLD_MIN_NS = 20_000            # the shortest hold
 HOLD_MAX_NS = 1_000_000_000     # the longest: one second to queue the runs
 
 
-def _time(call, warmup: int, reps: int, flush: bool) -> tuple[list, float, bool]:
-    """Per-run times in ms: the warm-up runs (the first made by the caller), then `reps` runs, each an L2 flush and
-    the call between two events, all queued behind one hold (see the module's docstring). Returns (times, median
-    host time of a timed call in us, whether the host had queued every run before the hold ended)."""
+def _time(call, warmup: int, reps: int, flush) -> tuple[list, float, bool]:
+    """Per-run times in ms: the warm-up runs (the first made by the caller), then `reps` runs, each an L2 flush (as
+    bench's `flush` says) and the call between two events, all queued behind one hold (see the module's docstring).
+    Returns (times, median host time of a timed call in us, whether the host had queued every run before the hold
+    ended)."""
     from .memory import sync
     if flush:
-        flush_l2()      # allocates the flush buffer now, outside the held window
+        _flush(flush)   # allocates the flush buffer (and builds the read flush) now, outside the held window
     host = [_host_time(call, i, flush) for i in range(1, warmup)]     # each warm-up run as a timed one: flush, call
     sync()
     hold_ns = _hold_for(reps * max(host, default=0.0))
@@ -217,7 +271,7 @@ def _time(call, warmup: int, reps: int, flush: bool) -> tuple[list, float, bool]
         t0 = time.perf_counter()
         for r in range(reps):
             if flush:
-                flush_l2()
+                _flush(flush)
             ev.record(2 * r)
             host.append(_host_time(call, warmup + r))
             ev.record(2 * r + 1)
@@ -230,11 +284,11 @@ def _time(call, warmup: int, reps: int, flush: bool) -> tuple[list, float, bool]
     return [ev.elapsed(2 * r, 2 * r + 1) for r in range(reps)], float(np.median(host)) * 1e6, hidden
 
 
-def _host_time(call, i, flush: bool = False) -> float:
+def _host_time(call, i, flush=False) -> float:
     """Seconds the host spends issuing call(i), and the L2 flush before it when `flush`."""
     t = time.perf_counter()
     if flush:
-        flush_l2()
+        _flush(flush)
     call(i)
     return time.perf_counter() - t
 
@@ -283,42 +337,7 @@ def _set_ceiling(res: BenchResult, ceiling) -> None:
         res.ceiling_name, res.ceiling_value = "given", float(ceiling)
 
 
-def with_recorded(skip: Skipped, name: str) -> Skipped:
-    """The skip of benchmark `name`, with the figures a GPU run recorded for it, when a results log is installed
-    (feedbeast.hooks.recorded)."""
-    line = hooks.recorded_line("bench", name)
-    if line:
-        skip.reason += f"; {line}"
-    return skip
-
-
 PEAK_TOLERANCE = 0.01   # timer granularity: a result 1 % over its peak is still an error, 0.5 % is not
-
-
-def plot_recorded(series: dict, *, field: str = "pct", xlabel: str = "", ylabel: str = "% of the ceiling"):
-    """Where a sweep was not timed: the same sweep as GPU runs recorded it, one line per GPU (feedbeast.hooks.recorded,
-    kind "bench-records": each GPU's latest record of a name; `field` "pct" is the % of the record's same-run
-    ceiling, "value" its rate). `series` is {x: benchmark name}, or {label: {x: benchmark name}} for several lines
-    per GPU; x may be a number or a category (a variant's name). Returns (fig, ax), or None after one line saying
-    that no GPU run recorded them."""
-    many = all(isinstance(v, dict) for v in series.values())
-    lines = {}
-    for label, sweep in (series.items() if many else [("", series)]):
-        for x, name in sweep.items():
-            for rec in hooks.recorded_line("bench-records", name) or []:
-                if rec.get(field) is not None:
-                    lines.setdefault((label, rec.get("gpu", "?")), []).append((x, rec[field], rec.get("time", "")[:10]))
-    if not lines:
-        print("no plot: nothing was timed here, and no GPU run recorded these benchmarks")
-        return None
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    for (label, gpu_name), pts in lines.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-",
-                label=f"{label + ', ' if label else ''}{gpu_name} ({max(p[2] for p in pts) or 'undated'})")
-    ax.set_xlabel(xlabel); ax.set_ylabel(ylabel)
-    ax.set_title("recorded by make bench (no timing here)"); ax.legend(fontsize=8); fig.tight_layout()
-    return fig, ax
 
 
 def _against_peak(res: BenchResult, bound: str | None):

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import hooks
 from .errors import CheckFailed
-from .skip import Skipped
+from .skip import Skipped, with_recorded
 
 # Relative-error thresholds by the output's storage type (or by name for tensor-core math modes).
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 3e-4, "float16": 2e-3, "bfloat16": 1e-2,
@@ -63,14 +63,6 @@ def _poisoned(out: np.ndarray) -> np.ndarray:
     return np.all(b == 0xFF, axis=-1)
 
 
-def _with_recorded(skip: Skipped, name: str) -> Skipped:
-    """The skip, with what a GPU run recorded for this check when a results log is installed (feedbeast.hooks)."""
-    line = hooks.recorded_line("check", name)
-    if line and line not in skip.reason:
-        skip.reason += f"; {line}"
-    return skip
-
-
 def _compatible(shape, dtype, ref: np.ndarray, name: str):
     """Raise CheckFailed when an output of this shape and dtype cannot be compared with `ref`."""
     dtype = np.dtype(dtype)
@@ -88,14 +80,14 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
     GPU run recorded for this check when the course's results/ has it)."""
     from .memory import DeviceArray
     if isinstance(out, Skipped):
-        return _with_recorded(out, name)
+        return with_recorded(out, name, "check")
     ref = np.asarray(ref)
     # The shapes and dtypes are known without a GPU: a mistake in them is said on every machine, before any skip.
     _compatible(tuple(out.shape) if isinstance(out, DeviceArray) else np.shape(out),
                 out.dtype if isinstance(out, DeviceArray) else np.asarray(out).dtype, ref, name)
     if isinstance(out, DeviceArray):
         if not out.on_gpu:
-            return _with_recorded(Skipped("needs a GPU, this machine has none", name), name)
+            return with_recorded(Skipped("needs a GPU, this machine has none", name), name, "check")
         out = out.to_host()
     out = np.asarray(out)
     limit = tolerance_for(out.dtype, tol)
@@ -161,7 +153,7 @@ def tally(name: str, passed, line: str = "", *, raise_on_fail: bool = True):
     check() (the results log keeps it where a GPU is) and, like it, raising CheckFailed when it failed. Given a
     Skipped instead (nothing could be counted here), the skip, with what a GPU run recorded under `name`."""
     if isinstance(passed, Skipped):
-        return _with_recorded(passed, name)
+        return with_recorded(passed, name, "check")
     result = Tally(name, bool(passed), line or "every case")
     hooks.verdict("passed" if result.passed else "failed", name, repr(result))
     hooks.emit(hooks.on_check, result)

@@ -26,8 +26,8 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
                     (str) for a bench ("bench") or a check or tally ("check"), the record (dict) of a profile
                     ("profile")
                     or of a timeline ("trace"),
-                    each GPU's latest record (list of dicts) of a bench ("bench-records", fb.plot_recorded);
-                    None when nothing was recorded
+                    each GPU's latest record (list of dicts) of a bench ("bench-records"); None when nothing was
+                    recorded
     mode            what the process runs under; `mode.sanitizer` is true inside `make sanitize`'s notebook runs:
                     debug builds wait 100x longer (compile), deliberate failures are not run (isolated, hazards),
                     fb.pick takes its sanitize size; `mode.untimed` (a reason) turns timing off: bench runs its
@@ -36,10 +36,11 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
                     `mode.hazards` hazard-checks every launch of a kernel compiled from source
                     before the launch (feedbeast.hazards.check_on_launch): "" off, "check" raise HazardFound,
                     "report" print the report and go on (surveys), "isolated" check in a separate process;
-                    `mode.hazard_dump` (a folder) keeps each hazard build's trace there, to replay elsewhere.
-                    The course sets hazards from FEEDBEAST_HAZARDS (1, report, isolated) and hazard_dump from
-                    FEEDBEAST_HAZARDS_DUMP, again before each launch when they changed (`%env` in a notebook);
-                    a child process of the toolkit (fb.isolated, fb.profile) runs in the mode its parent gives it
+                    `mode.hazard_dump` (a folder) keeps each hazard build's trace there, to replay elsewhere
+                    (python -m feedbeast.hazards replay). Set them here (`fb.hooks.mode.hazards = "check"`); the
+                    course's runs (the grader, `make sanitize`) set them from the course's own variables
+                    (feedbeast.course); a child process of the toolkit (fb.isolated, fb.profile) runs in the mode
+                    its parent gives it
 
 A process that imports feedbeast gets the course's hooks when FEEDBEAST_HOOKS names a module (the course's runners
 and `make lab` set it to feedbeast.course, and so does every course notebook's setup cell where it is unset): load()
@@ -102,10 +103,11 @@ def skipped(name: str, reason: str = "") -> None:
     verdict(SKIPPED, name, reason)
 
 
-record = verdict   # record(status, name, message): the same call, under the name the checks of sim/ use
+record = verdict   # record(status, name, message): the same call, under the name sim/checker.py still uses
 
 
 def under_sanitizer() -> bool:
+    """mode.sanitizer, under the name some callers still use: read mode.sanitizer."""
     return mode.sanitizer
 
 

@@ -34,6 +34,15 @@ class Skipped:
         return self
 
 
+def with_recorded(skip: Skipped, name: str, kind: str = "bench") -> Skipped:
+    """The skip of step `name`, with what a GPU run recorded for it when a reader of recorded results is installed
+    (feedbeast.hooks.recorded): `kind` "bench" for a benchmark or a ceiling, "check" for a check or a tally."""
+    line = hooks.recorded_line(kind, name)
+    if line and line not in skip.reason:     # once, however often the same skip is handed on
+        skip.reason += f"; {line}"
+    return skip
+
+
 def needs(arch: str | None, what: str = "") -> Skipped | None:
     """None when this machine can run `arch` code (None: code built for whichever GPU runs it), else the Skipped
     that says why not."""

@@ -57,7 +57,7 @@ def _recorded(kind: str, name: str) -> str | dict | list | None:
         return results.recorded_profile(name)
     if kind == "trace":
         return results.recorded_trace(name)
-    if kind == "bench-records":     # each GPU's latest record of exactly this name (fb.plot_recorded)
+    if kind == "bench-records":     # each GPU's latest record of exactly this name (a chapter's recorded table)
         return results.recorded("bench", name)
     if kind == "peak":              # a resource's physical peak, as each GPU's latest benchmark bound by it gave it
         return results.recorded_peak(name)

@@ -1,6 +1,6 @@
 """An LLM shape suite: chapter 07's kernels on the GEMM shapes of an 8-billion-parameter-class model,
-against cuBLAS timed the same way in the same process (CUDA events, a read-only L2 flush before every run:
-see time_clean).
+against cuBLAS timed the same way in the same process (fb.bench with flush="read": CUDA events, a read-only L2
+flush before every run, which leaves no dirty lines for a memory-bound run to write back).
 
     python -m feedbeast.course.llm_suite                 # run on this GPU; results/<gpu>/llm_suite.jsonl + plots
     python -m feedbeast.course.llm_suite --from-log LOG  # rebuild the JSON lines and plots from a printed run
@@ -107,55 +107,6 @@ def _builder(chapter) -> dict:
     return ns
 
 
-READ_FLUSH = r"""
-// Evict the L2 by *reading* twice its size: unlike a memset, this leaves no dirty lines that the timed
-// kernel's own traffic would have to write back to DRAM first.
-extern "C" __global__ void read_flush(const int4* p, long long n, int* sink) {
-  int acc = 0;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    const int4 v = __ldcg(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x5EED5EED) sink[0] = acc;   // never true for the zero-filled buffer; keeps the loads alive
-}
-"""
-_flush = None
-
-
-def time_clean(fn, reps=30, warmup=3):
-    """Per-run times in ms of `fn` (CUDA events), each run after a read-only L2 flush.
-
-    fb.bench flushes with a memset, which leaves the L2 full of dirty lines: a kernel that streams tens
-    of megabytes then pays for writing them back (measured here on an H100: cuBLAS at M = 8 and
-    N = K = 4096 reached 49 % of the copy ceiling after a memset flush). The read flush also keeps the GPU
-    busy for a few tens of microseconds while the timed launch is enqueued, so host overhead is not timed.
-    """
-    global _flush
-    import feedbeast as fb
-    from cuda.bindings import driver
-    g = fb.gpu()
-    if _flush is None:
-        n16 = 2 * g.l2_bytes // 16
-        buf = fb.empty(n16 * 16, np.uint8, poison=False).fill_bytes(0)
-        sink = fb.empty(1, np.int32)
-        _flush = (fb.compile(READ_FLUSH, name="read_flush.cu").read_flush.bind(
-            4 * g.sm_count, 512, buf, n16, sink), buf, sink)
-    for _ in range(warmup):
-        fn()
-    ev = [fb.device._check(driver.cuEventCreate(0)) for _ in range(2 * reps)]
-    s0 = driver.CUstream(0)
-    for r in range(reps):
-        _flush[0]()
-        fb.device._check(driver.cuEventRecord(ev[2 * r], s0))
-        fn()
-        fb.device._check(driver.cuEventRecord(ev[2 * r + 1], s0))
-    fb.sync()
-    times = [fb.device._check(driver.cuEventElapsedTime(ev[2 * r], ev[2 * r + 1])) for r in range(reps)]
-    for e in ev:
-        driver.cuEventDestroy(e)
-    return times
-
-
 def _compile_one(job):
     """("capstone", chapter, defines): chapter 07's build(defines); else (source, defines, name)."""
     import feedbeast as fb
@@ -182,7 +133,6 @@ def warm_cache(candidates=CANDIDATES, extra=EXTRA_VARIANTS, decode_configs=DECOD
         for mp in ns["DEC_MPS"]:
             jobs.append((cuda["decode"].source, {"MP": mp, "CW": cfg.get("cw", ns["DEC_CW"]),
                                           "STAGES": cfg.get("stages", ns["DEC_STAGES"])}, "decode.cu"))
-    jobs.append((READ_FLUSH, {}, "read_flush.cu"))
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
         # by its importable name: under `python -m`, this module is __main__ and a spawned child could not
@@ -234,7 +184,11 @@ class _Suite:
         return float(torch.linalg.norm(out.double() - ref64) / torch.linalg.norm(ref64))
 
     def timed(self, fn, flops=None, nbytes=None):
-        t = float(np.median(time_clean(fn, self.reps)))
+        # record=False: these runs are logged here, in llm_suite.jsonl, not in the chapters' bench.jsonl
+        r = self.fb.bench(fn, name="llm_suite", flush="read", reps=self.reps, record=False)
+        if not r:
+            raise RuntimeError(str(r))     # a Skipped (no GPU, timing off): the shape is reported as failed
+        t = r.median_ms
         out = {"median_ms": t}
         if flops:
             out["tflops"] = flops / t / 1e9

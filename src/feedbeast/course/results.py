@@ -8,7 +8,8 @@ FEEDBEAST_RESULTS at the repository's results/ so a real GPU run is kept, with i
 On a machine that cannot run a step, what a GPU run recorded stands beside the skip: `recorded_bench(name)`
 and `recorded_check(name)` read the course's results/<gpu>/ folders (and FEEDBEAST_RESULTS') and give one line
 naming each GPU and its folder, e.g.
-`recorded on NVIDIA H200: 3,877.3 GB/s = 91.3 % of copy (results/nvidia-h200/, 2026-11-29)`.
+`recorded on NVIDIA H200: 3,877.3 GB/s = 91.3 % of copy (results/nvidia-h200/, 2026-11-29)`. A chapter's sweep
+that was not timed here is drawn from the same records, one line per GPU, by `plot_recorded`.
 """
 from __future__ import annotations
 
@@ -177,6 +178,32 @@ def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
             elif other_sizes and _sizeless(rec.get("name", "")) == _sizeless(name):
                 sized[gpu, rec["name"]] = rec
     return list(exact.values()) or sorted(sized.values(), key=lambda r: (r.get("gpu", ""), _size_key(r["name"])))
+
+
+def plot_recorded(series: dict, *, field: str = "pct", xlabel: str = "", ylabel: str = "% of the ceiling"):
+    """Where a sweep was not timed: the same sweep as GPU runs recorded it, one line per GPU (each GPU's latest
+    record of a name, recorded()); `field` "pct" is the % of the record's same-run ceiling, "value" its rate.
+    `series` is {x: benchmark name}, or {label: {x: benchmark name}} for several lines per GPU; x may be a number
+    or a category (a variant's name). Returns (fig, ax), or None after one line saying that no GPU run recorded
+    them."""
+    many = all(isinstance(v, dict) for v in series.values())
+    lines = {}
+    for label, sweep in (series.items() if many else [("", series)]):
+        for x, name in sweep.items():
+            for rec in recorded("bench", name):
+                if rec.get(field) is not None:
+                    lines.setdefault((label, rec.get("gpu", "?")), []).append((x, rec[field], rec.get("time", "")[:10]))
+    if not lines:
+        print("no plot: nothing was timed here, and no GPU run recorded these benchmarks")
+        return None
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for (label, gpu_name), pts in lines.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-",
+                label=f"{label + ', ' if label else ''}{gpu_name} ({max(p[2] for p in pts) or 'undated'})")
+    ax.set_xlabel(xlabel); ax.set_ylabel(ylabel)
+    ax.set_title("recorded by make bench (no timing here)"); ax.legend(fontsize=8); fig.tight_layout()
+    return fig, ax
 
 
 def _size_key(name: str) -> tuple:

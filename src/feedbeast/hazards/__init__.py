@@ -13,8 +13,10 @@ With feedbeast.hooks.mode.hazards = "check" every launch of a kernel compiled fr
 build at the same arguments and raises HazardFound ("report": prints the report and goes on; "isolated": the check
 runs in a separate process). In every mode the launch of a kernel whose hazard build hangs (a wait gave up after
 the debug time-out) is not run: BarrierTimeout names the wait, unless "check" or "isolated" raised HazardFound
-first for a rule broken before the hang. The course sets that mode from FEEDBEAST_HAZARDS=1 (report, isolated):
-the grader and `make sanitize` set it, and so can `%env FEEDBEAST_HAZARDS=1` in a notebook.
+first for a rule broken before the hang. With feedbeast.hooks.mode.hazard_dump = a folder, each hazard build's trace
+is also saved there, to check elsewhere with `python -m feedbeast.hazards replay` (no GPU needed). Both are the
+library's switches, set in a notebook like any attribute; the course's runs (the grader, `make sanitize`) set them
+from the course's own variables (feedbeast.course).
 
 The package: trace.py (event kinds, decoding), instrument.py (every ordinary shared-memory access of the hazard
 build recorded from its PTX), replay.py with accesses.py and barriers.py (the replay of one cluster), check.py (the
@@ -301,8 +303,8 @@ def check_on_launch(kernel, grid, block, args, shared=0, cluster=None):
     if key in _checked:
         return
     _checked.add(key)
-    from ..hooks import under_sanitizer
-    if under_sanitizer() and config in _configs:
+    from ..hooks import mode as run_mode
+    if run_mode.sanitizer and config in _configs:
         # make sanitize: each build and launch configuration (block, cluster, shared memory) is traced once, at
         # its first launch (a notebook's correctness check, before its timed sizes): another size of the same
         # build replays the same program with other trip counts. Said on its own line, counted apart.

@@ -1,4 +1,5 @@
-"""python -m feedbeast.hazards replay TRACE.npz ...: check traces saved with FEEDBEAST_HAZARDS_DUMP (Chapter 04)."""
+"""python -m feedbeast.hazards replay TRACE.npz ...: check traces saved under feedbeast.hooks.mode.hazard_dump
+(Chapter 04). The library's own command line; `python -m feedbeast` is the course's."""
 import sys
 
 from . import replay

@@ -237,7 +237,7 @@ def save(folder, words, meta, violations=0):
 
 
 def replay(path) -> Report:
-    """Check a trace saved under feedbeast.hooks.mode.hazard_dump (FEEDBEAST_HAZARDS_DUMP=folder; no GPU needed)."""
+    """Check a trace saved under feedbeast.hooks.mode.hazard_dump (a folder; no GPU needed)."""
     import json
     z = np.load(path)
     meta = json.loads(bytes(z["meta"]).decode())

@@ -1,0 +1,109 @@
+"""Where the library ends and the course begins: the timer's read flush (fb.bench(flush="read")), the sweep drawn from
+GPU runs' records (feedbeast.course.results.plot_recorded, no name of the library's), one way to add what a GPU run
+recorded to a skip, and the run modes read from feedbeast.hooks.mode. All run on a CPU."""
+import importlib
+import json
+
+import pytest
+
+import feedbeast as fb
+from feedbeast import hooks, skip
+from feedbeast.course import results
+
+fbb = importlib.import_module("feedbeast.bench")   # fb.bench is the function
+
+
+@pytest.mark.parametrize("bad", ["write", "memset", None, "READ"])
+def test_bench_refuses_a_flush_it_does_not_know_on_every_machine(bad):
+    with pytest.raises(ValueError, match=r"flush is True .*\"read\".* or False, not"):
+        fb.bench(lambda: None, name="x", flush=bad)
+
+
+def test_bench_takes_the_read_flush(monkeypatch):
+    monkeypatch.setattr(fbb, "gpu", lambda: None)
+    assert isinstance(fb.bench(lambda: None, name="ch07/decode", flush="read", record=False), fb.Skipped)
+
+
+class _Events:
+    log = None
+
+    def __init__(self, n):
+        pass
+
+    def record(self, i):
+        self.log.append(("event", i))
+
+    def elapsed(self, i, j):
+        return 1.0
+
+
+@pytest.mark.parametrize("flush, before_each", [("read", "read flush"), (True, "memset"), (False, None)])
+def test_each_run_is_preceded_by_the_flush_asked_for(monkeypatch, flush, before_each):
+    """flush="read": the read flush (and never the memset) before the warm-up runs and each timed run."""
+    log = []
+    monkeypatch.setattr(fbb, "_hold", lambda ns: log.append(("hold",)))
+    monkeypatch.setattr(fbb, "flush_l2", lambda: log.append(("memset",)))
+    monkeypatch.setattr(fbb, "read_flush_l2", lambda: log.append(("read flush",)))
+    monkeypatch.setattr(_Events, "log", log)
+    monkeypatch.setattr(fbb, "_Events", _Events)
+    monkeypatch.setattr(importlib.import_module("feedbeast.memory"), "sync", lambda: None)
+    times, _, _ = fbb._time(lambda i: log.append(("call", i)), warmup=3, reps=2, flush=flush)
+    assert times == [1.0, 1.0]
+    f = [(before_each,)] if before_each else []
+    assert log == (f + f + [("call", 1)] + f + [("call", 2), ("hold",)]
+                   + f + [("event", 0), ("call", 3), ("event", 1)] + f + [("event", 2), ("call", 4), ("event", 3)])
+
+
+def _record(folder, **rec):
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "bench.jsonl").open("a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def test_a_sweep_not_timed_here_is_drawn_by_the_course_from_what_gpus_recorded(monkeypatch, tmp_path, capsys):
+    """plot_recorded is the course's (it reads the results log, with or without the course's hooks installed): one
+    line per GPU, labelled with the GPU and the date of its run; without any record, one line of text."""
+    import matplotlib
+    matplotlib.use("Agg")
+    assert not hasattr(fb, "plot_recorded") and not hasattr(fbb, "plot_recorded")
+    monkeypatch.setattr(results, "course_results", lambda: None)
+    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
+    monkeypatch.setattr(hooks, "recorded", None)
+    for gpu, day, values in (("NVIDIA H100 80GB HBM3", "23", (2400.0, 2900.0)), ("NVIDIA H200", "29", (3500.0, 4000.0))):
+        for s, v in zip((1, 4), values):
+            _record(tmp_path / gpu.lower().replace(" ", "-"), name=f"ch04/ring/stages={s}", value=v, unit="GB/s",
+                    pct=v / 43, ceiling="ceiling/copy", median_ms=1.0, gpu=gpu, time=f"2026-11-{day}T01:00:00+00:00")
+    fig, ax = results.plot_recorded({1: "ch04/ring/stages=1", 4: "ch04/ring/stages=4", 8: "ch04/ring/stages=8"},
+                                    field="value", ylabel="GB/s")
+    got = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()}
+    assert got == {"NVIDIA H100 80GB HBM3 (2026-11-23)": ([1, 4], [2400.0, 2900.0]),
+                   "NVIDIA H200 (2026-11-29)": ([1, 4], [3500.0, 4000.0])}, got
+    assert results.plot_recorded({1: "ch04/other/stages=1"}) is None
+    assert "no GPU run recorded these benchmarks" in capsys.readouterr().out
+    fig, ax = results.plot_recorded({"one stage": {"a": "ch04/ring/stages=1"}, "four": {"a": "ch04/ring/stages=4"}})
+    got = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
+    assert got == {"one stage, NVIDIA H100 80GB HBM3 (2026-11-23)": [2400.0 / 43],
+                   "one stage, NVIDIA H200 (2026-11-29)": [3500.0 / 43],
+                   "four, NVIDIA H100 80GB HBM3 (2026-11-23)": [2900.0 / 43],
+                   "four, NVIDIA H200 (2026-11-29)": [4000.0 / 43]}, got
+
+
+def test_a_skip_gets_what_a_gpu_run_recorded_once_from_one_function(monkeypatch):
+    """bench, ceilings (through bench) and check add the recorded line with the same function, each of its kind."""
+    monkeypatch.setattr(hooks, "recorded", lambda kind, name: f"recorded {kind} {name}")
+    monkeypatch.setattr(fbb, "gpu", lambda: None)
+    assert fbb.with_recorded is skip.with_recorded
+    assert fb.bench(lambda: None, name="b").reason.endswith("; recorded bench b")
+    s = fb.Skipped("needs a GPU", "c")
+    assert fb.check(s, None, name="c") is s and s.reason == "needs a GPU; recorded check c"
+    assert fb.tally("c", s).reason == "needs a GPU; recorded check c"        # handed on again: named once
+    monkeypatch.setattr(hooks, "recorded", None)
+    assert skip.with_recorded(fb.Skipped("why", "d"), "d").reason == "why"
+
+
+def test_the_sanitizer_mode_is_read_from_the_mode(monkeypatch):
+    monkeypatch.setattr(hooks.mode, "sanitizer", True)
+    assert hooks.under_sanitizer() is True           # the former name, for the callers that still use it
+    monkeypatch.setattr(hooks.mode, "sanitizer", False)
+    assert hooks.under_sanitizer() is False
+    assert hooks.record is hooks.verdict
