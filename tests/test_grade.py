@@ -11,6 +11,7 @@ SASS; a bug that only a launch reveals must then be reported as skipped, never a
 must fail. Each variant is graded once per session (each grading is a kernel start, a few seconds).
 """
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -249,6 +250,16 @@ def test_cli_expands_quoted_globs(tmp_path):
     assert "no lab '99': the labs are 00-copy-kernel.ipynb" in g.grade(Path("99")).error
 
 
+def test_a_lab_named_outside_any_checkout_says_where_labs_are_looked_up(tmp_path, monkeypatch):
+    """A hosted notebook's terminal starts in the folder above the clone: `grade 04` there names the missing
+    checkout and what to do, not only the missing file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    assert g.expand(["04"]) == [Path("04")]
+    error = g.grade(Path("04")).error
+    assert "no checkout of the course" in error and "%cd feedbeast" in error
+
+
 # ---- SASS-visible rules: the proxy fence's place, not only its count -----------------------------------------
 
 def test_a_proxy_fence_after_the_release_arrive_is_rejected_by_its_place():
@@ -477,6 +488,41 @@ def test_a_cell_timed_with_percent_percent_time_is_still_the_learner_s_definitio
         cell.source = "%%time\n" + cell.source
     rep = g.grade(plant(sol, edit=edit, to=tmp_path / sol.name), timeout=300)
     assert rep.status == ("ok" if _has_gpu() else "partial"), str(rep)
+
+
+def test_a_model_written_in_the_styles_of_ordinary_python_grades_as_the_solution(tmp_path):
+    """Lab 04's model written with an object of one's own whose attributes are set outside its class, a
+    classmethod counting on cls, string annotations, an enum, a tracing decorator reading fn.__name__, and a
+    consumer that makes its operations first and yields them after: the grade is the solution's."""
+    sol = ROOT / "solutions/04-mbarrier-ring.ipynb"
+    model = (
+        "import enum\nimport functools\n\n\nclass Role(enum.Enum):\n    PRODUCER = 0\n    CONSUMER = 1\n\n\n"
+        "class Where:\n    made = 0\n\n    @classmethod\n    def count(cls):\n        cls.made += 1\n\n\n"
+        "def where(ring: 'Ring', it: 'int') -> 'Where':\n    w = Where()\n    w.s, w.ph = ring.stage(it), ring.phase(it)\n"
+        "    Where.count()\n    return w\n\n\n"
+        "def traced(fn):\n    @functools.wraps(fn)\n    def step(ring, it):\n        step.role = fn.__name__\n"
+        "        yield from fn(ring, it)\n    return step\n\n\n"
+        "@traced\ndef producer(ring, it):\n    w = where(ring, it)\n    yield ring.empty[w.s].wait(w.ph ^ 1)\n"
+        "    yield ring.full[w.s].arrive_expect_tx(ring.tile_bytes)\n    yield ring.copy(w.s, tile=it)\n\n\n"
+        "@traced\ndef consumer(ring, it):\n    w = where(ring, it)\n"
+        "    ops = [ring.full[w.s].wait(w.ph), ring.read(w.s, tile=it), ring.empty[w.s].arrive()]\n"
+        "    for op in ops:\n        yield op\n")
+
+    def edit(nb):
+        cell = next(c for c in nb.cells if c.cell_type == "code" and "def producer" in c.source)
+        cell.source = "# your model\n" + model
+    ref = g.grade(sol, timeout=300)
+    rep = g.grade(plant(sol, edit=edit, to=tmp_path / sol.name), timeout=300)
+    assert "model" in str(ref) and rep.status == ref.status, (str(rep), str(ref))
+    assert [(o.status, o.name) for o in rep.outcomes] == [(o.status, o.name) for o in ref.outcomes], str(rep)
+    print(rep)
+
+
+def test_the_learner_sheet_lists_the_modules_a_graded_cell_may_import():
+    from feedbeast.course import notebook as nbm
+    sheet = (ROOT / "docs/learner-sheet.md").read_text()
+    listed = re.search(r"Import only (.+?), the toolkit;", sheet.replace("\n", " "))[1]
+    assert set(listed.split(", ")) == nbm.IMPORTABLE - {"feedbeast"}
 
 
 def test_what_correct_learners_write_is_read_as_they_mean_it(tmp_path):

@@ -101,9 +101,5 @@ def test_a_skip_gets_what_a_gpu_run_recorded_once_from_one_function(monkeypatch)
     assert skip.with_recorded(fb.Skipped("why", "d"), "d").reason == "why"
 
 
-def test_the_sanitizer_mode_is_read_from_the_mode(monkeypatch):
-    monkeypatch.setattr(hooks.mode, "sanitizer", True)
-    assert hooks.under_sanitizer() is True           # the former name, for the callers that still use it
-    monkeypatch.setattr(hooks.mode, "sanitizer", False)
-    assert hooks.under_sanitizer() is False
-    assert hooks.record is hooks.verdict
+def test_one_name_for_the_sanitizer_mode_and_for_a_verdict():
+    assert not hasattr(hooks, "under_sanitizer") and not hasattr(hooks, "record")

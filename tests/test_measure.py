@@ -434,39 +434,6 @@ def test_summary_leaves_out_names_the_latest_run_of_their_notebook_did_not_recor
         "- lab04/rowsum_ring/stages=8 (last recorded 2026-11-20; solutions/04-mbarrier-ring.ipynb ran 2026-11-29)"]
 
 
-def test_a_sweep_not_timed_here_is_drawn_from_what_gpus_recorded(monkeypatch, tmp_path, capsys):
-    """fb.plot_recorded: one line per GPU through the course's reader of the results log (each GPU's latest
-    record of each name), labelled with the GPU and the date of its run; without any record, one line of text."""
-    import matplotlib
-    matplotlib.use("Agg")
-    from feedbeast import hooks
-    from feedbeast.course import results
-    import feedbeast.course
-    monkeypatch.setattr(results, "course_results", lambda: None)
-    monkeypatch.setenv("FEEDBEAST_RESULTS", str(tmp_path))
-    monkeypatch.setattr(hooks, "recorded", feedbeast.course._recorded)
-    for gpu, day, values in (("NVIDIA H100 80GB HBM3", "23", (2400.0, 2900.0)), ("NVIDIA H200", "29", (3500.0, 4000.0))):
-        for s, v in zip((1, 4), values):
-            _record(tmp_path / gpu.lower().replace(" ", "-"), "bench.jsonl", name=f"ch04/ring/stages={s}", value=v,
-                    unit="GB/s", pct=v / 43, ceiling="ceiling/copy", median_ms=1.0, gpu=gpu,
-                    time=f"2026-11-{day}T01:00:00+00:00")
-    fig, ax = fb.plot_recorded({1: "ch04/ring/stages=1", 4: "ch04/ring/stages=4", 8: "ch04/ring/stages=8"},
-                               field="value", ylabel="GB/s")
-    got = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()}
-    assert got == {"NVIDIA H100 80GB HBM3 (2026-11-23)": ([1, 4], [2400.0, 2900.0]),
-                   "NVIDIA H200 (2026-11-29)": ([1, 4], [3500.0, 4000.0])}, got
-    assert fb.plot_recorded({1: "ch04/other/stages=1"}) is None
-    assert "no GPU run recorded these benchmarks" in capsys.readouterr().out
-    # several series ({label: {x: name}}), x a category: one line per series and GPU
-    fig, ax = fb.plot_recorded({"one stage": {"a": "ch04/ring/stages=1"}, "four": {"a": "ch04/ring/stages=4",
-                                                                                 "b": "ch04/other/stages=1"}})
-    got = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
-    assert got == {"one stage, NVIDIA H100 80GB HBM3 (2026-11-23)": [2400.0 / 43],
-                   "one stage, NVIDIA H200 (2026-11-29)": [3500.0 / 43],
-                   "four, NVIDIA H100 80GB HBM3 (2026-11-23)": [2900.0 / 43],
-                   "four, NVIDIA H200 (2026-11-29)": [4000.0 / 43]}, got
-
-
 def test_make_bench_names_each_notebook_to_its_kernel_and_to_no_one_after(monkeypatch, tmp_path):
     """bench_run: the kernel of each notebook sees FEEDBEAST_NOTEBOOK (its records name it); this process, after
     the run, no longer does."""

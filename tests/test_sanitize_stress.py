@@ -192,7 +192,7 @@ def _sanitizer_mode(monkeypatch, on: bool):
     else:
         monkeypatch.delenv("FEEDBEAST_UNDER_SANITIZER", raising=False)
     feedbeast.course.install()
-    assert sanitize.running() == on == hooks.under_sanitizer()
+    assert sanitize.running() == on == hooks.mode.sanitizer
 
 
 def test_under_the_sanitizer_isolated_runs_nothing_and_says_skipped(monkeypatch, tmp_path):

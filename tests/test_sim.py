@@ -309,6 +309,19 @@ def test_misuse_inside_the_protocol_and_init():
     assert len(res.events) == 3
 
 
+def test_operations_made_first_and_yielded_later_are_the_protocol():
+    """A consumer may build its operations first and yield them after: each is yielded, so none was dropped."""
+    def listed(ring, it):
+        s, ph = ring.stage(it), ring.phase(it)
+        ops = [ring.full[s].wait(ph), ring.read(s, tile=it), ring.empty[s].arrive()]
+        for op in ops:
+            yield op
+
+    res = check_ring(producer, [listed, consumer], stages=2, tiles=4)
+    ref = check_ring(producer, [consumer, consumer], stages=2, tiles=4)
+    assert res.ok and res.states == ref.states
+
+
 def test_step_function_mistakes_are_explained():
     def forgot_yield(ring, it):
         s = ring.stage(it)
@@ -317,6 +330,15 @@ def test_step_function_mistakes_are_explained():
 
     with pytest.raises(StepFunctionError, match="never yielded"):
         check_ring(forgot_yield, [consumer], stages=2, tiles=2)
+
+    def forgot_the_last_yield(ring, it):
+        s, ph = ring.stage(it), ring.phase(it)
+        yield ring.full[s].wait(ph)
+        yield ring.read(s, tile=it)
+        ring.empty[s].arrive()                      # no yield, and nothing after it
+
+    with pytest.raises(StepFunctionError, match=r"tile 0\): `arrive empty\[0\]` was created but never yielded"):
+        check_ring(producer, [forgot_the_last_yield], stages=2, tiles=2)
 
     def forgot_call(ring, it):
         yield ring.empty[0].arrive

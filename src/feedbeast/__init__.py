@@ -64,7 +64,7 @@ def pick(gpu_value, cpu_value, *, sanitize=None, quick=None):
     """
     if not gpu():
         return cpu_value
-    if sanitize is not None and hooks.under_sanitizer():
+    if sanitize is not None and hooks.mode.sanitizer:
         return sanitize
     return quick if quick is not None and hooks.mode.quick else gpu_value
 

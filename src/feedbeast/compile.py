@@ -365,8 +365,8 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     defs = dict(defines or {})
     if debug:
         defs.setdefault("FB_DEBUG", 1)
-        from .hooks import under_sanitizer
-        if under_sanitizer():
+        from . import hooks
+        if hooks.mode.sanitizer:
             # A sanitizer slows kernels 10-100x: a bounded wait must not mistake that for a hang.
             defs["FB_WAIT_TIMEOUT_NS"] = f"({defs.get('FB_WAIT_TIMEOUT_NS', '2000000000ull')})*100"
     define_flags = [f"{k}={v}" if v is not None else str(k) for k, v in sorted(defs.items())]

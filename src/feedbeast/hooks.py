@@ -103,14 +103,6 @@ def skipped(name: str, reason: str = "") -> None:
     verdict(SKIPPED, name, reason)
 
 
-record = verdict   # record(status, name, message): the same call, under the name sim/checker.py still uses
-
-
-def under_sanitizer() -> bool:
-    """mode.sanitizer, under the name some callers still use: read mode.sanitizer."""
-    return mode.sanitizer
-
-
 def recorded_line(kind: str, name: str):
     """What a GPU run recorded for `name`, when a reader of recorded results is installed; else None."""
     return recorded(kind, name) if recorded is not None else None

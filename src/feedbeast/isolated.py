@@ -95,8 +95,8 @@ def isolated(code: str, *, timeout: float = 300, **values):
 def run_child(code: str, values: dict, *, timeout: float = 300, mode=None, what: str = "fb.isolated"):
     """fb.isolated: `code` on the runner with `values` bound, in `mode` (runner_command). Returns what it printed;
     a feedbeast error raised there is raised here. Under `make sanitize`, a Skipped naming `what`."""
-    from .hooks import under_sanitizer
-    if under_sanitizer():
+    from . import hooks
+    if hooks.mode.sanitizer:
         from .skip import Skipped
         return Skipped("not run under compute-sanitizer (it would count the deliberate failure as a report)", what)
     with runner_command(values, mode=mode) as cmd:
@@ -157,12 +157,12 @@ def racecheck(code: str, *, timeout: float = 300, **values):
     compute-sanitizer racecheck. Returns (hazards reported, the sanitizer's summary lines), or a Skipped: with
     no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer)."""
     from .device import gpu
-    from .hooks import under_sanitizer
+    from . import hooks
     from .skip import Skipped
     what = "racecheck"
     if gpu() is None:
         return Skipped("needs a GPU, this machine has none", what)
-    if under_sanitizer():
+    if hooks.mode.sanitizer:
         return Skipped("not run inside make sanitize (it runs its own racecheck)", what)
     san = find_sanitizer()
     if san is None:

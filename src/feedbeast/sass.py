@@ -567,7 +567,7 @@ def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
                f"{'; '.join(early)}. {why}")
         hooks.failed(name, msg)
         raise SassMismatch(msg)
-    hooks.passed(name, f"waits {waits}, at most {most} groups in flight, each read after a wait")
+    hooks.passed(name, f"waits {waits}, at most {most} group{'s' * (most != 1)} in flight, each read after a wait")
     return waits
 
 

@@ -73,7 +73,7 @@ HEADING = re.compile(r"^##\s+(?P<title>\S.*)$")
 
 # Errors that are a check saying no (as opposed to a notebook that broke in some other way).
 CHECK_ERRORS = {"CheckFailed", "SassMismatch", "CompileError", "AssertionError", "BarrierTimeout",
-                "LaunchError", "TensorMapError", "KernelFault", "HazardFound"}
+                "StepFunctionError", "LaunchError", "TensorMapError", "KernelFault", "HazardFound"}
 HAZARD_LABS = {"03", "04", "05", "06", "07", "08", "09"}   # labs whose kernels use the fb:: async wrappers
 EXIT = {"ok": 0, "failed": 1, "partial": 2}
 HAZARD_VERDICT = "hazard check of "
@@ -627,10 +627,11 @@ class _CheckChild:
                 if isinstance(s.node, ast.Import) else set()
         refused = False
         for s in stmts:
-            why = refusals(s.node, protected, modules)
+            lines: list[int] = []
+            why = refusals(s.node, protected, modules, lines)
             if why:
                 refused = True
-                self.fail(at(nb.cells, s.pos[0], s.node.lineno),
+                self.fail(at(nb.cells, s.pos[0], min(lines)),
                           f"not run by the grader: {'; '.join(why)}:\n    {ast.unparse(s.node).splitlines()[0][:120]}")
         if refused:
             return
@@ -1163,7 +1164,10 @@ def expand(patterns, course=None) -> list[Path]:
             try:
                 root = find_course(explicit=course)
                 hits = [str(lab) for _, lab in labs.select(root / "solutions", root / "labs", [p])]
-            except CourseNotFound:
+            except CourseNotFound as e:   # a lab named by its number needs the course's labs/ to look in
+                missing[str(Path(p))] = (f"a lab named by its number or name is looked up in the course's labs/, "
+                                         f"and {e}; in a hosted notebook, run it from the clone's folder "
+                                         f"(`%cd feedbeast`) or give the lab's path")
                 hits = [p]
             except ValueError as e:       # no such lab: the labs there are, named, when it is graded as missing
                 missing[str(Path(p))] = str(e)

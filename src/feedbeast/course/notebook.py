@@ -30,6 +30,7 @@ import dataclasses
 import re
 import shlex
 import symtable
+import types
 from pathlib import Path
 
 from ..errors import FeedbeastError
@@ -391,10 +392,12 @@ class Notebook:
 
     def run(self, stmts, ns: dict, guard_methods: bool = False) -> dict:
         """Run planned statements in `ns`, each under its cell's name (so that inspect finds a function's lines).
-        guard_methods: each method of the learner's classes first checks that `self` is an object of its class
-        (see guarded())."""
+        guard_methods: each method of the learner's classes first checks that `self` is an object of its class,
+        and an attribute is set only on an object the learner's code made (see guarded())."""
         import copy
         import linecache
+        if guard_methods:
+            _own_objects(ns)
         for s in stmts:
             where = f"{self.path.name}, cell {s.pos[0]}"
             lines = self.cells[s.pos[0]].source.splitlines(keepends=True)
@@ -526,8 +529,8 @@ def _reads(node) -> tuple[frozenset, frozenset]:
 # the code runs, feedbeast.course.guard refuses what the interpreter reports as reaching around it; the grader
 # also checks, around every check cell, that the toolkit and the environment are as it set them).
 
-IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses", "time",
-              "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
+IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses", "enum",
+              "time", "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
 INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grade", "guard", "roster", "isolated", "sanitize",
             "cache",
             "environ", "putenv", "unsetenv", "modules", "settrace", "setprofile", "excepthook", "stdout",
@@ -540,7 +543,11 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
             # the file system and the grader's channel, reached as a toolkit module's attribute
             # (`from feedbeast.numba_support import os`)
             "os", "shutil", "tempfile", "io", "json", "hmac", "hashlib", "secrets", "socket", "pathlib", "nbformat",
-            "Path", "PurePath", "bltns"}      # pathlib's classes, and the builtins module under enum's name for it
+            "Path", "PurePath", "bltns",     # pathlib's classes, and the builtins module under enum's name for it
+            # enum's decorators that copy a class's members into the module its __module__ names
+            "global_enum", "global_str", "global_enum_repr", "global_flag_repr",
+            # what evaluates a string as a type annotation: a string annotation is refused unless it names a type
+            "get_type_hints", "ForwardRef", "evaluate_forward_ref", "singledispatch", "singledispatchmethod"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super"}
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__",
@@ -555,6 +562,14 @@ FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__
               "__array_function__", "__array_interface__", "__array_priority__", "__array_wrap__",
               "__array_finalize__", "__cuda_array_interface__", "__dlpack__"}
 BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
+# dunders a learner's code may read anywhere (a tracing decorator's fn.__name__), and set on what it made
+READABLE_DUNDERS = {"__name__", "__qualname__", "__doc__", "__module__"}
+SETTABLE_DUNDERS = {"__name__", "__qualname__", "__doc__"}
+# the names guarded() gives the grader's own helpers in the learner's namespace (no learner's code may name them)
+OWN, MARK = "__fb_own__", "__fb_class__"
+COMPARED = FINALIZERS & {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__hash__", "__len__",
+                         "__index__", "__int__", "__float__", "__complex__", "__abs__", "__round__", "__trunc__",
+                         "__floor__", "__ceil__", "__contains__"}
 
 
 def _own_attributes(node) -> set[int]:
@@ -602,7 +617,22 @@ def guarded(node: ast.AST) -> ast.AST:
     A method read through its class (`type(obj).put(np, f)`, a subclass, a class decorator's `cls.put`, an
     alias) takes any object as self, and `self.x = v` would then set an attribute of a module or of an array the
     checks read back; no static rule sees every such path, this test does. `__class__` is the class the method
-    was defined in (Python makes the cell for a function that names it)."""
+    was defined in (Python makes the cell for a function that names it).
+
+    Every other attribute set or deleted (`ring_plan.depth = 4`, `cls.count += 1`, `fn.calls = 0`) first hands
+    its object to the namespace's __fb_own__ (_own_objects()), which refuses any object but one of a class the
+    learner's statements define, such a class, or a function of theirs; each class statement is marked as the
+    learner's by the decorator __fb_class__, applied first."""
+    own = _own_attributes(node)
+    for n in [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del))
+              and id(n) not in own]:
+        call = ast.Call(ast.Name(OWN, ast.Load()), [n.value, ast.Constant(n.attr)], [])
+        for m in ast.walk(call):
+            if m is not n.value and not isinstance(m, (ast.Load, ast.Store, ast.Del)):
+                ast.copy_location(m, n)
+        n.value = call
+    for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
+        cls.decorator_list.append(ast.copy_location(ast.Name(MARK, ast.Load()), cls))
     for fn in (n for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
         for d in fn.decorator_list:     # Numba's cache=True: no cache folder for a cell the grader names
             if isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] in ("jit", "njit"):
@@ -621,13 +651,53 @@ def guarded(node: ast.AST) -> ast.AST:
     return node
 
 
-def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
+def _own_objects(ns: dict) -> None:
+    """Put the helpers guarded() calls into the namespace the learner's statements run in."""
+    classes: list[type] = []
+
+    def mark(cls):
+        classes.append(cls)
+        return cls
+
+    def own(obj, attr):
+        if any(type(obj) is c or obj is c for c in classes) or \
+                type(obj) is types.FunctionType and obj.__globals__ is ns:
+            return obj
+        what = f"the module {obj.__name__}" if isinstance(obj, types.ModuleType) else \
+            f"the class {obj.__qualname__}" if isinstance(obj, type) else f"an object of {type(obj).__qualname__}"
+        raise TypeError(f"the grader sets .{attr} only on an object of a class your cells define, on such a class "
+                        f"or on a function of yours, and this is {what}: keep what you need on an object of "
+                        "your own")
+    ns[MARK], ns[OWN] = mark, own
+
+
+def _type_expression(text: str) -> bool:
+    """Whether a string annotation only names a type (`"Ring"`, `"list[int] | None"`): evaluated, it runs no
+    code of its own."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return False
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not n.id.startswith("_") and n.id not in CALLS \
+                or isinstance(n, ast.Attribute) and not n.attr.startswith("_") and n.attr not in INTERNAL | CALLS \
+                or isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr) \
+                or isinstance(n, ast.Constant) and (not isinstance(n.value, str) or _type_expression(n.value)) \
+                or isinstance(n, (ast.Expression, ast.Subscript, ast.Tuple, ast.List, ast.expr_context, ast.BitOr)):
+            continue
+        return False
+    return True
+
+
+def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None) -> list[str]:
     """Why a grader must not run this top-level statement of a learner's cell ([] when it may).
 
     protected: names the lab gives or the grader binds (the toolkit `fb`, the kernels of the %%cuda cells, a
     given `check_ring`): the learner's code may read them, never rebind or change them. modules: names
     bound to modules (an attribute set on one changes it for the checks too). A method read through its class
-    takes any object as self: the grader runs the learner's methods guarded() against that."""
+    takes any object as self: the grader runs the learner's methods guarded() against that, and sets an
+    attribute only on an object the learner's code made. lines: given a list, the line of each reason is
+    appended to it (the first line that breaks the rule, not the statement's)."""
     protected, modules = set(protected), set(modules)
     own = _own_attributes(node)
     # @functools.wraps(f) as a function's own decorator sets attributes of that function only; called any other
@@ -639,16 +709,20 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
     # update_wrapper(self, f) in a method: the learner's own object (a class used as a decorator)
     on_self = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call) and c.args
                and isinstance(c.args[0], ast.Name) and c.args[0].id == "self" and id(c.args[0]) in own}
-    out = []
+    out: dict[str, int] = {}
+
+    def say(why, at=node):          # the reason, at the first line that gives it
+        out.setdefault(why, getattr(at, "lineno", None) or node.lineno)
+
     binds, amends = _targets(node)
     if binds & protected:
-        out.append(f"it rebinds {', '.join(sorted(binds & protected))}, which the lab gives or the grader binds "
-                   "(the grade uses the lab's own)")
+        say(f"it rebinds {', '.join(sorted(binds & protected))}, which the lab gives or the grader binds "
+            "(the grade uses the lab's own)")
     if binds & BUILTIN_NAMES:
-        out.append(f"it rebinds the Python builtin {', '.join(sorted(binds & BUILTIN_NAMES))}, which the checks use: "
-                   "pick another name")
+        say(f"it rebinds the Python builtin {', '.join(sorted(binds & BUILTIN_NAMES))}, which the checks use: "
+            "pick another name")
     if amends & (protected | modules):
-        out.append(f"it changes {', '.join(sorted(amends & (protected | modules)))} in place")
+        say(f"it changes {', '.join(sorted(amends & (protected | modules)))} in place")
     local = _function_locals(node)
     # `@functools.cache`: the attribute .cache, only as a function's own decorator (a module bound to the name
     # functools, or .cache read further, is refused like any other .cache)
@@ -659,67 +733,80 @@ def refusals(node: ast.stmt, protected=(), modules=()) -> list[str]:
         if any(isinstance(n, ast.Name) and n.id == "self" and isinstance(n.ctx, (ast.Store, ast.Del))
                for n in ast.walk(fn)) or any(isinstance(n, ast.alias) and (n.asname or n.name) == "self"
                                              for n in ast.walk(fn)):
-            out.append(f"it binds self anew in {fn.name} (self is the object the method was called on)")
+            say(f"it binds self anew in {fn.name} (self is the object the method was called on)", fn)
+    allowed = ", ".join(sorted(IMPORTABLE))
     for n in ast.walk(node):
+        named = [v for f, v in ast.iter_fields(n) if f in ("id", "arg", "name", "asname", "attr", "names", "rest")
+                 for v in (v if isinstance(v, list) else [v]) if isinstance(v, str) and v.startswith("__fb")]
+        if named:
+            say(f"it names {named[0]}, a name the grader keeps for its own helpers", n)
         if isinstance(n, ast.Import):
-            bad = [a.name for a in n.names if not _importable(a.name)]
-            out += [f"it imports {b}" for b in bad]
+            for b in (a.name for a in n.names if not _importable(a.name)):
+                say(f"it imports {b} (a graded cell may import {allowed}; names with _ and the toolkit's own "
+                    "state excepted)", n)
         elif isinstance(n, ast.ImportFrom):
             if n.level or not _importable(n.module or "") or any(
                     not _importable(f"{n.module}.{a.name}", member=True) or a.name == "*" for a in n.names):
-                out.append(f"it imports from {'.' * n.level}{n.module or ''}")
+                say(f"it imports from {'.' * n.level}{n.module or ''} (a graded cell may import {allowed}, one "
+                    "name at a time; names with _ and the toolkit's own state excepted)", n)
         elif isinstance(n, ast.Global) and set(n.names) & (protected | modules | BUILTIN_NAMES):
             # a function that rebinds, when called, a name the lab gives, a module or a builtin; a counter of
             # the learner's own (`global CALLS`), or `nonlocal`, is theirs
-            out.append(f"it declares {', '.join(sorted(set(n.names) & (protected | modules | BUILTIN_NAMES)))} global")
+            say(f"it declares {', '.join(sorted(set(n.names) & (protected | modules | BUILTIN_NAMES)))} global", n)
         elif isinstance(n, ast.Name) and n.id in ("wraps", "update_wrapper") and id(n) not in wraps \
                 and id(n) not in on_self and isinstance(n.ctx, ast.Load):
-            out.append(f"it calls {n.id} other than as @wraps(f) on a function of its own or on self in a method "
-                       "(it sets the attributes it is told to on any object)")
+            say(f"it calls {n.id} other than as @wraps(f) on a function of its own or on self in a method "
+                "(it sets the attributes it is told to on any object)", n)
         elif isinstance(n, ast.Name) and n.id in CALLS | {"__builtins__", "__loader__", "__spec__"} \
                 and id(n) not in local and id(n) not in own:   # a local named `input` is theirs; super() in a method
-            out.append(f"it uses {n.id}")
+            say(f"it uses {n.id}" + (": write obj.name = value, on an object of your own" if n.id == "setattr"
+                                     else ": write obj.name" if n.id == "getattr" else ""), n)
         elif isinstance(n, ast.Attribute):
             if n.attr.startswith("_") and not (id(n) in own and (not n.attr.startswith("__") or isinstance(
-                    n.value, ast.Call))):         # self._n, super().__init__ in a method
-                out.append(f"it reaches the private attribute .{n.attr}")
+                    n.value, ast.Call))) \
+                    and not (n.attr in READABLE_DUNDERS and isinstance(n.ctx, ast.Load)) \
+                    and not (n.attr in SETTABLE_DUNDERS and isinstance(n.ctx, ast.Store)):   # self._n; fn.__name__
+                say(f"it reaches the private attribute .{n.attr} (a name that starts with _ is Python's or the "
+                    "toolkit's, except self._name in a method of a class of your own)", n)
             elif n.attr in INTERNAL and id(n) not in decorators and id(n) not in own:   # @functools.cache
-                out.append(f"it reaches .{n.attr} (the grader's and the toolkit's own state)")
+                say(f"it reaches .{n.attr} (the grader's and the toolkit's own state)", n)
             elif n.attr in CALLS - {"input", "super"}:
-                out.append(f"it reaches .{n.attr} (what the builtin of that name does, reached through a module)")
+                say(f"it reaches .{n.attr} (what the builtin of that name does, reached through a module)", n)
             elif n.attr in ("wraps", "update_wrapper") and id(n) not in wraps and id(n) not in on_self:
-                out.append(f"it calls functools.{n.attr} other than as @functools.wraps(f) on a function of its own "
-                           "or on self in a method (it sets the attributes it is told to on any object)")
-            elif isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own:
-                # an attribute set on anything but the object a method of one's own class was called on: a
-                # module, a toolkit class, an array the checks pass in (its methods are what the checks read back)
-                out.append(f"it sets the attribute .{n.attr} of {ast.unparse(n.value)[:40]}"
-                           + (" outside a method of a class of its own" if ast.unparse(n.value) == "self" else ""))
-
+                say(f"it calls functools.{n.attr} other than as @functools.wraps(f) on a function of its own "
+                    "or on self in a method (it sets the attributes it is told to on any object)", n)
+            # any other attribute set or deleted: guarded() has it set only on an object the learner's code made
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS or \
                 isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in FINALIZERS:
-            out.append(f"it defines {getattr(n, 'name', None) or n.id}")
+            name = getattr(n, "name", None) or n.id
+            say(f"it defines {name}" + (
+                " (the checks compare, count and convert values with it, so graded code may not change what it "
+                "answers: give the method a name of its own, such as nbytes())" if name in COMPARED else
+                " (Python calls it outside the code that names it)"), n)
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in FINALIZERS:
-            out.append(f"it names {n.value}")            # type("X", (int,), {"__ne__": ...})
+            say(f"it names {n.value}", n)            # type("X", (int,), {"__ne__": ...})
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type" \
                 and len(n.args) + len(n.keywords) > 1 and id(n.func) not in local:
             # its names may be computed ("_" + "_ne__"), past the rule above: a class is written as a class
-            out.append("it makes a class with type(name, bases, namespace): write it as a class statement")
+            say("it makes a class with type(name, bases, namespace): write it as a class statement", n)
         elif isinstance(n, ast.keyword) and n.arg in FINALIZERS:
-            out.append(f"it names {n.arg}")              # type("X", (int,), dict(__ne__=...))
-        elif isinstance(n, ast.arg) and isinstance(n.annotation, ast.Constant) and isinstance(n.annotation.value, str) \
-                or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign)) and isinstance(
-                    getattr(n, "returns", None) or getattr(n, "annotation", None), ast.Constant) and isinstance(
-                    (getattr(n, "returns", None) or getattr(n, "annotation", None)).value, str):   # not `-> None`
-            out.append("it writes an annotation as a string, which typing.get_type_hints would run as code")
+            say(f"it names {n.arg}", n)              # type("X", (int,), dict(__ne__=...))
+        else:
+            note = n.annotation if isinstance(n, (ast.arg, ast.AnnAssign)) else \
+                n.returns if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+            if isinstance(note, ast.Constant) and isinstance(note.value, str) and not _type_expression(note.value):
+                say("it writes an annotation as a string that is more than a type's name (typing.get_type_hints "
+                    "would run it as code): write the type itself, or its name", n)
     for n in ast.walk(node):     # a function that rebinds a protected name when called: `global` above; a
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):   # subscript store on one:
             root = n.value
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root = root.value
             if isinstance(root, ast.Name) and root.id in protected | modules and n is not node:
-                out.append(f"it changes an item of {root.id}")
-    return list(dict.fromkeys(out))
+                say(f"it changes an item of {root.id}", n)
+    if lines is not None:
+        lines.extend(out.values())
+    return list(out)
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp,

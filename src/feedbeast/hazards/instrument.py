@@ -184,11 +184,11 @@ def define_flags(module) -> list[str]:
     waits of a hazard build need fb/debug.cuh's clock and time-out), and inside make sanitize the debug build's
     wait time-out 100 times longer. The PTX must be of that same build: with the short time-out, a wait of the
     instrumented kernel gives up where the cubin's waits on, and after that every wait returns at once."""
-    from ..hooks import under_sanitizer
+    from .. import hooks
     defs = dict(module.defines or {})
     if getattr(module, "debug", False):
         defs.setdefault("FB_DEBUG", 1)
-        if under_sanitizer():
+        if hooks.mode.sanitizer:
             defs["FB_WAIT_TIMEOUT_NS"] = f"({defs.get('FB_WAIT_TIMEOUT_NS', '2000000000ull')})*100"
     return [f"{k}={v}" if v is not None else str(k) for k, v in sorted(defs.items())]
 
