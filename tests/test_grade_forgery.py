@@ -723,6 +723,65 @@ def test_an_attribute_is_set_only_on_what_the_learners_code_made(src, call, ok):
     assert (getattr(fb, "dumps", None), getattr(np, "dumps", None), fb.errors.__doc__) == before
 
 
+# A class body looks a name up in the namespace its metaclass made before the globals; a base class's private
+# methods are reached as self._x: the grader's helpers are read where no class namespace answers, and self._x is a
+# name of the learner's own classes. (source, whether the static rules pass it, the TypeError it raises if any)
+NAMESPACE = ("class Open(dict):\n    def __missing__(self, key):\n        if key.startswith('__f' + 'b_'):\n"
+             "            return lambda *a: a[0]\n        raise KeyError(key)\n\n\n")
+
+
+@pytest.mark.parametrize("src, static_ok, raises", [
+    (NAMESPACE + "class Meta(type):\n    @classmethod\n    def __prepare__(m, name, bases):\n        return Open()\n",
+     False, None),
+    (NAMESPACE + "Meta = type(int)('Meta', (type,), {'__pr' + 'epare__': classmethod(lambda m, n, b: Open())})\n"
+     "class Swap(metaclass=Meta):\n    fb.errors.FeedbeastError.hint = 'forged'\n", True, "the grader sets .hint only on"),
+    ("import enum\nclass Arm(enum.EnumType):\n    def arm(self):\n        return self._convert_('x', 'feedbeast.errors', "
+     "lambda n: n == 'FeedbeastError', fb.errors)\n\nclass Tol(enum.Enum, metaclass=Arm):\n    A = 1\n\nTol.arm()",
+     True, "self._convert_ is EnumType's private name"),
+    ("class S(dict):\n    def f(self):\n        return super()._x\n", False, None),
+    ("class Base:\n    _n = 3\n    def __init__(self):\n        self._m = 4\n\nclass Sub(Base):\n    def get(self):\n"
+     "        self._k = 1\n        return self._n + self._m + self._k\n\nassert Sub().get() == 8", True, None),
+])
+def test_what_a_metaclass_or_a_base_class_would_reach_is_refused(src, static_ok, raises):
+    import ast
+    import importlib
+
+    import numpy as np
+    import feedbeast as fb
+    errors = importlib.import_module("feedbeast.errors")
+    ns = {"__name__": "__main__", "fb": fb, "np": np}
+    nbm._own_objects(ns)
+    nodes = ast.parse(src).body
+    why = [w for node in nodes for w in nbm.refusals(node, {"fb"}, {"fb", "np"})]
+    assert (not why) == static_ok, why
+    if not static_ok:
+        return
+    run = lambda: [exec(compile(ast.Module([nbm.guarded(n)], []), "cell", "exec"), ns) for n in nodes]
+    if raises is None:
+        run()
+        return
+    with pytest.raises(TypeError, match=re.escape(raises)):
+        run()
+    assert not hasattr(errors.FeedbeastError, "hint") and not hasattr(errors, "x")
+
+
+def test_a_constant_replaced_by_an_object_that_prints_the_same_is_named():
+    from feedbeast import check as _  # noqa: F401  (the module is loaded)
+    import importlib
+    check = importlib.import_module("feedbeast.check")
+    base = g._integrity_baseline({}, set())
+
+    class Same(dict):
+        pass
+    real = check.TOLERANCE
+    try:
+        check.TOLERANCE = Same(real)
+        assert repr(check.TOLERANCE) == repr(real)
+        assert "feedbeast.check.TOLERANCE was replaced" in "\n".join(g._integrity_problems(base, {}))
+    finally:
+        check.TOLERANCE = real
+
+
 @pytest.mark.parametrize("src, ok", [
     ("def f(ring: 'Ring', it: 'int | None' = None) -> 'Iterator[list[int]]':\n    pass", True),
     ("import enum\nclass Role(enum.Enum):\n    PRODUCER = 0", True),

@@ -20,7 +20,7 @@ def test_bench_refuses_a_flush_it_does_not_know_on_every_machine(bad):
 
 
 def test_bench_takes_the_read_flush(monkeypatch):
-    monkeypatch.setattr(fbb, "gpu", lambda: None)
+    monkeypatch.setattr(skip, "gpu", lambda: None)          # what needs_gpu() asks, here as on a GPU
     assert isinstance(fb.bench(lambda: None, name="ch07/decode", flush="read", record=False), fb.Skipped)
 
 
@@ -91,7 +91,7 @@ def test_a_sweep_not_timed_here_is_drawn_by_the_course_from_what_gpus_recorded(m
 def test_a_skip_gets_what_a_gpu_run_recorded_once_from_one_function(monkeypatch):
     """bench, ceilings (through bench) and check add the recorded line with the same function, each of its kind."""
     monkeypatch.setattr(hooks, "recorded", lambda kind, name: f"recorded {kind} {name}")
-    monkeypatch.setattr(fbb, "gpu", lambda: None)
+    monkeypatch.setattr(skip, "gpu", lambda: None)          # what needs_gpu() asks, here as on a GPU
     assert fbb.with_recorded is skip.with_recorded
     assert fb.bench(lambda: None, name="b").reason.endswith("; recorded bench b")
     s = fb.Skipped("needs a GPU", "c")

@@ -372,6 +372,8 @@ def _toolkit_data(mods: dict) -> dict:
         for k, v in list(vars(m).items()):
             if not k.startswith("_") and k.isupper() and type(v) in _DATA:
                 out[n, k] = repr(v)
+                if k not in rebound:      # and the same object: one of another type can print the same text
+                    out["is", n, k] = v
             elif not (k.startswith("__") and k.endswith("__")) and k not in rebound and not _tracked(v):
                 out["is", n, k] = v
     return out

@@ -550,7 +550,7 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
             "get_type_hints", "ForwardRef", "evaluate_forward_ref", "singledispatch", "singledispatchmethod"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super"}
-FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__",
+FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__", "__prepare__",
               "__getattribute__", "__setattr__", "__delattr__",
               # pickling hooks: an object rebuilt from a pickle calls what its __reduce__ names, outside its own frames
               "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__",
@@ -566,7 +566,7 @@ BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 READABLE_DUNDERS = {"__name__", "__qualname__", "__doc__", "__module__"}
 SETTABLE_DUNDERS = {"__name__", "__qualname__", "__doc__"}
 # the names guarded() gives the grader's own helpers in the learner's namespace (no learner's code may name them)
-OWN, MARK = "__fb_own__", "__fb_class__"
+OWN, MARK, PRIVATE = "__fb_own__", "__fb_class__", "__fb_private__"
 COMPARED = FINALIZERS & {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__hash__", "__len__",
                          "__index__", "__int__", "__float__", "__complex__", "__abs__", "__round__", "__trunc__",
                          "__floor__", "__ceil__", "__contains__"}
@@ -622,17 +622,17 @@ def guarded(node: ast.AST) -> ast.AST:
     Every other attribute set or deleted (`ring_plan.depth = 4`, `cls.count += 1`, `fn.calls = 0`) first hands
     its object to the namespace's __fb_own__ (_own_objects()), which refuses any object but one of a class the
     learner's statements define, such a class, or a function of theirs; each class statement is marked as the
-    learner's by the decorator __fb_class__, applied first."""
+    learner's by the decorator __fb_class__, applied first. `self._x` in a method goes through __fb_private__,
+    which refuses a private name that a class not the learner's defines (a base's `_convert_`). Each helper is
+    read inside a lambda: in a class body a name is looked up first in the class's namespace, which a metaclass
+    makes, so the lambda's global lookup is the one the learner's code cannot answer."""
     own = _own_attributes(node)
-    for n in [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del))
-              and id(n) not in own]:
-        call = ast.Call(ast.Name(OWN, ast.Load()), [n.value, ast.Constant(n.attr)], [])
-        for m in ast.walk(call):
-            if m is not n.value and not isinstance(m, (ast.Load, ast.Store, ast.Del)):
-                ast.copy_location(m, n)
-        n.value = call
+    for n in [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and (
+            isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own
+            or id(n) in own and n.attr.startswith("_") and isinstance(n.value, ast.Name))]:
+        n.value = ast.copy_location(_helper(PRIVATE if id(n) in own else OWN, n.value, ast.Constant(n.attr)), n)
     for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
-        cls.decorator_list.append(ast.copy_location(ast.Name(MARK, ast.Load()), cls))
+        cls.decorator_list.append(ast.copy_location(_helper(MARK).func, cls))
     for fn in (n for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
         for d in fn.decorator_list:     # Numba's cache=True: no cache folder for a cell the grader names
             if isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] in ("jit", "njit"):
@@ -648,7 +648,14 @@ def guarded(node: ast.AST) -> ast.AST:
                 if hasattr(n, "end_lineno"):
                     n.end_lineno, n.end_col_offset = fn.body[0].lineno, fn.body[0].col_offset
             fn.body.insert(0, test)
-    return node
+    return ast.fix_missing_locations(node)
+
+
+def _helper(name: str, *args) -> ast.Call:
+    """`(lambda: name)()(*args)`: the grader's helper `name`, looked up where no class namespace can answer."""
+    lam = ast.Lambda(ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                     ast.Name(name, ast.Load()))
+    return ast.Call(ast.Call(lam, [], []), list(args), [])
 
 
 def _own_objects(ns: dict) -> None:
@@ -668,7 +675,20 @@ def _own_objects(ns: dict) -> None:
         raise TypeError(f"the grader sets .{attr} only on an object of a class your cells define, on such a class "
                         f"or on a function of yours, and this is {what}: keep what you need on an object of "
                         "your own")
-    ns[MARK], ns[OWN] = mark, own
+
+    def private(obj, attr):
+        # the first class that defines the name, as attribute lookup finds it (the metaclass's first, for a class)
+        mro = type.__dict__["__mro__"].__get__
+        chains = [mro(type(obj))] + ([mro(obj)] if isinstance(obj, type) else [])
+        for chain in chains:
+            for c in chain:
+                if attr in type.__dict__["__dict__"].__get__(c):
+                    if not any(c is k for k in classes):
+                        raise TypeError(f"self.{attr} is {c.__qualname__}'s private name, not one your class "
+                                        "defines: the grader reaches a private name only of your own classes")
+                    break
+        return obj
+    ns[MARK], ns[OWN], ns[PRIVATE] = mark, own, private
 
 
 def _type_expression(text: str) -> bool:
@@ -762,8 +782,9 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             say(f"it uses {n.id}" + (": write obj.name = value, on an object of your own" if n.id == "setattr"
                                      else ": write obj.name" if n.id == "getattr" else ""), n)
         elif isinstance(n, ast.Attribute):
-            if n.attr.startswith("_") and not (id(n) in own and (not n.attr.startswith("__") or isinstance(
-                    n.value, ast.Call))) \
+            # self._n in a method (checked as it runs: a private name of the learner's classes), super().__init__
+            if n.attr.startswith("_") and not (id(n) in own and (
+                    isinstance(n.value, ast.Name) if not n.attr.startswith("__") else isinstance(n.value, ast.Call))) \
                     and not (n.attr in READABLE_DUNDERS and isinstance(n.ctx, ast.Load)) \
                     and not (n.attr in SETTABLE_DUNDERS and isinstance(n.ctx, ast.Store)):   # self._n; fn.__name__
                 say(f"it reaches the private attribute .{n.attr} (a name that starts with _ is Python's or the "
