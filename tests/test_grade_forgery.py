@@ -677,6 +677,18 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("def make():\n    n = 0\n    def inc():\n        nonlocal n\n        n += 1\n        return n\n    return inc", True),
     ("from feedbeast.numba_support import os", False),
     ("from feedbeast.numba_compile import json", False),
+    # type names written as strings, enum, a tracing decorator's fn.__name__; what runs a string or names a helper
+    ("def f(ring: 'Ring', it: 'int | None' = None) -> 'Iterator[list[int]]':\n    pass", True),
+    ("import enum\nclass Role(enum.Enum):\n    PRODUCER = 0", True),
+    ("def f(fn):\n    return fn.__name__ + fn.__qualname__", True),
+    ("def f(x: \"__import__('os').system('true')\"):\n    pass", False),
+    ("def f(x) -> 'fb.hooks.mode':\n    pass", False),
+    ("import enum\nx = enum.global_enum", False),
+    ("import typing\nx = typing.get_type_hints", False),
+    ("from functools import singledispatch", False),
+    ("def f(fn):\n    return fn.__globals__", False),
+    ("x = __fb_own__", False),
+    ("def f(__fb_class__):\n    pass", False),
 ])
 def test_refusals(src, ok):
     import ast
@@ -780,25 +792,6 @@ def test_a_constant_replaced_by_an_object_that_prints_the_same_is_named():
         assert "feedbeast.check.TOLERANCE was replaced" in "\n".join(g._integrity_problems(base, {}))
     finally:
         check.TOLERANCE = real
-
-
-@pytest.mark.parametrize("src, ok", [
-    ("def f(ring: 'Ring', it: 'int | None' = None) -> 'Iterator[list[int]]':\n    pass", True),
-    ("import enum\nclass Role(enum.Enum):\n    PRODUCER = 0", True),
-    ("def f(fn):\n    return fn.__name__ + fn.__qualname__", True),
-    ("def f(x: \"__import__('os').system('true')\"):\n    pass", False),
-    ("def f(x) -> 'fb.hooks.mode':\n    pass", False),
-    ("import enum\nx = enum.global_enum", False),
-    ("import typing\nx = typing.get_type_hints", False),
-    ("from functools import singledispatch", False),
-    ("def f(fn):\n    return fn.__globals__", False),
-    ("x = __fb_own__", False),
-    ("def f(__fb_class__):\n    pass", False),
-])
-def test_the_rules_for_names_annotations_and_imports(src, ok):
-    import ast
-    why = [w for node in ast.parse(src).body for w in nbm.refusals(node, {"fb"}, {"fb", "np", "cuda"})]
-    assert (not why) == ok, why
 
 
 def test_a_refusal_names_the_line_that_breaks_the_rule():

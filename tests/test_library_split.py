@@ -9,6 +9,7 @@ import pytest
 import feedbeast as fb
 from feedbeast import hooks, skip
 from feedbeast.course import results
+from test_measure import _FakeEvents as _Events      # events that log where they are recorded
 
 fbb = importlib.import_module("feedbeast.bench")   # fb.bench is the function
 
@@ -22,19 +23,6 @@ def test_bench_refuses_a_flush_it_does_not_know_on_every_machine(bad):
 def test_bench_takes_the_read_flush(monkeypatch):
     monkeypatch.setattr(skip, "gpu", lambda: None)          # what needs_gpu() asks, here as on a GPU
     assert isinstance(fb.bench(lambda: None, name="ch07/decode", flush="read", record=False), fb.Skipped)
-
-
-class _Events:
-    log = None
-
-    def __init__(self, n):
-        pass
-
-    def record(self, i):
-        self.log.append(("event", i))
-
-    def elapsed(self, i, j):
-        return 1.0
 
 
 @pytest.mark.parametrize("flush, before_each", [("read", "read flush"), (True, "memset"), (False, None)])
