@@ -2,8 +2,7 @@
 
 Chapter 07 runs its kernels repeatedly with it and compares the outputs bit for bit.
 
-    FEEDBEAST_STRESS=100 pytest tests -m gpu        # what `make stress` runs
-    python -m feedbeast stress [--n 100] [pytest args]
+    FEEDBEAST_STRESS=100 pytest tests -m gpu        # what `make stress` runs (feedbeast.course.stress_run)
 
 A GPU test opts in with two helpers:
 
@@ -20,8 +19,6 @@ a failing size comes back on the next run.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 
@@ -145,28 +142,3 @@ def repeat_identical(fn, n: int | None = None):
                 raise CheckFailed(f"run {run + 1} of {n}: {where} is not bitwise identical to run 1: "
                                   f"{_first_difference(a, b)}")
     return first
-
-
-def main(argv=None) -> int:
-    """`make stress`: the GPU tests with FEEDBEAST_STRESS random cases each."""
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m feedbeast stress",
-                                 description="Run the GPU tests with random ragged sizes and repeats.")
-    ap.add_argument("--n", type=int, default=100, help="random cases per stressed test (default 100)")
-    ap.add_argument("--seed", type=int, default=None, help="FEEDBEAST_STRESS_SEED (default 0)")
-    args, pytest_args = ap.parse_known_args(argv)     # anything else goes to pytest (-x, -k ..., a path)
-    env = dict(os.environ, FEEDBEAST_STRESS=str(args.n))
-    if args.seed is not None:
-        env["FEEDBEAST_STRESS_SEED"] = str(args.seed)
-    cmd = [sys.executable, "-m", "pytest", "-q", "tests", "-m", "gpu", "-p", "no:cacheprovider",
-           *pytest_args]
-    print(f"FEEDBEAST_STRESS={args.n} {' '.join(cmd[1:])}", flush=True)
-    rc = subprocess.call(cmd, env=env)
-    if rc == 5:     # pytest: no test selected
-        print("stress: no GPU test was selected")
-        return 0
-    return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
         from .sanitize import main as run
         return run(rest)
     if cmd == "stress":
-        from ..stress import main as run
+        from .stress_run import main as run
         return run(rest)
     if cmd in ("build", "check", "reset"):
         from .labs import main as run
