@@ -20,7 +20,7 @@ The modules by layer and stage (the library: build, run, verify, measure, simula
 feedbeast.course: grading, runs): README, "Layout".
 """
 from .bench import BenchResult, bench, result_of
-from .ceilings import PhysicalLimitError, ceiling, gemm, physical_peak
+from .ceilings import PhysicalLimitError, ceiling, cublas_gemm, physical_peak
 from .check import CheckResult, Tally, check, tally
 from .compile import Module, compile
 from .device import describe, gpu, runs_on
@@ -29,7 +29,6 @@ from .errors import (BarrierTimeout, CheckFailed, CompileError, FeedbeastError, 
 from .isolated import isolated
 from .launch import Kernel
 from .memory import DeviceArray, bfloat16, empty, empty_like, random, sync, to_device
-from .sass import expect_sass
 from .skip import Skipped, needs, needs_gpu
 from .profiling import profile
 from .tensormap import TensorMap, tensor_map

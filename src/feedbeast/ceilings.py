@@ -64,7 +64,7 @@ def cublas_available() -> bool:
         return False
 
 
-def gemm(a, b, c, *, mode: str = "bf16"):
+def cublas_gemm(a, b, c, *, mode: str = "bf16"):
     """c = a @ b on row-major device arrays through cuBLAS (fp32 accumulation).
 
     mode: "bf16"/"fp16" (inputs of that type), "fp32" (strict fp32), "tf32" (fp32 inputs, tf32 math).
@@ -98,7 +98,7 @@ def matmul_rate(mode: str = "bf16", n: int = 8192):
     dt = {"bf16": bfloat16, "fp16": np.float16, "fp32": np.float32, "tf32": np.float32}[mode]
     a, b = to_device(random((n, n), dt, seed=1)), to_device(random((n, n), dt, seed=2))
     c = empty((n, n), np.float32 if mode in ("fp32", "tf32") else dt, poison=False)
-    return bench(lambda: gemm(a, b, c, mode=mode), name=f"ceiling/cublas-{mode}/n={n}", flops=2.0 * n ** 3,
+    return bench(lambda: cublas_gemm(a, b, c, mode=mode), name=f"ceiling/cublas-{mode}/n={n}", flops=2.0 * n ** 3,
                  reps=10, sizes={"n": n})
 
 
