@@ -678,6 +678,8 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("from feedbeast.numba_support import os", False),
     ("from feedbeast.numba_compile import json", False),
     # type names written as strings, enum, a tracing decorator's fn.__name__; what runs a string or names a helper
+    ("import typing\nx = typing.contextlib.redirect_stdout", False),
+    ("import typing\ntyping.warnings.simplefilter('error')", False),
     ("def f(ring: 'Ring', it: 'int | None' = None) -> 'Iterator[list[int]]':\n    pass", True),
     ("import enum\nclass Role(enum.Enum):\n    PRODUCER = 0", True),
     ("def f(fn):\n    return fn.__name__ + fn.__qualname__", True),
@@ -775,6 +777,44 @@ def test_what_a_metaclass_or_a_base_class_would_reach_is_refused(src, static_ok,
     with pytest.raises(TypeError, match=re.escape(raises)):
         run()
     assert not hasattr(errors.FeedbeastError, "hint") and not hasattr(errors, "x")
+
+
+def test_a_learner_object_that_prints_like_a_number_inside_a_toolkit_table_is_named():
+    """A float subclass whose __repr__ says 1e-05, put into TOLERANCE: the table is the same object and prints the
+    same, and every float32 check would accept anything."""
+    import importlib
+    check = importlib.import_module("feedbeast.check")
+    base = g._integrity_baseline({}, set())
+
+    class Loose(float):
+        def __repr__(self):
+            return "1e-05"
+    real = check.TOLERANCE["float32"]
+    try:
+        check.TOLERANCE["float32"] = Loose(1e9)
+        assert repr(check.TOLERANCE["float32"]) == repr(real)
+        assert "feedbeast.check.TOLERANCE was changed in place" in "\n".join(g._integrity_problems(base, {}))
+    finally:
+        check.TOLERANCE["float32"] = real
+
+
+def test_a_standard_library_class_given_new_methods_is_named():
+    """dataclasses.dataclass applied to a class of the standard library (the grader's own redirect_stdout, say)
+    adds methods to it while every module-level name stays the same object."""
+    import dataclasses
+    import string
+    base = g._integrity_baseline({}, set())
+    before = dict(vars(string.Formatter))
+    try:
+        dataclasses.dataclass(string.Formatter)
+        assert "the class string.Formatter was changed: it gained" in "\n".join(g._integrity_problems(base, {}))
+    finally:
+        for k in set(vars(string.Formatter)) - set(before):
+            delattr(string.Formatter, k)
+        for k, v in before.items():
+            if k not in ("__dict__", "__weakref__") and vars(string.Formatter).get(k) is not v:
+                setattr(string.Formatter, k, v)
+    assert g._integrity_problems(base, {}) == []
 
 
 def test_a_constant_replaced_by_an_object_that_prints_the_same_is_named():

@@ -318,7 +318,7 @@ def _tracked(v) -> bool:
 def _integrity_baseline(ns: dict, protected) -> dict:
     """What must not change while learner code runs: the identity of every callable and class attribute of the
     modules loaded so far that _compared() names (and of the toolkit's modules held as attributes of its own), the
-    methods and names of the toolkit's classes, its other module-level values (_toolkit_data), the modules
+    methods of the toolkit's classes, the names every class of those modules holds, its other module-level values (_toolkit_data), the modules
     themselves, the library's hooks (feedbeast.hooks: launch checks, verdict listeners, the run mode), the verdict
     sinks, and the names the lab gives."""
     import dataclasses
@@ -343,9 +343,10 @@ def _integrity_baseline(ns: dict, protected) -> dict:
                     if isinstance(cv, kinds) or callable(cv):
                         attrs[(f"{n}.{k}", ck)] = cv
     codes = {key: _code_of(v) for key, v in attrs.items() if isinstance(v, types.FunctionType)}
-    # the names each toolkit class holds: one added (dataclasses.dataclass(Op) adds __eq__ to a toolkit class)
-    # or taken away changes what its objects do while every function stays the same object
-    classes = {(n, k): (v, frozenset(vars(v))) for n, m in mods.items() if n.startswith("feedbeast")
+    # the names each class of these modules holds: one added (dataclasses.dataclass(Op) adds __eq__ to a toolkit
+    # class; dataclass(frozen=True) on contextlib.redirect_stdout gives the grader's own a new __init__) or taken
+    # away changes what its objects do while every function stays the same object
+    classes = {(n, k): (v, frozenset(vars(v)) - _LAZY) for n, m in mods.items()
                for k, v in list(vars(m).items()) if isinstance(v, type) and getattr(v, "__module__", "") == n}
     return {"modules": mods, "attrs": attrs, "codes": codes, "classes": classes, "state": {},
             "data": _toolkit_data(mods),
@@ -355,6 +356,23 @@ def _integrity_baseline(ns: dict, protected) -> dict:
 
 
 _DATA = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, list, dict, set)
+_LAZY = frozenset({"__slotnames__"})     # what copyreg adds to a class the first time one of its objects is pickled
+
+
+def _plain(v, depth: int = 0) -> str:
+    """repr() of data made of exactly the builtin types of _DATA; any other object, however it prints itself (a
+    float subclass whose __repr__ says 1e-05), shows as its type: a toolkit table compared by this text cannot
+    hold a learner's object unseen."""
+    t = type(v)
+    if depth > 20:
+        return "<nested too deep>"
+    if t is dict:
+        return "{" + ", ".join(f"{_plain(k, depth + 1)}: {_plain(x, depth + 1)}" for k, x in v.items()) + "}"
+    if t in (list, tuple, set, frozenset):
+        return f"{t.__name__}(" + ", ".join(_plain(x, depth + 1) for x in v) + ")"
+    if t in _DATA:
+        return repr(v)
+    return f"<object of {t.__module__}.{t.__qualname__}>"
 _MISSING = object()
 
 
@@ -371,7 +389,7 @@ def _toolkit_data(mods: dict) -> dict:
         rebound = _rebound(m)
         for k, v in list(vars(m).items()):
             if not k.startswith("_") and k.isupper() and type(v) in _DATA:
-                out[n, k] = repr(v)
+                out[n, k] = _plain(v)
                 if k not in rebound:      # and the same object: one of another type can print the same text
                     out["is", n, k] = v
             elif not (k.startswith("__") and k.endswith("__")) and k not in rebound and not _tracked(v):
@@ -435,7 +453,7 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
         elif (owner, k) in base["codes"] and any(a is not b for a, b in zip(_code_of(v), base["codes"][owner, k])):
             out.append(f"{owner}.{k} was changed in place (its code, defaults or closure)")
     for (owner, k), (cls, names) in base.get("classes", {}).items():
-        now = frozenset(vars(cls))
+        now = frozenset(vars(cls)) - _LAZY
         if now != names:
             what = sorted(now - names) or sorted(names - now)
             out.append(f"the class {owner}.{k} was changed: it {'gained' if now - names else 'lost'} "
@@ -448,7 +466,7 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
             continue
         owner, k = key
         m = base["modules"].get(owner)
-        if m is not None and repr(vars(m).get(k)) != value:
+        if m is not None and _plain(vars(m).get(k)) != value:
             out.append(f"{owner}.{k} was changed in place")
     for k, state in base["state"].items():
         if kernel_state(ns.get(k)) != state:

@@ -544,6 +544,9 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
             # (`from feedbeast.numba_support import os`)
             "os", "shutil", "tempfile", "io", "json", "hmac", "hashlib", "secrets", "socket", "pathlib", "nbformat",
             "Path", "PurePath", "bltns",     # pathlib's classes, and the builtins module under enum's name for it
+            # process-wide state the grader's own code uses, reached as another module's attribute
+            # (`typing.contextlib`, `typing.warnings.simplefilter("error")`)
+            "contextlib", "warnings", "atexit", "weakref", "linecache",
             # enum's decorators that copy a class's members into the module its __module__ names
             "global_enum", "global_str", "global_enum_repr", "global_flag_repr",
             # what evaluates a string as a type annotation: a string annotation is refused unless it names a type
