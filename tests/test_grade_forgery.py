@@ -678,6 +678,7 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("from feedbeast.numba_support import os", False),
     ("from feedbeast.numba_compile import json", False),
     # type names written as strings, enum, a tracing decorator's fn.__name__; what runs a string or names a helper
+    ("import collections\nP = collections.namedtuple('P', 'a b')\nq = P(1, 2)._replace(a=3)._asdict()", True),
     ("import typing\nx = typing.contextlib.redirect_stdout", False),
     ("import typing\ntyping.warnings.simplefilter('error')", False),
     ("def f(ring: 'Ring', it: 'int | None' = None) -> 'Iterator[list[int]]':\n    pass", True),
@@ -708,6 +709,8 @@ MADE = "class Where:\n    pass\n\nclass Plan(Where):\n    count = 0\n    @classm
     (MADE + "def f(x):\n    w = Where()\n    w.s, w.ph = 1, 0\n    del w.ph\n    return w", "f(None)", True),
     (MADE, "Plan.up().up().count", True),
     (MADE, "mark(lambda: 1).__name__", True),
+    ("import collections\nclass P(collections.namedtuple('P', 'a b')):\n    def bump(self):\n"
+     "        return self._replace(a=self.a + 1)._asdict()", "P(1, 2).bump()", True),
     (MADE + "def f(x):\n    x.to_host = None", "f(fb.errors)", False),
     (MADE + "def f(x):\n    x.to_host = None", "f(np.zeros(2))", False),
     (MADE + "def put(self, f):\n    self.dumps = f", "put(np, None)", False),

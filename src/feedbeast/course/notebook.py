@@ -567,6 +567,8 @@ FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__
 BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 # dunders a learner's code may read anywhere (a tracing decorator's fn.__name__), and set on what it made
 READABLE_DUNDERS = {"__name__", "__qualname__", "__doc__", "__module__"}
+# a named tuple's own methods and fields, public though their names start with _ (collections.namedtuple's docs)
+NAMEDTUPLE = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
 SETTABLE_DUNDERS = {"__name__", "__qualname__", "__doc__"}
 # the names guarded() gives the grader's own helpers in the learner's namespace (no learner's code may name them)
 OWN, MARK, PRIVATE = "__fb_own__", "__fb_class__", "__fb_private__"
@@ -632,7 +634,7 @@ def guarded(node: ast.AST) -> ast.AST:
     own = _own_attributes(node)
     for n in [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and (
             isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own
-            or id(n) in own and n.attr.startswith("_") and isinstance(n.value, ast.Name))]:
+            or id(n) in own and n.attr.startswith("_") and n.attr not in NAMEDTUPLE and isinstance(n.value, ast.Name))]:
         n.value = ast.copy_location(_helper(PRIVATE if id(n) in own else OWN, n.value, ast.Constant(n.attr)), n)
     for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
         cls.decorator_list.append(ast.copy_location(_helper(MARK).func, cls))
@@ -788,7 +790,7 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             # self._n in a method (checked as it runs: a private name of the learner's classes), super().__init__
             if n.attr.startswith("_") and not (id(n) in own and (
                     isinstance(n.value, ast.Name) if not n.attr.startswith("__") else isinstance(n.value, ast.Call))) \
-                    and not (n.attr in READABLE_DUNDERS and isinstance(n.ctx, ast.Load)) \
+                    and not (n.attr in READABLE_DUNDERS | NAMEDTUPLE and isinstance(n.ctx, ast.Load)) \
                     and not (n.attr in SETTABLE_DUNDERS and isinstance(n.ctx, ast.Store)):   # self._n; fn.__name__
                 say(f"it reaches the private attribute .{n.attr} (a name that starts with _ is Python's or the "
                     "toolkit's, except self._name in a method of a class of your own)", n)
