@@ -560,6 +560,36 @@ def test_the_course_s_own_numba_kernels_pass_it():
     assert not {k: v for k, v in seen.items() if v}, seen
 
 
+LAMBDA = """
+from numba import cuda
+
+nothing = cuda.jit(device=True)(lambda: 0)
+
+
+@cuda.jit
+def naive(x, y):
+    i = cuda.grid(1)
+    nothing()
+    if i < x.size:
+        y[i] = x[i]
+"""
+
+
+def test_a_device_function_written_as_a_lambda_fails_the_checks_that_read_it(tmp_path):
+    """A lambda's source is the line it stands on: the barrier count and the compiler's process cannot read it,
+    and a skip there would turn a kernel without its barrier into a partial grade."""
+    import numpy as np
+
+    import feedbeast as fb
+    from conftest import module_from_source
+    from feedbeast.numba_compile import compile_in_child
+    m = module_from_source(tmp_path, "fb_lambda_case", LAMBDA)
+    with pytest.raises(fb.CheckFailed, match="nothing, a device function written as a lambda"):
+        fbn.expect_uniform_barriers(m.naive, required=True)
+    x = np.ones(5, np.float32)
+    assert "lambda" in compile_in_child(m.naive, (x, x))
+
+
 def test_a_kernel_that_needs_a_barrier_and_has_none_is_told_so(kernels):
     """Lab 01 without its barrier: the simulator's output then reads as elements never written, which points at the
     guards; the check names the missing barrier first."""

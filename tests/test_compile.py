@@ -498,3 +498,18 @@ def test_an_error_inside_the_simulator_shows_the_learner_s_lines_not_its_threads
     full = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**env, "FEEDBEAST_TRACEBACK": "full"})
     assert "simulator/kernel.py" in full.stdout + full.stderr, full.stdout + full.stderr
+
+
+def test_the_cache_and_nvrtc_read_the_same_characters(tmp_path, monkeypatch):
+    """A str subclass that encodes other text than it holds would put one kernel's cubin under another's key."""
+    monkeypatch.setenv("FEEDBEAST_CACHE", str(tmp_path))
+
+    class Other(str):
+        def encode(self, *a, **k):
+            return b'extern "C" __global__ void other(int* x) { x[0] = 2; }'
+    src = 'extern "C" __global__ void mine(int* x) { x[0] = 1; }'
+    assert fb.compile(Other(src), "sm_90a").kernel_names == ["mine"]
+    assert fb.compile(src, "sm_90a").kernel_names == ["mine"]
+    with pytest.raises(fb.CompileError, match="must be text"):
+        fb.compile(src.encode(), "sm_90a")
+

@@ -679,6 +679,10 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("from feedbeast.numba_compile import json", False),
     # type names written as strings, enum, a tracing decorator's fn.__name__; what runs a string or names a helper
     ("import collections\nP = collections.namedtuple('P', 'a b')\nq = P(1, 2)._replace(a=3)._asdict()", True),
+    ("def quantize(w):\n    _mods.update({1: None})\n    return w", False),
+    ("def f(w):\n    return len(_mods)", False),
+    ("def f(w):\n    STAGES.update({1: 2})", False),
+    ("def f(w):\n    return np.sort(w), sorted(STAGES)", True),
     ("import typing\nx = typing.contextlib.redirect_stdout", False),
     ("import typing\ntyping.warnings.simplefilter('error')", False),
     ("def f(ring: 'Ring', it: 'int | None' = None) -> 'Iterator[list[int]]':\n    pass", True),
@@ -695,8 +699,18 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
 ])
 def test_refusals(src, ok):
     import ast
-    why = [w for node in ast.parse(src).body for w in nbm.refusals(node, {"fb"}, {"fb", "np", "cuda"})]
+    why = [w for node in ast.parse(src).body for w in nbm.refusals(node, {"fb", "np", "_mods", "STAGES"},
+                                                                    {"fb", "np", "cuda"})]
     assert (not why) == ok, why
+
+
+def test_a_table_the_lab_gives_changed_through_another_name_is_named():
+    stages = {1: 6, 64: 3}
+    ns = {"STAGES": stages}
+    base = g._integrity_baseline(ns, {"STAGES"})
+    alias = ns["STAGES"]
+    alias.update({64: 1})
+    assert "STAGES (a table the lab gives) was changed in place" in "\n".join(g._integrity_problems(base, ns))
 
 
 # An attribute set anywhere but on `self` in a method passes the static rules; the grader's copy of the statement

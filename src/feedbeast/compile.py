@@ -354,6 +354,8 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     hazards: the hazard build (FB_HAZARDS=1, debug too): the fb:: wrappers record a trace (feedbeast.hazards).
     """
     from cuda.core import ProgramOptions
+    source, name = _text(source, "the source"), _text(name, "name")
+    arch = None if arch is None else _text(arch, "arch")
     if min_arch is not None:
         parse_arch(min_arch)
     any_gpu = arch is None and min_arch is None and current_arch() is None
@@ -369,7 +371,7 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         if hooks.mode.sanitizer:
             # A sanitizer slows kernels 10-100x: a bounded wait must not mistake that for a hang.
             defs["FB_WAIT_TIMEOUT_NS"] = f"({defs.get('FB_WAIT_TIMEOUT_NS', '2000000000ull')})*100"
-    define_flags = [f"{k}={v}" if v is not None else str(k) for k, v in sorted(defs.items())]
+    define_flags = [_text(f"{k}={v}" if v is not None else f"{k}", "a define") for k, v in sorted(defs.items())]
     key_material = "\0".join([source, arch, repr(define_flags), repr(tuple(options)), repr(nvrtc_version()),
                               _headers_digest()])
     key = hashlib.sha256(key_material.encode()).hexdigest()[:32]
@@ -430,7 +432,15 @@ def _options(options) -> tuple:
     for o in options:
         if not isinstance(o, str):
             raise CompileError(f"options={options!r}: give NVRTC flags as strings, e.g. ['--maxrregcount=64']")
-    return options
+    return tuple(_text(o, "an NVRTC option") for o in options)
+
+
+def _text(s, what: str) -> str:
+    """`s` as a plain str: the cache's key and NVRTC read the same characters (a str subclass could encode,
+    print or compare otherwise than its characters say)."""
+    if not isinstance(s, str):
+        raise CompileError(f"{what} must be text (a str), not {type(s).__name__}")
+    return str.__str__(s)
 
 
 def _nvrtc(source: str, name: str, flags: list[bytes]) -> tuple[bytes | None, str]:

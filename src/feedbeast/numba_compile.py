@@ -30,6 +30,11 @@ class Unsupported(Exception):
     """A kernel the child cannot rebuild (say why)."""
 
 
+class NotADef(Unsupported):
+    """A function of the kernel's written as a lambda: its source is the line it stands on, not a function the
+    compiler's process can define again. A def in a cell is read like the kernel."""
+
+
 class NotAKernelGlobal(Unsupported):
     """A global or captured value of the kernel's that a GPU kernel cannot use: Numba takes globals and captured
     values as constants, of the types its CUDA target supports (numba-cuda user guide, "Global Variables and
@@ -46,7 +51,7 @@ def _source(fn) -> tuple[str, int, str]:
     src = textwrap.dedent("".join(lines))
     func = next((n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)), None)
     if func is None:
-        raise Unsupported(f"{fn.__name__} is not a plain function")
+        raise (NotADef if fn.__code__.co_name == "<lambda>" else Unsupported)(f"{fn.__name__} is not a plain function")
     text = _without_defaults_and_annotations(src, func).splitlines()
     for i in range(func.lineno - 1):          # the decorators: blank lines, so that nothing runs at definition
         text[i] = ""
@@ -181,6 +186,8 @@ def compile_in_child(kernel, args, cc=(7, 5), timeout=180) -> dict:
         s = spec(kernel, args, cc)
     except NotAKernelGlobal as e:
         return {"refused": str(e)}
+    except NotADef as e:
+        return {"lambda": str(e)}
     except Unsupported as e:
         return {"skip": f"cannot hand the kernel to the compiler's process: {e}"}
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}

@@ -212,6 +212,12 @@ def expect_compiles(kernel, *args) -> str | Skipped:
     r = compile_in_child(kernel, args)
     if "skip" in r:
         return Skipped(r["skip"], check)
+    if "lambda" in r:
+        message = (todo_of(kernel) + f"kernel {name} calls a device function written as a lambda ({r['lambda']}): "
+                   "the check hands each function's source to Numba's GPU compiler, and a lambda's source is only "
+                   "the line it stands on: write it as a def")
+        hooks.failed(check, message)
+        raise CheckFailed(message)
     if "refused" in r:
         message = (todo_of(kernel) + f"kernel {name} uses {r['refused']}: a GPU kernel takes its globals and "
                    "captured values as constants (numba-cuda user guide, 'Global Variables and Captured Values'): "
@@ -251,8 +257,8 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
     per_loop: no loop may hold more barriers than this (what a pipeline's design fixes: one per tile with two
     buffers). Returns what was found, a line to print; a Skipped when the source cannot be read."""
     from . import hooks
-    from .barriers import (barrier_lines_in, barriers_by_loop, divergent_barriers, most_per_iteration,
-                           unread_device_functions)
+    from .barriers import (barrier_lines_in, barriers_by_loop, device_functions, divergent_barriers,
+                           most_per_iteration, unread_device_functions)
     from .errors import CheckFailed, todo_of
     name = kernel_name(kernel)
     check = f"barriers of {name}"
@@ -270,6 +276,12 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
             "that has not returned must reach each cuda.syncthreads() (CUDA C++ Programming Guide, 'Synchronization "
             "Functions'): move the barrier out of the branch. Numba's simulator lets it pass; a GPU may hang or "
             "give wrong results.")
+    lambdas = [n for n, f in device_functions(kernel).items() if getattr(getattr(f, "__code__", None), "co_name", "")
+               == "<lambda>"]
+    if required and not sites and lambdas:
+        raise fail(todo_of(kernel) + f"kernel {name} calls {', '.join(lambdas)}, a device function written as a "
+                   "lambda, and has no cuda.syncthreads() of its own: a lambda's barriers cannot be read and counted "
+                   "(its source is only the line it stands on): write it as a def")
     if required and not sites and unread_device_functions(kernel):
         return Skipped(f"none in the kernel itself, and the source of the device functions it calls "
                        f"({', '.join(unread_device_functions(kernel))}) cannot be read here", check)

@@ -351,6 +351,11 @@ def _integrity_baseline(ns: dict, protected) -> dict:
     return {"modules": mods, "attrs": attrs, "codes": codes, "classes": classes, "state": {},
             "data": _toolkit_data(mods),
             "given": {k: ns[k] for k in protected if k in ns},
+            # the lab's upper-case tables of plain data (STAGES, a dict of stage counts): changed in place, they
+            # change what the checks build; the lab's other containers (a cache its checks fill) learner code may
+            # not name (notebook.refusals: a given name that starts with _, a mutating call on a given name)
+            "given_data": {k: text for k in protected if k in ns and k.isupper() and type(ns[k]) in (dict, list, set)
+                           and "<object of" not in (text := _plain(ns[k]))},
             "hooks": _hook_state(hooks), "mode": (hooks.mode, dataclasses.asdict(hooks.mode)),
             "sinks": list(verdicts._sinks), "records": verdicts._records}
 
@@ -474,6 +479,9 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
     for k, v in base["given"].items():
         if ns.get(k, None) is not v:
             out.append(f"{k} (which the lab gives or the grader binds) was rebound")
+    for k, text in base.get("given_data", {}).items():
+        if k in ns and _plain(ns[k]) != text:
+            out.append(f"{k} (a table the lab gives) was changed in place")
     now = _hook_state(hooks)
     for k, (lst, items) in base["hooks"].items():
         if now[k][0] is not lst or [id(h) for h in now[k][1]] != [id(h) for h in items]:

@@ -565,6 +565,10 @@ FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__
               "__array_function__", "__array_interface__", "__array_priority__", "__array_wrap__",
               "__array_finalize__", "__cuda_array_interface__", "__dlpack__"}
 BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
+# the methods that change a list, dict, set or array in place: not called on a name the lab gives
+MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "sort",
+            "reverse", "add", "discard", "difference_update", "intersection_update", "symmetric_difference_update",
+            "fill", "resize", "put", "itemset", "setflags", "copy_from", "poison", "fill_bytes"}
 # dunders a learner's code may read anywhere (a tracing decorator's fn.__name__), and set on what it made
 READABLE_DUNDERS = {"__name__", "__qualname__", "__doc__", "__module__"}
 # a named tuple's own methods and fields, public though their names start with _ (collections.namedtuple's docs)
@@ -823,6 +827,12 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             if isinstance(note, ast.Constant) and isinstance(note.value, str) and not _type_expression(note.value):
                 say("it writes an annotation as a string that is more than a type's name (typing.get_type_hints "
                     "would run it as code): write the type itself, or its name", n)
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in protected and n.id.startswith("_") and isinstance(n.ctx, ast.Load):
+            say(f"it reads {n.id}, the lab's own state (a name the lab gives that starts with _)", n)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MUTATORS \
+                and isinstance(n.func.value, ast.Name) and n.func.value.id in protected - modules:
+            say(f"it changes {n.func.value.id} in place (.{n.func.attr}), which the lab gives", n)
     for n in ast.walk(node):     # a function that rebinds a protected name when called: `global` above; a
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):   # subscript store on one:
             root = n.value
