@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import itertools
 import re
 import shlex
 import symtable
@@ -575,7 +576,7 @@ READABLE_DUNDERS = {"__name__", "__qualname__", "__doc__", "__module__"}
 NAMEDTUPLE = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
 SETTABLE_DUNDERS = {"__name__", "__qualname__", "__doc__"}
 # the names guarded() gives the grader's own helpers in the learner's namespace (no learner's code may name them)
-OWN, MARK, PRIVATE = "__fb_own__", "__fb_class__", "__fb_private__"
+OWN, MARK, PRIVATE, SUPER, SELF = "__fb_own__", "__fb_class__", "__fb_private__", "__fb_super__", "__fb_self__"
 COMPARED = FINALIZERS & {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__hash__", "__len__",
                          "__index__", "__int__", "__float__", "__complex__", "__abs__", "__round__", "__trunc__",
                          "__floor__", "__ceil__", "__contains__"}
@@ -621,43 +622,57 @@ def _methods(cls: ast.ClassDef) -> list:
 
 
 def guarded(node: ast.AST) -> ast.AST:
-    """`node` with a first statement in each method of its classes that refuses a `self` of another class, and
-    Numba's `cache=True` left out (a cell the grader runs has no file for Numba to keep a cache beside).
-    A method read through its class (`type(obj).put(np, f)`, a subclass, a class decorator's `cls.put`, an
-    alias) takes any object as self, and `self.x = v` would then set an attribute of a module or of an array the
-    checks read back; no static rule sees every such path, this test does. `__class__` is the class the method
-    was defined in (Python makes the cell for a function that names it).
+    """`node` as the grader runs it: each method of its classes first refuses a `self` that is not an object of
+    the learner's classes (__fb_self__), and Numba's `cache=True` is left out (a cell the grader runs has no file
+    for Numba to keep a cache beside). A method read through its class (`type(obj).put(np, f)`, a subclass, a
+    class decorator's `cls.put`, an alias) takes any object as self, and `self.x = v` would then set an attribute
+    of a module or of an array the checks read back; no static rule sees every such path, this test does.
 
     Every other attribute set or deleted (`ring_plan.depth = 4`, `cls.count += 1`, `fn.calls = 0`) first hands
-    its object to the namespace's __fb_own__ (_own_objects()), which refuses any object but one of a class the
-    learner's statements define, such a class, or a function of theirs; each class statement is marked as the
-    learner's by the decorator __fb_class__, applied first. `self._x` in a method goes through __fb_private__,
-    which refuses a private name that a class not the learner's defines (a base's `_convert_`). Each helper is
-    read inside a lambda: in a class body a name is looked up first in the class's namespace, which a metaclass
-    makes, so the lambda's global lookup is the one the learner's code cannot answer."""
+    its object to __fb_own__ (_own_objects()), which refuses any object but one of a class the learner's
+    statements define, such a class, or a function of theirs. Each class statement is marked as the learner's by
+    __fb_class__, as its first decorator to apply and again as its last (a decorator that returns a new class
+    made from it, dataclass(slots=True), keeps it the learner's). `self._x` (and `self.__x`, as Python mangles it)
+    goes through __fb_private__ and `super()._x` through __fb_super__, which refuse a private name first defined
+    by a class not the learner's (a base's `_convert_`). Each helper is read inside a lambda: in a class body a
+    name is looked up first in the class's namespace, which a metaclass makes, so the lambda's global lookup is
+    the one the learner's code cannot answer."""
     own = _own_attributes(node)
-    for n in [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and (
-            isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own
-            or id(n) in own and n.attr.startswith("_") and n.attr not in NAMEDTUPLE and isinstance(n.value, ast.Name))]:
-        n.value = ast.copy_location(_helper(PRIVATE if id(n) in own else OWN, n.value, ast.Constant(n.attr)), n)
-    for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
-        cls.decorator_list.append(ast.copy_location(_helper(MARK).func, cls))
+    classes = [n for n in ast.walk(node) if isinstance(n, ast.ClassDef)]
+    inside: dict[int, str] = {}          # an attribute in a method -> its class's name (for self.__x's mangling)
+    for cls in classes:                  # outer classes first: a nested class's methods are named by it
+        for fn in _methods(cls):
+            inside.update((id(n), cls.name) for n in ast.walk(fn) if isinstance(n, ast.Attribute))
+    for n in [n for n in ast.walk(node) if isinstance(n, ast.Attribute)]:
+        if isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own:
+            n.value = ast.copy_location(_helper(OWN, n.value, ast.Constant(n.attr)), n)
+        elif id(n) in own and n.attr.startswith("_") and not _dunder(n.attr) and n.attr not in NAMEDTUPLE:
+            name = f"_{inside.get(id(n), '').lstrip('_')}{n.attr}" if n.attr.startswith("__") else n.attr
+            if isinstance(n.value, ast.Name):
+                n.value = ast.copy_location(_helper(PRIVATE, n.value, ast.Constant(name)), n)
+            elif isinstance(n.value, ast.Call):          # super()._x: the zero-argument super's class and self
+                n.value = ast.copy_location(_helper(SUPER, ast.Name("__class__", ast.Load()),
+                                                    ast.Name("self", ast.Load()), ast.Constant(name)), n)
+    for cls in classes:
+        k = next(_CLASS_STATEMENTS)
+        cls.decorator_list.append(ast.copy_location(_helper(MARK, ast.Constant(k)), cls))
+        cls.decorator_list.insert(0, ast.copy_location(_helper(MARK, ast.Constant(k), ast.Constant(True)), cls))
     for fn in (n for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
         for d in fn.decorator_list:     # Numba's cache=True: no cache folder for a cell the grader names
             if isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] in ("jit", "njit"):
                 d.keywords = [k for k in d.keywords if k.arg != "cache"]
-    for cls in (n for n in ast.walk(node) if isinstance(n, ast.ClassDef)):
+    for cls in classes:
         for fn in _methods(cls):
-            test = ast.parse(
-                "if not isinstance(self, __class__):\n"
-                f"    raise TypeError('{cls.name}.{fn.name} was called on an object that is not a {cls.name}: the "
-                "grader runs a method only on an object of its class')").body[0]
-            for n in ast.walk(test):
-                ast.copy_location(n, fn.body[0])
-                if hasattr(n, "end_lineno"):
-                    n.end_lineno, n.end_col_offset = fn.body[0].lineno, fn.body[0].col_offset
-            fn.body.insert(0, test)
+            test = ast.Expr(_helper(SELF, ast.Name("self", ast.Load()), ast.Constant(f"{cls.name}.{fn.name}")))
+            fn.body.insert(0, ast.copy_location(test, fn.body[0]))
     return ast.fix_missing_locations(node)
+
+
+_CLASS_STATEMENTS = itertools.count()     # one number per class statement the grader runs: its two marks meet
+
+
+def _dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _helper(name: str, *args) -> ast.Call:
@@ -669,15 +684,30 @@ def _helper(name: str, *args) -> ast.Call:
 
 def _own_objects(ns: dict) -> None:
     """Put the helpers guarded() calls into the namespace the learner's statements run in."""
-    classes: list[type] = []
+    classes: list[type] = []             # the learner's classes, by identity
+    first: dict[int, type] = {}          # a class statement's number -> the class it made
+    mro, cdict = type.__dict__["__mro__"].__get__, type.__dict__["__dict__"].__get__   # past a metaclass's own
 
-    def mark(cls):
-        classes.append(cls)
-        return cls
+    def mine(c) -> bool:
+        return any(c is k for k in classes)
+
+    def mark(k, last=False):
+        def made(cls):                   # the class statement's own class, before any decorator of the learner's
+            first[k] = cls
+            classes.append(cls)
+            return cls
+
+        def returned(r):                 # what the decorators returned: a new class is the learner's when it holds
+            o = first.get(k)             # a function or a table the statement made (dataclass(slots=True))
+            if isinstance(r, type) and o is not None and r is not o and any(
+                    isinstance(v, (types.FunctionType, dict)) and cdict(r).get(key, None) is v
+                    for key, v in cdict(o).items()):
+                classes.append(r)
+            return r
+        return returned if last else made
 
     def own(obj, attr):
-        if any(type(obj) is c or obj is c for c in classes) or \
-                type(obj) is types.FunctionType and obj.__globals__ is ns:
+        if mine(type(obj)) or mine(obj) or type(obj) is types.FunctionType and obj.__globals__ is ns:
             return obj
         what = f"the module {obj.__name__}" if isinstance(obj, types.ModuleType) else \
             f"the class {obj.__qualname__}" if isinstance(obj, type) else f"an object of {type(obj).__qualname__}"
@@ -685,19 +715,30 @@ def _own_objects(ns: dict) -> None:
                         f"or on a function of yours, and this is {what}: keep what you need on an object of "
                         "your own")
 
+    def defined_by_mine(chain, attr, where):
+        for c in chain:                  # the first class that defines the name, as attribute lookup finds it
+            if attr in cdict(c):
+                if not mine(c):
+                    raise TypeError(f"{where}.{attr} is {c.__qualname__}'s private name, not one your classes "
+                                    "define: the grader reaches a private name only of your own classes")
+                return
+
     def private(obj, attr):
-        # the first class that defines the name, as attribute lookup finds it (the metaclass's first, for a class)
-        mro = type.__dict__["__mro__"].__get__
-        chains = [mro(type(obj))] + ([mro(obj)] if isinstance(obj, type) else [])
-        for chain in chains:
-            for c in chain:
-                if attr in type.__dict__["__dict__"].__get__(c):
-                    if not any(c is k for k in classes):
-                        raise TypeError(f"self.{attr} is {c.__qualname__}'s private name, not one your class "
-                                        "defines: the grader reaches a private name only of your own classes")
-                    break
+        for chain in [mro(type(obj))] + ([mro(obj)] if isinstance(obj, type) else []):   # a class: its metaclass's
+            defined_by_mine(chain, attr, "self")
         return obj
-    ns[MARK], ns[OWN], ns[PRIVATE] = mark, own, private
+
+    def parent(cls, obj, attr):          # super()._x: the classes after the method's own in self's order
+        chain = mro(type(obj))
+        after = next((i for i, c in enumerate(chain) if c is cls), len(chain))
+        defined_by_mine(chain[after + 1:], attr, "super()")
+        return super(cls, obj)
+
+    def on_mine(obj, method):
+        if not any(mine(c) for c in mro(type(obj))):
+            raise TypeError(f"{method} was called on an object that is not of a class your cells define: the grader "
+                            "runs a method of yours only on an object of your classes")
+    ns[MARK], ns[OWN], ns[PRIVATE], ns[SUPER], ns[SELF] = mark, own, private, parent, on_mine
 
 
 def _type_expression(text: str) -> bool:
@@ -791,9 +832,10 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             say(f"it uses {n.id}" + (": write obj.name = value, on an object of your own" if n.id == "setattr"
                                      else ": write obj.name" if n.id == "getattr" else ""), n)
         elif isinstance(n, ast.Attribute):
-            # self._n in a method (checked as it runs: a private name of the learner's classes), super().__init__
+            # in a method: self._n and self.__n, super()._n (checked as they run: a private name of the learner's
+            # classes), super().__init__
             if n.attr.startswith("_") and not (id(n) in own and (
-                    isinstance(n.value, ast.Name) if not n.attr.startswith("__") else isinstance(n.value, ast.Call))) \
+                    isinstance(n.value, ast.Call) or isinstance(n.value, ast.Name) and not _dunder(n.attr))) \
                     and not (n.attr in READABLE_DUNDERS | NAMEDTUPLE and isinstance(n.ctx, ast.Load)) \
                     and not (n.attr in SETTABLE_DUNDERS and isinstance(n.ctx, ast.Store)):   # self._n; fn.__name__
                 say(f"it reaches the private attribute .{n.attr} (a name that starts with _ is Python's or the "
@@ -828,17 +870,20 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 say("it writes an annotation as a string that is more than a type's name (typing.get_type_hints "
                     "would run it as code): write the type itself, or its name", n)
     for n in ast.walk(node):
-        if isinstance(n, ast.Name) and n.id in protected and n.id.startswith("_") and isinstance(n.ctx, ast.Load):
+        # (a local variable or parameter of the same name is the learner's own)
+        if isinstance(n, ast.Name) and n.id in protected and n.id.startswith("_") and isinstance(n.ctx, ast.Load) \
+                and id(n) not in local:
             say(f"it reads {n.id}, the lab's own state (a name the lab gives that starts with _)", n)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MUTATORS \
-                and isinstance(n.func.value, ast.Name) and n.func.value.id in protected - modules:
+                and isinstance(n.func.value, ast.Name) and n.func.value.id in protected - modules \
+                and id(n.func.value) not in local:
             say(f"it changes {n.func.value.id} in place (.{n.func.attr}), which the lab gives", n)
     for n in ast.walk(node):     # a function that rebinds a protected name when called: `global` above; a
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):   # subscript store on one:
             root = n.value
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root = root.value
-            if isinstance(root, ast.Name) and root.id in protected | modules and n is not node:
+            if isinstance(root, ast.Name) and root.id in protected | modules and n is not node and id(root) not in local:
                 say(f"it changes an item of {root.id}", n)
     if lines is not None:
         lines.extend(out.values())
