@@ -772,6 +772,9 @@ NAMESPACE = ("class Open(dict):\n    def __missing__(self, key):\n        if key
     ("import enum\nclass Arm(enum.EnumType):\n    def arm(self):\n        return self._convert_('x', 'feedbeast.errors', "
      "lambda n: n == 'FeedbeastError', fb.errors)\n\nclass Tol(enum.Enum, metaclass=Arm):\n    A = 1\n\nTol.arm()",
      True, "self._convert_ is EnumType's private name"),
+    # a decorator that returns a toolkit class, after the class body read one of its methods: not the learner's
+    ("def back(c):\n    return fb.DeviceArray\n\n@back\nclass Twin:\n    to_host = fb.DeviceArray.to_host\n\n"
+     "Twin.hint = 'forged'", True, "the grader sets .hint only on"),
     ("import enum\nclass Arm(enum.EnumType):\n    def arm(self):\n        return super()._convert_\n\n"
      "class Tol(enum.Enum, metaclass=Arm):\n    A = 1\n\nTol.arm()", True, "super()._convert_ is EnumType's private name"),
     # what an ordinary class hierarchy of the learner's writes: a base's private helper through super(), a name

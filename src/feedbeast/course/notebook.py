@@ -698,10 +698,10 @@ def _own_objects(ns: dict) -> None:
             return cls
 
         def returned(r):                 # what the decorators returned: a new class is the learner's when it holds
-            o = first.get(k)             # a function or a table the statement made (dataclass(slots=True))
-            if isinstance(r, type) and o is not None and r is not o and any(
-                    isinstance(v, (types.FunctionType, dict)) and cdict(r).get(key, None) is v
-                    for key, v in cdict(o).items()):
+            o = first.get(k)             # a method the statement made (dataclass(slots=True) makes the class anew);
+            if isinstance(r, type) and o is not None and r is not o and any(   # one read from a foreign class
+                    type(v) is types.FunctionType and v.__globals__ is ns       # into the body is not the learner's
+                    and cdict(r).get(key, None) is v for key, v in cdict(o).items()):
                 classes.append(r)
             return r
         return returned if last else made
