@@ -683,6 +683,7 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("def f(w):\n    return len(_mods)", False),
     ("def f(w):\n    STAGES.update({1: 2})", False),
     ("def f(w):\n    return np.sort(w), sorted(STAGES)", True),
+    ("def f(w):\n    class Box:\n        _mods = _mods\n    return Box", False),      # a class body reads the global
     # a local variable or a parameter named like a given name is the learner's own
     ("def quantize(w):\n    STAGES = np.abs(w)\n    STAGES.sort(axis=1)\n    STAGES[0] = 1\n    return STAGES", True),
     ("def f(_mods, near):\n    _mods.update({})\n    for STAGES in near:\n        STAGES.fill(0)\n    return _mods", True),
@@ -772,6 +773,8 @@ NAMESPACE = ("class Open(dict):\n    def __missing__(self, key):\n        if key
     ("import enum\nclass Arm(enum.EnumType):\n    def arm(self):\n        return self._convert_('x', 'feedbeast.errors', "
      "lambda n: n == 'FeedbeastError', fb.errors)\n\nclass Tol(enum.Enum, metaclass=Arm):\n    A = 1\n\nTol.arm()",
      True, "self._convert_ is EnumType's private name"),
+    # a toolkit class's own _make is not a named tuple's
+    ("def f(x):\n    return x._make([1])\n\nf(fb.DeviceArray)", True, "._make is a named tuple's"),
     # a decorator that returns a toolkit class, after the class body read one of its methods: not the learner's
     ("def back(c):\n    return fb.DeviceArray\n\n@back\nclass Twin:\n    to_host = fb.DeviceArray.to_host\n\n"
      "Twin.hint = 'forged'", True, "the grader sets .hint only on"),

@@ -576,7 +576,8 @@ READABLE_DUNDERS = {"__name__", "__qualname__", "__doc__", "__module__"}
 NAMEDTUPLE = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
 SETTABLE_DUNDERS = {"__name__", "__qualname__", "__doc__"}
 # the names guarded() gives the grader's own helpers in the learner's namespace (no learner's code may name them)
-OWN, MARK, PRIVATE, SUPER, SELF = "__fb_own__", "__fb_class__", "__fb_private__", "__fb_super__", "__fb_self__"
+OWN, MARK, PRIVATE, SUPER, SELF, TUPLE = ("__fb_own__", "__fb_class__", "__fb_private__", "__fb_super__", "__fb_self__",
+                                         "__fb_tuple__")
 COMPARED = FINALIZERS & {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__hash__", "__len__",
                          "__index__", "__int__", "__float__", "__complex__", "__abs__", "__round__", "__trunc__",
                          "__floor__", "__ceil__", "__contains__"}
@@ -644,7 +645,9 @@ def guarded(node: ast.AST) -> ast.AST:
         for fn in _methods(cls):
             inside.update((id(n), cls.name) for n in ast.walk(fn) if isinstance(n, ast.Attribute))
     for n in [n for n in ast.walk(node) if isinstance(n, ast.Attribute)]:
-        if isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own:
+        if n.attr in NAMEDTUPLE and isinstance(n.ctx, ast.Load):     # a named tuple's, not a toolkit's _make
+            n.value = ast.copy_location(_helper(TUPLE, n.value, ast.Constant(n.attr)), n)
+        elif isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own:
             n.value = ast.copy_location(_helper(OWN, n.value, ast.Constant(n.attr)), n)
         elif id(n) in own and n.attr.startswith("_") and not _dunder(n.attr) and n.attr not in NAMEDTUPLE:
             name = f"_{inside.get(id(n), '').lstrip('_')}{n.attr}" if n.attr.startswith("__") else n.attr
@@ -699,7 +702,8 @@ def _own_objects(ns: dict) -> None:
 
         def returned(r):                 # what the decorators returned: a new class is the learner's when it holds
             o = first.get(k)             # a method the statement made (dataclass(slots=True) makes the class anew);
-            if isinstance(r, type) and o is not None and r is not o and any(   # one read from a foreign class
+            if isinstance(r, type) and o is not None and r is not o and r.__module__ == o.__module__ \
+                    and r.__qualname__ == o.__qualname__ and any(   # one read from a foreign class
                     type(v) is types.FunctionType and v.__globals__ is ns       # into the body is not the learner's
                     and cdict(r).get(key, None) is v for key, v in cdict(o).items()):
                 classes.append(r)
@@ -734,11 +738,17 @@ def _own_objects(ns: dict) -> None:
         defined_by_mine(chain[after + 1:], attr, "super()")
         return super(cls, obj)
 
+    def named_tuple(obj, attr):
+        if issubclass(obj if isinstance(obj, type) else type(obj), tuple):
+            return obj
+        raise TypeError(f".{attr} is a named tuple's; this is an object of {type(obj).__qualname__}, whose .{attr} "
+                        "is its own private name")
+
     def on_mine(obj, method):
         if not any(mine(c) for c in mro(type(obj))):
             raise TypeError(f"{method} was called on an object that is not of a class your cells define: the grader "
                             "runs a method of yours only on an object of your classes")
-    ns[MARK], ns[OWN], ns[PRIVATE], ns[SUPER], ns[SELF] = mark, own, private, parent, on_mine
+    ns[MARK], ns[OWN], ns[PRIVATE], ns[SUPER], ns[SELF], ns[TUPLE] = mark, own, private, parent, on_mine, named_tuple
 
 
 def _type_expression(text: str) -> bool:
@@ -931,7 +941,9 @@ def _function_locals(node) -> set[int]:
         for o in outer:
             walk([o], env)
         nodes = list(own(body))
-        here = params | {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        # a class body's own names are not local to it: a read there falls back to the globals (`_mods = _mods`)
+        here = set() if isinstance(scope, ast.ClassDef) else \
+            params | {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         seen = env | here
         for n in nodes:
             if isinstance(n, _SCOPES):
