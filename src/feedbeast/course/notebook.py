@@ -700,12 +700,15 @@ def _own_objects(ns: dict) -> None:
             classes.append(cls)
             return cls
 
-        def returned(r):                 # what the decorators returned: a new class is the learner's when it holds
-            o = first.get(k)             # a method the statement made (dataclass(slots=True) makes the class anew);
+        def returned(r):
+            # What the decorators returned. A new class (dataclass(slots=True) makes the class anew) is the
+            # learner's when it has the statement's name and holds a method the learner's code made; a method
+            # read from a foreign class into the body does not count.
+            o = first.get(k)
             if isinstance(r, type) and o is not None and r is not o and r.__module__ == o.__module__ \
-                    and r.__qualname__ == o.__qualname__ and any(   # one read from a foreign class
-                    type(v) is types.FunctionType and v.__globals__ is ns       # into the body is not the learner's
-                    and cdict(r).get(key, None) is v for key, v in cdict(o).items()):
+                    and r.__qualname__ == o.__qualname__ and any(
+                        type(v) is types.FunctionType and v.__globals__ is ns and cdict(r).get(key, None) is v
+                        for key, v in cdict(o).items()):
                 classes.append(r)
             return r
         return returned if last else made
