@@ -931,6 +931,15 @@ def test_a_learner_helper_that_zeroes_the_input_does_not_make_a_zero_kernel_righ
     assert rep.status == "failed" and "transpose_tiled" in rep.first_failure, str(rep)
 
 
+def test_a_quantize_that_zeroes_its_input_does_not_make_its_zero_codes_right(tmp_path):
+    """Lab 10's check takes its reference before quantize sees w and hands quantize a copy: codes of zeros with
+    scales of one fail even when quantize first zeroes the w it was given."""
+    lab = ROOT / "labs/10-fp8-gemv.ipynb"
+    rep = g.grade(nbm.planted(lab, [("def quantize(w):\n", "def quantize(w):\n    w[...] = 0\n")],
+                              to=tmp_path / lab.name), timeout=300)
+    assert rep.status == "failed" and "quantize: the scale of row" in str(rep), str(rep)
+
+
 def test_lab_10s_helpers_are_the_lab_s_own(tmp_path):
     """Which builds the SASS check reads, how the checks launch and the reference's dequantization come from the
     lab's given cell: a learner's TOKENS = () (which skipped the SASS loop) changes nothing."""

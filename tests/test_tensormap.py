@@ -208,3 +208,24 @@ def test_a_map_is_checked_however_it_is_made_and_cannot_be_changed():
     assert type(m.swizzle) is int and m.swizzle != 128
     with pytest.raises(dataclasses.FrozenInstanceError):
         m.swizzle = 128
+
+
+def test_a_launch_takes_only_the_toolkit_s_own_tensor_map():
+    """A class of the learner's named TensorMap could compute `raw` while the launch packs it (writing the right
+    answer into the output first): the launch refuses it by name, on any machine."""
+    import importlib
+    launch = importlib.import_module("feedbeast.launch")
+    import dataclasses
+    m = fb.tensor_map(fb.empty((64, 64), np.float32), box=(32, 32))
+    assert launch._is_tensor_map(m) and not launch._is_tensor_map(np.zeros(2))
+
+    class TensorMap(fb.TensorMap):
+        @property
+        def raw(self):
+            return bytes(128)
+
+        @raw.setter
+        def raw(self, value):
+            pass
+    with pytest.raises(fb.LaunchError, match="not a class of your own"):
+        launch._is_tensor_map(TensorMap(**{f.name: getattr(m, f.name) for f in dataclasses.fields(m)}))

@@ -464,7 +464,16 @@ def _check_pointee(arg, kind: str, what: str) -> None:
 
 
 def _is_tensor_map(arg):
-    return type(arg).__name__ == "TensorMap" and hasattr(arg, "raw")   # no import: launch stays cheap
+    """fb.TensorMap itself (no import: launch stays cheap, and none exists before feedbeast.tensormap is loaded).
+    A class of another's named TensorMap is refused: its `raw` could run code while the launch packs it."""
+    import sys
+    tm = sys.modules.get("feedbeast.tensormap")
+    if tm is not None and type(arg) is tm.TensorMap:
+        return True
+    if type(arg).__name__ == "TensorMap":
+        raise LaunchError(f"an argument of type {type(arg).__module__}.{type(arg).__qualname__}: pass the tensor map "
+                          "fb.tensor_map made (fb.TensorMap itself, not a class of your own)")
+    return False
 
 
 def _arg_bytes(arg, size, what, check_only=False) -> bytes | None:
