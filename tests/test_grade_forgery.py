@@ -653,7 +653,6 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("from feedbeast.compile import Path", False),
     ("S = type('S', (int,), {'_' + '_ne__': lambda s, o: False})", False),
     ("def kind(x):\n    return type(x) is int", True),
-    ("def peek(self):\n    return self._hazards", False),
     ("class C:\n    def __init__(self):\n        self._n = 0\n    def n(self):\n        return self._n", True),
     ("class Box:\n    def area(self):\n        return 1\n\nbest = sorted([Box()], key=Box.area)", True),
     ("import functools as ft\ndef deco(f):\n    @ft.wraps(f)\n    def g(*a):\n        return f(*a)\n    return g", True),
@@ -773,6 +772,12 @@ NAMESPACE = ("class Open(dict):\n    def __missing__(self, key):\n        if key
     ("import enum\nclass Arm(enum.EnumType):\n    def arm(self):\n        return self._convert_('x', 'feedbeast.errors', "
      "lambda n: n == 'FeedbeastError', fb.errors)\n\nclass Tol(enum.Enum, metaclass=Arm):\n    A = 1\n\nTol.arm()",
      True, "self._convert_ is EnumType's private name"),
+    # another object's private name: only of the learner's objects and classes, and a name their classes define
+    ("def peek(self):\n    return self._check\n\npeek(fb.device)", True, "._check is a private name of the module"),
+    ("def peek(c):\n    return c._missing_\n\nimport enum\npeek(enum.Enum)", True, "._missing_ is a private name of the class"),
+    ("class Acc:\n    _made = 0\n    def __init__(self, n):\n        self._n = n\n        type(self)._made += 1\n"
+     "    def merge(self, other):\n        return Acc(self._n + other._n)\n\n"
+     "assert Acc(2).merge(Acc(3))._n == 5 and Acc._made == 3", True, None),
     # a toolkit class's own _make is not a named tuple's
     ("def f(x):\n    return x._make([1])\n\nf(fb.DeviceArray)", True, "._make is a named tuple's"),
     # a decorator that returns a toolkit class, after the class body read one of its methods: not the learner's

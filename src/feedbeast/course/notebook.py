@@ -576,8 +576,8 @@ READABLE_DUNDERS = {"__name__", "__qualname__", "__doc__", "__module__"}
 NAMEDTUPLE = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
 SETTABLE_DUNDERS = {"__name__", "__qualname__", "__doc__"}
 # the names guarded() gives the grader's own helpers in the learner's namespace (no learner's code may name them)
-OWN, MARK, PRIVATE, SUPER, SELF, TUPLE = ("__fb_own__", "__fb_class__", "__fb_private__", "__fb_super__", "__fb_self__",
-                                         "__fb_tuple__")
+OWN, MARK, PRIVATE, SUPER, SELF, TUPLE, PRIVATE_OF = (
+    "__fb_own__", "__fb_class__", "__fb_private__", "__fb_super__", "__fb_self__", "__fb_tuple__", "__fb_private_of__")
 COMPARED = FINALIZERS & {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__hash__", "__len__",
                          "__index__", "__int__", "__float__", "__complex__", "__abs__", "__round__", "__trunc__",
                          "__floor__", "__ceil__", "__contains__"}
@@ -647,6 +647,11 @@ def guarded(node: ast.AST) -> ast.AST:
     for n in [n for n in ast.walk(node) if isinstance(n, ast.Attribute)]:
         if n.attr in NAMEDTUPLE and isinstance(n.ctx, ast.Load):     # a named tuple's, not a toolkit's _make
             n.value = ast.copy_location(_helper(TUPLE, n.value, ast.Constant(n.attr)), n)
+        elif id(n) not in own and n.attr.startswith("_") and not n.attr.startswith("__"):
+            # another object's private name (`other._n`, `Counter._made`): one of the learner's objects or classes,
+            # and a name their classes define (set, it is also an attribute set: __fb_own__ first)
+            value = _helper(OWN, n.value, ast.Constant(n.attr)) if isinstance(n.ctx, (ast.Store, ast.Del)) else n.value
+            n.value = ast.copy_location(_helper(PRIVATE_OF, value, ast.Constant(n.attr)), n)
         elif isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own:
             n.value = ast.copy_location(_helper(OWN, n.value, ast.Constant(n.attr)), n)
         elif id(n) in own and n.attr.startswith("_") and not _dunder(n.attr) and n.attr not in NAMEDTUPLE:
@@ -735,6 +740,17 @@ def _own_objects(ns: dict) -> None:
             defined_by_mine(chain, attr, "self")
         return obj
 
+    def private_of(obj, attr):           # not self: first, an object or a class of the learner's
+        if not (mine(obj) or any(mine(c) for c in mro(type(obj)))):
+            what = f"the module {obj.__name__}" if isinstance(obj, types.ModuleType) else \
+                f"the class {obj.__qualname__}" if isinstance(obj, type) else f"an object of {type(obj).__qualname__}"
+            raise TypeError(f".{attr} is a private name of {what}: the grader reaches a private name only of your "
+                            "own objects and classes")
+        where = obj.__qualname__ if isinstance(obj, type) else type(obj).__qualname__
+        for chain in [mro(type(obj))] + ([mro(obj)] if isinstance(obj, type) else []):
+            defined_by_mine(chain, attr, where)
+        return obj
+
     def parent(cls, obj, attr):          # super()._x: the classes after the method's own in self's order
         chain = mro(type(obj))
         after = next((i for i, c in enumerate(chain) if c is cls), len(chain))
@@ -752,6 +768,7 @@ def _own_objects(ns: dict) -> None:
             raise TypeError(f"{method} was called on an object that is not of a class your cells define: the grader "
                             "runs a method of yours only on an object of your classes")
     ns[MARK], ns[OWN], ns[PRIVATE], ns[SUPER], ns[SELF], ns[TUPLE] = mark, own, private, parent, on_mine, named_tuple
+    ns[PRIVATE_OF] = private_of
 
 
 def _type_expression(text: str) -> bool:
@@ -847,12 +864,14 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
         elif isinstance(n, ast.Attribute):
             # in a method: self._n and self.__n, super()._n (checked as they run: a private name of the learner's
             # classes), super().__init__
+            # another object's _n too (checked as it runs: an object of the learner's, a name their classes define)
             if n.attr.startswith("_") and not (id(n) in own and (
                     isinstance(n.value, ast.Call) or isinstance(n.value, ast.Name) and not _dunder(n.attr))) \
+                    and n.attr.startswith("__") \
                     and not (n.attr in READABLE_DUNDERS | NAMEDTUPLE and isinstance(n.ctx, ast.Load)) \
                     and not (n.attr in SETTABLE_DUNDERS and isinstance(n.ctx, ast.Store)):   # self._n; fn.__name__
-                say(f"it reaches the private attribute .{n.attr} (a name that starts with _ is Python's or the "
-                    "toolkit's, except self._name in a method of a class of your own)", n)
+                say(f"it reaches the private attribute .{n.attr} (a name that starts with __ is Python's or a class's "
+                    "own, except self.__name in a method of your class and super().__init__)", n)
             elif n.attr in INTERNAL and id(n) not in decorators and id(n) not in own:   # @functools.cache
                 say(f"it reaches .{n.attr} (the grader's and the toolkit's own state)", n)
             elif n.attr in CALLS - {"input", "super"}:
