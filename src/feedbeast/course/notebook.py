@@ -555,6 +555,7 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super"}
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__", "__prepare__",
+              "__dict__",     # a class's own __dict__ would answer for what its objects hold
               "__getattribute__", "__setattr__", "__delattr__",
               # pickling hooks: an object rebuilt from a pickle calls what its __reduce__ names, outside its own frames
               "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__",
@@ -651,13 +652,15 @@ def guarded(node: ast.AST) -> ast.AST:
             # another object's private name (`other._n`, `Counter._made`): one of the learner's objects or classes,
             # and a name their classes define (set, it is also an attribute set: __fb_own__ first)
             value = _helper(OWN, n.value, ast.Constant(n.attr)) if isinstance(n.ctx, (ast.Store, ast.Del)) else n.value
-            n.value = ast.copy_location(_helper(PRIVATE_OF, value, ast.Constant(n.attr)), n)
+            n.value = ast.copy_location(_helper(PRIVATE_OF, value, ast.Constant(n.attr),
+                                                ast.Constant(isinstance(n.ctx, ast.Load))), n)
         elif isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in own:
             n.value = ast.copy_location(_helper(OWN, n.value, ast.Constant(n.attr)), n)
         elif id(n) in own and n.attr.startswith("_") and not _dunder(n.attr) and n.attr not in NAMEDTUPLE:
             name = f"_{inside.get(id(n), '').lstrip('_')}{n.attr}" if n.attr.startswith("__") else n.attr
             if isinstance(n.value, ast.Name):
-                n.value = ast.copy_location(_helper(PRIVATE, n.value, ast.Constant(name)), n)
+                n.value = ast.copy_location(_helper(PRIVATE, n.value, ast.Constant(name),
+                                                    ast.Constant(isinstance(n.ctx, ast.Load))), n)
             elif isinstance(n.value, ast.Call):          # super()._x: the zero-argument super's class and self
                 n.value = ast.copy_location(_helper(SUPER, ast.Name("__class__", ast.Load()),
                                                     ast.Name("self", ast.Load()), ast.Constant(name)), n)
@@ -727,29 +730,40 @@ def _own_objects(ns: dict) -> None:
                         f"or on a function of yours, and this is {what}: keep what you need on an object of "
                         "your own")
 
-    def defined_by_mine(chain, attr, where):
+    def defined_by_mine(chain, attr, where) -> bool:
         for c in chain:                  # the first class that defines the name, as attribute lookup finds it
             if attr in cdict(c):
                 if not mine(c):
                     raise TypeError(f"{where}.{attr} is {c.__qualname__}'s private name, not one your classes "
                                     "define: the grader reaches a private name only of your own classes")
-                return
+                return True
+        return False
 
-    def private(obj, attr):
-        for chain in [mro(type(obj))] + ([mro(obj)] if isinstance(obj, type) else []):   # a class: its metaclass's
-            defined_by_mine(chain, attr, "self")
+    def held(obj, attr, where, load):
+        # a class's name (the metaclass's first, for a class), or, read, one the object itself holds: a name
+        # found nowhere would fall through to a toolkit base's __getattr__, which may hand on any object's
+        found = False
+        for chain in [mro(type(obj))] + ([mro(obj)] if isinstance(obj, type) else []):
+            found = defined_by_mine(chain, attr, where) or found
+        if load and not found:
+            try:
+                own_dict = {} if isinstance(obj, type) else object.__getattribute__(obj, "__dict__")
+            except AttributeError:
+                own_dict = {}
+            if attr not in own_dict:
+                raise AttributeError(f"{where} has no attribute {attr!r}")
         return obj
 
-    def private_of(obj, attr):           # not self: first, an object or a class of the learner's
+    def private(obj, attr, load=True):
+        return held(obj, attr, "self", load)
+
+    def private_of(obj, attr, load=True):   # not self: first, an object or a class of the learner's
         if not (mine(obj) or any(mine(c) for c in mro(type(obj)))):
             what = f"the module {obj.__name__}" if isinstance(obj, types.ModuleType) else \
                 f"the class {obj.__qualname__}" if isinstance(obj, type) else f"an object of {type(obj).__qualname__}"
             raise TypeError(f".{attr} is a private name of {what}: the grader reaches a private name only of your "
                             "own objects and classes")
-        where = obj.__qualname__ if isinstance(obj, type) else type(obj).__qualname__
-        for chain in [mro(type(obj))] + ([mro(obj)] if isinstance(obj, type) else []):
-            defined_by_mine(chain, attr, where)
-        return obj
+        return held(obj, attr, obj.__qualname__ if isinstance(obj, type) else type(obj).__qualname__, load)
 
     def parent(cls, obj, attr):          # super()._x: the classes after the method's own in self's order
         chain = mro(type(obj))
