@@ -635,8 +635,10 @@ def guarded(node: ast.AST) -> ast.AST:
     statements define, such a class, or a function of theirs. Each class statement is marked as the learner's by
     __fb_class__, as its first decorator to apply and again as its last (a decorator that returns a new class
     made from it, dataclass(slots=True), keeps it the learner's). `self._x` (and `self.__x`, as Python mangles it)
-    goes through __fb_private__ and `super()._x` through __fb_super__, which refuse a private name first defined
-    by a class not the learner's (a base's `_convert_`). Each helper is read inside a lambda: in a class body a
+    goes through __fb_private__, `super()._x` through __fb_super__ and another object's `_x` through
+    __fb_private_of__ (which first asks that the object or class be the learner's): each refuses a private name
+    first defined by a class not the learner's (a base's `_convert_`), and a read of one nothing defines or holds.
+    A named tuple's `_make`, `_replace` and kin go through __fb_tuple__ (a tuple's only). Each helper is read inside a lambda: in a class body a
     name is looked up first in the class's namespace, which a metaclass makes, so the lambda's global lookup is
     the one the learner's code cannot answer."""
     own = _own_attributes(node)
@@ -724,11 +726,9 @@ def _own_objects(ns: dict) -> None:
     def own(obj, attr):
         if mine(type(obj)) or mine(obj) or type(obj) is types.FunctionType and obj.__globals__ is ns:
             return obj
-        what = f"the module {obj.__name__}" if isinstance(obj, types.ModuleType) else \
-            f"the class {obj.__qualname__}" if isinstance(obj, type) else f"an object of {type(obj).__qualname__}"
         raise TypeError(f"the grader sets .{attr} only on an object of a class your cells define, on such a class "
-                        f"or on a function of yours, and this is {what}: keep what you need on an object of "
-                        "your own")
+                        f"or on a function of yours, and this is {_described(obj)}: keep what you need on an object "
+                        "of your own")
 
     def defined_by_mine(chain, attr, where) -> bool:
         for c in chain:                  # the first class that defines the name, as attribute lookup finds it
@@ -759,10 +759,8 @@ def _own_objects(ns: dict) -> None:
 
     def private_of(obj, attr, load=True):   # not self: first, an object or a class of the learner's
         if not (mine(obj) or any(mine(c) for c in mro(type(obj)))):
-            what = f"the module {obj.__name__}" if isinstance(obj, types.ModuleType) else \
-                f"the class {obj.__qualname__}" if isinstance(obj, type) else f"an object of {type(obj).__qualname__}"
-            raise TypeError(f".{attr} is a private name of {what}: the grader reaches a private name only of your "
-                            "own objects and classes")
+            raise TypeError(f".{attr} is a private name of {_described(obj)}: the grader reaches a private name "
+                            "only of your own objects and classes")
         return held(obj, attr, obj.__qualname__ if isinstance(obj, type) else type(obj).__qualname__, load)
 
     def parent(cls, obj, attr):          # super()._x: the classes after the method's own in self's order
@@ -783,6 +781,11 @@ def _own_objects(ns: dict) -> None:
                             "runs a method of yours only on an object of your classes")
     ns[MARK], ns[OWN], ns[PRIVATE], ns[SUPER], ns[SELF], ns[TUPLE] = mark, own, private, parent, on_mine, named_tuple
     ns[PRIVATE_OF] = private_of
+
+
+def _described(obj) -> str:
+    return f"the module {obj.__name__}" if isinstance(obj, types.ModuleType) else \
+        f"the class {obj.__qualname__}" if isinstance(obj, type) else f"an object of {type(obj).__qualname__}"
 
 
 def _type_expression(text: str) -> bool:
