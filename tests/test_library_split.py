@@ -91,3 +91,21 @@ def test_a_skip_gets_what_a_gpu_run_recorded_once_from_one_function(monkeypatch)
 
 def test_one_name_for_the_sanitizer_mode_and_for_a_verdict():
     assert not hasattr(hooks, "under_sanitizer") and not hasattr(hooks, "record")
+
+
+def test_dir_of_fb_lists_the_learners_library_not_its_plumbing():
+    """dir(fb) and tab completion show the functions, classes and modules the chapters name; the plumbing modules
+    stay importable (feedbeast.memory, fb.device._check in a test) but are neither listed nor offered as near misses."""
+    listed = dir(fb)
+    for name in ("compile", "tensor_map", "bench", "check", "racecheck", "Skipped", "sass", "hooks", "examples"):
+        assert name in listed, name
+    for plumbing in ("device", "memory", "launch", "view", "skip", "cache", "magic", "peaks", "timeline", "tensormap",
+                     "_hazards", "_view"):
+        assert plumbing not in listed, plumbing
+    assert all(hasattr(fb, n) for n in fb.__all__)
+    assert importlib.import_module("feedbeast.memory").to_device is fb.to_device
+    with pytest.raises(AttributeError, match=r"did you mean fb\.empty\?"):
+        fb.emtpy
+    with pytest.raises(AttributeError) as e:
+        fb.tensormaps
+    assert "fb.tensormap?" not in str(e.value) and "fb.tensor_map" in str(e.value)

@@ -68,10 +68,28 @@ def pick(gpu_value, cpu_value, *, sanitize=None, quick=None):
     return quick if quick is not None and hooks.mode.quick else gpu_value
 
 
+# What a learner reaches as fb.<name>: the functions and classes above and the modules the chapters name. The other
+# modules (device, memory, launch, ...) are the library's plumbing: importable, but not listed by dir(fb) or tab
+# completion, nor offered as a near miss.
+__all__ = sorted([
+    "BarrierTimeout", "BenchResult", "CheckFailed", "CheckResult", "CompileError", "DeviceArray", "FeedbeastError",
+    "HazardFound", "Kernel", "KernelFault", "LaunchError", "Module", "PhysicalLimitError", "SassMismatch", "Skipped",
+    "Tally", "TensorMap", "TensorMapError",
+    "bench", "bfloat16", "check", "compile", "cublas_gemm", "describe", "empty", "empty_like", "gpu", "isolated",
+    "load_ipython_extension", "needs", "needs_gpu", "physical_peak", "pick", "profile", "racecheck", "random",
+    "result_of", "runs_on", "sync", "tally", "tensor_map", "to_device", "ceiling",
+    "ceilings", "cubin", "errors", "examples", "hazards", "hooks", "profiling", "sass",
+])
+
+
+def __dir__():
+    return __all__ + ["__version__"]
+
+
 def __getattr__(name: str):
     """A name the toolkit does not have: the names it has that are closest to it (`fb.emtpy`: empty)."""
     import difflib
-    near = difflib.get_close_matches(name, [n for n in globals() if not n.startswith("_")], n=3, cutoff=0.7)
+    near = difflib.get_close_matches(name, __all__, n=3, cutoff=0.7)
     raise AttributeError(f"module 'feedbeast' (fb) has no attribute {name!r}"
                          + (f"; did you mean {' or '.join(f'fb.{n}' for n in near)}?" if near else ""))
 
