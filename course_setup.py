@@ -64,7 +64,7 @@ def install() -> None:
           "fresh Python, a minute or so ...", flush=True)
     try:
         subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-c", pins.name,
-                               f"feedbeast[{extra}] @ {source()}"])
+                               f"feedbeast[{extra},course] @ {source()}"])
     except subprocess.CalledProcessError as e:
         raise RuntimeError(
             f"pip could not install the course from {source()} (exit status {e.returncode}): its last ERROR above "

@@ -3,6 +3,8 @@ GPU runs' records (feedbeast.course.results.plot_recorded, no name of the librar
 recorded to a skip, and the run modes read from feedbeast.hooks.mode. All run on a CPU."""
 import importlib
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -109,3 +111,32 @@ def test_dir_of_fb_lists_the_learners_library_not_its_plumbing():
     with pytest.raises(AttributeError) as e:
         fb.tensormaps
     assert "fb.tensormap?" not in str(e.value) and "fb.tensor_map" in str(e.value)
+
+
+def test_the_library_needs_no_notebook_stack_and_the_course_says_what_to_install(monkeypatch, capsys, tmp_path):
+    """The grader's packages are the extra `course`, not the library's: without nbformat the library still imports
+    and the course's command line names what to install instead of a traceback."""
+    import sys
+    tomllib = pytest.importorskip("tomllib")     # Python 3.11+
+    from pathlib import Path
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    core = {d.split(">")[0].split("=")[0].split("<")[0].strip() for d in project["dependencies"]}
+    assert not core & {"nbformat", "nbclient"}, core
+    assert {"nbformat", "nbclient"} <= {d.split(">")[0] for d in project["optional-dependencies"]["course"]}
+    from feedbeast.course.__main__ import COURSE_PACKAGES, main
+    assert set(COURSE_PACKAGES) == {"nbformat", "nbclient"}
+    for name in list(sys.modules):
+        if name.split(".")[0] == "nbformat" or name in ("feedbeast.course.grade", "feedbeast.course.roster"):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "nbformat", None)     # what import finds where nbformat is not installed
+    lab = tmp_path / "00-copy-kernel.ipynb"
+    lab.write_text("{}")
+    for argv in (["grade", str(lab)], ["roster", "--homes", str(tmp_path)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "needs nbformat" in err and "pip install 'feedbeast[course]'" in err, err
+    assert lab.read_text() == "{}"
+    alone = subprocess.run([sys.executable, "-c", "import sys; sys.modules['nbformat'] = sys.modules['nbclient'] = None\n"
+                            "import feedbeast as fb; import feedbeast.course; print(fb.compile.__name__)"],
+                           capture_output=True, text=True, env={**os.environ, "FEEDBEAST_HOOKS": "feedbeast.course"})
+    assert alone.returncode == 0 and alone.stdout.strip() == "compile", alone.stderr[-2000:]

@@ -16,8 +16,24 @@ import sys
 from pathlib import Path
 
 
+# The course machinery's own packages (pyproject's extra `course`); the library runs without them.
+COURSE_PACKAGES = ("nbformat", "nbclient")
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv))
+    except ModuleNotFoundError as e:
+        if e.name not in COURSE_PACKAGES:
+            raise
+        print(f"the course's command line needs {e.name}, which this Python ({sys.executable}) lacks: the library "
+              "alone (pip install feedbeast) does not bring it. Install the course's extra, with the course's pins "
+              "if you have the checkout: pip install 'feedbeast[course]' -c requirements/base.txt (or make install), "
+              "then run the command again.", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__)
         return 0 if argv else 2
