@@ -971,3 +971,46 @@ def test_lab_10s_helpers_are_the_lab_s_own(tmp_path):
                 c.source = "\n".join(ln for ln in c.source.split("\n") if "TODO: your code here" not in ln)
     rep = g.grade(nbm.planted(lab, stub, edit=edit, to=tmp_path / lab.name), timeout=600)
     assert rep.status == "failed" and "F2FP.F16.E4M3.UNPACK_B" in str(rep), str(rep)
+
+
+_CHECKS_OWN = ("which the checks bind for themselves")
+
+
+@pytest.mark.parametrize("name, lab, plants", [
+    # lab 10: quantize hands back the checks' own reference
+    ("quantize returns the checks' want", "10-fp8-gemv", [
+        ("def quantize(w):\n", "want = want_s = None\n\n\ndef quantize(w):\n    return want, want_s\n")]),
+    # lab 10: quantize records a verdict through the module the checks imported for themselves
+    ("quantize calls the checks' verdicts", "10-fp8-gemv", [
+        ("def quantize(w):\n", "verdicts = None\n\n\ndef quantize(w):\n    verdicts.passed('gemv_fp8', 'ok')\n")]),
+    # lab 01: grid_of rebinds the checks' grade, or empties their list of shapes
+    ("grid_of rebinds grade", "01-tiled-transpose", [
+        ("def grid_of(x):\n", "def grid_of(x):\n    global grade\n    grade = lambda *a: True\n")]),
+    ("grid_of empties shapes", "01-tiled-transpose", [
+        ("def grid_of(x):\n", "shapes = []\n\n\ndef grid_of(x):\n    shapes.clear()\n")]),
+    # lab 05: make_maps zeroes the checks' host x before the reference was read from it
+    ("make_maps zeroes x", "05-tma-ring", [
+        ("def make_maps(x_dev, y_dev):\n", "x = None\n\n\ndef make_maps(x_dev, y_dev):\n    x[...] = 0\n")]),
+])
+def test_code_the_checks_call_may_not_name_what_the_checks_bind(tmp_path, name, lab, plants):
+    """The checks run the learner's functions in the globals where they keep their inputs, references and loops:
+    a function that names one of those (reads it, declares it global) is refused before anything runs, and named."""
+    path = ROOT / "labs" / f"{lab}.ipynb"
+    rep = g.grade(nbm.planted(path, plants, to=tmp_path / path.name), timeout=300)
+    assert rep.status == "failed" and _CHECKS_OWN in str(rep), str(rep)
+
+
+def test_a_grid_of_that_transposes_x_on_the_host_does_not_make_a_copying_kernel_right(tmp_path):
+    """Lab 01's kernel input is made from a copy of x before grid_of(x) runs: a kernel that only copies through
+    its tile fails even when grid_of transposes x in place first (it passed when the input was made after)."""
+    lab = ROOT / "labs/01-tiled-transpose.ipynb"
+    todo = ("    # TODO: your code here: read the tile's rows from x into tile (lanes along a row), one barrier, write "
+            "the tile's columns as rows of y\n\n\ndef grid_of(x):\n")
+    copy = ("    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
+            "        if r0 + i < rows and c0 + lane < cols:\n            tile[i, lane] = x[r0 + i, c0 + lane]\n"
+            "    cuda.syncthreads()\n    for j in range(TILE // BAND):\n        i = w + j * BAND\n"
+            "        if r0 + i < rows and c0 + lane < cols:\n            k = (r0 + i) * cols + c0 + lane\n"
+            "            y[k // rows, k % rows] = tile[i, lane]\n\n\n"
+            "def grid_of(x):\n    x[...] = x.T.reshape(x.shape)\n")
+    rep = g.grade(nbm.planted(lab, [(todo, copy)], to=tmp_path / lab.name), timeout=300)
+    assert rep.status == "failed" and "transpose_tiled" in rep.first_failure, str(rep)

@@ -1872,3 +1872,11 @@ def test_the_isolated_check_runs_on_the_toolkits_one_runner(monkeypatch, tmp_pat
     assert [(m.hazards, m.hazard_dump) for m in modes] == [("", str(tmp_path))], modes
     assert found == [] and events == 0 and notes["unchecked"], (text, notes)
     assert "sm_90a" in notes["unchecked"] or "no traced fb:: wrapper" in notes["unchecked"], notes
+
+
+def test_the_report_counts_the_tma_loads_each_block_issued():
+    """What a block really fetched, read from its trace (lab 09 compares it with the key tiles a block needs, not
+    with a count the kernel writes itself): two loads a lap, three laps, in each CTA of the cluster."""
+    assert _cluster_ring(relaxed=False).tma_loads == {0: 6, 1: 6}
+    assert _cluster_ring(relaxed=False, laps=1).tma_loads == {0: 2, 1: 2}
+    assert hz.check([], threads_per_block=32).tma_loads == {}

@@ -172,3 +172,32 @@ def test_the_note_says_whose_rights_learners_code_runs_with(tmp_path, monkeypatc
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     _roster(tmp_path, homes)
     assert "run as root to grade each learner as themselves" in capsys.readouterr().err
+
+
+def test_a_lab_whose_own_cells_broke_in_the_grader_is_left_ungraded_not_scored_zero(tmp_path):
+    """The lab's given cells run before any of the learner's: an error there (NVRTC not found in the learners'
+    grader, a GPU out of reach) says nothing of the notebook. The grade runs no learner code after it; the roster
+    writes an empty score with status error, says why in the last column, prints one hint and exits 1."""
+    from feedbeast.course import grade as g
+    from feedbeast.course import notebook as nbm
+    ROOT = Path(__file__).resolve().parents[1]
+    sols = tmp_path / "solutions"
+    sols.mkdir()
+    sol = ROOT / "solutions/00-copy-kernel.ipynb"      # its given cell imports the toolkit, then breaks
+    nbm.planted(sol, [("import feedbeast as fb\n",
+                       "import feedbeast as fb\nraise OSError('Failure finding \"libnvrtc.so.13\"')\n")],
+                to=sols / sol.name)
+    mine = tmp_path / "labs" / sol.name
+    mine.parent.mkdir()
+    mine.write_bytes((ROOT / "labs" / sol.name).read_bytes())
+    rep = g.grade(mine, solutions=sols, timeout=300)
+    assert "libnvrtc.so.13" in rep.setup and "report it to the instructor" in rep.setup, str(rep)
+    assert rep.status == "failed" and not [o for o in rep.outcomes if o.name.startswith("check cell")], str(rep)
+    broken = {"learner": "bob", "labs": [rep.to_dict()]}
+    fine = {"learner": "ann", "labs": [_lab("00-copy-kernel", passed=3)]}
+    rows = _csv([broken, fine], tmp_path)
+    assert (rows["bob"]["lab 00"], rows["bob"]["lab 00 status"]) == ("", "error"), rows["bob"]
+    assert rows["bob"]["first failing check"].startswith("lab 00: not graded: OSError"), rows["bob"]
+    assert rows["ann"]["lab 00 status"] == "ok"
+    said = roster.hints([broken, fine])
+    assert len(said) == 1 and "1 learner(s) (bob)" in said[0] and "libnvrtc.so.13" in said[0], said

@@ -8,8 +8,8 @@ How a notebook is graded (the contract solutions/ follow, see docs/instructors.m
 trusts"):
 
 1. The matching solution is `solutions/<same name>` of the course checkout the notebook lies in (found from
-   `--course DIR` or `FEEDBEAST_COURSE` when given, else from the notebook, else the working directory:
-   feedbeast.course.coursedir), or of `--solutions DIR`; else the one solution there with the same `NN-` prefix.
+   `--course DIR` or `FEEDBEAST_COURSE` when given, else the checkout around the working directory, else the one
+   around the notebook: a copy of the course handed in with the notebook does not grade it), or of `--solutions DIR`; else the one solution there with the same `NN-` prefix.
 2. The learner's part is the cells before the notebook's first `## Check` heading. The checks are the code
    cells of the solution's check section (its first `## Check...` heading to the next level-2 heading that is
    not a check, `## Measure`). The learner's own check cells, their outputs and everything from `## Measure`
@@ -63,7 +63,7 @@ from pathlib import Path
 import nbformat
 
 from ..magic import KERNEL_NAMES as KERNEL_DECL   # the kernels a %%cuda cell declares
-from .notebook import at, cuda_name, place, python_of   # places in a learner's notebook, as it names them
+from .notebook import at, binds_of, cuda_name, place, python_of   # places in a learner's notebook, as it names them
 
 FAILED_LINE = re.compile(r"^(?P<name>[^\n:][^\n]*?): FAILED(?::\s*(?P<msg>.*))?$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -129,6 +129,9 @@ class Report:
     hazards: bool = False   # hazard verdicts were recorded (launches were hazard-checked)
     sha256: str = ""     # of the notebook file graded
     toolkit: str = ""    # feedbeast's version
+    # the lab's own cells broke in this Python (a CUDA library or package missing, a GPU out of reach): nothing was
+    # learnt about the notebook, so a roster leaves the lab ungraded ("error") rather than scoring it 0
+    setup: str = ""
 
     def _with(self, status):
         return [o for o in self.outcomes if o.status == status]
@@ -191,7 +194,7 @@ class Report:
     def to_dict(self) -> dict:
         return {"notebook": self.path, "lab": self.lab, "solution": self.solution, "status": self.status,
                 "exit": self.exit_code, "seconds": round(self.seconds, 1), "error": self.error,
-                "hazards": self.hazards, "sha256": self.sha256, "feedbeast": self.toolkit,
+                "hazards": self.hazards, "sha256": self.sha256, "feedbeast": self.toolkit, "setup": self.setup,
                 "first_failure": self.first_failure,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
                 "checks": [o.to_dict() for o in self.outcomes]}
@@ -254,7 +257,9 @@ def find_solution(path: Path, solutions: Path | None = None, course=None) -> Pat
     if len(hits) == 1:
         return hits[0]
     raise FileNotFoundError(f"no solution for {path.name} in {folder}"
-                            + (f" ({len(hits)} start with {m.group(1)}-)" if hits else ""))
+                            + (f" ({len(hits)} start with {m.group(1)}-)" if hits else
+                               ": a lab notebook's name starts with its lab's number, as in labs/ (00-copy-kernel"
+                               ".ipynb): save or copy it under such a name and grade that"))
 
 
 def is_given(cell) -> bool:
@@ -553,9 +558,9 @@ class _CheckChild:
         while data:
             data = data[os.write(self.fd, data):]
 
-    def fail(self, where, why):
+    def fail(self, where, why, setup=False):
         self.stopped.append(where)
-        self.send({"t": "learner", "name": where, "message": why, "stop": True})
+        self.send({"t": "learner", "name": where, "message": why, "stop": True, "setup": setup})
 
     def run(self, source, where):
         import linecache
@@ -574,10 +579,14 @@ class _CheckChild:
             self.fail("the lab's given cells",
                       f"{type(e).__name__}: {e}: this Python lacks a package the course needs. Install the course "
                       "with its CUDA wheels (`make install`, or pip install of the course with the extra cu13, or "
-                      "cu12 for a CUDA 12 driver, and the pins of requirements/), then grade again")
+                      "cu12 for a CUDA 12 driver, and the pins of requirements/), then grade again", setup=True)
+            return False
         except BaseException as e:
+            # the lab's own code, run before any of the learner's: what breaks there is this Python or machine (a
+            # CUDA library not found, a GPU out of reach), not the notebook
             self.fail("the lab's given cells",
-                      f"{type(e).__name__}: {e} (the lab's own code: report it to the instructor)")
+                      f"{type(e).__name__}: {e} (the lab's own code, before any of yours ran: this Python or machine "
+                      "cannot run the lab; report it to the instructor)", setup=True)
             return False
         return True
 
@@ -624,7 +633,7 @@ class _CheckChild:
             cuda_ns.update(new)
         return cuda_ns
 
-    def definitions(self, nb, needs, protected: set, kernels: dict):
+    def definitions(self, nb, needs, protected: set, kernels: dict, theirs=()):
         """The learner's definitions that the checks read, refused when they could reach the checks' state.
         kernels: what the lab's %%cuda cells define ({name: --name}), which only those cells may define."""
         import contextlib
@@ -638,8 +647,9 @@ class _CheckChild:
                       f"{kernels[n]}` cell defines: your cell of that --name defines no {n} (a kernel keeps the "
                       "name the lab gives it)")
         protected = protected | set(kernels)
+        theirs = set(theirs) - protected     # a name the lab gives keeps the given names' rules (read, never changed)
         try:
-            stmts, _ = nb.plan(*needed, given=protected)
+            stmts, _ = nb.plan(*needed, given=protected | set(theirs))   # a read of theirs: refused below
         except LookupError as e:
             missing = str(e).split(" defines no ", 1)[-1].split(" at top level")[0]
             missing = re.sub(r"(\w+) \(read in cell (\d+)\)",
@@ -656,7 +666,7 @@ class _CheckChild:
         refused = False
         for s in stmts:
             lines: list[int] = []
-            why = refusals(s.node, protected, modules, lines)
+            why = refusals(s.node, protected, modules, lines, theirs)
             if why:
                 refused = True
                 self.fail(at(nb.cells, s.pos[0], min(lines)),
@@ -762,7 +772,7 @@ def _harness(fd: int) -> int:
     cuda_ns = child.kernels(nb, job["cuda"], given)
     ns.update(cuda_ns)
     base["state"] = {k: st for k, v in cuda_ns.items() if (st := kernel_state(v)) is not None}
-    child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"])
+    child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"], job.get("theirs", ()))
     from .notebook import BUILTIN_NAMES
     problems = _integrity_problems(base, ns) + [
         f"the Python builtin {k} was rebound" for k in sorted(BUILTIN_NAMES - given)
@@ -937,6 +947,8 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
            "kernels": {k: n for c in sol_mine if c.cell_type == "code" and c.source.startswith("%%cuda")
                        for n in [cuda_name(c.source)] if n for k in [n, *KERNEL_DECL.findall(c.source)]},
            "needs": reads_of(checks), "checks": [c.source for c in checks]}
+    # what the check cells bind for themselves, which no code of the learner's may name (notebook.refusals)
+    job["theirs"] = sorted(set().union(*(binds_of(c.source) for c in checks)) - set(job["needs"]))
 
     lab = re.match(r"(\d\d)-", path.name)
     if hazards is None:    # labs 03 on whose kernels use the fb:: wrappers the hazard build follows
@@ -961,7 +973,8 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         outcomes.insert(0, Outcome("failed", "your part", todo.strip()))
     hz = any((o.name.startswith(HAZARD_VERDICT) and o.cell >= 0 and o.status == "passed")
              or "HazardFound" in o.message for o in outcomes)    # "hazard builds on": only from verdicts
-    return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit)
+    setup = next((m["message"] for m in msgs if m.get("t") == "learner" and m.get("setup")), "")
+    return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit, setup)
 
 
 def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dict], str, int | None]:
@@ -1217,8 +1230,9 @@ def main(argv=None) -> int:
                                                  "make grade LAB= names them (03, 3, cp-async-rowsum)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     ap.add_argument("--solutions", default=None, help="folder of solution notebooks (default: the course's)")
-    ap.add_argument("--course", default=None, help="the course checkout (default: found from the notebook, "
-                                                   "else the working directory, else FEEDBEAST_COURSE)")
+    ap.add_argument("--course", default=None, help="the course checkout (default: FEEDBEAST_COURSE, else the "
+                                                   "checkout around the working directory, else the one around the "
+                                                   "notebook)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     ap.add_argument("--learner", default=None, help="name to put in the JSON (the roster sets it)")
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",

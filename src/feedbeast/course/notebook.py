@@ -806,7 +806,33 @@ def _type_expression(text: str) -> bool:
     return True
 
 
-def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None) -> list[str]:
+def binds_of(source: str) -> set[str]:
+    """The module-level names a cell binds: assignments, loop and `with` targets, imports of what a graded cell may
+    not import, definitions, `global` declarations in its functions (not a comprehension's or a function's own
+    variables)."""
+    out: set[str] = set()
+    stack = list(ast.parse(python_of(source)).body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+            out |= {x for g in ast.walk(n) if isinstance(g, ast.Global) for x in g.names}
+            stack.extend([*n.decorator_list, *getattr(n, "bases", [])])
+            continue
+        if isinstance(n, _SCOPES):
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, ast.Import):     # a module a graded cell may import too is the same object for both
+            out |= {a.asname or a.name.split(".")[0] for a in n.names if not _importable(a.name)}
+        elif isinstance(n, ast.ImportFrom):
+            out |= {a.asname or a.name for a in n.names if a.name != "*"
+                    and (n.level or not _importable(f"{n.module}.{a.name}", member=True))}
+        stack.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None, theirs=()) -> list[str]:
     """Why a grader must not run this top-level statement of a learner's cell ([] when it may).
 
     protected: names the lab gives or the grader binds (the toolkit `fb`, the kernels of the %%cuda cells, a
@@ -814,8 +840,10 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
     bound to modules (an attribute set on one changes it for the checks too). A method read through its class
     takes any object as self: the grader runs the learner's methods guarded() against that, and sets an
     attribute only on an object the learner's code made. lines: given a list, the line of each reason is
-    appended to it (the first line that breaks the rule, not the statement's)."""
-    protected, modules = set(protected), set(modules)
+    appended to it (the first line that breaks the rule, not the statement's). theirs: names the checks bind for
+    themselves (their inputs, references, loops): code of the learner's that the checks call runs in the same
+    globals, so it may not name them (`def quantize(w): return want` would hand back the checks' reference)."""
+    protected, modules, theirs = set(protected), set(modules), set(theirs)
     own = _own_attributes(node)
     # @functools.wraps(f) as a function's own decorator sets attributes of that function only; called any other
     # way (or update_wrapper) it sets the attributes it is told to on any object: a module, an array of the checks
@@ -920,7 +948,12 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                     "would run it as code): write the type itself, or its name", n)
     for n in ast.walk(node):
         # (a local variable or parameter of the same name is the learner's own)
-        if isinstance(n, ast.Name) and n.id in protected and n.id.startswith("_") and isinstance(n.ctx, ast.Load) \
+        if isinstance(n, ast.Name) and n.id in theirs and id(n) not in local or \
+                isinstance(n, (ast.Global, ast.Nonlocal)) and set(n.names) & theirs:
+            name = n.id if isinstance(n, ast.Name) else sorted(set(n.names) & theirs)[0]
+            say(f"it names {name}, which the checks bind for themselves: called during a check, your code would "
+                f"see the checks' {name}, not yours. Pass what it needs as an argument, or give yours another name", n)
+        elif isinstance(n, ast.Name) and n.id in protected and n.id.startswith("_") and isinstance(n.ctx, ast.Load) \
                 and id(n) not in local:
             say(f"it reads {n.id}, the lab's own state (a name the lab gives that starts with _)", n)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MUTATORS \
@@ -977,12 +1010,17 @@ def _function_locals(node) -> set[int]:
             body = [x for g in scope.generators for x in (g.target, *g.ifs)] + \
                    [g.iter for g in scope.generators[1:]] + \
                    [getattr(scope, f) for f in ("elt", "key", "value") if getattr(scope, f, None) is not None]
-        for o in outer:
-            walk([o], env)
+        for n in own(outer):        # read in the enclosing scope: local there when that scope binds the name
+            if isinstance(n, _SCOPES):
+                visit(n, env)
+            elif isinstance(n, ast.Name) and n.id in env:
+                out.add(id(n))
         nodes = list(own(body))
         # a class body's own names are not local to it: a read there falls back to the globals (`_mods = _mods`)
         here = set() if isinstance(scope, ast.ClassDef) else \
-            params | {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            params | {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | \
+            {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
+             for a in n.names}    # `import ml_dtypes` in a function binds a local
         seen = env | here
         for n in nodes:
             if isinstance(n, _SCOPES):

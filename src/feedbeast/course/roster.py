@@ -295,6 +295,9 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                 if lab is None:
                     row += [0, "missing"]
                     continue
+                if lab.get("setup"):
+                    row += ["", "error"]     # the lab's own cells broke in the learner's grader: nothing graded
+                    continue
                 points = score(lab)
                 row += ["" if points is None else points, lab["status"]]   # "": no check ran, no grade to import
                 ok += lab["status"] == "ok"
@@ -307,6 +310,8 @@ def first_failing(doc: dict, labs=None) -> str:
     for lab in sorted(doc.get("labs", []), key=lambda x: x["lab"]):
         if labs is not None and lab["lab"] not in labs:
             continue
+        if lab.get("setup"):
+            return f"lab {lab['lab']}: not graded: {gist(lab['setup'])}"
         for c in lab.get("checks", []):
             if c["status"] == "failed":
                 why = gist(c.get("message") or "")
@@ -376,6 +381,14 @@ def hints(docs) -> list[str]:
     for d in docs:
         if d.get("hint") and f"roster: hint: {d['hint']}" not in out:
             out.append(f"roster: hint: {d['hint']}")
+    broken = sorted({d["learner"] for d in docs for lab in d.get("labs", []) if lab.get("setup")})
+    if broken:      # the same machine fault repeats in every learner's grade: say it once, with the first cause
+        first = next(lab["setup"] for d in docs for lab in d.get("labs", []) if lab.get("setup"))
+        out.append(f"roster: hint: the lab's own cells could not run in the grader of {len(broken)} learner(s) "
+                   f"({', '.join(broken[:5])}{', ...' if len(broken) > 5 else ''}), so those labs are left ungraded "
+                   f"(error, no score): {gist(first)}. Run `python -m feedbeast grade` on one lab as such a learner "
+                   "to see it, fix this machine's setup (the course's Python, its CUDA libraries, the GPU's device "
+                   "files), then run the roster again")
     return out
 
 
@@ -516,7 +529,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
     print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {len(docs)} learners x labs {', '.join(cols)}")
-    return 0 if all(d.get("labs") for d in docs) else 1
+    return 0 if all(d.get("labs") and not any(lab.get("setup") for lab in d["labs"]) for d in docs) else 1
 
 
 if __name__ == "__main__":

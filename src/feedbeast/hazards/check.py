@@ -8,7 +8,7 @@ import numpy as np
 
 from .replay import _Cluster
 from .report import Report
-from .trace import Decoded, decode
+from .trace import TMA_LOAD, Decoded, decode
 
 
 def _replay(items, order, threads_per_block, blocks, maps, truncated=False, geometry=None, instrumented=False,
@@ -180,4 +180,9 @@ def check(events, *, threads_per_block: int, grid=(1, 1, 1), cluster=(1, 1, 1), 
             seen.add(key)
             uniq.append(v)
     blocks = {ev.block for ev in events}
-    return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks), unchecked, partly=partly)
+    loads: dict = {}
+    for ev in events:
+        if ev.kind == TMA_LOAD:
+            loads[ev.block] = loads.get(ev.block, 0) + 1
+    return Report(kernel, uniq, len(events), dropped, source, module_name, len(blocks), unchecked, partly=partly,
+                  tma_loads=loads)

@@ -97,6 +97,9 @@ class Report:
     partly: str = ""                 # what in a checked trace lies outside the check (the rest was checked)
     gave_up: str = ""                # the barrier wait of the hazard build that timed out (the trace stops there)
     seconds: dict = dataclasses.field(default_factory=dict)   # where a run's time went: build, run, check
+    # TMA loads (fb::tma) each traced block issued, by linear block id: what the kernel really fetched, which a
+    # count the kernel writes itself cannot stand in for
+    tma_loads: dict = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
