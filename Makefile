@@ -60,8 +60,8 @@ NOTEBOOK_BUNDLE_HINT = $(WHEELS_DIR)/ is a notebook bundle (make wheelhouse SET=
 	install ENV=current WHEELS=$(WHEELS_DIR)), not JupyterLab \
 	or the hub; bring the full bundle (make wheelhouse, for the Python that installs it)
 NO_WHEELS_HINT = $(if $(WHEELS),$(if $(wildcard $(WHEELS_DIR)/*.whl),,$(WHEELS_DIR)/ $(if $(wildcard \
-	$(WHEELS_DIR)/.),holds no wheels,does not exist (no such folder) and so holds no wheels): give the folder that make \
-	wheelhouse wrote (wheelhouse/)))
+	$(WHEELS_DIR)/.),holds no wheels,does not exist (no such folder) and so holds no wheels): copy here the folder that \
+	make wheelhouse wrote on a machine with internet, or give its path (WHEELS=/path/to/wheelhouse)))
 comma   := ,
 
 .PHONY: help install bundle-into-current lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \

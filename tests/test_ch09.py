@@ -635,6 +635,13 @@ BUGS = {
     # No skipping before the window: the results are right, but every block walks from tile 0.
     "no-skipping-before-the-window": ([("return {first_key / BN, last_key / BN + 1};",
                                         "return {0, last_key / BN + 1};")], {WRONG}),
+    # No skipping, and a visited count that says otherwise (the minimum, computed apart): the trace's TMA loads of
+    # the hazard check show what each block fetched.
+    "visited-count-forged": ([
+        ("return {first_key / BN, last_key / BN + 1};", "return {0, last_key / BN + 1};"),
+        ("visited[blockIdx.y * gridDim.x + blockIdx.x] = r.end - r.first;",
+         "visited[blockIdx.y * gridDim.x + blockIdx.x] = (min(seq, m0 + BM) - 1) / BN - max(0, m0 - window + 1) / BN"
+         " + 1;")], {WRONG}),
     # The ring indexed by tile number: a block whose first tile is not 0 waits on the wrong stage/parity.
     "ring-index-from-tile-number": ([
         ("const int use = j - r.first, s = use % STAGES;           // the ring",

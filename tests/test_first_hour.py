@@ -1196,3 +1196,28 @@ def test_a_notebook_bundle_installed_into_a_python_without_cuda_python_is_refuse
     assert install(full).returncode == 0
     # and the notebooks' kernel is written into that Python's environment, which the image's own Jupyter reads
     assert "-m feedbeast.course.kernelspec" in calls.read_text().splitlines()[-1]
+
+
+def test_a_lab_named_by_its_number_is_graded_in_each_notebook_of_that_lab(tmp_path):
+    """Jupyter's Duplicate writes 00-copy-kernel-Copy1.ipynb beside the lab; a learner may rename the lab. make grade
+    LAB=00 and grade 00 grade every notebook of lab 00 in labs/ (as grade labs/00-*.ipynb does), the lab's own file
+    first; a lab with no notebook left says how to get it back; a lab's path is that one file."""
+    from feedbeast.course import grade as g
+    for d in ("solutions", "chapters", "labs"):
+        (tmp_path / d).mkdir()
+    for n in ("00-copy-kernel", "01-tiled-transpose", "02-double-buffered-transpose"):
+        (tmp_path / "solutions" / f"{n}.ipynb").write_bytes((ROOT / "solutions" / f"{n}.ipynb").read_bytes())
+    lab0 = (ROOT / "labs/00-copy-kernel.ipynb").read_bytes()
+    for name in ("00-copy-kernel.ipynb", "00-copy-kernel-Copy1.ipynb", "01-mywork.ipynb"):
+        (tmp_path / "labs" / name).write_bytes(lab0)
+    find = lambda lab: subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs", lab],
+                                      cwd=tmp_path, capture_output=True, text=True)
+    assert find("00").stdout.split() == ["labs/00-copy-kernel.ipynb", "labs/00-copy-kernel-Copy1.ipynb"]
+    assert find("labs/00-copy-kernel.ipynb").stdout.split() == ["labs/00-copy-kernel.ipynb"]
+    assert find("1").stdout.split() == ["labs/01-mywork.ipynb"]
+    r = find("02")
+    assert r.returncode == 2 and r.stdout == "" and "make reset-labs LAB=02" in r.stderr, r
+    got = g.expand(["00", "01", "02"], str(tmp_path))
+    assert [p.name for p in got] == ["00-copy-kernel.ipynb", "00-copy-kernel-Copy1.ipynb", "01-mywork.ipynb",
+                                     "02-double-buffered-transpose.ipynb"], got
+    assert "make reset-labs LAB=02" in g.missing[str(tmp_path / "labs/02-double-buffered-transpose.ipynb")], g.missing

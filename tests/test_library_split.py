@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 
+import numpy as np
 import pytest
 
 import feedbeast as fb
@@ -140,3 +141,18 @@ def test_the_library_needs_no_notebook_stack_and_the_course_says_what_to_install
                             "import feedbeast as fb; import feedbeast.course; print(fb.compile.__name__)"],
                            capture_output=True, text=True, env={**os.environ, "FEEDBEAST_HOOKS": "feedbeast.course"})
     assert alone.returncode == 0 and alone.stdout.strip() == "compile", alone.stderr[-2000:]
+
+
+def test_a_check_after_a_skipped_launch_is_that_skip_with_the_checks_record(monkeypatch):
+    """print(fb.check(y, ref, name=..., after=r)): where the launch r could not run, the launch's own reason and
+    what a GPU run recorded for this check (the chapters' evidence on a CPU); y, never written, is not compared,
+    but a shape mistake is still said on every machine; after a launch that ran (None), the check compares."""
+    monkeypatch.setattr(hooks, "recorded", lambda kind, name: f"recorded {kind} {name}")
+    r = fb.Skipped("needs sm_90a, this machine has none", "launch ring_rowsum")
+    y = np.full((4,), np.nan, np.float32)
+    got = fb.check(y, np.ones(4), name="ring_rowsum 4", after=r)
+    assert got is r and r.reason == "needs sm_90a, this machine has none; recorded check ring_rowsum 4", r.reason
+    with pytest.raises(fb.CheckFailed, match=r"output has shape \(4,\) but the reference has \(5,\)"):
+        fb.check(y, np.ones(5), name="ring_rowsum 5", after=fb.Skipped("needs a GPU", "launch"))
+    assert not fb.check(y, np.ones(4), name="unwritten", after=None, raise_on_fail=False)
+    assert fb.check(np.ones(4, np.float32), np.ones(4), name="written", after=None)

@@ -75,9 +75,11 @@ def _compatible(shape, dtype, ref: np.ndarray, name: str):
         raise CheckFailed(f"{name}: cannot compare an output of dtype {dtype}")
 
 
-def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True, show: int = 5):
+def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True, show: int = 5, after=None):
     """Compare `out` with the float64 reference `ref`. Returns a CheckResult (or a Skipped, which carries what a
-    GPU run recorded for this check when the course's results/ has it)."""
+    GPU run recorded for this check when the course's results/ has it). `after`: what the launch that wrote `out`
+    returned; a Skipped there (the launch could not run here) is the answer, with this check's record added,
+    and `out`, never written, is not compared."""
     from .memory import DeviceArray
     if isinstance(out, Skipped):
         return with_recorded(out, name, "check")
@@ -85,6 +87,8 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
     # The shapes and dtypes are known without a GPU: a mistake in them is said on every machine, before any skip.
     _compatible(tuple(out.shape) if isinstance(out, DeviceArray) else np.shape(out),
                 out.dtype if isinstance(out, DeviceArray) else np.asarray(out).dtype, ref, name)
+    if isinstance(after, Skipped):
+        return with_recorded(after, name, "check")
     if isinstance(out, DeviceArray):
         if not out.on_gpu:
             return with_recorded(Skipped("needs a GPU, this machine has none", name), name, "check")

@@ -1204,7 +1204,13 @@ def expand(patterns, course=None) -> list[Path]:
         elif hits == [p] and not Path(p).exists() and "/" not in p:
             try:
                 root = find_course(explicit=course)
-                hits = [str(lab) for _, lab in labs.select(root / "solutions", root / "labs", [p])]
+                chosen = [lab for _, lab in labs.select(root / "solutions", root / "labs", [p])]
+                hits = [str(n) for lab in chosen for n in labs.on_disk(root / "labs", lab)]   # copies too
+                if not hits:
+                    hits = [str(lab) for lab in chosen]
+                    for lab in chosen:
+                        missing[str(lab)] = (f"no notebook of lab {lab.name[:2]} in {root / 'labs'} (nor a copy of "
+                                             f"it): make reset-labs LAB={lab.name[:2]} writes the lab again")
             except CourseNotFound as e:   # a lab named by its number needs the course's labs/ to look in
                 missing[str(Path(p))] = (f"a lab named by its number or name is looked up in the course's labs/, "
                                          f"and {e}; in a hosted notebook, run it from the clone's folder "

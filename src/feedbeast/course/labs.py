@@ -122,6 +122,15 @@ def select(solutions, labs, which) -> list[tuple[Path, Path]]:
     return chosen
 
 
+def on_disk(labs, lab: Path) -> list[Path]:
+    """The notebooks of `lab`'s number in labs/ as the learner left them: the lab's own file first (when it is
+    there), then its copies and renamed versions (Jupyter's Duplicate writes 04-mbarrier-ring-Copy1.ipynb). A lab
+    named by its number or name is graded in each of them, as `grade labs/04-*.ipynb` would."""
+    prefix = Path(lab).name.split("-", 1)[0] + "-"
+    others = sorted(p for p in Path(labs).glob(prefix + "*.ipynb") if p.name != Path(lab).name)
+    return ([Path(lab)] if Path(lab).exists() else []) + others
+
+
 class NotKept(Exception):
     """An edited lab could not be backed up: it is left as it is, and the message says what to do."""
 
@@ -201,10 +210,18 @@ def main(argv=None):
             return 1
     elif cmd == "find":
         try:
-            print(*(str(lab) for _, lab in select(solutions, labs, which)), sep="\n")
+            chosen = select(solutions, labs, which)
         except ValueError as e:
             print(e, file=sys.stderr)
             return 2
+        by_path = {lab for w in which if "/" in w for _, lab in select(solutions, labs, [w])}
+        for _, lab in chosen:
+            found = [lab] if lab in by_path or not which else on_disk(labs, lab)
+            if not found:
+                print(f"no notebook of lab {lab.name[:2]} in {labs}/ (not {lab.name}, nor a copy of it): "
+                      f"make reset-labs LAB={lab.name[:2]} writes the lab again", file=sys.stderr)
+                return 2
+            print(*map(str, found), sep="\n")
     elif cmd == "reset":
         try:
             reset(solutions, labs, which)
