@@ -201,3 +201,17 @@ def test_a_lab_whose_own_cells_broke_in_the_grader_is_left_ungraded_not_scored_z
     assert rows["ann"]["lab 00 status"] == "ok"
     said = roster.hints([broken, fine])
     assert len(said) == 1 and "1 learner(s) (bob)" in said[0] and "libnvrtc.so.13" in said[0], said
+
+
+def test_a_notebook_the_roster_did_not_grade_is_named_in_the_learners_row(tmp_path):
+    """A second notebook of a lab (Jupyter's Duplicate) is refused by name on the screen and in the JSON, and in the
+    CSV's last column too, where an instructor who reads only the CSV sees which file was not graded."""
+    doc = {"learner": "cy", "labs": [_lab("00-copy-kernel", passed=3)],
+           "refused": ["00-copy-kernel-Copy1.ipynb: another notebook of lab 00: not graded (the lab's notebook is "
+                       "00-copy-kernel.ipynb)",
+                       "lab 03: 2 notebooks (03-a.ipynb, 03-b.ipynb) and none named as the course names it: not graded; "
+                       "keep one, named as in the course's labs/"]}
+    row = _csv([doc], tmp_path)["cy"]
+    assert row["first failing check"] == ("00-copy-kernel-Copy1.ipynb: another notebook of lab 00: not graded; lab 03: "
+                                          "2 notebooks (03-a.ipynb, 03-b.ipynb) and none named as the course names it: "
+                                          "not graded"), row

@@ -301,7 +301,9 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                 points = score(lab)
                 row += ["" if points is None else points, lab["status"]]   # "": no check ran, no grade to import
                 ok += lab["status"] == "ok"
-            w.writerow(row + [ok, first_failing(d, labs)])
+            # a notebook not graded (a second notebook of a lab, a link): named in the row, not only on the screen
+            notes = "; ".join(why.split(": not graded")[0] + ": not graded" for why in d.get("refused", []))
+            w.writerow(row + [ok, "; ".join(x for x in (first_failing(d, labs), notes) if x)])
     return labs
 
 
