@@ -62,7 +62,7 @@ def test_the_best_grade_of_each_lab_is_kept_and_names_its_server(tmp_path, capsy
     assert merged["carol"]["ungraded"] == [] and "uid 1003" in merged["carol"]["error"]
     said = capsys.readouterr().out
     assert f"alice: in {a}, {b}; kept lab 03 from {b}, lab 04 from {a}" in said
-    assert "bob:" not in said and "3 learners from 2 files" in said
+    assert "bob:" not in said and f"wrote {out} and {js}: 3 learners from 2 files" in said
 
 
 def test_a_lab_ungraded_everywhere_stays_an_error_not_a_zero(tmp_path):

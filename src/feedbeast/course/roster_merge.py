@@ -118,5 +118,6 @@ def main(argv=None) -> int:
     cols = write_csv(docs, args.csv, sorted(set(args.labs)) if args.labs else None)
     if args.json:
         Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
-    print(f"wrote {args.csv}: {len(docs)} learners from {len(inputs)} files x labs {', '.join(cols)}")
+    print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {len(docs)} learners from {len(inputs)} files "
+          f"x labs {', '.join(cols)}")
     return 0
