@@ -262,7 +262,8 @@ clean:
 LAB ?=
 grade: $(STAMP)
 	@if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
-	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 2; set -- $$labs; fi; \
+	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 2; \
+	  nl=$$(printf '\n_'); IFS=$${nl%_}; set -f; set -- $$labs; set +f; unset IFS; fi; \
 	$(PYTHON) -m feedbeast grade "$$@"; status=$$?; \
 	if [ $$status -eq 2 ] && [ -z "$(STRICT)" ]; then \
 	  echo "make grade: PARTIAL is the best grade this machine can give (STRICT=1 makes it an error)"; exit 0; fi; \

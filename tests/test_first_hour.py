@@ -1205,14 +1205,18 @@ def test_a_lab_named_by_its_number_is_graded_in_each_notebook_of_that_lab(tmp_pa
     from feedbeast.course import grade as g
     for d in ("solutions", "chapters", "labs"):
         (tmp_path / d).mkdir()
-    for n in ("00-copy-kernel", "01-tiled-transpose", "02-double-buffered-transpose"):
+    for n in ("00-copy-kernel", "01-tiled-transpose", "02-double-buffered-transpose", "04-mbarrier-ring"):
         (tmp_path / "solutions" / f"{n}.ipynb").write_bytes((ROOT / "solutions" / f"{n}.ipynb").read_bytes())
     lab0 = (ROOT / "labs/00-copy-kernel.ipynb").read_bytes()
     for name in ("00-copy-kernel.ipynb", "00-copy-kernel-Copy1.ipynb", "01-mywork.ipynb"):
         (tmp_path / "labs" / name).write_bytes(lab0)
     find = lambda lab: subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs", lab],
                                       cwd=tmp_path, capture_output=True, text=True)
-    assert find("00").stdout.split() == ["labs/00-copy-kernel.ipynb", "labs/00-copy-kernel-Copy1.ipynb"]
+    both = find("00")
+    assert both.stdout.splitlines() == ["labs/00-copy-kernel.ipynb", "labs/00-copy-kernel-Copy1.ipynb"]
+    assert "a workshop's roster grades 00-copy-kernel.ipynb only" in both.stderr, both.stderr
+    (tmp_path / "labs/04-my work.ipynb").write_bytes(lab0)       # a name with a space: one line, one notebook
+    assert find("04").stdout.splitlines() == ["labs/04-my work.ipynb"]
     assert find("labs/00-copy-kernel.ipynb").stdout.split() == ["labs/00-copy-kernel.ipynb"]
     assert find("1").stdout.split() == ["labs/01-mywork.ipynb"]
     r = find("02")

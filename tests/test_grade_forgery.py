@@ -1014,3 +1014,53 @@ def test_a_grid_of_that_transposes_x_on_the_host_does_not_make_a_copying_kernel_
             "def grid_of(x):\n    x[...] = x.T.reshape(x.shape)\n")
     rep = g.grade(nbm.planted(lab, [(todo, copy)], to=tmp_path / lab.name), timeout=300)
     assert rep.status == "failed" and "transpose_tiled" in rep.first_failure, str(rep)
+
+
+@pytest.mark.parametrize("what, src", [
+    ("a class pattern reads __globals__", "def f():\n    match (lambda: 0):\n        case object(__globals__=g):\n"
+                                          "            return g\n"),
+    ("a class pattern reads a toolkit's compile", "def f():\n    match fb:\n        case object(compile=c):\n"
+                                                  "            return c\n"),
+    ("a class pattern reads a private name", "def f(x):\n    match x:\n        case object(_mods=m):\n"
+                                             "            return m\n"),
+    ("format reads an attribute", "def f():\n    return '{0.__globals__}'.format(lambda: 0)\n"),
+    ("format reads an item", "def f(x):\n    return '{0[want]}'.format(x)\n"),
+    ("format in a nested spec", "def f(x):\n    return '{0:{1.a}}'.format(1, x)\n"),
+    ("format on a text built at run time", "def f(t):\n    return ('{0.' + t + '}').format(f)\n"),
+])
+def test_attributes_named_in_a_pattern_or_a_format_text_are_read_as_attributes_are(what, src):
+    """`case object(__globals__=g)` and `'{0.__globals__}'.format(f)` read an attribute by a name written in text,
+    which the attribute rules did not see: through them a function's globals, the namespace the checks run in, were
+    the learner's to read and write. Plain uses stay the learner's."""
+    import ast
+    assert nbm.refusals(ast.parse(src).body[0]), what
+    for fine in ("def f(x):\n    match x:\n        case object(shape=s):\n            return s\n",
+                 "def f(x):\n    return '{0} {n:.2f} {}'.format(x, 1, n=2.0)\n", "def f(x):\n    return f'{x.shape}'\n"):
+        assert nbm.refusals(ast.parse(fine).body[0]) == [], fine
+
+
+def test_a_quantize_that_reaches_the_checks_globals_through_a_class_pattern_fails(tmp_path):
+    """Lab 10: the checks' own reference read through `case object(__globals__=space)` (it graded as the solution)."""
+    lab = ROOT / "labs/10-fp8-gemv.ipynb"
+    forged = ("def quantize(w):\n    match (lambda: 0):\n        case object(__globals__=space):\n"
+              "            return space['want'], space['want_s']\n\n\ndef unused(w):\n")
+    rep = g.grade(nbm.planted(lab, [("def quantize(w):\n", forged)], to=tmp_path / lab.name), timeout=300)
+    assert rep.status == "failed" and "through a class pattern" in str(rep), str(rep)
+
+
+def test_a_quantize_in_other_styles_grades_as_the_solution(tmp_path):
+    """Names the checks bind (n, k, res, s) used as the learner's own: a class attribute, a nonlocal counter, match
+    captures, a nested function, `except ... as`, a walrus in a comprehension. The grade is the solution's."""
+    sol = ROOT / "solutions/10-fp8-gemv.ipynb"
+    old = ("    amax = np.abs(w).max(axis=1)\n    scale = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)\n"
+           "    w8 = (w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn)\n")
+    new = ("    n = 0\n\n    def count():\n        nonlocal n\n        n += 1\n    match w.shape:\n"
+           "        case (rows, k):\n            count()\n    try:\n        amax = np.abs(w).max(axis=1)\n"
+           "    except ValueError as res:\n        raise RuntimeError(f'{res}')\n"
+           "    scale = np.where(amax > 0, amax / Fmt.m, 1.0).astype(np.float32)\n\n    def red(a):\n        return a\n"
+           "    w8 = red((w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn))\n"
+           "    first = [s := float(v) for v in scale[:1]]\n    assert n == 1 and first == [s]\n")
+    styled = nbm.planted(sol, [(old, new), ("def quantize(w):\n", "class Fmt:\n    m = 448.0\n\n\ndef quantize(w):\n")],
+                         to=tmp_path / sol.name)
+    ref, rep = g.grade(sol, timeout=300), g.grade(styled, timeout=300)
+    assert [(o.status, o.name) for o in rep.outcomes] == [(o.status, o.name) for o in ref.outcomes], (str(rep), str(ref))

@@ -102,3 +102,16 @@ def test_labs_restrict_the_columns_as_learners_type_them(tmp_path):
                  ["--csv", str(tmp_path / "g.csv"), "--labs", "4", "3", str(a), str(b)]):   # the files after --labs
         assert roster_merge.main(argv) == 0
         assert next(csv.reader((tmp_path / "g.csv").open())) == want
+
+
+def test_a_lab_left_ungraded_on_one_server_never_wins_over_a_grade_from_another():
+    """A lab whose own cells broke on one server (setup: nothing graded) ranks below any real grade, even a failed
+    one scoring 0, whichever file comes first."""
+    from feedbeast.course.roster_merge import merge
+    broken = {"lab": "00", "status": "failed", "setup": "OSError: libnvrtc.so.13 not found", "checks": []}
+    real = {"lab": "00", "status": "failed", "setup": "",
+            "checks": [{"status": "failed", "name": "copy_x2", "message": "relative error inf"}]}
+    for order in ((("a", broken), ("b", real)), (("b", real), ("a", broken))):
+        docs, _ = merge([(src, [{"learner": "bob", "labs": [lab]}]) for src, lab in order])
+        kept, = docs[0]["labs"]
+        assert kept["server"] == "b" and not kept["setup"], kept

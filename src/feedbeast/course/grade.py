@@ -258,6 +258,7 @@ def find_solution(path: Path, solutions: Path | None = None, course=None) -> Pat
         return hits[0]
     raise FileNotFoundError(f"no solution for {path.name} in {folder}"
                             + (f" ({len(hits)} start with {m.group(1)}-)" if hits else
+                               f": no lab {m.group(1)} in this course" if m else
                                ": a lab notebook's name starts with its lab's number, as in labs/ (00-copy-kernel"
                                ".ipynb): save or copy it under such a name and grade that"))
 
@@ -1206,6 +1207,9 @@ def expand(patterns, course=None) -> list[Path]:
                 root = find_course(explicit=course)
                 chosen = [lab for _, lab in labs.select(root / "solutions", root / "labs", [p])]
                 hits = [str(n) for lab in chosen for n in labs.on_disk(root / "labs", lab)]   # copies too
+                for lab in chosen:
+                    if len(found := labs.on_disk(root / "labs", lab)) > 1:
+                        print(labs.roster_note(lab, found), file=sys.stderr)
                 if not hits:
                     hits = [str(lab) for lab in chosen]
                     for lab in chosen:

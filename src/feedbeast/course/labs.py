@@ -131,6 +131,14 @@ def on_disk(labs, lab: Path) -> list[Path]:
     return ([Path(lab)] if Path(lab).exists() else []) + others
 
 
+def roster_note(lab: Path, found: list[Path]) -> str:
+    """What to know when a lab has several notebooks: which one a workshop's roster grades."""
+    counted = Path(lab).name if Path(lab) in found else None
+    return (f"lab {Path(lab).name[:2]}: grading {', '.join(p.name for p in found)}; a workshop's roster grades "
+            + (f"{counted} only (the lab's own name)" if counted else
+               "none of them (several notebooks, none with the lab's own name): keep one, named as in labs/"))
+
+
 class NotKept(Exception):
     """An edited lab could not be backed up: it is left as it is, and the message says what to do."""
 
@@ -221,6 +229,8 @@ def main(argv=None):
                 print(f"no notebook of lab {lab.name[:2]} in {labs}/ (not {lab.name}, nor a copy of it): "
                       f"make reset-labs LAB={lab.name[:2]} writes the lab again", file=sys.stderr)
                 return 2
+            if len(found) > 1:
+                print(roster_note(lab, found), file=sys.stderr)
             print(*map(str, found), sep="\n")
     elif cmd == "reset":
         try:

@@ -820,9 +820,16 @@ def binds_of(source: str) -> set[str]:
             stack.extend([*n.decorator_list, *getattr(n, "bases", [])])
             continue
         if isinstance(n, _SCOPES):
+            # a walrus in a comprehension binds in the scope around it: here, the module
+            out |= {x.target.id for x in ast.walk(n) if isinstance(x, ast.NamedExpr)} \
+                if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) else set()
             continue
         if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
             out.add(n.id)
+        elif isinstance(n, ast.ExceptHandler) and n.name or isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            out.add(n.name)
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            out.add(n.rest)
         elif isinstance(n, ast.Import):     # a module a graded cell may import too is the same object for both
             out |= {a.asname or a.name.split(".")[0] for a in n.names if not _importable(a.name)}
         elif isinstance(n, ast.ImportFrom):
@@ -938,6 +945,11 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 and len(n.args) + len(n.keywords) > 1 and id(n.func) not in local:
             # its names may be computed ("_" + "_ne__"), past the rule above: a class is written as a class
             say("it makes a class with type(name, bases, namespace): write it as a class statement", n)
+        elif isinstance(n, ast.MatchClass) and any(a.startswith("_") or a in INTERNAL | CALLS for a in n.kwd_attrs):
+            # `case object(__globals__=g)` reads an attribute by the name written in the pattern, as obj.name does
+            bad = next(a for a in n.kwd_attrs if a.startswith("_") or a in INTERNAL | CALLS)
+            say(f"it reads .{bad} through a class pattern (case C({bad}=...)), which reads it as obj.{bad} would: a "
+                "name that starts with _, or the grader's and the toolkit's own, is not a graded cell's to read", n)
         elif isinstance(n, ast.keyword) and n.arg in FINALIZERS:
             say(f"it names {n.arg}", n)              # type("X", (int,), dict(__ne__=...))
         else:
@@ -947,9 +959,14 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 say("it writes an annotation as a string that is more than a type's name (typing.get_type_hints "
                     "would run it as code): write the type itself, or its name", n)
     for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr in ("format", "format_map") and not _plain_format(n.value):
+            # "{0.__globals__}".format(f) reads attributes and items named in the text, past the rules above
+            say(f"it calls .{n.attr} on a text that is not written in the cell, or whose fields read an attribute or "
+                "an item ({0.x}, {0[k]}): write an f-string, or .format with plain fields ({0}, {n:.2f})", n)
+    for n in ast.walk(node):
         # (a local variable or parameter of the same name is the learner's own)
         if isinstance(n, ast.Name) and n.id in theirs and id(n) not in local or \
-                isinstance(n, (ast.Global, ast.Nonlocal)) and set(n.names) & theirs:
+                isinstance(n, ast.Global) and set(n.names) & theirs:      # (nonlocal names a function's own)
             name = n.id if isinstance(n, ast.Name) else sorted(set(n.names) & theirs)[0]
             say(f"it names {name}, which the checks bind for themselves: called during a check, your code would "
                 f"see the checks' {name}, not yours. Pass what it needs as an argument, or give yours another name", n)
@@ -1017,10 +1034,9 @@ def _function_locals(node) -> set[int]:
                 out.add(id(n))
         nodes = list(own(body))
         # a class body's own names are not local to it: a read there falls back to the globals (`_mods = _mods`)
-        here = set() if isinstance(scope, ast.ClassDef) else \
-            params | {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | \
-            {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
-             for a in n.names}    # `import ml_dtypes` in a function binds a local
+        here = set() if isinstance(scope, ast.ClassDef) else params | _scope_binds(scope, nodes)
+        if isinstance(scope, ast.ClassDef):       # a class attribute (`m = 448.0` in the body) binds no global
+            out.update(id(n) for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
         seen = env | here
         for n in nodes:
             if isinstance(n, _SCOPES):
@@ -1034,6 +1050,40 @@ def _function_locals(node) -> set[int]:
                 visit(n, env)
     walk([node], set())
     return out
+
+
+def _scope_binds(scope, nodes) -> set[str]:
+    """The names a function, lambda or comprehension binds for itself (Python's rule: local there): assignments,
+    imports, nested definitions, `except ... as`, `match` captures, and the walrus targets of the comprehensions in
+    it (they bind in the function around them); a name it declares global or nonlocal is not its own."""
+    out = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    out |= {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names}
+    out |= {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    out |= {n.name for n in nodes if isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name}
+    out |= {n.rest for n in nodes if isinstance(n, ast.MatchMapping) and n.rest}
+    if not isinstance(scope, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        out |= {x.target.id for n in nodes if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp,
+                                                             ast.GeneratorExp))
+                for x in ast.walk(n) if isinstance(x, ast.NamedExpr)}
+    return out - {x for n in nodes if isinstance(n, (ast.Global, ast.Nonlocal)) for x in n.names}
+
+
+def _plain_format(value) -> bool:
+    """A text written in the cell whose replacement fields only place arguments ({0}, {n:.2f}, {}), reading no
+    attribute or item of them, in its format specs too."""
+    import string
+    if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+        return False
+
+    def plain(text, depth=0):
+        try:
+            parts = list(string.Formatter().parse(text))
+        except ValueError:
+            return False
+        return all(field is None or not any(c in field for c in ".[") and (depth > 1 or plain(spec or "", depth + 1))
+                   for _, field, spec, _ in parts)
+    return plain(value.value)
 
 
 def _importable(name: str, member: bool = False) -> bool:
