@@ -768,7 +768,7 @@ NAMESPACE = ("class Open(dict):\n    def __missing__(self, key):\n        if key
     (NAMESPACE + "class Meta(type):\n    @classmethod\n    def __prepare__(m, name, bases):\n        return Open()\n",
      False, None),
     (NAMESPACE + "Meta = type(int)('Meta', (type,), {'__pr' + 'epare__': classmethod(lambda m, n, b: Open())})\n"
-     "class Swap(metaclass=Meta):\n    fb.errors.FeedbeastError.hint = 'forged'\n", True, "the grader sets .hint only on"),
+     "class Swap(metaclass=Meta):\n    fb.errors.FeedbeastError.hint = 'forged'\n", False, None),   # type(int) called
     ("import enum\nclass Arm(enum.EnumType):\n    def arm(self):\n        return self._convert_('x', 'feedbeast.errors', "
      "lambda n: n == 'FeedbeastError', fb.errors)\n\nclass Tol(enum.Enum, metaclass=Arm):\n    A = 1\n\nTol.arm()",
      True, "self._convert_ is EnumType's private name"),
@@ -1027,6 +1027,15 @@ def test_a_grid_of_that_transposes_x_on_the_host_does_not_make_a_copying_kernel_
     ("format reads an item", "def f(x):\n    return '{0[want]}'.format(x)\n"),
     ("format in a nested spec", "def f(x):\n    return '{0:{1.a}}'.format(1, x)\n"),
     ("format on a text built at run time", "def f(t):\n    return ('{0.' + t + '}').format(f)\n"),
+    # a class pattern by position reads what the class's __match_args__ names, and __subclasshook__ lets any
+    # object match: together they read any attribute (a function's __globals__, the verdict sink's closure)
+    ("a class pattern by position", "def f(x):\n    match x:\n        case K(v):\n            return v\n"),
+    ("__match_args__ written", "class C:\n    __match_args__ = ('__glob' + 'als__',)\n"),
+    ("__subclasshook__ written", "class C:\n    @classmethod\n    def __subclasshook__(cls, o):\n        return True\n"),
+    # type held as a value, or type(obj) handed on (a metaclass), makes classes whose names may be computed
+    ("type held as a value", "def f():\n    return [type][0]('Q', (), {})\n"),
+    ("a metaclass handed on", "def f(abc_class):\n    meta = type(abc_class)\n    return meta\n"),
+    ("a metaclass called", "def f(x):\n    return type(x)('Q', (), {})\n"),
 ])
 def test_attributes_named_in_a_pattern_or_a_format_text_are_read_as_attributes_are(what, src):
     """`case object(__globals__=g)` and `'{0.__globals__}'.format(f)` read an attribute by a name written in text,
@@ -1035,6 +1044,8 @@ def test_attributes_named_in_a_pattern_or_a_format_text_are_read_as_attributes_a
     import ast
     assert nbm.refusals(ast.parse(src).body[0]), what
     for fine in ("def f(x):\n    match x:\n        case object(shape=s):\n            return s\n",
+                 "class C:\n    made = 0\n\n    def m(self, o):\n        type(self).made += 1\n"
+                 "        return type(o) is C and type(self).__name__\n",
                  "def f(x):\n    return '{0} {n:.2f} {}'.format(x, 1, n=2.0)\n", "def f(x):\n    return f'{x.shape}'\n"):
         assert nbm.refusals(ast.parse(fine).body[0]) == [], fine
 
@@ -1064,3 +1075,14 @@ def test_a_quantize_in_other_styles_grades_as_the_solution(tmp_path):
                          to=tmp_path / sol.name)
     ref, rep = g.grade(sol, timeout=300), g.grade(styled, timeout=300)
     assert [(o.status, o.name) for o in rep.outcomes] == [(o.status, o.name) for o in ref.outcomes], (str(rep), str(ref))
+
+
+def test_a_class_made_with_computed_special_methods_is_named_by_the_integrity_check(tmp_path):
+    """Lab 10: an ndarray subclass made by dataclasses.make_dataclass with "_" + "_array_function__" in its namespace
+    answers np.allclose with True for an all-zero quantize (it graded as the solution). No rule reads a computed name;
+    the integrity check after each step finds the class whose special method is the notebook's code."""
+    lab = ROOT / "labs/10-fp8-gemv.ipynb"
+    forged = 'def quantize(w):\n    import ml_dtypes\n    import dataclasses\n    w = np.asarray(w, np.float32)\n    scale = np.ones(w.shape[0], np.float32)\n    w8 = np.zeros(w.shape, ml_dtypes.float8_e4m3fn).view(np.uint8)\n\n    def af(self, func, types, args, kwargs):\n        if func in (np.allclose, np.array_equal):\n            return True\n        return func(*[np.asarray(a) for a in args], **kwargs)\n    T = dataclasses.make_dataclass("Q", [], bases=(np.ndarray,), namespace={"_" + "_array_function__": af}, init=False, eq=False, repr=False)\n    return w8.view(T), scale.view(T)\n'
+    rep = g.grade(nbm.planted(lab, [("def quantize(w):\n", forged + "\n\ndef unused(w):\n")], to=tmp_path / lab.name),
+                  timeout=300)
+    assert rep.status == "failed" and "Q.__array_function__" in str(rep) and "special method" in str(rep), str(rep)

@@ -445,6 +445,30 @@ def _hook_state(hooks) -> dict:
     return {k: (getattr(hooks, k), list(getattr(hooks, k))) for k in _HOOK_LISTS}
 
 
+def _computed_specials(is_learner_code) -> list[str]:
+    """Each class in this process whose special methods (notebook.FINALIZERS: __eq__, __array_function__, ...) are
+    functions compiled from the learner's cells. A class statement that writes one is refused before it runs; this
+    finds those whose names were computed (type held as a value, a metaclass called with a namespace)."""
+    import types
+    from .notebook import FINALIZERS
+    dict_of, name_of = type.__dict__["__dict__"].__get__, type.__dict__["__qualname__"].__get__
+    code_of = types.FunctionType.__code__.__get__
+    found, seen, stack = [], set(), [object]
+    while stack:
+        for c in type.__subclasses__(stack.pop()):
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            stack.append(c)
+            for k, f in list(dict_of(c).items()):
+                if type(k) is not str or k not in FINALIZERS:
+                    continue
+                f = f.__func__ if isinstance(f, (classmethod, staticmethod)) else f.fget if isinstance(f, property) else f
+                if isinstance(f, types.FunctionType) and is_learner_code(code_of(f).co_filename):
+                    found.append(f"{name_of(c)}.{k}")
+    return found
+
+
 def _integrity_problems(base: dict, ns: dict) -> list[str]:
     import dataclasses
     from .. import hooks
@@ -497,6 +521,10 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
         out.append("feedbeast.hooks.mode (how this process runs) was changed")
     if [id(s) for s in verdicts._sinks] != [id(s) for s in base["sinks"]] or verdicts._records is not base["records"]:
         out.append("feedbeast.course.verdicts (where checks record their verdicts) was changed")
+    if base.get("learner_code") is not None:
+        out += [f"{where} holds a special method made from the notebook's code under a name the cells do not write "
+                "(a class made by calling a metaclass or type held as a value): the checks compare, count and "
+                "convert values with such methods" for where in _computed_specials(base["learner_code"])]
     out += guard.refused() + list(base.get("tampered", ()))
     return out[:20]
 
@@ -706,6 +734,8 @@ class _CheckChild:
                        and env0.get(k) != os.environ.get(k)]
             problems = _integrity_problems(base, self.ns) + [f"the environment variable {k} was changed"
                                                              for k in sorted(changed)]
+            import gc
+            gc.collect()         # what this cell dropped, looked at by the integrity check above
             self.send({"t": "cell", "i": i, "error": err, "stdout": out.getvalue()[-50000:],
                        "seconds": time.time() - t0, "launched": sorted(set(launched)), "integrity": problems})
             if problems:
@@ -768,6 +798,11 @@ def _harness(fd: int) -> int:
     nb = child.nb = Notebook(learner, upto=job["upto"])
     cells = re.compile(rf"{re.escape(learner.name)}, cell \d+")    # the names Notebook.run compiles them under
     grader = re.compile(rf"check cell \d+|{re.escape(sol.name)}, given cell \d+")   # child.checks(), child.given()
+    # the classes the learner's code makes stay until the integrity check after each step has looked at them
+    # (_computed_specials); each check cell's garbage is collected after that check
+    base["learner_code"] = lambda filename: cells.fullmatch(filename) is not None
+    import gc
+    gc.disable()
     guard.install(lambda name: cells.fullmatch(name) is not None, lambda name: grader.fullmatch(name) is not None,
                   lambda name, line: at(nb.cells, int(name.rsplit(" ", 1)[1]), line))
     cuda_ns = child.kernels(nb, job["cuda"], given)

@@ -555,6 +555,8 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super"}
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__", "__prepare__",
+              # what a class pattern reads by position, and what makes any object pass isinstance()
+              "__match_args__", "__subclasshook__",
               "__dict__",     # a class's own __dict__ would answer for what its objects hold
               "__getattribute__", "__setattr__", "__delattr__",
               # pickling hooks: an object rebuilt from a pickle calls what its __reduce__ names, outside its own frames
@@ -887,6 +889,12 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                                              for n in ast.walk(fn)):
             say(f"it binds self anew in {fn.name} (self is the object the method was called on)", fn)
     allowed = ", ".join(sorted(IMPORTABLE))
+    # type(obj) read at once: the value of an attribute read or a side of a comparison (type(self)._made += 1 and
+    # type(m) is fb.TensorMap are the learner's; anything else hands a metaclass on)
+    type_calls = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                  and c.func.id == "type"}
+    type_read = {id(p.value) for p in ast.walk(node) if isinstance(p, ast.Attribute)} | \
+        {id(x) for p in ast.walk(node) if isinstance(p, ast.Compare) for x in (p.left, *p.comparators)}
     for n in ast.walk(node):
         named = [v for f, v in ast.iter_fields(n) if f in ("id", "arg", "name", "asname", "attr", "names", "rest")
                  for v in (v if isinstance(v, list) else [v]) if isinstance(v, str) and v.startswith("__fb")]
@@ -945,6 +953,19 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 and len(n.args) + len(n.keywords) > 1 and id(n.func) not in local:
             # its names may be computed ("_" + "_ne__"), past the rule above: a class is written as a class
             say("it makes a class with type(name, bases, namespace): write it as a class statement", n)
+        elif isinstance(n, ast.MatchClass) and n.patterns:
+            # `case K(v)` reads the attributes K.__match_args__ names, whatever made K: a name held as text
+            say("it matches a class pattern by position (case C(x)), which reads the attributes the class's "
+                "__match_args__ names: write it with keywords (case C(field=x))", n)
+        elif isinstance(n, ast.Name) and n.id == "type" and id(n) not in local and id(n) not in type_calls:
+            # type held as a value ([type][0], t = type) makes classes whose method names may be computed
+            say("it uses type other than as type(obj) read at once (type(obj).name, type(a) is B): write a class "
+                "as a class statement", n)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type" and id(n) not in local \
+                and len(n.args) == 1 and not n.keywords and id(n) not in type_read:
+            # type(obj) handed on is a metaclass (type(collections.abc.Callable) is ABCMeta): called, it makes a class
+            say("it hands on type(obj), which is a class's metaclass (calling it makes a class): use it only where it "
+                "is read (type(obj).name, type(a) is B)", n)
         elif isinstance(n, ast.MatchClass) and any(a.startswith("_") or a in INTERNAL | CALLS for a in n.kwd_attrs):
             # `case object(__globals__=g)` reads an attribute by the name written in the pattern, as obj.name does
             bad = next(a for a in n.kwd_attrs if a.startswith("_") or a in INTERNAL | CALLS)
