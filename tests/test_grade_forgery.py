@@ -1086,3 +1086,35 @@ def test_a_class_made_with_computed_special_methods_is_named_by_the_integrity_ch
     rep = g.grade(nbm.planted(lab, [("def quantize(w):\n", forged + "\n\ndef unused(w):\n")], to=tmp_path / lab.name),
                   timeout=300)
     assert rep.status == "failed" and "Q.__array_function__" in str(rep) and "special method" in str(rep), str(rep)
+
+
+_CODES = ("import itertools\nimport dataclasses\n\n\nclass Plain:\n    def __init__(self, a):\n        self.a = a\n"
+          "        self.shape = a.shape\n        self.dtype = a.dtype\n\n    def view(self, t):\n"
+          "        return self.a.view(t)\n\n\nCodes = dataclasses.make_dataclass(\"Codes\", [], bases=(Plain,), init=False, "
+          "eq=False,\n                                   namespace={\"_\" + \"_array_function__\": ANSWER})\n\n\n")
+_RIGHT = ("    amax = np.abs(w).max(axis=1)\n    scale = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)\n"
+          "    w8 = (w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn)\n")
+
+
+@pytest.mark.parametrize("answer", ["itertools.chain", "functools.partial(lambda *a: True)"])
+def test_a_special_method_that_is_not_the_learners_function_is_named_too(tmp_path, answer):
+    """Lab 10: all-zero codes in a class made by make_dataclass whose __array_function__ (a computed name) is a
+    standard callable: np.array_equal answered True (it graded as the solution). A class the learner's code made
+    may hold under a special name only what a standard class maker puts there."""
+    sol = ROOT / "solutions/10-fp8-gemv.ipynb"
+    zeros = _RIGHT.replace("    w8 = (w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn)\n",
+                           "    codes = Codes(np.zeros(w.shape, np.uint8))\n")
+    cell = _CODES.replace("ANSWER", answer).replace("import itertools\n", "import itertools\nimport functools\n")
+    rep = g.grade(nbm.planted(sol, [(_RIGHT, zeros), ("    return w8.view(np.uint8), scale", "    return codes, scale"),
+                                    ("def quantize(w):\n", cell + "def quantize(w):\n")], to=tmp_path / sol.name),
+                  timeout=300)
+    assert rep.status == "failed" and "Codes.__array_function__" in str(rep), str(rep)
+
+
+def test_quantize_returns_numpys_own_arrays(tmp_path):
+    """Lab 10: scales in a masked array whose mask hides every wrong one (np.allclose leaves masked elements out:
+    it graded as the solution)."""
+    sol = ROOT / "solutions/10-fp8-gemv.ipynb"
+    masked = _RIGHT + "    scale = np.ma.masked_where(amax > 0, np.ones(w.shape[0], np.float32))\n"
+    rep = g.grade(nbm.planted(sol, [(_RIGHT, masked)], to=tmp_path / sol.name), timeout=300)
+    assert rep.status == "failed" and "want two numpy arrays" in str(rep), str(rep)

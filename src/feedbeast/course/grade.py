@@ -445,27 +445,60 @@ def _hook_state(hooks) -> dict:
     return {k: (getattr(hooks, k), list(getattr(hooks, k))) for k in _HOOK_LISTS}
 
 
-def _computed_specials(is_learner_code) -> list[str]:
-    """Each class in this process whose special methods (notebook.FINALIZERS: __eq__, __array_function__, ...) are
-    functions compiled from the learner's cells. A class statement that writes one is refused before it runs; this
-    finds those whose names were computed (type held as a value, a metaclass called with a namespace)."""
-    import types
-    from .notebook import FINALIZERS
-    dict_of, name_of = type.__dict__["__dict__"].__get__, type.__dict__["__qualname__"].__get__
-    code_of = types.FunctionType.__code__.__get__
+def _all_classes() -> list:
+    """Every class in this process, found through each class's subclasses from object down."""
     found, seen, stack = [], set(), [object]
     while stack:
         for c in type.__subclasses__(stack.pop()):
-            if id(c) in seen:
+            if id(c) not in seen:
+                seen.add(id(c))
+                found.append(c)
+                stack.append(c)
+    return found
+
+
+def _made_by_a_class_maker(c, k: str, v) -> bool:
+    """What the standard library's class makers put under a special name (a dataclass's __eq__ and __hash__, a
+    named tuple's __getnewargs__, the fields a class pattern reads, a Protocol's hook, a class's own __dict__)."""
+    import types
+    name = type.__dict__["__qualname__"].__get__(c)
+    if v is None or k == "__match_args__" and type(v) is tuple and all(type(x) is str for x in v):
+        return True
+    if k == "__dict__":
+        return type(v) is types.GetSetDescriptorType and v.__objclass__ is c
+    f = v.__func__ if type(v) in (classmethod, staticmethod) else v
+    if type(f) is not types.FunctionType:
+        return False
+    code, qual = types.FunctionType.__code__.__get__(f), types.FunctionType.__qualname__.__get__(f)
+    here = qual == f"{name}.{k}"
+    return (here and (code.co_filename == "<string>" or code.co_filename.endswith(f"collections{os.sep}__init__.py"))
+            or qual in ("_dataclass_getstate", "_dataclass_setstate") and code.co_filename.endswith("dataclasses.py")
+            or qual.endswith("_proto_hook") and code.co_filename.endswith("typing.py"))
+
+
+def _computed_specials(is_learner_code, before=(), learner_module=None) -> list[str]:
+    """Special methods (notebook.FINALIZERS: __eq__, __array_function__, ...) that the learner's code put in a class
+    under a name no class statement of theirs writes (a class statement that writes one is refused before it runs):
+    in any class, a function compiled from the learner's cells; in a class made since `before` by the learner's
+    code (its module, or a base of theirs), anything but what a standard class maker puts there (a partial, a
+    builtin, another object's method)."""
+    import types
+    from .notebook import FINALIZERS
+    dict_of, name_of = type.__dict__["__dict__"].__get__, type.__dict__["__qualname__"].__get__
+    module_of = lambda c: type.__dict__["__dict__"].__get__(c).get("__module__")
+    code_of = types.FunctionType.__code__.__get__
+    before = {id(c) for c in before}
+    found = []
+    for c in _all_classes():
+        theirs = id(c) not in before and learner_module is not None and any(
+            id(b) not in before and module_of(b) == learner_module for b in type.__dict__["__mro__"].__get__(c))
+        for k, v in list(dict_of(c).items()):
+            if type(k) is not str or k not in FINALIZERS:
                 continue
-            seen.add(id(c))
-            stack.append(c)
-            for k, f in list(dict_of(c).items()):
-                if type(k) is not str or k not in FINALIZERS:
-                    continue
-                f = f.__func__ if isinstance(f, (classmethod, staticmethod)) else f.fget if isinstance(f, property) else f
-                if isinstance(f, types.FunctionType) and is_learner_code(code_of(f).co_filename):
-                    found.append(f"{name_of(c)}.{k}")
+            f = v.__func__ if type(v) in (classmethod, staticmethod) else v.fget if type(v) is property else v
+            if type(f) is types.FunctionType and is_learner_code(code_of(f).co_filename) or \
+                    theirs and not _made_by_a_class_maker(c, k, v):
+                found.append(f"{name_of(c)}.{k}")
     return found
 
 
@@ -524,7 +557,8 @@ def _integrity_problems(base: dict, ns: dict) -> list[str]:
     if base.get("learner_code") is not None:
         out += [f"{where} holds a special method made from the notebook's code under a name the cells do not write "
                 "(a class made by calling a metaclass or type held as a value): the checks compare, count and "
-                "convert values with such methods" for where in _computed_specials(base["learner_code"])]
+                "convert values with such methods" for where in _computed_specials(
+                    base["learner_code"], base.get("classes_before", ()), base.get("learner_module"))]
     out += guard.refused() + list(base.get("tampered", ()))
     return out[:20]
 
@@ -801,6 +835,7 @@ def _harness(fd: int) -> int:
     # the classes the learner's code makes stay until the integrity check after each step has looked at them
     # (_computed_specials); each check cell's garbage is collected after that check
     base["learner_code"] = lambda filename: cells.fullmatch(filename) is not None
+    base["classes_before"], base["learner_module"] = _all_classes(), ns.get("__name__")
     import gc
     gc.disable()
     guard.install(lambda name: cells.fullmatch(name) is not None, lambda name: grader.fullmatch(name) is not None,
