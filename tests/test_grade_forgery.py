@@ -1036,6 +1036,9 @@ def test_a_grid_of_that_transposes_x_on_the_host_does_not_make_a_copying_kernel_
     ("type held as a value", "def f():\n    return [type][0]('Q', (), {})\n"),
     ("a metaclass handed on", "def f(abc_class):\n    meta = type(abc_class)\n    return meta\n"),
     ("a metaclass called", "def f(x):\n    return type(x)('Q', (), {})\n"),
+    # a class the notebook's code makes is known by its module
+    ("a class made under another module's name", "def f(dataclasses):\n"
+                                                 "    return dataclasses.make_dataclass('Q', [], module='numpy')\n"),
 ])
 def test_attributes_named_in_a_pattern_or_a_format_text_are_read_as_attributes_are(what, src):
     """`case object(__globals__=g)` and `'{0.__globals__}'.format(f)` read an attribute by a name written in text,

@@ -971,6 +971,10 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             bad = next(a for a in n.kwd_attrs if a.startswith("_") or a in INTERNAL | CALLS)
             say(f"it reads .{bad} through a class pattern (case C({bad}=...)), which reads it as obj.{bad} would: a "
                 "name that starts with _, or the grader's and the toolkit's own, is not a graded cell's to read", n)
+        elif isinstance(n, ast.keyword) and n.arg == "module":
+            # make_dataclass(..., module="numpy"), namedtuple(..., module=...): a class the notebook's code makes
+            # is known by its module (the integrity check's look at special methods)
+            say("it names the module of a class it makes (module=...): a class of yours belongs to your notebook", n)
         elif isinstance(n, ast.keyword) and n.arg in FINALIZERS:
             say(f"it names {n.arg}", n)              # type("X", (int,), dict(__ne__=...))
         else:
