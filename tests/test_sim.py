@@ -547,3 +547,26 @@ def test_every_consumer_reads_when_the_ring_says_so():
     assert res.kind == "tile_not_moved" and "consumer C1 never reads tile 0" in str(res), str(res)
     assert check_ring(producer, [consumer] * 3, stages=2, tiles=4, every_consumer_reads=True).ok
     assert check_ring(producer, [one_reader, idle, idle], stages=2, tiles=4).ok     # without it: some consumer reads
+
+
+def test_only_the_operations_a_ring_makes_are_run_and_each_once():
+    """An Op built by hand skips the checks the ring's methods make (a parity of 2 that never blocks, a stage past
+    the ring); an operation yielded twice would be applied twice. Both are refused by name."""
+    def forged(ring, it):
+        s = ring.stage(it)
+        yield ck.Op(0, (ring.stages + s, 2), "wait empty")
+        yield ring.full[s].arrive_expect_tx(ring.tile_bytes)
+        yield ring.copy(s, tile=it)
+
+    def twice(ring, it):
+        s, ph = ring.stage(it), ring.phase(it)
+        wait = ring.full[s].wait(ph)
+        yield wait
+        yield wait
+        yield ring.read(s, tile=it)
+        yield ring.empty[s].arrive()
+    with pytest.raises(StepFunctionError, match="yielded `wait empty`, which its ring did not just make"):
+        check_ring(forged, [consumer, consumer], stages=2, tiles=2)
+    with pytest.raises(StepFunctionError, match="which its ring did not just make"):
+        check_ring(producer, [twice, twice], stages=2, tiles=2)
+    assert check_ring(producer, [consumer, consumer], stages=2, tiles=2).ok

@@ -307,13 +307,16 @@ def _record(fn, view, max_ops=100_000):
         # an operation made before this one and still not yielded was dropped (`ring.full[s].wait(ph)` without
         # yield); one made before and yielded later is fine (`ops = [wait, read, arrive]; for op in ops: yield op`)
         made = list(view._loose)
-        if id(op) in view._loose:
-            older = made[:made.index(id(op))]
-            del view._loose[id(op)]
-            if older:
-                lost = view._loose[older[0]]
-                raise StepFunctionError(f"{view.name} ({fname}): `{lost.text}` was created but never "
-                                        "yielded -- write `yield ...` in front of it")
+        if id(op) not in view._loose:      # yielded before, or not made by this ring's methods (Op(...) by hand)
+            raise StepFunctionError(f"{view.name} ({fname}) yielded `{op.text}`, which its ring did not just make: "
+                                    "yield each operation once, as ring.full[s]/ring.empty[s]/ring.copy/ring.read "
+                                    "return it (their arguments are checked there)")
+        older = made[:made.index(id(op))]
+        del view._loose[id(op)]
+        if older:
+            lost = view._loose[older[0]]
+            raise StepFunctionError(f"{view.name} ({fname}): `{lost.text}` was created but never "
+                                    "yielded -- write `yield ...` in front of it")
         ops.append(op)
         if len(ops) > max_ops:
             raise StepFunctionError(f"{view.name} ({fname}) yielded more than {max_ops} operations")
