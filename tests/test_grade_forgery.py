@@ -1063,8 +1063,9 @@ def test_a_quantize_that_reaches_the_checks_globals_through_a_class_pattern_fail
 
 
 def test_a_quantize_in_other_styles_grades_as_the_solution(tmp_path):
-    """Names the checks bind (n, k, res, s) used as the learner's own: a class attribute, a nonlocal counter, match
-    captures, a nested function, `except ... as`, a walrus in a comprehension. The grade is the solution's."""
+    """Names the checks bind (n, k, res, s) used as the learner's own: a frozen, ordered dataclass with a property, a
+    NamedTuple, a nonlocal counter, match captures, a nested function, `except ... as`, a walrus in a comprehension.
+    The grade is the solution's (the look at special methods allows what the class makers put there)."""
     sol = ROOT / "solutions/10-fp8-gemv.ipynb"
     old = ("    amax = np.abs(w).max(axis=1)\n    scale = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)\n"
            "    w8 = (w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn)\n")
@@ -1074,7 +1075,11 @@ def test_a_quantize_in_other_styles_grades_as_the_solution(tmp_path):
            "    scale = np.where(amax > 0, amax / Fmt.m, 1.0).astype(np.float32)\n\n    def red(a):\n        return a\n"
            "    w8 = red((w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn))\n"
            "    first = [s := float(v) for v in scale[:1]]\n    assert n == 1 and first == [s]\n")
-    styled = nbm.planted(sol, [(old, new), ("def quantize(w):\n", "class Fmt:\n    m = 448.0\n\n\ndef quantize(w):\n")],
+    makers = ("import dataclasses\nimport typing\n\n\n@dataclasses.dataclass(frozen=True, order=True)\nclass Fmt:\n"
+              "    m: float = 448.0\n\n    @property\n    def top(self):\n        return self.m\n\n\n"
+              "class Pair(typing.NamedTuple):\n    codes: object\n    scales: object\n\n\n")
+    new = new.replace("amax / Fmt.m", "amax / Fmt().top") + "    assert Pair(1, 2).scales == 2 and Fmt() < Fmt(449.0)\n"
+    styled = nbm.planted(sol, [(old, new), ("def quantize(w):\n", makers + "def quantize(w):\n")],
                          to=tmp_path / sol.name)
     ref, rep = g.grade(sol, timeout=300), g.grade(styled, timeout=300)
     assert [(o.status, o.name) for o in rep.outcomes] == [(o.status, o.name) for o in ref.outcomes], (str(rep), str(ref))

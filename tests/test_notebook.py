@@ -118,3 +118,14 @@ def test_planted_changes_a_copy_and_refuses_a_stale_replacement(nb, tmp_path):
         planted(src, [("SCALE = ", "S = ")])
     with pytest.raises(ValueError, match=r"'SCALE = 3' occurs 0 times in its %%cuda cells"):
         planted(src, [("SCALE = 3", "SCALE = 4")], cuda_only=True, once=False)
+
+
+def test_a_methods_own_parameters_are_not_read_from_the_module():
+    """symtable calls a method's `self` global where nothing of that name is bound at module level; the plan then
+    asked the notebook for a top-level `self` ("the checks read self") and a class with methods failed to grade."""
+    import ast
+
+    from feedbeast.course.notebook import _reads
+    src = "class A:\n    def f(self, k):\n        j = k\n        return self.m + G + j\n"
+    assert _reads(ast.parse(src).body[0]) == (frozenset(), frozenset({"G"}))
+    assert _reads(ast.parse("def g():\n    global n\n    print(n)\n").body[0])[1] == frozenset({"n", "print"})

@@ -469,7 +469,7 @@ def _made_by_a_class_maker(c, k: str, v) -> bool:
     f = v.__func__ if type(v) in (classmethod, staticmethod) else v
     if type(f) is not types.FunctionType:
         return False
-    code, qual = types.FunctionType.__code__.__get__(f), types.FunctionType.__qualname__.__get__(f)
+    code, qual = types.FunctionType.__code__.__get__(f), types.FunctionType.__dict__["__qualname__"].__get__(f)
     here = qual == f"{name}.{k}"
     return (here and (code.co_filename == "<string>" or code.co_filename.endswith(f"collections{os.sep}__init__.py"))
             or qual in ("_dataclass_getstate", "_dataclass_setstate") and code.co_filename.endswith("dataclasses.py")

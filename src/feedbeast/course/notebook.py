@@ -510,7 +510,10 @@ def _reads(node) -> tuple[frozenset, frozenset]:
     def walk(t, deferred):
         deferred = deferred or (t.get_type() == "function" and t.get_name() not in _EAGER)
         for s in t.get_symbols():
-            if s.is_global() and s.is_referenced():
+            # a parameter or a local is the function's own, whatever is_global() says of it (symtable reports a
+            # method's `self` as global where the module binds nothing of that name)
+            if s.is_global() and s.is_referenced() and not (
+                    s.is_parameter() or s.is_local() and not s.is_declared_global()):
                 (later if deferred else now).add(s.get_name())
         for c in t.get_children():
             walk(c, deferred)
