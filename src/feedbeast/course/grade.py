@@ -457,6 +457,11 @@ def _all_classes() -> list:
     return found
 
 
+def _function_in(v):
+    """The function a class attribute runs: a classmethod's, a staticmethod's, a property's getter, or v itself."""
+    return v.__func__ if type(v) in (classmethod, staticmethod) else v.fget if type(v) is property else v
+
+
 def _made_by_a_class_maker(c, k: str, v) -> bool:
     """What the standard library's class makers put under a special name (a dataclass's __eq__ and __hash__, a
     named tuple's __getnewargs__, the fields a class pattern reads, a Protocol's hook, a class's own __dict__)."""
@@ -466,7 +471,7 @@ def _made_by_a_class_maker(c, k: str, v) -> bool:
         return True
     if k == "__dict__":
         return type(v) is types.GetSetDescriptorType and v.__objclass__ is c
-    f = v.__func__ if type(v) in (classmethod, staticmethod) else v
+    f = _function_in(v)
     if type(f) is not types.FunctionType:
         return False
     code, qual = types.FunctionType.__code__.__get__(f), types.FunctionType.__dict__["__qualname__"].__get__(f)
@@ -485,17 +490,17 @@ def _computed_specials(is_learner_code, before=(), learner_module=None) -> list[
     import types
     from .notebook import FINALIZERS
     dict_of, name_of = type.__dict__["__dict__"].__get__, type.__dict__["__qualname__"].__get__
-    module_of = lambda c: type.__dict__["__dict__"].__get__(c).get("__module__")
     code_of = types.FunctionType.__code__.__get__
     before = {id(c) for c in before}
     found = []
     for c in _all_classes():
         theirs = id(c) not in before and learner_module is not None and any(
-            id(b) not in before and module_of(b) == learner_module for b in type.__dict__["__mro__"].__get__(c))
+            id(b) not in before and dict_of(b).get("__module__") == learner_module
+            for b in type.__dict__["__mro__"].__get__(c))
         for k, v in list(dict_of(c).items()):
             if type(k) is not str or k not in FINALIZERS:
                 continue
-            f = v.__func__ if type(v) in (classmethod, staticmethod) else v.fget if type(v) is property else v
+            f = _function_in(v)
             if type(f) is types.FunctionType and is_learner_code(code_of(f).co_filename) or \
                     theirs and not _made_by_a_class_maker(c, k, v):
                 found.append(f"{name_of(c)}.{k}")
@@ -1276,15 +1281,15 @@ def expand(patterns, course=None) -> list[Path]:
             try:
                 root = find_course(explicit=course)
                 chosen = [lab for _, lab in labs.select(root / "solutions", root / "labs", [p])]
-                hits = [str(n) for lab in chosen for n in labs.on_disk(root / "labs", lab)]   # copies too
-                for lab in chosen:
-                    if len(found := labs.on_disk(root / "labs", lab)) > 1:
-                        print(labs.roster_note(lab, found), file=sys.stderr)
+                found = {lab: labs.on_disk(root / "labs", lab) for lab in chosen}      # copies too
+                hits = [str(n) for notebooks in found.values() for n in notebooks]
+                for lab, notebooks in found.items():
+                    if len(notebooks) > 1:
+                        print(labs.roster_note(lab, notebooks), file=sys.stderr)
                 if not hits:
                     hits = [str(lab) for lab in chosen]
                     for lab in chosen:
-                        missing[str(lab)] = (f"no notebook of lab {lab.name[:2]} in {root / 'labs'} (nor a copy of "
-                                             f"it): make reset-labs LAB={lab.name[:2]} writes the lab again")
+                        missing[str(lab)] = labs.none_left(root / "labs", lab)
             except CourseNotFound as e:   # a lab named by its number needs the course's labs/ to look in
                 missing[str(Path(p))] = (f"a lab named by its number or name is looked up in the course's labs/, "
                                          f"and {e}; in a hosted notebook, run it from the clone's folder "

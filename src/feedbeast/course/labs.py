@@ -131,6 +131,12 @@ def on_disk(labs, lab: Path) -> list[Path]:
     return ([Path(lab)] if Path(lab).exists() else []) + others
 
 
+def none_left(labs, lab: Path) -> str:
+    """What to say when no notebook of `lab`'s number is left in labs/."""
+    return (f"no notebook of lab {Path(lab).name[:2]} in {labs} (not {Path(lab).name}, nor a copy of it): "
+            f"make reset-labs LAB={Path(lab).name[:2]} writes the lab again")
+
+
 def roster_note(lab: Path, found: list[Path]) -> str:
     """What to know when a lab has several notebooks: which one a workshop's roster grades."""
     counted = Path(lab).name if Path(lab) in found else None
@@ -226,8 +232,7 @@ def main(argv=None):
         for _, lab in chosen:
             found = [lab] if lab in by_path or not which else on_disk(labs, lab)
             if not found:
-                print(f"no notebook of lab {lab.name[:2]} in {labs}/ (not {lab.name}, nor a copy of it): "
-                      f"make reset-labs LAB={lab.name[:2]} writes the lab again", file=sys.stderr)
+                print(none_left(labs, lab), file=sys.stderr)
                 return 2
             if len(found) > 1:
                 print(roster_note(lab, found), file=sys.stderr)

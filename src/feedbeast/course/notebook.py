@@ -812,36 +812,17 @@ def _type_expression(text: str) -> bool:
 
 
 def binds_of(source: str) -> set[str]:
-    """The module-level names a cell binds: assignments, loop and `with` targets, imports of what a graded cell may
-    not import, definitions, `global` declarations in its functions (not a comprehension's or a function's own
-    variables)."""
-    out: set[str] = set()
-    stack = list(ast.parse(python_of(source)).body)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(n.name)
-            out |= {x for g in ast.walk(n) if isinstance(g, ast.Global) for x in g.names}
-            stack.extend([*n.decorator_list, *getattr(n, "bases", [])])
-            continue
-        if isinstance(n, _SCOPES):
-            # a walrus in a comprehension binds in the scope around it: here, the module
-            out |= {x.target.id for x in ast.walk(n) if isinstance(x, ast.NamedExpr)} \
-                if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) else set()
-            continue
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            out.add(n.id)
-        elif isinstance(n, ast.ExceptHandler) and n.name or isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
-            out.add(n.name)
-        elif isinstance(n, ast.MatchMapping) and n.rest:
-            out.add(n.rest)
-        elif isinstance(n, ast.Import):     # a module a graded cell may import too is the same object for both
-            out |= {a.asname or a.name.split(".")[0] for a in n.names if not _importable(a.name)}
-        elif isinstance(n, ast.ImportFrom):
-            out |= {a.asname or a.name for a in n.names if a.name != "*"
-                    and (n.level or not _importable(f"{n.module}.{a.name}", member=True))}
-        stack.extend(ast.iter_child_nodes(n))
-    return out
+    """The module-level names a cell binds (_scope_binds at its top level, and the `global` declarations of its
+    functions), but for imports of what a graded cell may import too: that module is the same object for both."""
+    tree = ast.parse(python_of(source))
+    nodes = list(_own_nodes(tree.body))
+    importable = {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import)
+                  for a in n.names if _importable(a.name)} | \
+                 {a.asname or a.name for n in nodes if isinstance(n, ast.ImportFrom) and not n.level
+                  for a in n.names if _importable(f"{n.module}.{a.name}", member=True)}
+    declared = {x for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                for g in ast.walk(n) if isinstance(g, ast.Global) for x in g.names}
+    return _scope_binds(tree, nodes) - importable | declared
 
 
 def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None, theirs=()) -> list[str]:
@@ -991,7 +972,6 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             # "{0.__globals__}".format(f) reads attributes and items named in the text, past the rules above
             say(f"it calls .{n.attr} on a text that is not written in the cell, or whose fields read an attribute or "
                 "an item ({0.x}, {0[k]}): write an f-string, or .format with plain fields ({0}, {n:.2f})", n)
-    for n in ast.walk(node):
         # (a local variable or parameter of the same name is the learner's own)
         if isinstance(n, ast.Name) and n.id in theirs and id(n) not in local or \
                 isinstance(n, ast.Global) and set(n.names) & theirs:      # (nonlocal names a function's own)
@@ -1017,8 +997,21 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
     return list(out)
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp,
-           ast.GeneratorExp)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, *_COMPREHENSIONS)
+
+
+def _own_nodes(body):
+    """The nodes of a scope's body, not of the scopes nested in it (those come last, as nodes)."""
+    stack, nested = list(body), []
+    while stack:
+        n = stack.pop()
+        if isinstance(n, _SCOPES):
+            nested.append(n)
+            continue
+        yield n
+        stack.extend(ast.iter_child_nodes(n))
+    yield from nested
 
 
 def _function_locals(node) -> set[int]:
@@ -1029,16 +1022,7 @@ def _function_locals(node) -> set[int]:
     on its own."""
     out: set[int] = set()
 
-    def own(body):       # nodes of this scope, not of the scopes nested in it
-        stack, nested = list(body), []
-        while stack:
-            n = stack.pop()
-            if isinstance(n, _SCOPES):
-                nested.append(n)
-                continue
-            yield n
-            stack.extend(ast.iter_child_nodes(n))
-        yield from nested
+    own = _own_nodes
 
     def visit(scope, env):
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -1081,7 +1065,7 @@ def _function_locals(node) -> set[int]:
 
 
 def _scope_binds(scope, nodes) -> set[str]:
-    """The names a function, lambda or comprehension binds for itself (Python's rule: local there): assignments,
+    """The names a module, function, lambda or comprehension binds for itself (Python's rule: local there): assignments,
     imports, nested definitions, `except ... as`, `match` captures, and the walrus targets of the comprehensions in
     it (they bind in the function around them); a name it declares global or nonlocal is not its own."""
     out = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -1090,10 +1074,11 @@ def _scope_binds(scope, nodes) -> set[str]:
     out |= {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     out |= {n.name for n in nodes if isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name}
     out |= {n.rest for n in nodes if isinstance(n, ast.MatchMapping) and n.rest}
-    if not isinstance(scope, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-        out |= {x.target.id for n in nodes if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp,
-                                                             ast.GeneratorExp))
+    if not isinstance(scope, _COMPREHENSIONS):
+        out |= {x.target.id for n in nodes if isinstance(n, _COMPREHENSIONS)
                 for x in ast.walk(n) if isinstance(x, ast.NamedExpr)}
+    if isinstance(scope, ast.Module):     # a module's `global x` is x itself
+        return out
     return out - {x for n in nodes if isinstance(n, (ast.Global, ast.Nonlocal)) for x in n.names}
 
 
