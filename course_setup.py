@@ -8,6 +8,7 @@ Standard library only: it runs before the course is importable. `python course_s
 """
 import ctypes
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import pathlib
@@ -37,7 +38,8 @@ def source() -> str:
 def toolchain_pins(extra: str) -> list[str]:
     """The checkout's pins of what decides the machine code and how it is read (NVRTC and the CUDA wheels, the
     disassembler, the bindings, numba-cuda), without extras as pip's constraints want them. Everything else
-    stays as the host has it: a hosted notebook's numpy or PyTorch is not the course's to replace."""
+    stays as the host has it within pyproject.toml's bounds: a hosted notebook's numpy or PyTorch is not the
+    course's to replace (numpy 2.5 is, until numba-cuda imports it; install() says when a restart is needed)."""
     pins = []
     for name in ("base.txt", f"{extra}.txt"):
         path = pathlib.Path(__file__).resolve().parent / "requirements" / name
@@ -56,6 +58,7 @@ def install() -> None:
     dirs = [*site.getsitepackages(), site.getusersitepackages()]
     pth = lambda: {p for d in dirs for p in pathlib.Path(d).glob("*.pth")}
     before = pth()
+    loaded = loaded_distributions()
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
         pins.write("\n".join(toolchain_pins(extra)) + "\n")
     # Quiet pip says nothing for the minute it takes: say what is coming (measured on a fresh Python: about 0.8 GB
@@ -78,6 +81,26 @@ def install() -> None:
         site.addpackage(str(p.parent), p.name, None)
     importlib.invalidate_caches()
     print(f"installed the course ({extra}) into {sys.executable}")
+    stale = [f"{name} {v} -> {installed(name)}" for name, v in loaded.items() if installed(name) != v]
+    if stale:
+        print(f"pip replaced {', '.join(stale)}, which this kernel had already imported: restart the kernel "
+              "(Colab: Runtime > Restart session) and run this cell again, so that the kernel and the grader load "
+              "the same versions", flush=True)
+
+
+def installed(name: str) -> str | None:
+    """The version of the distribution named `name` on disk now, or None."""
+    try:
+        return importlib.metadata.version(name)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def loaded_distributions() -> dict[str, str]:
+    """The packages this process has imported, with their versions on disk: a module loaded before pip replaces
+    it stays loaded, while a new process (the grader) loads the new one."""
+    names = {n for n in list(sys.modules) if "." not in n and not n.startswith("_")}
+    return {n: v for n in sorted(names) if (v := installed(n))}
 
 
 if __name__ in ("__main__", "<run_path>"):   # run as a script, or by the setup cell through runpy.run_path

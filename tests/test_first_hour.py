@@ -128,11 +128,12 @@ WHEEL_WRITER = """
 import zipfile
 from pathlib import Path
 
-def _wheel(dest, name, version, files, extras=("cu12", "cu13")):
+def _wheel(dest, name, version, files, extras=("cu12", "cu13"), requires=()):
     dist = f"{name}-{version}.dist-info"
     meta = {
-        f"{dist}/METADATA": "Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n%s" % (
-            name, version, "".join(f"Provides-Extra: {e}\\n" for e in extras)),
+        f"{dist}/METADATA": "Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n%s%s" % (
+            name, version, "".join(f"Provides-Extra: {e}\\n" for e in extras),
+            "".join(f"Requires-Dist: {r}\\n" for r in requires)),
         f"{dist}/WHEEL": "Wheel-Version: 1.0\\nGenerator: hand\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
     }
     path = Path(dest) / f"{name}-{version}-py3-none-any.whl"
@@ -157,9 +158,9 @@ def _fresh_venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
-def _course_stand_in(tmp_path: Path) -> Path:
+def _course_stand_in(tmp_path: Path, requires: tuple = ()) -> Path:
     """A checkout-shaped folder whose package is a stand-in 'feedbeast' with an in-tree build backend
-    (no index needed) and a start-up hook (.pth) like numba-cuda's."""
+    (no index needed) and a start-up hook (.pth) like numba-cuda's; `requires`: what it depends on."""
     course = tmp_path / "course"
     (course / "chapters").mkdir(parents=True)
     (course / "pyproject.toml").write_text(
@@ -170,7 +171,7 @@ def _course_stand_in(tmp_path: Path) -> Path:
         "    return _wheel(wheel_directory, 'feedbeast', '0.0.1', {\n"
         "        'feedbeast/__init__.py': 'import fb_hook_ran\\nHOOKED = fb_hook_ran.value\\n',\n"
         "        'fb_hook.pth': 'import sys, types; sys.modules[\"fb_hook_ran\"] = "
-        "types.SimpleNamespace(value=42)\\n'}).name\n"))
+        f"types.SimpleNamespace(value=42)\\n'}}, requires={tuple(requires)!r}).name\n"))
     (course / "course_setup.py").write_text((ROOT / "course_setup.py").read_text())   # the real one
     return course
 
@@ -227,6 +228,29 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
     r = subprocess.run([str(_fresh_venv(tmp_path / "kernel5")), "-c", code], cwd=hosted, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "HOOKED 42" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_setup_cell_asks_for_a_restart_when_pip_replaced_a_package_the_kernel_had_imported(tmp_path):
+    """A hosted notebook that imported numpy before the setup cell, whose numpy the course cannot use (2.5 and
+    numba-cuda 0.30): pip installs another one, which the kernel does not load until it restarts, while the grader,
+    a new process, would. The cell says which packages and asks for the restart; with nothing replaced, nothing."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for v in ("1.0", "2.0"):
+        _wheel(wheels, "fbdemo", v, {"fbdemo/__init__.py": f"__version__ = {v!r}\n"}, extras=())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "FEEDBEAST"))}
+    env |= {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
+            "PIP_FIND_LINKS": str(wheels)}
+    course = _course_stand_in(tmp_path, requires=("fbdemo==2.0",))
+    for imported_first, kernel in ((True, "k1"), (False, "k2")):
+        py = _fresh_venv(tmp_path / kernel)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "fbdemo==1.0"], env=env, check=True, timeout=120)
+        code = ("import fbdemo\n" if imported_first else "") + setup_cell_source()
+        r = subprocess.run([str(py), "-c", code], cwd=course / "chapters", env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and "installed the course (cu" in r.stdout, r.stdout + r.stderr
+        restart = "pip replaced fbdemo 1.0 -> 2.0, which this kernel had already imported: restart the kernel"
+        assert (restart in r.stdout) == imported_first, r.stdout
 
 
 # ---------------------------------------------------------------------------------------------------
