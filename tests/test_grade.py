@@ -250,6 +250,28 @@ def test_cli_expands_quoted_globs(tmp_path):
     assert "no lab '99': the labs are 00-copy-kernel.ipynb" in g.grade(Path("99")).error
 
 
+def test_on_a_workshop_hub_a_lab_named_by_its_number_is_the_learners_copy(tmp_path, monkeypatch):
+    """The hub sets FEEDBEAST_COURSE to the shared course (whose solutions grade), and each learner works in a copy
+    in their home: `grade 04` and `reset 04`, run anywhere in that copy, mean the copy's lab, never the shared one."""
+    from feedbeast.course.__main__ import main as course_main
+    shared, copy = tmp_path / "opt/course", tmp_path / "home/ada/feedbeast"
+    for c in (shared, copy):
+        for d in ("chapters", "solutions", "labs"):
+            (c / d).mkdir(parents=True)
+        shutil.copy(SOLUTION, c / "solutions" / SOLUTION.name)
+        (c / "labs" / SOLUTION.name).write_text("{}")
+    monkeypatch.setenv("FEEDBEAST_COURSE", str(shared))
+    for here in (copy, copy / "labs"):
+        monkeypatch.chdir(here)
+        assert g.expand([SOLUTION.name[:2]]) == [(copy / "labs" / SOLUTION.name).resolve()]
+        assert course_main(["reset", SOLUTION.name[:2]]) == 0
+        assert (copy / "labs" / SOLUTION.name).read_text() != "{}"            # the copy's lab restored
+        assert (shared / "labs" / SOLUTION.name).read_text() == "{}"          # the shared course untouched
+        (copy / "labs" / SOLUTION.name).write_text("{}")
+    monkeypatch.chdir(tmp_path)                                                 # outside any copy: the course's
+    assert g.expand([SOLUTION.name[:2]]) == [(shared / "labs" / SOLUTION.name).resolve()]
+
+
 def test_a_lab_named_outside_any_checkout_says_where_labs_are_looked_up(tmp_path, monkeypatch):
     """A hosted notebook's terminal starts in the folder above the clone: `grade 04` there names the missing
     checkout and what to do, not only the missing file."""

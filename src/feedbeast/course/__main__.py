@@ -57,7 +57,7 @@ def _run(argv: list) -> int:
         from .labs import main as run
         if len(rest) < 2 or not all(Path(r).is_dir() for r in rest[:2]):
             # `reset 04`: the folders of the course checkout this is run in (or under, e.g. from labs/)
-            from .coursedir import CourseNotFound, find
+            from .coursedir import CourseNotFound, find, working
             if any(r in ("-h", "--help") for r in rest):
                 print(__doc__)
                 return 0
@@ -66,14 +66,14 @@ def _run(argv: list) -> int:
                 i = rest.index("--course")
                 explicit, rest = rest[i + 1], rest[:i] + rest[i + 2:]
             if explicit is None and Path("solutions").is_dir() and Path("labs").is_dir():
-                course = Path(".")            # the folders here, course checkout or not
+                course = mine = Path(".")     # the folders here, course checkout or not
             else:
-                try:
-                    course = find(explicit=explicit)
+                try:   # the labs of the checkout worked in (a learner's copy on a hub), the course's solutions
+                    course, mine = find(explicit=explicit), working(explicit)
                 except CourseNotFound as e:
                     print(e)
                     return 2
-            rest = [str(course / "solutions"), str(course / "labs"), *rest]
+            rest = [str(course / "solutions"), str(mine / "labs"), *rest]
         return run([cmd, *rest])
     print(f"unknown command {cmd!r}\n{__doc__}")
     return 2

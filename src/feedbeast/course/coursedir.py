@@ -7,6 +7,10 @@ it in src/. Neither says where the course is. The course is, in this order:
 2. `FEEDBEAST_COURSE`, else
 3. the first folder holding both `chapters/` and `solutions/` at or above the file being worked on (the
    notebook being graded or benchmarked), else at or above the working directory.
+
+That is where the checks and solutions come from. A lab named by its number (`grade 04`, `reset 04`) is looked for
+in another place, `working()`: the labs/ of the checkout the learner works in. On a workshop hub FEEDBEAST_COURSE
+names the shared course, while each learner works in a copy of it in their home.
 """
 from __future__ import annotations
 
@@ -54,3 +58,11 @@ def find(near=None, explicit=None) -> Path:
     looked = " or ".join(str(Path(s).resolve()) for s in starts)
     raise CourseNotFound(f"no checkout of the course (a folder with chapters/ and solutions/) at or above {looked}: "
                          "run from the checkout, or pass --course DIR (or set FEEDBEAST_COURSE)")
+
+
+def working(explicit=None) -> Path:
+    """The checkout whose labs/ a lab named by its number means: `explicit` (--course) when given, else the checkout
+    at or above the working directory (a learner's copy), else find()'s (FEEDBEAST_COURSE)."""
+    if explicit:
+        return find(explicit=explicit)
+    return around(Path.cwd()) or find()

@@ -1265,7 +1265,7 @@ def expand(patterns, course=None) -> list[Path]:
     LAB=` takes it (`03`, `3`, `cp-async-rowsum`: the course's labs/ from the working directory, or `course`). A
     pattern that matches nothing stays as a path, and grading reports it as missing."""
     from . import labs
-    from .coursedir import CourseNotFound, find as find_course
+    from .coursedir import CourseNotFound, find as find_course, working
     paths = []
     missing.clear()
     for p in patterns:
@@ -1279,9 +1279,11 @@ def expand(patterns, course=None) -> list[Path]:
                 hits = [p]
         elif hits == [p] and not Path(p).exists() and "/" not in p:
             try:
-                root = find_course(explicit=course)
-                chosen = [lab for _, lab in labs.select(root / "solutions", root / "labs", [p])]
-                found = {lab: labs.on_disk(root / "labs", lab) for lab in chosen}      # copies too
+                # the lab's name from the course's solutions; the notebooks from the labs/ the learner works in
+                # (on a workshop hub, their copy: FEEDBEAST_COURSE names the shared course)
+                mine = working(course) / "labs"
+                chosen = [lab for _, lab in labs.select(find_course(explicit=course) / "solutions", mine, [p])]
+                found = {lab: labs.on_disk(mine, lab) for lab in chosen}      # copies too
                 hits = [str(n) for notebooks in found.values() for n in notebooks]
                 for lab, notebooks in found.items():
                     if len(notebooks) > 1:
@@ -1289,7 +1291,7 @@ def expand(patterns, course=None) -> list[Path]:
                 if not hits:
                     hits = [str(lab) for lab in chosen]
                     for lab in chosen:
-                        missing[str(lab)] = labs.none_left(root / "labs", lab)
+                        missing[str(lab)] = labs.none_left(mine, lab)
             except CourseNotFound as e:   # a lab named by its number needs the course's labs/ to look in
                 missing[str(Path(p))] = (f"a lab named by its number or name is looked up in the course's labs/, "
                                          f"and {e}; in a hosted notebook, run it from the clone's folder "
