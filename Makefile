@@ -250,9 +250,10 @@ workshop: $(STAMP)
 	A workshop room on one server): $(if $(filter current,$(ENV)),$(PYTHON),$(abspath $(VENV))/bin/python) -m jupyterhub -f $(CURDIR)/workshop/jupyterhub_config.py, with \
 	workshop/node_modules/.bin on PATH"
 
+## make clean      remove .venv and build outputs (the offline bundle wheelhouse/ and the labs stay)
 # The offline bundle (wheelhouse/) stays: on a host without internet it cannot be made again.
 clean:
-	rm -rf $(VENV) build wheelhouse.new
+	rm -rf $(VENV) build wheelhouse.new feedbeast-*.whl
 
 ## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
 # PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is

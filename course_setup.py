@@ -97,9 +97,10 @@ def installed(name: str) -> str | None:
 
 
 def loaded_distributions() -> dict[str, str]:
-    """The packages this process has imported, with their versions on disk: a module loaded before pip replaces
-    it stays loaded, while a new process (the grader) loads the new one."""
-    names = {n for n in list(sys.modules) if "." not in n and not n.startswith("_")}
+    """The distributions whose packages this process has imported (Pillow for PIL), with their versions on disk: a
+    module loaded before pip replaces it stays loaded, while a new process (the grader) loads the new one."""
+    of = importlib.metadata.packages_distributions()
+    names = {d for n in list(sys.modules) if "." not in n and not n.startswith("_") for d in of.get(n, [])}
     return {n: v for n in sorted(names) if (v := installed(n))}
 
 

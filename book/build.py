@@ -14,9 +14,11 @@ The page list and title come from book/book.json; chapters are found by the glob
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import html
 import os
 import re
+import shlex
 import shutil
 import sys
 import json
@@ -188,6 +190,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="_book", help="output folder (replaced), default _book/")
     ap.add_argument("--root", default=str(HERE.parent), help="the repository root")
     args = ap.parse_args(argv)
+    if importlib.util.find_spec("nbconvert") is None:
+        print(f"make book: nbconvert is not installed in {sys.executable}: {shlex.quote(sys.executable)} -m pip "
+              f"install -r {shlex.quote(str(HERE.parent / 'requirements' / 'book.txt'))} installs it (or make book "
+              "WHEELS=dir, from a bundle)",
+              file=sys.stderr)
+        return 1
     out = Path(args.out)
     pages = build(Path(args.root), out)
     broken = check_links(out)

@@ -736,3 +736,56 @@ def test_a_while_counter_advanced_in_both_branches_and_a_counter_reused_after_th
     from feedbeast.barriers import most_per_iteration
     assert set(most_per_iteration(kernels.prologue_forms_too).values()) == {1}
     assert max(most_per_iteration(kernels.reused_before_the_test).values()) == 2
+
+
+def test_a_barrier_imported_by_its_own_name_is_a_barrier(tmp_path, monkeypatch):
+    """`from numba.cuda import syncthreads` (a GPU's numba.cuda exports it; the simulator does not): `syncthreads()`
+    and `sync()` after `... as sync` are the barrier, counted and checked as cuda.syncthreads() is; a function of the
+    learner's that is only named so is not."""
+    import importlib.util
+    import sys
+    import types
+
+    from feedbeast.barriers import barriers_by_loop
+    barrier = object()                                   # what a GPU's numba.cuda.syncthreads is: one object
+    monkeypatch.setitem(sys.modules, "numba.cuda", types.SimpleNamespace(syncthreads=barrier))
+    (tmp_path / "k_alias.py").write_text(textwrap.dedent('''
+        def kernel(x):
+            t = cuda.threadIdx.x
+            syncthreads()
+            for j in range(4):
+                if t < j:
+                    sync()
+                x[t] += 1
+
+        def own(x, t):
+            x[t] = 1
+            mine()
+
+        def plain(x):
+            x[0] = 1
+
+        def mixed(x):
+            t = cuda.threadIdx.x
+            helper(x)
+            if t < 4:
+                sync(x)
+        '''))
+    spec = importlib.util.spec_from_file_location("k_alias", tmp_path / "k_alias.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.syncthreads = mod.sync = barrier
+    mod.mine = lambda: None
+    mod.mine.__name__ = "syncthreads"
+    assert barriers_by_loop(mod.kernel) == {None: [4], 5: [7]}
+    found = divergent_barriers(mod.kernel)
+    assert len(found) == 1 and "line 7" in found[0], found
+    assert barriers_by_loop(mod.own) == {}
+    # a device function from another module that has the alias: the kernel's own `sync`, no barrier, stays none
+    (tmp_path / "k_other.py").write_text("def helper(x):\n    sync()\n")
+    spec = importlib.util.spec_from_file_location("k_other", tmp_path / "k_other.py")
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    other.sync = barrier
+    mod.helper, mod.sync = types.SimpleNamespace(py_func=other.helper), types.SimpleNamespace(py_func=mod.plain)
+    assert divergent_barriers(mod.mixed) == []

@@ -237,7 +237,7 @@ def test_the_setup_cell_asks_for_a_restart_when_pip_replaced_a_package_the_kerne
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     for v in ("1.0", "2.0"):
-        _wheel(wheels, "fbdemo", v, {"fbdemo/__init__.py": f"__version__ = {v!r}\n"}, extras=())
+        _wheel(wheels, "fbdemo", v, {"fbmod/__init__.py": f"__version__ = {v!r}\n"}, extras=())   # as PIL: Pillow
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "FEEDBEAST"))}
     env |= {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
             "PIP_FIND_LINKS": str(wheels)}
@@ -245,7 +245,7 @@ def test_the_setup_cell_asks_for_a_restart_when_pip_replaced_a_package_the_kerne
     for imported_first, kernel in ((True, "k1"), (False, "k2")):
         py = _fresh_venv(tmp_path / kernel)
         subprocess.run([str(py), "-m", "pip", "install", "-q", "fbdemo==1.0"], env=env, check=True, timeout=120)
-        code = ("import fbdemo\n" if imported_first else "") + setup_cell_source()
+        code = ("import fbmod\n" if imported_first else "") + setup_cell_source()
         r = subprocess.run([str(py), "-c", code], cwd=course / "chapters", env=env, capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 0 and "installed the course (cu" in r.stdout, r.stdout + r.stderr
@@ -1249,3 +1249,19 @@ def test_a_lab_named_by_its_number_is_graded_in_each_notebook_of_that_lab(tmp_pa
     assert [p.name for p in got] == ["00-copy-kernel.ipynb", "00-copy-kernel-Copy1.ipynb", "01-mywork.ipynb",
                                      "02-double-buffered-transpose.ipynb"], got
     assert "make reset-labs LAB=02" in g.missing[str(tmp_path / "labs/02-double-buffered-transpose.ipynb")], g.missing
+
+
+def test_the_kernelspec_command_writes_no_kernel_that_cannot_start(tmp_path, monkeypatch, capsys):
+    """`python -m feedbeast.course.kernelspec` in a Python without ipykernel (the library alone) writes nothing and
+    says what to install; `--help` prints what it does and writes nothing either."""
+    import importlib.util
+    from feedbeast.course import kernelspec
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    assert kernelspec.main(["--help"]) == 0 and "writes it into this Python's environment" in capsys.readouterr().out
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipykernel" else real(name, *a))
+    assert kernelspec.main([]) == 1
+    assert f"{sys.executable} -m pip install ipykernel" in capsys.readouterr().err
+    assert not (tmp_path / "share").exists()
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    assert kernelspec.main([]) == 0 and (tmp_path / "share/jupyter/kernels/feedbeast/kernel.json").is_file()

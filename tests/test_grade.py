@@ -229,6 +229,8 @@ def test_every_shipped_solution_has_check_cells_and_matches_its_lab():
     for sol in sorted((ROOT / "solutions").glob("*.ipynb")):
         assert g.check_part(read(sol)), f"{sol.name}: no code cell under '## Check'"
         assert g.find_solution(ROOT / "labs" / sol.name) == ROOT / "solutions" / sol.name
+        # the name Colab's "Save a copy in Drive" gives a lab opened from GitHub
+        assert g.find_solution(Path("/content/drive/MyDrive") / f"Copy of {sol.name}") == ROOT / "solutions" / sol.name
 
 
 def test_a_notebook_with_no_check_is_not_ok():
@@ -270,6 +272,9 @@ def test_on_a_workshop_hub_a_lab_named_by_its_number_is_the_learners_copy(tmp_pa
         (copy / "labs" / SOLUTION.name).write_text("{}")
     monkeypatch.chdir(tmp_path)                                                 # outside any copy: the course's
     assert g.expand([SOLUTION.name[:2]]) == [(shared / "labs" / SOLUTION.name).resolve()]
+    shutil.rmtree(copy / "labs")                     # a copy whose labs/ is gone: reset writes the lab there again
+    monkeypatch.chdir(copy / "chapters")
+    assert course_main(["reset", SOLUTION.name[:2]]) == 0 and (copy / "labs" / SOLUTION.name).is_file()
 
 
 def test_a_lab_named_outside_any_checkout_says_where_labs_are_looked_up(tmp_path, monkeypatch):

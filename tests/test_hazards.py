@@ -615,6 +615,17 @@ def test_a_saved_trace_replays_to_the_same_report(tmp_path):
     (path,) = tmp_path.glob("*.npz")
     r = hz.replay(path)
     assert rules(r) == ["async-read-in-flight"] and r.kernel == "ring"
+    # the same from the library's command line: exit 1 for a hazard; --help and a missing file say what it takes
+    import subprocess
+    import sys
+    run = lambda *a: subprocess.run([sys.executable, "-m", "feedbeast.hazards", *a], capture_output=True, text=True)
+    out = run("replay", str(path))
+    assert out.returncode == 1 and "async-read-in-flight" in out.stdout, out.stdout + out.stderr
+    for args in (["--help"], ["replay", "--help"]):
+        out = run(*args)
+        assert out.returncode == 0 and out.stdout.startswith("usage: python -m feedbeast.hazards replay"), out
+    out = run("replay", str(tmp_path / "none.npz"))
+    assert out.returncode == 2 and "no trace file" in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 def _cluster_ring(relaxed: bool, release_early: bool = False, laps=3, window=False):

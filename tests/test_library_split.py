@@ -133,10 +133,14 @@ def test_the_library_needs_no_notebook_stack_and_the_course_says_what_to_install
     monkeypatch.setitem(sys.modules, "nbformat", None)     # what import finds where nbformat is not installed
     lab = tmp_path / "00-copy-kernel.ipynb"
     lab.write_text("{}")
-    for argv in (["grade", str(lab)], ["roster", "--homes", str(tmp_path)]):
-        assert main(argv) == 2
-        err = capsys.readouterr().err
-        assert "needs nbformat" in err and "pip install 'feedbeast[course]'" in err, err
+    root = Path(__file__).resolve().parents[1]
+    from feedbeast.errors import install_command
+    for here, pins in ((root, f" -r {root / 'requirements/cu13.txt'} "), (tmp_path, " (")):  # in a checkout: its pins
+        monkeypatch.chdir(here)
+        for argv in (["grade", str(lab)], ["roster", "--homes", str(tmp_path)]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert "needs nbformat" in err and f"{sys.executable} -m pip install \"feedbeast[cu13,course]\"{pins}" in err, err
     assert lab.read_text() == "{}"
     alone = subprocess.run([sys.executable, "-c", "import sys; sys.modules['nbformat'] = sys.modules['nbclient'] = None\n"
                             "import feedbeast as fb; import feedbeast.course; print(fb.compile.__name__)"],

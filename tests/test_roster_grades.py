@@ -203,6 +203,28 @@ def test_a_lab_whose_own_cells_broke_in_the_grader_is_left_ungraded_not_scored_z
     assert len(said) == 1 and "1 learner(s) (bob)" in said[0] and "libnvrtc.so.13" in said[0], said
 
 
+@pytest.mark.parametrize("breaks, told", [
+    ("import sys\nsys.modules['cuda.bindings'] = None\nfb.device.nvrtc_version()\n", "cu13"),   # the toolkit says
+    ("import feedbeast_missing_part\n", "cu13,course")])                                           # the grader says
+def test_a_python_without_the_course_s_wheels_is_told_the_command_once(tmp_path, breaks, told):
+    """A grader whose Python lacks a package (the CUDA wheels of a library-only install): the setup error gives
+    the command that installs it into that Python, once (the toolkit's own message is not wrapped in another)."""
+    from feedbeast.course import grade as g
+    from feedbeast.course import notebook as nbm
+    from feedbeast.errors import install_command
+    ROOT = Path(__file__).resolve().parents[1]
+    sols = tmp_path / "solutions"
+    sols.mkdir()
+    sol = ROOT / "solutions/00-copy-kernel.ipynb"
+    nbm.planted(sol, [("import feedbeast as fb\n", "import feedbeast as fb\n" + breaks)], to=sols / sol.name)
+    mine = tmp_path / "labs" / sol.name
+    mine.parent.mkdir()
+    mine.write_bytes((ROOT / "labs" / sol.name).read_bytes())
+    rep = g.grade(mine, solutions=sols, timeout=300)
+    assert rep.setup.count(install_command(told)) == 1 and rep.setup.count(" -m pip install ") == 1, rep.setup
+    assert rep.setup.endswith("then grade again"), rep.setup
+
+
 def test_a_notebook_the_roster_did_not_grade_is_named_in_the_learners_row(tmp_path):
     """A second notebook of a lab (Jupyter's Duplicate) is refused by name on the screen and in the JSON, and in the
     CSV's last column too, where an instructor who reads only the CSV sees which file was not graded."""

@@ -125,6 +125,26 @@ def test_sanitize_without_a_gpu_prints_skips_and_exits_0(monkeypatch, capsys, tm
     assert sanitize.main(["chapters", "--strict", "--logs", str(tmp_path)]) == 1
 
 
+def test_sanitize_and_stress_outside_a_checkout_say_where_to_run(monkeypatch, capsys, tmp_path):
+    """Run outside the course: sanitize's default folders are not there (not a table of skips that exits 0), and
+    stress, whose tests are the checkout's, names the missing checkout; inside a folder of the checkout, stress runs
+    pytest in the checkout."""
+    import subprocess
+    from feedbeast.course import stress_run
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    with pytest.raises(SystemExit) as e:
+        sanitize.main(["--logs", str(tmp_path / "logs")])
+    assert e.value.code == 2 and "no chapters and no solutions here" in capsys.readouterr().err
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd, **kw: calls.append(kw["cwd"]) or 0)
+    assert stress_run.main(["--n", "1"]) == 2 and not calls
+    assert "no checkout of the course" in capsys.readouterr().err
+    monkeypatch.chdir(ROOT / "labs")
+    monkeypatch.setenv("FEEDBEAST_COURSE", str(tmp_path))      # another course named: the checkout here is tested
+    assert stress_run.main(["--n", "1"]) == 0 and calls == [ROOT]
+
+
 def test_sanitize_inner_runner_handles_magics():
     """The in-process runner executes %load_ext and %%cuda cells (no sanitizer here: just the runner)."""
     nb = ROOT / "solutions/00-copy-kernel.ipynb"
@@ -172,6 +192,16 @@ def test_book_builds_with_no_broken_links(tmp_path):
         assert (tmp_path / "book/mathjax/config/TeX-AMS-MML_HTMLorMML-full.js").is_file()
     else:
         assert "cdnjs.cloudflare.com/ajax/libs/mathjax" in page and not (tmp_path / "book/mathjax").exists()
+
+
+def test_book_without_nbconvert_says_what_to_install(tmp_path, monkeypatch, capsys):
+    """make book ENV=current in a Python without nbconvert: one line naming the command, no traceback."""
+    book = _book()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nbconvert" else real(name, *a))
+    assert book.main(["--out", str(tmp_path / "book")]) == 1
+    assert f"{sys.executable} -m pip install -r {ROOT / 'requirements/book.txt'}" in capsys.readouterr().err
+    assert not (tmp_path / "book").exists()
 
 
 def test_book_link_checker_catches_broken_links(tmp_path):

@@ -308,6 +308,14 @@ def device_functions(kernel) -> dict[str, object]:
     return out
 
 
+def _barrier_names(values: dict) -> set[str]:
+    """The names in `values` (a function's globals and captures) bound to Numba's barriers themselves."""
+    import sys
+    cuda = sys.modules.get("numba.cuda")
+    barriers = [getattr(cuda, b) for b in BARRIERS if hasattr(cuda, b)] if cuda is not None else []
+    return {n for n, v in values.items() if any(v is b for b in barriers)}
+
+
 def _captured(fn) -> dict:
     """A function's globals and captured values ({name: value}; an empty cell left out)."""
     out = dict(fn.__globals__)
@@ -360,10 +368,15 @@ class _Kernel:
         self.devices = {name: (py, _parsed(py)) for name, py in device_functions(kernel).items()}
         self.unread = sorted(n for n, (_, p) in self.devices.items() if p is None)
         read = {n: (p, _captured(py)) for n, (py, p) in self.devices.items() if p is not None}
-        self.calls: dict[str, int] = {}
+        # `from numba.cuda import syncthreads` (or `... as sync`): a barrier called by its own name; a name that one
+        # of these functions' modules binds to something else is none (the names of calls are read, not resolved)
+        scopes = [self.consts, *(c for _, c in read.values())]
+        named = {n for c in scopes for n in _barrier_names(c)}
+        aliases = {n: 1 for n in named if all(n not in c or n in _barrier_names(c) for c in scopes)}
+        self.calls: dict[str, int] = dict(aliases)
         for _ in range(len(read) + 1):          # a device function's count includes its callees'
-            calls = {n: max(1, _most(p[0].body, self.calls, consts=c)) for n, (p, c) in read.items()
-                     if any(_is_barrier(x, self.calls) for x in ast.walk(p[0]))}
+            calls = aliases | {n: max(1, _most(p[0].body, self.calls, consts=c)) for n, (p, c) in read.items()
+                               if any(_is_barrier(x, self.calls) for x in ast.walk(p[0]))}
             if calls == self.calls:
                 break
             self.calls = calls

@@ -85,10 +85,12 @@ def nvrtc_version() -> tuple[int, int]:
     try:
         from cuda.bindings import nvrtc
     except ModuleNotFoundError as e:   # a plain `pip install feedbeast`: the CUDA wheels are the extras
+        from .errors import MISSING_CUDA_WHEELS, install_command
         raise ModuleNotFoundError(
-            f"{e}: the course compiles with NVRTC from CUDA's Python wheels, which this Python lacks. Install the "
-            "course with them: `make install`, or pip install of the course with the extra cu13 (cu12 for a CUDA "
-            "12 driver) and the pins of its requirements/ folder", name=e.name) from None
+            f"{e}: the course compiles with NVRTC from CUDA's Python wheels, {MISSING_CUDA_WHEELS}: "
+            f"{install_command('cu13')} (in a checkout of the course add -r requirements/cu13.txt, its pins; "
+            "for a CUDA 12 driver, cu12 and requirements/cu12.txt), or make install in the checkout",
+            name=e.name) from None
     err, major, minor = nvrtc.nvrtcVersion()
     return (major, minor)
 

@@ -16,6 +16,18 @@ import re
 FULL_TRACEBACK = "FEEDBEAST_TRACEBACK"   # =full: IPython's own traceback for the toolkit's errors too
 
 
+def install_command(extras: str = "cu13") -> str:
+    """The command that adds the wheels of `extras` to this Python, where feedbeast is installed (pip keeps the
+    installed course, which satisfies the name, and installs what the extras need). cu13 is for a CUDA 13 driver,
+    cu12 for a CUDA 12 one; `course` is the course machinery's (the grader, the roster)."""
+    import shlex
+    import sys
+    return f'{shlex.quote(sys.executable)} -m pip install "feedbeast[{extras}]"'
+
+
+MISSING_CUDA_WHEELS = "which this Python lacks: install the course's CUDA wheels"
+
+
 class FeedbeastError(Exception):
     """Base class for every error the toolkit raises on purpose."""
 

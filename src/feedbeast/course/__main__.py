@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -26,10 +27,15 @@ def main(argv=None) -> int:
     except ModuleNotFoundError as e:
         if e.name not in COURSE_PACKAGES:
             raise
+        from ..errors import install_command
+        from .coursedir import around
+        here = around(Path.cwd())
+        pins = f" -r {shlex.quote(str(here / 'requirements' / 'cu13.txt'))}" if here else ""
         print(f"the course's command line needs {e.name}, which this Python ({sys.executable}) lacks: the library "
-              "alone (pip install feedbeast) does not bring it. Install the course's extra, with the course's pins "
-              "if you have the checkout: pip install 'feedbeast[course]' -c requirements/base.txt (or make install), "
-              "then run the command again.", file=sys.stderr)
+              f"alone (pip install feedbeast) does not bring it. Install the course's extras: "
+              f"{install_command('cu13,course')}{pins} (for a CUDA 12 driver, cu12{' and cu12.txt' if here else ''}),"
+              " then run the command again.",
+              file=sys.stderr)
         return 2
 
 
@@ -73,6 +79,8 @@ def _run(argv: list) -> int:
                 except CourseNotFound as e:
                     print(e)
                     return 2
+            if cmd == "reset":       # a checkout whose labs/ was deleted gets its labs again
+                (mine / "labs").mkdir(exist_ok=True)
             rest = [str(course / "solutions"), str(mine / "labs"), *rest]
         return run([cmd, *rest])
     print(f"unknown command {cmd!r}\n{__doc__}")

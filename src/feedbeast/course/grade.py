@@ -62,6 +62,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..errors import MISSING_CUDA_WHEELS, install_command   # what a Python without the CUDA wheels is told
 from ..magic import KERNEL_NAMES as KERNEL_DECL   # the kernels a %%cuda cell declares
 from .notebook import at, binds_of, cuda_name, place, python_of   # places in a learner's notebook, as it names them
 
@@ -252,7 +253,7 @@ def find_solution(path: Path, solutions: Path | None = None, course=None) -> Pat
     same = folder / path.name
     if same.exists():
         return same
-    m = re.match(r"(\d\d)-", path.name)
+    m = re.match(r"(?:Copy of )?(\d\d)-", path.name)     # Colab's "Save a copy in Drive" writes "Copy of 04-..."
     hits = sorted(folder.glob(f"{m.group(1)}-*.ipynb")) if m else []
     if len(hits) == 1:
         return hits[0]
@@ -644,10 +645,12 @@ class _CheckChild:
                 for i, src in cells:
                     self.run(src, f"{sol.name}, given cell {i}")
         except ModuleNotFoundError as e:     # this Python, not the lab: a package the course needs is missing
+            said = MISSING_CUDA_WHEELS in str(e)        # the toolkit's own message already says what to install
             self.fail("the lab's given cells",
-                      f"{type(e).__name__}: {e}: this Python lacks a package the course needs. Install the course "
-                      "with its CUDA wheels (`make install`, or pip install of the course with the extra cu13, or "
-                      "cu12 for a CUDA 12 driver, and the pins of requirements/), then grade again", setup=True)
+                      f"{type(e).__name__}: {e}" + ("" if said else
+                      f": this Python lacks a package the course needs: {install_command('cu13,course')} (add -r "
+                      "requirements/cu13.txt of the checkout for its pins; for a CUDA 12 driver, cu12 and "
+                      "requirements/cu12.txt), or make install in the checkout") + "; then grade again", setup=True)
             return False
         except BaseException as e:
             # the lab's own code, run before any of the learner's: what breaks there is this Python or machine (a

@@ -33,7 +33,22 @@ def write(folder, python: str = sys.executable) -> Path:
     return folder
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv:                                        # --help, or anything else: say what it does, write nothing
+        if argv[0] in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        print(f"unknown argument {argv[0]!r}: python -m feedbeast.course.kernelspec takes none\n{__doc__}",
+              file=sys.stderr)
+        return 2
+    import importlib.util
+    if importlib.util.find_spec("ipykernel") is None:   # the kernel it writes would die at start
+        import shlex
+        print(f"the kernel runs ipykernel, which this Python lacks: {shlex.quote(sys.executable)} -m pip install "
+              "ipykernel installs it (the checkout's requirements/base.txt holds the course's version); then run this "
+              "again", file=sys.stderr)
+        return 1
     folder = write(Path(sys.prefix) / "share" / "jupyter" / "kernels" / NAME)
     print(f"kernel {DISPLAY!r} ({NAME}) in {folder}")
     return 0

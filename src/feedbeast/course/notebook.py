@@ -362,6 +362,11 @@ class Notebook:
             if s.pos in chosen:
                 return
             chosen[s.pos] = s
+            if isinstance(s.node, _BRANCHING):    # a branch may not run: the binding before it stays in force
+                for n in sorted(s.binds):
+                    before = self._binding(n, s.pos)
+                    if before is not None:
+                        take(before)
             for n in sorted(s.reads - s.binds):
                 need(n, s.pos, s.pos)
             for n in sorted(s.reads & s.binds):      # X = f(X): it reads the binding before it (none: itself)
@@ -475,7 +480,28 @@ def _targets(node) -> tuple[set, set]:
                 root = root.value
             if root is not t and isinstance(root, ast.Name):
                 amends.add(root.id)
+    elif isinstance(node, _BRANCHING):
+        # a definition made under a condition (`try: import ml_dtypes` / `except ImportError: ml_dtypes = None`,
+        # `if ...: DTYPE = ... else: ...`): the statement binds what any of its branches binds, and runs whole
+        # (`except ... as e` binds nothing that lasts: Python deletes e when the handler ends)
+        nodes = list(_own_nodes([node]))
+        binds |= _scope_binds(ast.Module(body=[node], type_ignores=[]), nodes) - {
+            n.name for n in nodes if isinstance(n, ast.ExceptHandler)}
+        for child in nodes:
+            if isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                amends |= _targets(child)[1]
     return binds, amends
+
+
+_BRANCHING = (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try))   # top-level statements that may bind conditionally
+
+
+def _unbinds(node) -> set[str]:
+    """Every name a top-level statement binds or deletes at module level, however (in a loop's target, a walrus,
+    a `del`, inside a branch): what it may not do to a name the lab gives or a builtin."""
+    nodes = list(_own_nodes([node]))
+    return _targets(node)[0] | _scope_binds(ast.Module(body=[node], type_ignores=[]), nodes) | {
+        n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)}
 
 
 _EAGER = {"listcomp", "setcomp", "dictcomp", "genexpr"}   # scopes that run where they stand
@@ -825,6 +851,14 @@ def binds_of(source: str) -> set[str]:
     return _scope_binds(tree, nodes) - importable | declared
 
 
+# What to write instead of the special attributes correct code reaches for most often.
+INSTEAD_OF_DUNDER = {
+    "__class__": ": write type(obj) where it is read (type(obj).__name__, type(a) is B)",
+    "__setattr__": ": set fields as obj.name = value on an object of your class; a frozen dataclass's fields "
+                   "come from its constructor, so compute them before you make it, or drop frozen=True",
+}
+
+
 def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None, theirs=()) -> list[str]:
     """Why a grader must not run this top-level statement of a learner's cell ([] when it may).
 
@@ -852,7 +886,8 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
     def say(why, at=node):          # the reason, at the first line that gives it
         out.setdefault(why, getattr(at, "lineno", None) or node.lineno)
 
-    binds, amends = _targets(node)
+    amends = _targets(node)[1]
+    binds = _unbinds(node)
     if binds & protected:
         say(f"it rebinds {', '.join(sorted(binds & protected))}, which the lab gives or the grader binds "
             "(the grade uses the lab's own)")
@@ -915,7 +950,8 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                     and not (n.attr in READABLE_DUNDERS | NAMEDTUPLE and isinstance(n.ctx, ast.Load)) \
                     and not (n.attr in SETTABLE_DUNDERS and isinstance(n.ctx, ast.Store)):   # self._n; fn.__name__
                 say(f"it reaches the private attribute .{n.attr} (a name that starts with __ is Python's or a class's "
-                    "own, except self.__name in a method of your class and super().__init__)", n)
+                    "own, except self.__name in a method of your class and super().__init__)"
+                    + INSTEAD_OF_DUNDER.get(n.attr, ""), n)
             elif n.attr in INTERNAL and id(n) not in decorators and id(n) not in own:   # @functools.cache
                 say(f"it reaches .{n.attr} (the grader's and the toolkit's own state)", n)
             elif n.attr in CALLS - {"input", "super"}:
@@ -970,8 +1006,9 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
     for n in ast.walk(node):
         if isinstance(n, ast.Attribute) and n.attr in ("format", "format_map") and not _plain_format(n.value):
             # "{0.__globals__}".format(f) reads attributes and items named in the text, past the rules above
-            say(f"it calls .{n.attr} on a text that is not written in the cell, or whose fields read an attribute or "
-                "an item ({0.x}, {0[k]}): write an f-string, or .format with plain fields ({0}, {n:.2f})", n)
+            say(f"it calls .{n.attr} on a text that is not a string literal at the call (a name, MSG.format(...)), "
+                "or whose fields read an attribute or an item ({0.x}, {0[k]}): write an f-string, or .format on "
+                "the literal itself with plain fields (\"{0} rows\".format(n), {n:.2f})", n)
         # (a local variable or parameter of the same name is the learner's own)
         if isinstance(n, ast.Name) and n.id in theirs and id(n) not in local or \
                 isinstance(n, ast.Global) and set(n.names) & theirs:      # (nonlocal names a function's own)

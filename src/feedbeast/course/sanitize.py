@@ -220,6 +220,10 @@ def main(argv=None) -> int:
     bad = [t for t in tools if t not in TOOLS + ("initcheck",)]
     if bad:
         ap.error(f"unknown tool {bad[0]}: use {', '.join(TOOLS)}")
+    gone = [p for p in args.paths if not Path(p).exists()]
+    if gone:
+        ap.error(f"no {' and no '.join(gone)} here ({Path.cwd()}): run from the course's checkout, or name the "
+                 "notebooks or their folders")
     return sweep(args.paths, tools, args.strict, args.timeout, Path(args.logs), args.jobs)
 
 

@@ -18,10 +18,19 @@ def main(argv=None) -> int:
     env = dict(os.environ, FEEDBEAST_STRESS=str(args.n))
     if args.seed is not None:
         env["FEEDBEAST_STRESS_SEED"] = str(args.seed)
+    from pathlib import Path
+
+    from .coursedir import CourseNotFound, working
+    try:
+        course = working()       # the tests of the checkout worked in: pytest runs there, from wherever this was run
+    except CourseNotFound as e:
+        print(f"stress runs the course's GPU tests (tests/ of a checkout), and {e}", file=sys.stderr)
+        return 2
+    pytest_args = [str(Path(a).resolve()) if not a.startswith("-") and Path(a).exists() else a for a in pytest_args]
     cmd = [sys.executable, "-m", "pytest", "-q", "tests", "-m", "gpu", "-p", "no:cacheprovider",
            *pytest_args]
-    print(f"FEEDBEAST_STRESS={args.n} {' '.join(cmd[1:])}", flush=True)
-    rc = subprocess.call(cmd, env=env)
+    print(f"FEEDBEAST_STRESS={args.n} {' '.join(cmd[1:])} (in {course})", flush=True)
+    rc = subprocess.call(cmd, env=env, cwd=course)
     if rc == 5:     # pytest: no test selected
         print("stress: no GPU test was selected")
         return 0
