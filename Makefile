@@ -4,7 +4,7 @@
 #                  install nothing, or with WHEELS=dir install that bundle into it (--no-deps).
 #                  FEEDBEAST_ENV=current in the environment does the same (the workshop hub sets it).
 #   WHEELS=dir     install from a wheel bundle with no index (air-gapped hosts; see make wheelhouse)
-#   PYTHON3=...    the interpreter that creates .venv (3.10 or newer); once .venv runs, later commands keep its
+#   PYTHON3=...    the interpreter that creates .venv (3.11 or newer); once .venv runs, later commands keep its
 #                  Python unless PYTHON3 is given again
 PYTHON3_GIVEN := $(filter command line environment,$(origin PYTHON3))
 PYTHON3 ?= python3

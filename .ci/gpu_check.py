@@ -1,6 +1,7 @@
 """make gpu-check: `make test` on each path the README documents for a GPU machine; results/<gpu>/ci.md.
 
     python .ci/gpu_check.py [--paths venv,current,cuda12] [--wheels DIR] [--notebook-wheels DIR] [--cu12-wheels DIR]
+                            [--index] [--python PYTHON3] [--commit SHA]
 
 Paths:
   venv     a fresh venv from the full bundle (make wheelhouse): make test WHEELS=DIR, in build/gpu-check/venv
@@ -10,7 +11,12 @@ Paths:
 A path without what it needs (no bundle given and no package index) is recorded as not run, with the reason.
 Each path's row replaces that path's earlier row in the script's own block of results/<gpu>/ci.md, so the paths can
 run one at a time; the rest of that file (earlier runs, notes) is kept as it is.
-Exit status: 1 if a path that ran had a failure or an error, else 0.
+Each path runs with its own make variables only: CUDA, ENV, FEEDBEAST_ENV, WHEELS, VENV and make's own flags in the
+environment of the job are not passed on (a job's CUDA=12 would make the venv path a CUDA 12 one).
+A path whose tests saw no GPU ("needs a GPU, this machine has none": the driver or the CUDA bindings out of reach from
+that Python) fails, although nvidia-smi lists one: its GPU tests were skipped, not passed.
+Exit status: 1 if a path that ran had a failure, an error or no GPU in reach, else 0 (a path not run is not a failure:
+its row says why).
 """
 from __future__ import annotations
 
@@ -67,21 +73,31 @@ def commands(path: str, args) -> list[str] | str:
     raise ValueError(path)
 
 
+# What a job's environment may hold that would change a path's make command (each path sets its own).
+NOT_PASSED_ON = ("CUDA", "ENV", "FEEDBEAST_ENV", "WHEELS", "VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+NO_GPU_SKIP = "needs a GPU, this machine has none"     # feedbeast.skip's reason where fb.gpu() found none
+
+
 def run(path: str, cmds: list[str], logdir: Path) -> dict:
     t0 = time.time()
     code = 0
     logfile = logdir / f"{path}.log"
+    env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
     with logfile.open("w") as f:                # written as it runs: a run stopped by a time limit keeps its log
         for cmd in cmds:
             f.write(f"$ {cmd}\n")
             f.flush()
-            code = subprocess.run(cmd, shell=True, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(cmd, shell=True, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
             if code:
                 break
     log = logfile.read_text()
     row = {"path": path, "commands": cmds, "exit": code, "seconds": round(time.time() - t0), **counts(log)}
     if code and not any(row[k] for k in ("passed", "failed", "errors")):
         row["note"] = log.strip().splitlines()[-1][:200] if log.strip() else f"exit {code}"
+    if NO_GPU_SKIP in log:
+        row["no_gpu"] = True
+        row["note"] = (f"its tests saw no GPU ({NO_GPU_SKIP}), though nvidia-smi lists one: the driver or the CUDA "
+                       f"bindings are out of reach from that Python; see {logfile.relative_to(ROOT)}")
     return row
 
 
@@ -211,7 +227,7 @@ def main(argv=None) -> int:
         r = rows[path]
         print(f"{path}: {r['passed']} passed, {r['failed']} failed, {r['errors']} errors, {r['skipped']} skipped, "
               f"{r['seconds']} s, exit {r['exit']}", flush=True)
-        if r["exit"] or r["failed"] or r["errors"]:
+        if r["exit"] or r["failed"] or r["errors"] or r.get("no_gpu"):
             worst = 1
         write(md, rows, name, driver)
     write(md, rows, name, driver)

@@ -144,3 +144,27 @@ def test_a_row_from_a_changed_tree_says_so(tmp_path, monkeypatch):
     assert len(clean) >= 7 and not clean.endswith("-dirty")
     (repo / "f.txt").write_text("two\n")
     assert gc._commit() == clean + "-dirty"
+
+
+def test_a_path_runs_with_its_own_make_variables_and_fails_where_its_tests_saw_no_gpu(monkeypatch, tmp_path):
+    """A job's CUDA=12 or FEEDBEAST_ENV=current does not reach a path's make (it would test another path than its
+    row names); a path whose tests skipped for want of a GPU that nvidia-smi lists fails, naming why."""
+    monkeypatch.setattr(gc, "ROOT", tmp_path)
+    for k, v in (("CUDA", "12"), ("FEEDBEAST_ENV", "current"), ("MAKEFLAGS", "-j4"), ("KEEP_ME", "1")):
+        monkeypatch.setenv(k, v)
+    seen = {}
+
+    def fake(cmd, shell, cwd, env, stdout, stderr):
+        seen.update(env)
+        stdout.write("SKIPPED [3] tests/test_x.py:9: skipped: needs a GPU, this machine has none\n"
+                     "10 passed, 3 skipped in 1.0s\n")
+        return subprocess.CompletedProcess(cmd, 0)
+    monkeypatch.setattr(gc.subprocess, "run", fake)
+    (tmp_path / "logs").mkdir()
+    row = gc.run("venv", ["make test VENV=v"], tmp_path / "logs")
+    assert not {"CUDA", "FEEDBEAST_ENV", "MAKEFLAGS"} & set(seen) and seen["KEEP_ME"] == "1"
+    assert row["no_gpu"] and "its tests saw no GPU" in row["note"] and row["passed"] == 10, row
+    monkeypatch.setattr(gc, "gpu", lambda: ("GPU X", "gpu-x", "580"))
+    monkeypatch.setattr(gc, "run", lambda path, cmds, logdir: {"path": path, "commands": cmds, **row})
+    assert gc.main(["--paths", "venv", "--wheels", "w", "--commit", "abc1234"]) == 1
+    assert "its tests saw no GPU" in (tmp_path / "results/gpu-x/ci.md").read_text()

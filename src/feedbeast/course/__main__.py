@@ -4,7 +4,8 @@
                                      2 partial: some checks cannot run here); --json for machines
     roster --homes /home --csv grades.csv   grade every learner's labs on a workshop server, one CSV
     roster merge --csv room.csv a.json b.json   one CSV from the roster --json files of several servers
-    sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck
+    sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck and the
+                                     hazard checker
     stress [--n 100]                 the GPU tests with random ragged sizes and repeated runs
     build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.course.labs)
     reset 04 [05 ...]                restore only these labs (a number, a name or a lab's path) of the course
