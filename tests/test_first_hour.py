@@ -195,7 +195,7 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
     r = subprocess.run([str(py), "-c", setup_cell_source().replace('"feedbeast"', '"fb_not_here"', 1)],
                        cwd=tmp_path / "kernel", env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "No such file or directory" in r.stderr and "course_setup.py" in r.stderr, r.stderr
-    assert "clone the course here" in r.stderr and "FEEDBEAST_SRC" in r.stderr, r.stderr
+    assert "clone the course there" in r.stderr and "FEEDBEAST_SRC" in r.stderr, r.stderr
 
     # pip fails (here: a build backend that raises): one sentence says so and what to do, nothing half-installed
     broken = tmp_path / "deeper" / "broken"   # not one level below tmp_path, where the clone below is looked for
