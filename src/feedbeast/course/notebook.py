@@ -490,6 +490,13 @@ def _targets(node) -> tuple[set, set]:
         for child in nodes:
             if isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 amends |= _targets(child)[1]
+            elif isinstance(child, ast.Delete):          # del fb.check, del TABLE["k"]: a change of fb, of TABLE
+                for t in child.targets:
+                    root = t
+                    while isinstance(root, (ast.Subscript, ast.Attribute)):
+                        root = root.value
+                    if root is not t and isinstance(root, ast.Name):
+                        amends.add(root.id)
     return binds, amends
 
 
