@@ -513,3 +513,34 @@ def test_the_cache_and_nvrtc_read_the_same_characters(tmp_path, monkeypatch):
     with pytest.raises(fb.CompileError, match="must be text"):
         fb.compile(src.encode(), "sm_90a")
 
+
+
+def test_static_shared_memory_past_48_kb_is_one_error_and_what_to_do():
+    """ptxas's refusal comes with its whole resource report (and a NUL): the message keeps the error line and says
+    how a kernel gets more than 48 KB."""
+    src = ('extern "C" __global__ void big(float* y) {\n  __shared__ float t[16400];\n'
+           '  t[threadIdx.x] = y[threadIdx.x];\n  __syncthreads();\n  y[threadIdx.x] = t[threadIdx.x + 1];\n}\n')
+    with pytest.raises(fb.CompileError) as e:
+        fb.compile(src, "sm_80")            # (ptxas takes more than 48 KB of static arrays for sm_90a)
+    msg = str(e.value)
+    assert "uses too much shared data" in msg and "takes 49152 bytes" in msg and "extern __shared__" in msg, msg
+    assert "ptxas info" not in msg and "\x00" not in msg, msg
+
+
+def test_an_unclosed_brace_is_named_beside_the_error_it_causes_below():
+    src = ('__device__ float twice(float x) {\n  if (x > 0) {\n    return 2 * x;\n  return 0;\n}\n\n'
+           'extern "C" __global__ void k(float* y) {\n  y[0] = twice(y[0]);\n}\n')
+    with pytest.raises(fb.CompileError) as e:
+        fb.compile(src, "sm_90a")
+    assert "note: the cell opens 1 more { than it closes: a block above line" in str(e.value), str(e.value)
+
+
+def test_a_kernel_not_in_the_module_is_an_attribute_error_that_says_what_it_has():
+    """mod.name of a kernel the module lacks: a FeedbeastError (a short message in a notebook) and an AttributeError
+    (hasattr); a renamed kernel is told so, not to write extern "C"."""
+    mod = fb.compile('extern "C" __global__ void ring_lse(float* y) { y[0] = 1.f; }\n', "sm_90a")
+    with pytest.raises(fb.FeedbeastError) as e:
+        mod.ring_logsumexp
+    assert isinstance(e.value, AttributeError) and not hasattr(mod, "ring_logsumexp")
+    assert "it has: ring_lse" in str(e.value) and "names it ring_logsumexp" in str(e.value), str(e.value)
+    assert "extern" not in str(e.value)

@@ -21,7 +21,7 @@ from pathlib import Path
 from .cache import cache_dir  # noqa: F401  (feedbeast.compile.cache_dir: the cubins' folder)
 from .cubin import kernel_max_threads, kernel_names, kernel_params  # noqa: F401  (fb.compile.kernel_names...)
 from .device import current_arch, nvrtc_version, parse_arch
-from .errors import CheckFailed, CompileError, FeedbeastError, unwritten
+from .errors import CheckFailed, CompileError, FeedbeastError, KernelNotFound, unwritten
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 DEFAULT_ARCH = "sm_90a"   # the course's main target when no GPU says otherwise
@@ -180,6 +180,7 @@ def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[di
     """The first SHOWN_ERRORS errors in the cell, each with its line and one line either side; errors whose
     lines touch share one excerpt (a missing ';' is reported on two lines), so the message stays short."""
     lines = src.splitlines()
+    log = log.replace("\x00", "")
     diags, shown, more = [], [], []
     found = list(_DIAG.finditer(log))
     for j, m in enumerate(found):
@@ -208,9 +209,27 @@ def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[di
             parts.append(f"{'>' if i in marked else ' '} {i:4d} | {lines[i - 1]}")
     if more:
         parts.append(f"and {len(more)} more error{'s' * (len(more) > 1)}: {'; '.join(more)[:300]}")
+    unclosed = _unclosed_braces(src)
+    if parts and unclosed:
+        parts.append(f"note: the cell opens {unclosed} more {{ than it closes: a block above line {shown[0]['line']} "
+                     "may be missing its }" if shown else f"note: the cell opens {unclosed} more {{ than it closes")
     if not parts:   # an error outside the cell (a header) or one NVRTC did not attribute to a line
-        parts = [log.strip() or "NVRTC failed without a message"]
+        # ptxas's own report (a kernel's resources, `ptxas info` lines) says nothing of the error but its error lines
+        errors = [ln.strip() for ln in log.splitlines() if re.search(r"\berror\b", ln)]
+        parts = errors or [log.strip() or "NVRTC failed without a message"]
+        cap = next((m for e in errors if (m := re.search(r"too much shared data \(0x[0-9a-f]+ bytes, (0x[0-9a-f]+) max",
+                                                           e))), None)
+        if cap:
+            parts.append(f"note: for this target, ptxas takes {int(cap[1], 16)} bytes of static __shared__ arrays per "
+                         "kernel; more needs dynamic shared memory (CUDA C++ Programming Guide, 'Shared Memory'): "
+                         "declare the array extern __shared__ and give its size at launch (shared=)")
     return "\n".join(parts), diags
+
+
+def _unclosed_braces(src: str) -> int:
+    """How many more { than } the source opens, outside comments, strings and character literals."""
+    text = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', " ", src, flags=re.S)
+    return max(0, text.count("{") - text.count("}"))
 
 
 @dataclasses.dataclass
@@ -294,17 +313,16 @@ class Module:
             return name
         mangled = [k for k in self.kernel_names if k.startswith(f"_Z{len(name)}{name}")]
         hint = (f"{mangled[0]} is {name} with its C++-mangled name: declare it extern \"C\" __global__" if mangled
-                else "declare kernels extern \"C\" __global__ so their names are not mangled")
-        raise FeedbeastError(f"no kernel named {name!r} in this module; it has: "
+                else "declare kernels extern \"C\" __global__ so their names are not mangled"
+                if any(k.startswith("_Z") for k in self.kernel_names) else
+                f"the code that calls it names it {name}: give the kernel that name again, or call it by its own")
+        raise KernelNotFound(f"no kernel named {name!r} in this module; it has: "
                              f"{', '.join(self.kernel_names) or 'none'} ({hint})")
 
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        try:
-            return self.kernel(name)
-        except FeedbeastError as e:
-            raise AttributeError(str(e)) from None
+        return self.kernel(name)      # KernelNotFound is an AttributeError: hasattr() and getattr(m, k, None) work
 
     def __getitem__(self, name):
         return self.kernel(name)

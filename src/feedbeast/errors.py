@@ -126,6 +126,10 @@ class CompileError(FeedbeastError):
         self.diagnostics = list(diagnostics)
 
 
+class KernelNotFound(FeedbeastError, AttributeError):
+    """A module has no kernel of that name (`mod.k` reads it as an attribute, so it is an AttributeError too)."""
+
+
 class LaunchError(FeedbeastError):
     """A launch was refused before reaching the GPU (bad shape, too much shared memory...)."""
 
