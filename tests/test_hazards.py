@@ -355,6 +355,22 @@ def test_a_barrier_the_trace_did_not_see_initialised_makes_the_trace_uncheckable
     assert r.violations == [] and "not initialised through fb::mbar::init" in r.unchecked and "not checked" in str(r)
 
 
+def test_a_barrier_used_before_its_init_with_no_sync_between_is_a_violation():
+    """Lab 04 without the __syncthreads() after the init: a consumer waits on the barrier before thread 0's init
+    takes its slot in the trace. On a GPU this had made the trace uncheckable (the grade PARTIAL); it is the rule
+    now. With the sync (setup()), the same kernel is clean."""
+    tr = Trace().wait(1, FULL, 0).init(0, FULL, 1).init(0, EMPTY, 1)
+    produce(tr, 0)
+    r = tr.check()
+    assert "mbarrier-use-before-init" in rules(r) and not r.unchecked, str(r)
+    v = next(v for v in r.violations if v.rule == "mbarrier-use-before-init")
+    assert (v.second.thread, v.first.thread) == (1, 0) and "came before its init" in v.message, str(r)
+    clean = setup(Trace())
+    produce(clean, 0)
+    clean.wait(1, FULL, 0)
+    assert clean.check().violations == [] and not clean.check().unchecked
+
+
 # ---- reports ---------------------------------------------------------------------------------------
 
 def test_the_report_names_rule_lines_and_source():

@@ -57,6 +57,8 @@ cp.async.wait_group or in the phase a cp.async.mbarrier.arrive tracks it on ("cp
   wait-parity           a wait that returned for a phase its thread had already seen (parity aliasing: the
                         waiter is two phases ahead of the barrier), or for a parity no phase had completed
   mbarrier-scope        a .cta wait acquired a phase released by a thread of another CTA (not morally strong)
+  mbarrier-use-before-init  an arrive, expect_tx or wait on a barrier before its fb::mbar::init, in the trace's
+                        order: nothing (a __syncthreads() after the init) ordered the init before the use
   missing-wgmma-fence   a warpgroup's first wgmma.mma_async with no wgmma.fence before it, or registers of a
                         wgmma written with no wgmma.fence before it (from ptxas's log, registers.py)
   wgmma-register-in-flight  a wgmma's accumulator or A-fragment registers accessed before the wgmma.wait_group

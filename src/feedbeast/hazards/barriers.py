@@ -58,8 +58,9 @@ class _Barriers:
 
     def barrier(self, rank, addr, ev):
         b = self.barriers.get((rank, addr))
-        if b is None:       # initialised outside the fb:: wrappers (cuda::barrier, raw PTX), or never
+        if b is None:       # initialised outside the fb:: wrappers (cuda::barrier, raw PTX), or never, or later
             self.untraced.add(addr)
+            self.early_use.setdefault((rank, addr), ev)
             b = self.init_barrier(rank, addr, 1, ev)
         b.rank = rank
         return b

@@ -57,6 +57,7 @@ class _Cluster(_Accesses, _Barriers):
         self.epoch = defaultdict(int)       # thread -> releases so far (release_into)
         self.merged = {}            # (thread, rank, page) -> its latest ordinary read there, while no release passed
         self.untraced = set()       # barriers used but not initialised through fb::mbar::init
+        self.early_use = {}         # (rank, barrier) -> its first use, while no fb::mbar::init of it came before
         self.unknown_maps = set()   # tensor-map ids that match no tensor-map argument of the launch
         self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
         self.async_pages = set()    # (rank, 256 B page) that bulk/TMA copies write
@@ -279,6 +280,16 @@ class _Cluster(_Accesses, _Barriers):
 
     # mbarriers
     def _mbar_init(self, t, rank, ev, _):
+        used = self.early_use.pop((rank, ev.a), None)
+        if used is not None:
+            # a thread used the barrier before its init, in the trace's order (each event takes its slot when it
+            # happens): nothing ordered the init before that use, which a __syncthreads() after the init (a
+            # fence.mbarrier_init and a cluster barrier for other CTAs) would have
+            self.violate(Violation("mbarrier-use-before-init", f"{used.name} of the barrier at {ev.a:#x} came "
+                                   "before its init, with nothing ordering the init first", used, ev,
+                                   f"at {ev.a:#x}"))
+            if not any(a == ev.a for _, a in self.early_use):
+                self.untraced.discard(ev.a)
         self.init_barrier(rank, ev.a, max(1, ev.b), ev)
 
     def _mbar_arrive(self, t, rank, ev, _):

@@ -47,6 +47,10 @@ RULES = {
     "mbarrier-scope": "a wait at .cta scope acquired a phase that a thread of another CTA released: the release and "
                       "the acquire are not morally strong, so nothing is ordered (PTX ISA: Memory Consistency Model, "
                       "Scope and Morally strong operations; mbarrier.try_wait .cluster)",
+    "mbarrier-use-before-init": "a thread used an mbarrier (arrive, expect_tx, wait) before its mbarrier.init was "
+                                "ordered before that use: the object is undefined until then (PTX ISA: "
+                                "mbarrier.init; a __syncthreads() after the init, or fence.mbarrier_init.release."
+                                "cluster and a cluster barrier for other CTAs, makes it visible)",
     "wait-parity": "a wait returned for a phase other than the next one its thread uses (PTX ISA: "
                    "mbarrier.test_wait/try_wait, parity)",
     "wgmma-register-in-flight": "a wgmma's accumulator or A-fragment registers were accessed between its "
