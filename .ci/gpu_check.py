@@ -12,7 +12,8 @@ A path without what it needs (no bundle given and no package index) is recorded 
 Each path's row replaces that path's earlier row in the script's own block of results/<gpu>/ci.md, so the paths can
 run one at a time; the rest of that file (earlier runs, notes) is kept as it is.
 Each path runs with its own make variables only: CUDA, ENV, FEEDBEAST_ENV, WHEELS, VENV and make's own flags in the
-environment of the job are not passed on (a job's CUDA=12 would make the venv path a CUDA 12 one).
+environment of the job are not passed on (a job's CUDA=12 would make the venv path a CUDA 12 one); a WHEELS there is
+read once, as --wheels' default.
 A path whose tests saw no GPU ("needs a GPU, this machine has none": the driver or the CUDA bindings out of reach from
 that Python) fails, although nvidia-smi lists one: its GPU tests were skipped, not passed.
 Exit status: 1 if a path that ran had a failure, an error or no GPU in reach, else 0 (a path not run is not a failure:
@@ -75,7 +76,9 @@ def commands(path: str, args) -> list[str] | str:
 
 # What a job's environment may hold that would change a path's make command (each path sets its own).
 NOT_PASSED_ON = ("CUDA", "ENV", "FEEDBEAST_ENV", "WHEELS", "VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
-NO_GPU_SKIP = "needs a GPU, this machine has none"     # feedbeast.skip's reason where fb.gpu() found none
+# pytest's summary line of a test skipped where fb.gpu() found no GPU (feedbeast.skip: "needs a GPU, ..., this machine
+# has none", "needs sm_90a, this machine has none"); on a GPU a skip for want of an arch names the arch it has
+NO_GPU_SKIP = re.compile(r"^SKIPPED \[\d+\] .*this machine has none\s*$", re.M)
 
 
 def run(path: str, cmds: list[str], logdir: Path) -> dict:
@@ -94,10 +97,10 @@ def run(path: str, cmds: list[str], logdir: Path) -> dict:
     row = {"path": path, "commands": cmds, "exit": code, "seconds": round(time.time() - t0), **counts(log)}
     if code and not any(row[k] for k in ("passed", "failed", "errors")):
         row["note"] = log.strip().splitlines()[-1][:200] if log.strip() else f"exit {code}"
-    if NO_GPU_SKIP in log:
+    if NO_GPU_SKIP.search(log):
         row["no_gpu"] = True
-        row["note"] = (f"its tests saw no GPU ({NO_GPU_SKIP}), though nvidia-smi lists one: the driver or the CUDA "
-                       f"bindings are out of reach from that Python; see {logfile.relative_to(ROOT)}")
+        row["note"] = ("its tests saw no GPU (skipped: ... this machine has none), though nvidia-smi lists one: the "
+                       f"driver or the CUDA bindings are out of reach from that Python; see {logfile.relative_to(ROOT)}")
     return row
 
 

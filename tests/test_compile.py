@@ -544,3 +544,18 @@ def test_a_kernel_not_in_the_module_is_an_attribute_error_that_says_what_it_has(
     assert isinstance(e.value, AttributeError) and not hasattr(mod, "ring_logsumexp")
     assert "it has: ring_lse" in str(e.value) and "names it ring_logsumexp" in str(e.value), str(e.value)
     assert "extern" not in str(e.value)
+
+
+def test_an_error_inside_a_header_keeps_the_line_of_the_cell_that_led_there():
+    src = ('#include <cuda/std/tuple>\nextern "C" __global__ void k(int* y) {\n  auto t = cuda::std::tuple<int>{1};\n'
+           '  y[0] = cuda::std::get<5>(t);\n}\n')
+    with pytest.raises(fb.CompileError) as e:
+        fb.compile(src, "sm_90a")
+    assert "at line 4 of kernel.cu" in str(e.value) and "note: the cell opens" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("src", ["#ifdef FAST\nfor (;;) {\n#else\nfor (;;) {\n#endif\n  x;\n}\n",
+                                 "#if 0\n{\n#endif\nint a = 1'000;\nchar c = '{';\n"])
+def test_braces_are_counted_in_one_branch_of_a_conditional(src):
+    from feedbeast.compile import _unclosed_braces
+    assert _unclosed_braces(src) == 0 and _unclosed_braces(src + "void f() {\n") == 1

@@ -156,11 +156,17 @@ def test_a_path_runs_with_its_own_make_variables_and_fails_where_its_tests_saw_n
 
     def fake(cmd, shell, cwd, env, stdout, stderr):
         seen.update(env)
-        stdout.write("SKIPPED [3] tests/test_x.py:9: skipped: needs a GPU, this machine has none\n"
-                     "10 passed, 3 skipped in 1.0s\n")
+        stdout.write(log_text)
         return subprocess.CompletedProcess(cmd, 0)
     monkeypatch.setattr(gc.subprocess, "run", fake)
     (tmp_path / "logs").mkdir()
+    # a failing test that quotes the text is not a skip; on a GPU, a skip for another arch names the one it has
+    log_text = ('E   assert "needs a GPU, this machine has none" in out\n'
+                "SKIPPED [1] tests/test_ch08.py:108: skipped: needs sm_100a, this machine has sm_90a\n"
+                "1 failed, 10 passed, 1 skipped in 1.0s\n")
+    assert "no_gpu" not in gc.run("venv", ["make test VENV=v"], tmp_path / "logs")
+    log_text = ("SKIPPED [3] tests/test_x.py:9: skipped: launch k: needs sm_90a, this machine has none\n"
+                "10 passed, 3 skipped in 1.0s\n")
     row = gc.run("venv", ["make test VENV=v"], tmp_path / "logs")
     assert not {"CUDA", "FEEDBEAST_ENV", "MAKEFLAGS"} & set(seen) and seen["KEEP_ME"] == "1"
     assert row["no_gpu"] and "its tests saw no GPU" in row["note"] and row["passed"] == 10, row

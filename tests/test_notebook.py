@@ -153,7 +153,9 @@ def test_a_definition_made_under_a_condition_is_planned_whole(tmp_path):
                       ("if True:\n    for len in [1]:\n        pass\n    X = 1\n", "rebinds the Python builtin len"),
                       ("if (fb := None) is None:\n    X = 1\n", "it rebinds fb"),
                       ("try:\n    X = 1\n    del fb\nexcept Exception:\n    pass\n", "it rebinds fb"),
-                      ("if True:\n    X = 1\n    del fb.check\n", "it changes fb in place")):
+                      ("if True:\n    X = 1\n    del fb.check\n", "it changes fb in place"),
+                      ("if True:\n    X = 1\n    del (Y, [fb.check])\n", "it changes fb in place"),
+                      ("fb.check, X = 1, 2\n", "it changes fb in place")):
         why = refusals(ast.parse(src).body[0], protected={"fb"})
         assert any(said in r for r in why), (src, why)
 

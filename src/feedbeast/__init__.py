@@ -25,7 +25,7 @@ from .check import CheckResult, Tally, check, tally
 from .compile import Module, compile
 from .device import describe, gpu, runs_on
 from .errors import (BarrierTimeout, CheckFailed, CompileError, FeedbeastError, HazardFound, KernelFault,
-                     LaunchError, SassMismatch, TensorMapError)
+                     KernelNotFound, LaunchError, SassMismatch, TensorMapError)
 from .isolated import isolated
 from .launch import Kernel
 from .memory import DeviceArray, bfloat16, empty, empty_like, random, sync, to_device
@@ -73,7 +73,7 @@ def pick(gpu_value, cpu_value, *, sanitize=None, quick=None):
 # completion, nor offered as a near miss.
 __all__ = sorted([
     "BarrierTimeout", "BenchResult", "CheckFailed", "CheckResult", "CompileError", "DeviceArray", "FeedbeastError",
-    "HazardFound", "Kernel", "KernelFault", "LaunchError", "Module", "PhysicalLimitError", "SassMismatch", "Skipped",
+    "HazardFound", "Kernel", "KernelFault", "KernelNotFound", "LaunchError", "Module", "PhysicalLimitError", "SassMismatch", "Skipped",
     "Tally", "TensorMap", "TensorMapError",
     "bench", "bfloat16", "check", "compile", "cublas_gemm", "describe", "empty", "empty_like", "gpu", "isolated",
     "load_ipython_extension", "needs", "needs_gpu", "physical_peak", "pick", "profile", "racecheck", "random",

@@ -214,8 +214,9 @@ def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[di
         parts.append(f"note: the cell opens {unclosed} more {{ than it closes: a block above line {shown[0]['line']} "
                      "may be missing its }" if shown else f"note: the cell opens {unclosed} more {{ than it closes")
     if not parts:   # an error outside the cell (a header) or one NVRTC did not attribute to a line
-        # ptxas's own report (a kernel's resources, `ptxas info` lines) says nothing of the error but its error lines
-        errors = [ln.strip() for ln in log.splitlines() if re.search(r"\berror\b", ln)]
+        # ptxas's own report (a kernel's resources, `ptxas info` lines) says nothing of the error but its error lines;
+        # a header's error keeps its whole text ("detected during instantiation ... at line 4 of lab.cu")
+        errors = [ln.strip() for ln in log.splitlines() if ln.lstrip().startswith("ptxas") and " error" in ln]
         parts = errors or [log.strip() or "NVRTC failed without a message"]
         cap = next((m for e in errors if (m := re.search(r"too much shared data \(0x[0-9a-f]+ bytes, (0x[0-9a-f]+) max",
                                                            e))), None)
@@ -227,9 +228,23 @@ def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[di
 
 
 def _unclosed_braces(src: str) -> int:
-    """How many more { than } the source opens, outside comments, strings and character literals."""
-    text = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', " ", src, flags=re.S)
-    return max(0, text.count("{") - text.count("}"))
+    """How many more { than } the source opens, outside comments, strings, character literals and the branches of a
+    preprocessor conditional after its first (`#ifdef A ... { #else ... { #endif` opens one), and `#if 0` blocks."""
+    text = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|(?<![0-9a-fA-F])\'(?:\\.|[^\'\\\n])\'', " ", src,
+                  flags=re.S)
+    kept, skip = [], []          # per open conditional: whether its current branch is left out
+    for line in text.splitlines():
+        d = re.match(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)", line)
+        if d and d[1] in ("if", "ifdef", "ifndef"):
+            skip.append(d[1] == "if" and d[2].strip() == "0")
+        elif d and d[1] in ("elif", "else") and skip:
+            skip[-1] = True
+        elif d and d[1] == "endif" and skip:
+            skip.pop()
+        elif not any(skip):
+            kept.append(line)
+    kept = "\n".join(kept)
+    return max(0, kept.count("{") - kept.count("}"))
 
 
 @dataclasses.dataclass
@@ -315,7 +330,8 @@ class Module:
         hint = (f"{mangled[0]} is {name} with its C++-mangled name: declare it extern \"C\" __global__" if mangled
                 else "declare kernels extern \"C\" __global__ so their names are not mangled"
                 if any(k.startswith("_Z") for k in self.kernel_names) else
-                f"the code that calls it names it {name}: give the kernel that name again, or call it by its own")
+                f"the code that calls it names it {name}: give the kernel that name again, or call it by its own"
+                if self.kernel_names else f"the source defines no __global__ function: write {name} as one")
         raise KernelNotFound(f"no kernel named {name!r} in this module; it has: "
                              f"{', '.join(self.kernel_names) or 'none'} ({hint})")
 

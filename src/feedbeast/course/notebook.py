@@ -475,11 +475,7 @@ def _targets(node) -> tuple[set, set]:
             for leaf in ast.walk(t):
                 if isinstance(leaf, ast.Name) and isinstance(leaf.ctx, ast.Store):
                     (amends if isinstance(node, ast.AugAssign) else binds).add(leaf.id)
-            root = t
-            while isinstance(root, (ast.Subscript, ast.Attribute)):
-                root = root.value
-            if root is not t and isinstance(root, ast.Name):
-                amends.add(root.id)
+            amends |= _changed_in_place(t)
     elif isinstance(node, _BRANCHING):
         # a definition made under a condition (`try: import ml_dtypes` / `except ImportError: ml_dtypes = None`,
         # `if ...: DTYPE = ... else: ...`): the statement binds what any of its branches binds, and runs whole
@@ -492,12 +488,20 @@ def _targets(node) -> tuple[set, set]:
                 amends |= _targets(child)[1]
             elif isinstance(child, ast.Delete):          # del fb.check, del TABLE["k"]: a change of fb, of TABLE
                 for t in child.targets:
-                    root = t
-                    while isinstance(root, (ast.Subscript, ast.Attribute)):
-                        root = root.value
-                    if root is not t and isinstance(root, ast.Name):
-                        amends.add(root.id)
+                    amends |= _changed_in_place(t)
     return binds, amends
+
+
+def _changed_in_place(target) -> set[str]:
+    """The names whose objects an assignment or del target changes (`fb.x`, `T["k"]`, also inside `a, (b.c, d)`)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_changed_in_place(e) for e in target.elts))
+    if isinstance(target, ast.Starred):
+        return _changed_in_place(target.value)
+    root = target
+    while isinstance(root, (ast.Subscript, ast.Attribute)):
+        root = root.value
+    return {root.id} if root is not target and isinstance(root, ast.Name) else set()
 
 
 _BRANCHING = (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try))   # top-level statements that may bind conditionally

@@ -60,7 +60,8 @@ class _Barriers:
         b = self.barriers.get((rank, addr))
         if b is None:       # initialised outside the fb:: wrappers (cuda::barrier, raw PTX), or never, or later
             self.untraced.add(addr)
-            self.early_use.setdefault((rank, addr), ev)
+            user = ev.rank * self.tpb + ev.thread
+            self.early_use.setdefault((rank, addr), (ev, user, int(self.clock(user)[user])))
             b = self.init_barrier(rank, addr, 1, ev)
         b.rank = rank
         return b
@@ -177,6 +178,8 @@ class _Barriers:
 
     def wait(self, t, rank, ev):
         b = self.barrier(rank, ev.a, ev)
+        if (rank, ev.a) in self.early_use:     # no traced init yet: no phase of it is known (its rule is the init's)
+            return
         parity, stage = ev.b & 1, (ev.b >> 8) - 1
         name = _name4(ev.c, ev.d)
         if name:

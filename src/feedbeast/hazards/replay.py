@@ -280,13 +280,16 @@ class _Cluster(_Accesses, _Barriers):
 
     # mbarriers
     def _mbar_init(self, t, rank, ev, _):
-        used = self.early_use.pop((rank, ev.a), None)
-        if used is not None:
+        used = self.early_use.get((rank, ev.a))
+        if used is not None and self.clock(t)[used[1]] < used[2]:
             # a thread used the barrier before its init, in the trace's order (each event takes its slot when it
-            # happens): nothing ordered the init before that use, which a __syncthreads() after the init (a
-            # fence.mbarrier_init and a cluster barrier for other CTAs) would have
-            self.violate(Violation("mbarrier-use-before-init", f"{used.name} of the barrier at {ev.a:#x} came "
-                                   "before its init, with nothing ordering the init first", used, ev,
+            # happens), and the init's thread had not seen that use: nothing ordered the init before it, which a
+            # __syncthreads() after the init (a fence.mbarrier_init and a cluster barrier for other CTAs) would
+            # have. (A use the init's thread had seen is of an earlier barrier there, made outside the fb::
+            # wrappers: that trace stays unchecked.)
+            del self.early_use[(rank, ev.a)]
+            self.violate(Violation("mbarrier-use-before-init", f"{used[0].name} of the barrier at {ev.a:#x} came "
+                                   "before its init, with nothing ordering the init first", used[0], ev,
                                    f"at {ev.a:#x}"))
             if not any(a == ev.a for _, a in self.early_use):
                 self.untraced.discard(ev.a)
