@@ -555,7 +555,9 @@ def test_an_error_inside_a_header_keeps_the_line_of_the_cell_that_led_there():
 
 
 @pytest.mark.parametrize("src", ["#ifdef FAST\nfor (;;) {\n#else\nfor (;;) {\n#endif\n  x;\n}\n",
-                                 "#if 0\n{\n#endif\nint a = 1'000;\nchar c = '{';\n"])
+                                 "#if 0\n{\n#endif\nint a = 1'000;\nchar c = '{';\n",
+                                 "void f() {\n#if 0\n old();\n}\n#else\n now();\n}\n#endif\n",
+                                 "#ifndef LAB_H\n#define LAB_H\nvoid f() { }\n#endif\n"])
 def test_braces_are_counted_in_one_branch_of_a_conditional(src):
     from feedbeast.compile import _unclosed_braces
     assert _unclosed_braces(src) == 0 and _unclosed_braces(src + "void f() {\n") == 1

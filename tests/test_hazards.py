@@ -371,6 +371,9 @@ def test_a_barrier_used_before_its_init_with_no_sync_between_is_a_violation():
     assert clean.check().violations == [] and not clean.check().unchecked
     # a barrier made outside the fb:: wrappers, used, and later initialised again through them by a thread that saw
     # that use: an earlier barrier there, not a race; the trace stays unchecked, as a barrier it cannot follow makes it
+    # a kernel built with __cluster_dims__ launched without cluster=: its events carry a rank the replay does not use
+    odd = hz.check([hz.Event(0, hz.MBAR_WAIT, 1, 1, 100, 1, FULL, 1, 0, 0)], threads_per_block=128, grid=(2, 1, 1))
+    assert odd.violations == [] and "not initialised through fb::mbar::init" in odd.unchecked, str(odd)
     reused = Trace().arrive(1, FULL, 0).sync(1).sync(0).init(0, FULL, 1)
     r = reused.check()
     assert r.violations == [] and "not initialised through fb::mbar::init" in r.unchecked, str(r)

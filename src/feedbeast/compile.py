@@ -232,15 +232,18 @@ def _unclosed_braces(src: str) -> int:
     preprocessor conditional after its first (`#ifdef A ... { #else ... { #endif` opens one), and `#if 0` blocks."""
     text = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|(?<![0-9a-fA-F])\'(?:\\.|[^\'\\\n])\'', " ", src,
                   flags=re.S)
-    kept, skip = [], []          # per open conditional: whether its current branch is left out
+    kept, skip, taken = [], [], []    # per open conditional: its current branch left out; a branch counted yet
     for line in text.splitlines():
         d = re.match(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)", line)
         if d and d[1] in ("if", "ifdef", "ifndef"):
             skip.append(d[1] == "if" and d[2].strip() == "0")
+            taken.append(not skip[-1])
         elif d and d[1] in ("elif", "else") and skip:
-            skip[-1] = True
+            skip[-1] = taken[-1] or d[1] == "elif" and d[2].strip() == "0"   # the first branch that may compile
+            taken[-1] = taken[-1] or not skip[-1]
         elif d and d[1] == "endif" and skip:
             skip.pop()
+            taken.pop()
         elif not any(skip):
             kept.append(line)
     kept = "\n".join(kept)

@@ -60,7 +60,7 @@ class _Barriers:
         b = self.barriers.get((rank, addr))
         if b is None:       # initialised outside the fb:: wrappers (cuda::barrier, raw PTX), or never, or later
             self.untraced.add(addr)
-            user = ev.rank * self.tpb + ev.thread
+            user = self.now_t
             self.early_use.setdefault((rank, addr), (ev, user, int(self.clock(user)[user])))
             b = self.init_barrier(rank, addr, 1, ev)
         b.rank = rank

@@ -58,6 +58,7 @@ class _Cluster(_Accesses, _Barriers):
         self.merged = {}            # (thread, rank, page) -> its latest ordinary read there, while no release passed
         self.untraced = set()       # barriers used but not initialised through fb::mbar::init
         self.early_use = {}         # (rank, barrier) -> its first use, while no fb::mbar::init of it came before
+        self.now_t = 0              # the thread of the event being replayed
         self.unknown_maps = set()   # tensor-map ids that match no tensor-map argument of the launch
         self.touched = set()        # threads that made ordinary accesses of memory that copies write (stages)
         self.async_pages = set()    # (rank, 256 B page) that bulk/TMA copies write
@@ -122,6 +123,7 @@ class _Cluster(_Accesses, _Barriers):
         elif ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
             ev = ev._replace(a=ev.a % SMEM_WINDOW, c=ev.c % SMEM_WINDOW if ev.kind in (BULK_LOAD, TMA_LOAD) else ev.c)
         t = rank * self.tpb + ev.thread
+        self.now_t = t                  # the thread of the event being replayed (barrier() reads it)
         self.past_barriers(t)
         self.clock(t)[t] += 1
         if t in self.implicit:
