@@ -73,8 +73,8 @@ def pick(gpu_value, cpu_value, *, sanitize=None, quick=None):
 # completion, nor offered as a near miss.
 __all__ = sorted([
     "BarrierTimeout", "BenchResult", "CheckFailed", "CheckResult", "CompileError", "DeviceArray", "FeedbeastError",
-    "HazardFound", "Kernel", "KernelFault", "KernelNotFound", "LaunchError", "Module", "PhysicalLimitError", "SassMismatch", "Skipped",
-    "Tally", "TensorMap", "TensorMapError",
+    "HazardFound", "Kernel", "KernelFault", "KernelNotFound", "LaunchError", "Module", "PhysicalLimitError",
+    "SassMismatch", "Skipped", "Tally", "TensorMap", "TensorMapError",
     "bench", "bfloat16", "check", "compile", "cublas_gemm", "describe", "empty", "empty_like", "gpu", "isolated",
     "load_ipython_extension", "needs", "needs_gpu", "physical_peak", "pick", "profile", "racecheck", "random",
     "result_of", "runs_on", "sync", "tally", "tensor_map", "to_device", "ceiling",

@@ -88,9 +88,7 @@ def nvrtc_version() -> tuple[int, int]:
         from .errors import MISSING_CUDA_WHEELS, install_command
         raise ModuleNotFoundError(
             f"{e}: the course compiles with NVRTC from CUDA's Python wheels, {MISSING_CUDA_WHEELS}: "
-            f"{install_command('cu13')} (in a checkout of the course add -r requirements/cu13.txt, its pins; "
-            "for a CUDA 12 driver, cu12 and requirements/cu12.txt), or make install in the checkout",
-            name=e.name) from None
+            f"{install_command('cu13')}, or make install in the checkout", name=e.name) from None
     err, major, minor = nvrtc.nvrtcVersion()
     return (major, minor)
 

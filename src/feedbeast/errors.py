@@ -16,13 +16,20 @@ import re
 FULL_TRACEBACK = "FEEDBEAST_TRACEBACK"   # =full: IPython's own traceback for the toolkit's errors too
 
 
-def install_command(extras: str = "cu13") -> str:
+def install_command(extras: str = "cu13", checkout=None) -> str:
     """The command that adds the wheels of `extras` to this Python, where feedbeast is installed (pip keeps the
-    installed course, which satisfies the name, and installs what the extras need). cu13 is for a CUDA 13 driver,
-    cu12 for a CUDA 12 one; `course` is the course machinery's (the grader, the roster)."""
+    installed course, which satisfies the name, and installs what the extras need), with the pins of `checkout`'s
+    requirements when a checkout is known, and its CUDA 12 variant. `course` is the course machinery's extra (the
+    grader, the roster)."""
     import shlex
     import sys
-    return f'{shlex.quote(sys.executable)} -m pip install "feedbeast[{extras}]"'
+    from pathlib import Path
+    cmd = f'{shlex.quote(sys.executable)} -m pip install "feedbeast[{extras}]"'
+    if checkout is not None:
+        return (f"{cmd} -r {shlex.quote(str(Path(checkout) / 'requirements' / 'cu13.txt'))} (for a CUDA 12 driver: "
+                "cu12 and cu12.txt)")
+    return (f"{cmd} (with a checkout of the course, add -r requirements/cu13.txt, its pins; for a CUDA 12 driver: cu12 "
+            "and requirements/cu12.txt)")
 
 
 MISSING_CUDA_WHEELS = "which this Python lacks: install the course's CUDA wheels"

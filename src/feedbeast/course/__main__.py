@@ -13,7 +13,6 @@
 """
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
@@ -30,13 +29,9 @@ def main(argv=None) -> int:
             raise
         from ..errors import install_command
         from .coursedir import around
-        here = around(Path.cwd())
-        pins = f" -r {shlex.quote(str(here / 'requirements' / 'cu13.txt'))}" if here else ""
         print(f"the course's command line needs {e.name}, which this Python ({sys.executable}) lacks: the library "
               f"alone (pip install feedbeast) does not bring it. Install the course's extras: "
-              f"{install_command('cu13,course')}{pins} (for a CUDA 12 driver, cu12{' and cu12.txt' if here else ''}),"
-              " then run the command again.",
-              file=sys.stderr)
+              f"{install_command('cu13,course', around(Path.cwd()))}, then run the command again.", file=sys.stderr)
         return 2
 
 

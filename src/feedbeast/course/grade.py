@@ -648,9 +648,8 @@ class _CheckChild:
             said = MISSING_CUDA_WHEELS in str(e)        # the toolkit's own message already says what to install
             self.fail("the lab's given cells",
                       f"{type(e).__name__}: {e}" + ("" if said else
-                      f": this Python lacks a package the course needs: {install_command('cu13,course')} (add -r "
-                      "requirements/cu13.txt of the checkout for its pins; for a CUDA 12 driver, cu12 and "
-                      "requirements/cu12.txt), or make install in the checkout") + "; then grade again", setup=True)
+                      f": this Python lacks a package the course needs: {install_command('cu13,course')}, or make "
+                      "install in the checkout") + "; then grade again", setup=True)
             return False
         except BaseException as e:
             # the lab's own code, run before any of the learner's: what breaks there is this Python or machine (a

@@ -511,7 +511,7 @@ def _unbinds(node) -> set[str]:
     """Every name a top-level statement binds or deletes at module level, however (in a loop's target, a walrus,
     a `del`, inside a branch): what it may not do to a name the lab gives or a builtin."""
     nodes = list(_own_nodes([node]))
-    return _targets(node)[0] | _scope_binds(ast.Module(body=[node], type_ignores=[]), nodes) | {
+    return _scope_binds(ast.Module(body=[node], type_ignores=[]), nodes) | {
         n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)}
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+from .coursedir import CourseNotFound, working
 
 
 def main(argv=None) -> int:
@@ -18,9 +21,6 @@ def main(argv=None) -> int:
     env = dict(os.environ, FEEDBEAST_STRESS=str(args.n))
     if args.seed is not None:
         env["FEEDBEAST_STRESS_SEED"] = str(args.seed)
-    from pathlib import Path
-
-    from .coursedir import CourseNotFound, working
     try:
         course = working()       # the tests of the checkout worked in: pytest runs there, from wherever this was run
     except CourseNotFound as e:

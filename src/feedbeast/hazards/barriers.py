@@ -60,8 +60,8 @@ class _Barriers:
         b = self.barriers.get((rank, addr))
         if b is None:       # initialised outside the fb:: wrappers (cuda::barrier, raw PTX), or never, or later
             self.untraced.add(addr)
-            user = self.now_t
-            self.early_use.setdefault((rank, addr), (ev, user, int(self.clock(user)[user])))
+            t = self.now_t      # the thread of the use, and its own clock then (the init compares them)
+            self.early_use.setdefault((rank, addr), (ev, t, int(self.clock(t)[t])))
             b = self.init_barrier(rank, addr, 1, ev)
         b.rank = rank
         return b

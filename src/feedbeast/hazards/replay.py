@@ -123,7 +123,7 @@ class _Cluster(_Accesses, _Barriers):
         elif ev.a >= SMEM_WINDOW or ev.kind in (BULK_LOAD, TMA_LOAD) and ev.c >= SMEM_WINDOW:
             ev = ev._replace(a=ev.a % SMEM_WINDOW, c=ev.c % SMEM_WINDOW if ev.kind in (BULK_LOAD, TMA_LOAD) else ev.c)
         t = rank * self.tpb + ev.thread
-        self.now_t = t                  # the thread of the event being replayed (barrier() reads it)
+        self.now_t = t
         self.past_barriers(t)
         self.clock(t)[t] += 1
         if t in self.implicit:
