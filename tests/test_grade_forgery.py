@@ -635,6 +635,15 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("import functools\n@functools.cache\ndef blocks(n):\n    return n", True),
     ("def load(x) -> None:\n    return None", True),
     ("def f(x, g=getattr):\n    return g(x, 'a')", False),
+    # getattr with the name written at the call reads what obj.name would; a name held in a variable could be any
+    ("def f(cfg):\n    return getattr(cfg, 'stages', 2) + getattr(cfg, 'depth')", True),
+    ("def f(x, name):\n    return getattr(x, name)", False),
+    ("def f(x):\n    return getattr(x, '__globals__')", False),
+    ("def f(x):\n    return getattr(x, '_mods', None)", False),
+    ("def f():\n    return getattr(fb, 'hooks')", False),
+    ("def f(x):\n    return getattr(x, 'eval')('1')", False),
+    ("def f(x):\n    return getattr(x, *('__globals__',))", False),
+    ("def f(x):\n    return getattr(x, 'a', 'b', 'c')", False),
     ("def f(input, output):\n    return [input[i] for i in range(3)]", True),
     # a name bound only in a nested scope does not shadow the builtin in the function
     ("def f(s):\n    [exec for exec in ()]\n    return exec(s)", False),

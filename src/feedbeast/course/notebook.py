@@ -908,6 +908,14 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
     if amends & (protected | modules):
         say(f"it changes {', '.join(sorted(amends & (protected | modules)))} in place")
     local = _function_locals(node)
+    # getattr(obj, "name") and getattr(obj, "name", default), the name written at the call, read as obj.name is:
+    # a public name the rules below let a graded cell read (a name held in a variable could be any)
+    plain_getattr = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                     and c.func.id == "getattr" and len(c.args) in (2, 3) and not c.keywords
+                     and not any(isinstance(a, ast.Starred) for a in c.args)
+                     and isinstance(c.args[1], ast.Constant) and isinstance(c.args[1].value, str)
+                     and c.args[1].value.isidentifier() and not c.args[1].value.startswith("_")
+                     and c.args[1].value not in INTERNAL | CALLS | FINALIZERS}
     # `@functools.cache`: the attribute .cache, only as a function's own decorator (a module bound to the name
     # functools, or .cache read further, is refused like any other .cache)
     decorators = {id(d) for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -948,9 +956,11 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             say(f"it calls {n.id} other than as @wraps(f) on a function of its own or on self in a method "
                 "(it sets the attributes it is told to on any object)", n)
         elif isinstance(n, ast.Name) and n.id in CALLS | {"__builtins__", "__loader__", "__spec__"} \
-                and id(n) not in local and id(n) not in own:   # a local named `input` is theirs; super() in a method
+                and id(n) not in local and id(n) not in own and id(n) not in plain_getattr:
+            # (a local named `input` is theirs; super() in a method)
             say(f"it uses {n.id}" + (": write obj.name = value, on an object of your own" if n.id == "setattr"
-                                     else ": write obj.name" if n.id == "getattr" else ""), n)
+                                     else ": write obj.name, or getattr(obj, \"name\", default) with a public name "
+                                     "written at the call" if n.id == "getattr" else ""), n)
         elif isinstance(n, ast.Attribute):
             # in a method: self._n and self.__n, super()._n (checked as they run: a private name of the learner's
             # classes), super().__init__
