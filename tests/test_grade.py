@@ -359,6 +359,15 @@ def test_a_cp_async_wait_in_the_wrong_place_is_rejected_whatever_its_count():
         either = cell.source.replace(wait, "      if (j + STAGES - 1 >= ntiles) fb::cp_async_wait<0>(); "
                                            "else fb::cp_async_wait<STAGES - 2>();\n")
         assert fb.sass.expect_cp_async_wait(fb.compile(either, arch, defines=cell.defines), kernel, 1, "test") == [0, 1]
+        # the ring unrolled by its slot, each step's `break` past the last tile jumping over its wait and its read:
+        # a pass that reads nothing early (a pass that skips the wait and still reads is the only_first case above)
+        static = cell.source.replace(fold, fold + "    }\n", 1).replace(
+            loop, "    for (int j0 = 0; j0 < ntiles; j0 += STAGES) {\n#pragma unroll\n"
+                                           "    for (int s = 0; s < STAGES; ++s) { const int j = j0 + s;\n"
+                                           "      if (j >= ntiles) break;\n").replace(
+            "(j % STAGES) * TILE_F", "s * TILE_F").replace("(ahead % STAGES)", "((s + STAGES - 1) % STAGES)")
+        assert static.count("s * TILE_F") == 1 and "((s + STAGES - 1) % STAGES)" in static, "the solution changed"
+        assert fb.sass.expect_cp_async_wait(fb.compile(static, arch, defines=cell.defines), kernel, 1, "test") == [1] * 3
 
 
 def test_a_model_counterexample_is_recorded_whole():

@@ -510,14 +510,18 @@ def cp_async_reads_before_wait(ins) -> list[str]:
         elif any(_is_wait(i) for i in body) and any(_reads_shared(i) for i in body) \
                 and _pass_skips_wait(ins, at, at[target], k):
             bad.append(f"a pass of the loop at {ins[at[target]].offset:#06x}-{b.offset:#06x} can skip its wait "
-                       "(a branch jumps over the DEPBAR): the wait must run on every pass, before the tile is read")
+                       "(a branch jumps over the DEPBAR) and still read shared memory: the wait must run on every "
+                       "pass that reads a tile, before the read")
     return bad
 
 
 def _pass_skips_wait(ins, at, head: int, back: int) -> bool:
     """In an innermost loop (instructions head..back, `back` its branch to `head`), can one pass go from the head to
-    the back branch without a cp.async wait? Predicated branches go both ways; a branch out of the loop ends the path.
-    Loops with another loop inside, or an indirect branch, are not judged (False)."""
+    the back branch reading shared memory with no cp.async wait? Predicated branches go both ways; a branch out of
+    the loop ends the path. A pass that skips both
+    the wait and the read (a `break` at the top of an unrolled step) reads no tile early: extra commits only make
+    the groups a later wait counts older. Loops with another loop inside, or an indirect branch, are not judged
+    (False)."""
     region = range(head, back + 1)
     for k in region:
         op = ins[k].opcode
@@ -527,25 +531,28 @@ def _pass_skips_wait(ins, at, head: int, back: int) -> bool:
             t = _branch_target(ins[k])
             if t in at and head <= at[t] < k:
                 return False                        # another loop inside: not judged
-    seen, todo = set(), [head]
+    seen, todo = set(), [(head, False)]
     while todo:
-        k = todo.pop()
-        if k in seen or k not in region:
+        k, read = todo.pop()
+        if (k, read) in seen or k not in region:
             continue
-        seen.add(k)
+        seen.add((k, read))
         i = ins[k]
+        read = read or _reads_shared(i)
         if k == back:
-            return True                             # a whole pass without a wait
+            if read:
+                return True                         # a whole pass that reads without a wait
+            continue
         if _is_wait(i) or matches(i.opcode, "EXIT") or matches(i.opcode, "RET"):
             continue
         if matches(i.opcode, "BRA"):
             t = _branch_target(i)
             if t in at:
-                todo.append(at[t])
+                todo.append((at[t], read))
             if i.predicate:
-                todo.append(k + 1)
+                todo.append((k + 1, read))
         else:
-            todo.append(k + 1)
+            todo.append((k + 1, read))
     return False
 
 
