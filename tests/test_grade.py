@@ -576,3 +576,59 @@ def test_what_correct_learners_write_is_read_as_they_mean_it(tmp_path):
     assert g.cuda_refusals("#ifdef __syncwarp\n#endif\n", tmp_path) != []
     node = nbm.guarded(ast.parse("@numba.njit(cache=True, fastmath=True)\ndef f(x):\n    return x").body[0])
     assert [k.arg for k in node.decorator_list[0].keywords] == ["fastmath"]
+
+
+# ---- TODO lines a learner leaves ----------------------------------------------------------------------------
+
+def _kept_todo(solution: Path, to: Path, *, original_above: bool = False) -> Path:
+    """The solution as a learner who keeps each TODO line and writes the part under it; with original_above, the
+    lab's %%cuda cell as given left in place and the finished copy in a new cell below it."""
+    from feedbeast.course import labs
+
+    def keep(src):
+        out = []
+        for line in src.splitlines():
+            m = labs.BEGIN.match(line)
+            out += [labs._todo_line(m)] if m else [] if labs.END.match(line) else [line]
+        return "\n".join(out)
+
+    def edit(nb):
+        cells = []
+        for c in nb.cells:
+            if c.cell_type == "code" and original_above and c.source.startswith("%%cuda"):
+                cells.append(code(labs.strip_source(c.source)))
+            if c.cell_type == "code" and "BEGIN SOLUTION" in c.source:
+                c.source = keep(c.source)
+            cells.append(c)
+        nb.cells = cells
+    return plant(solution, edit=edit, to=to)
+
+
+@pytest.mark.parametrize("original_above", [False, True], ids=["todo-line-kept", "lab-cell-left-above"])
+def test_a_part_written_under_its_todo_line_is_graded_as_written(tmp_path, original_above):
+    """Lab 03 solved by a learner who kept the TODO lines above the code they wrote (or left the lab's cell as given
+    above a finished copy, which is the cell graded): graded as the solution, not "your part is not written"."""
+    learner = _kept_todo(ROOT / "solutions/03-cp-async-rowsum.ipynb", tmp_path / "03-cp-async-rowsum.ipynb",
+                         original_above=original_above)
+    assert "TODO: your code here" in learner.read_text()
+    rep, sol = g.grade(learner, timeout=300), g.grade(ROOT / "solutions/03-cp-async-rowsum.ipynb", timeout=300)
+    assert not any("not written" in o.message for o in rep.outcomes), str(rep)
+    assert (rep.status, sorted((o.status, o.name) for o in rep.outcomes)) == \
+        (sol.status, sorted((o.status, o.name) for o in sol.outcomes)), f"{rep}\n---\n{sol}"
+
+
+def test_a_todo_line_with_only_what_the_lab_gave_under_it_is_not_written():
+    """A TODO line is a part not written while only what the lab gave stands under it (the LAB lines of lab 09:
+    `return {0, 0};`), or when the lab never wrote it; code of the learner's under it is written."""
+    from feedbeast.course import labs
+    sol = read(ROOT / "solutions/09-sliding-window-attention.ipynb")
+    lab = read(ROOT / "labs/09-sliding-window-attention.ipynb")
+    cells = [c for c in lab.cells if c.cell_type == "code"]
+    given = g._todo(cells, sol.cells)
+    assert given.count("lab.cu line") == sum(len(labs.given_parts(c.source)) for c in sol.cells
+                                             if c.cell_type == "code") == 4, given
+    written = g._todo([code(c.source.replace("return {0, 0};", "return {lo, hi};")) for c in cells], sol.cells)
+    assert "smallest range of key tiles" in given and "smallest range of key tiles" not in written, written
+    assert written.count("lab.cu line") == 3, written
+    stray = [code("x = 1  # TODO: your code here: mine")]
+    assert "not written" in g._todo(stray, sol.cells)

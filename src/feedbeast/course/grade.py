@@ -934,16 +934,41 @@ class _Channel:
         return out
 
 
-def _todo(cells) -> str:
-    """The TODO lines left in the learner's cells, each named by place()."""
+def _todo(cells, solution_cells=()) -> str:
+    """The TODO lines left in the learner's graded cells with nothing of theirs under them, each named by place().
+    A TODO line kept above the learner's own code is not a part left unwritten: the checks grade that code. One
+    with just what the lab gave under it (labs.given_parts of the solution's cells) is; so is one the lab did not
+    write. A %%cuda cell that a later cell of the same --name replaces is not graded, nor its TODO lines."""
     from ..errors import TODO_MARK, unwritten
+    from .labs import given_parts
+    handed: dict[str, set] = {}
+    for c in solution_cells:
+        if c.cell_type == "code":
+            for todo, given, after in given_parts(c.source):
+                handed.setdefault(todo, set()).add((given, after))
+    names = [cuda_name(c.source) if c.cell_type == "code" else None for c in cells]
     parts = []
     for i, c in enumerate(cells):
-        for n, text in enumerate(c.source.splitlines() if c.cell_type == "code" else [], 1):
-            if TODO_MARK in text:
+        if c.cell_type != "code" or (names[i] and names[i] in names[i + 1:]):
+            continue
+        lines = c.source.splitlines()
+        for n, text in enumerate(lines, 1):
+            if TODO_MARK in text and not _written_under(text.strip(), lines[n:], handed):
                 where, line = place(cells, i, n)
                 parts.append((where, text, line))
     return unwritten(parts)
+
+
+def _written_under(todo: str, below: list[str], handed: dict) -> bool:
+    """Whether the lines under a TODO line the lab handed out hold code of the learner's: up to the line that
+    followed the lab's region (the end of the cell if none did), they are not just the LAB lines given there."""
+    rest = [x.strip() for x in below if x.strip()]
+    for given, after in handed.get(todo, ()):
+        if after in rest or not after:
+            if tuple(rest[:rest.index(after)] if after else rest) == given:
+                return False
+        # (the line after the region changed too: the learner's edit, which the checks grade)
+    return todo in handed
 
 
 def _lab_number(nb) -> str | None:
@@ -1044,10 +1069,12 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         env["FEEDBEAST_CACHE"] = cache
         msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout)
     outcomes, error = _outcomes(msgs, job, error, hazards, exit_status)
-    todo = _todo(mine)
-    if todo:     # the lab as given, or a TODO line left: that first, once; the checks' own copies of it dropped
-        for o in outcomes:
-            o.message = TODO_SENTENCE.sub("", o.message).strip() or o.message
+    todo = _todo(mine, sol_mine)
+    # the lab as given, or a TODO line left: that first, once. The checks' own copies of it are dropped, and so are
+    # they when every TODO line left stands above the learner's own code (the checks read the line, not the code)
+    for o in outcomes:
+        o.message = TODO_SENTENCE.sub("", o.message).strip() or o.message
+    if todo:
         outcomes.insert(0, Outcome("failed", "your part", todo.strip()))
     hz = any((o.name.startswith(HAZARD_VERDICT) and o.cell >= 0 and o.status == "passed")
              or "HazardFound" in o.message for o in outcomes)    # "hazard builds on": only from verdicts

@@ -34,14 +34,19 @@ LAB_LINE = re.compile(r"^(?P<indent>\s*)(#|//) LAB: (?P<code>.*)$")
 TODO = "TODO: your code here"   # what marks the learner's part in a lab (feedbeast.errors.unwritten finds it)
 
 
+def _todo_line(m: re.Match) -> str:
+    """The TODO line a BEGIN SOLUTION line becomes."""
+    what = f": {m['what']}" if m["what"] else " (see the hints below)"
+    return f"{m['indent']}{m['c']} {TODO}{what}"
+
+
 def strip_source(src: str) -> str:
     out, inside = [], False
     for line in src.splitlines():
         m = BEGIN.match(line)
         if m and not inside:
             inside = True
-            what = f": {m['what']}" if m["what"] else " (see the hints below)"
-            out.append(f"{m['indent']}{m['c']} {TODO}{what}")
+            out.append(_todo_line(m))
             continue
         if END.match(line):
             if not inside:
@@ -55,6 +60,25 @@ def strip_source(src: str) -> str:
     if inside:
         raise ValueError("BEGIN SOLUTION without END SOLUTION")
     return "\n".join(out)
+
+
+def given_parts(src: str) -> list[tuple[str, tuple[str, ...], str]]:
+    """What the lab hands out in place of each solution region of a cell, each line stripped of its indentation:
+    (the TODO line, the LAB lines given under it, the first line that is not blank after the region, '' at the end
+    of the cell). A learner's cell that holds the TODO line with only these under it has that part not written."""
+    lines, out, inside, todo, given = src.splitlines(), [], False, "", []
+    for k, line in enumerate(lines):
+        m = BEGIN.match(line)
+        if m and not inside:
+            inside, todo, given = True, _todo_line(m).strip(), []
+        elif inside and END.match(line):
+            inside = False
+            after = next((x for x in lines[k + 1:] if x.strip()), "")
+            out.append((todo, tuple(given), _todo_line(BEGIN.match(after)).strip() if BEGIN.match(after)
+                        else after.strip()))
+        elif inside and (g := LAB_LINE.match(line)):
+            given.append(g["code"].strip())
+    return out
 
 
 def make_lab(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
