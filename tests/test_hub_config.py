@@ -8,6 +8,7 @@ nothing (FEEDBEAST_ENV=current), which the Makefile is asked about with `make -n
 """
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import shutil
@@ -266,3 +267,36 @@ def test_a_home_the_hook_makes_belongs_to_the_learner(hub, tmp_path, monkeypatch
     assert len(paths) > 10 and all(o == (learner.pw_uid, learner.pw_gid) for o in owners.values()), \
         [str(p) for p, o in owners.items() if o != (learner.pw_uid, learner.pw_gid)]
     assert oct(home.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_stopped_server_gives_its_gpu_share_back(tmp_path, monkeypatch):
+    """Two devices, two learners each: a fifth learner is refused while four servers run, and gets the share of a
+    learner whose server stopped (JupyterHub's post_stop_hook). The learner who stopped comes back to the device
+    they had when it has room, to another when not."""
+    monkeypatch.setenv("FEEDBEAST_HUB_COURSE", str(_checkout(tmp_path)))
+    monkeypatch.setenv("FEEDBEAST_HUB_STATE", str(tmp_path))
+    monkeypatch.setenv("FEEDBEAST_HUB_GPUS", "0,1")
+    monkeypatch.setenv("FEEDBEAST_HUB_PER_GPU", "2")
+    config = _Section()
+    hub = runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: config})
+    assert config.Spawner.post_stop_hook is hub["post_stop_hook"]
+    assert [hub["assign_gpu"](u) for u in "abcd"] == ["0", "1", "0", "1"]
+    assert hub["assign_gpu"]("a") == "0"                               # a share held is kept
+    with pytest.raises(RuntimeError, match="every GPU share is taken .* or stop a server"):
+        hub["assign_gpu"]("e")
+
+    class Spawner:
+        class user:
+            name = "b"
+    hub["post_stop_hook"](Spawner)
+    assert hub["assign_gpu"]("e") == "1"                                # b's share
+    assert json.loads((tmp_path / "feedbeast-gpus.json").read_text()) == {"a": "0", "c": "0", "d": "1", "e": "1"}
+    Spawner.user.name = "a"
+    hub["post_stop_hook"](Spawner)
+    hub["post_stop_hook"](Spawner)                                      # stopped twice: nothing more to give
+    assert hub["assign_gpu"]("a") == "0"                                # back to the device a had
+    for name in "cd":
+        Spawner.user.name = name
+        hub["post_stop_hook"](Spawner)
+    assert hub["assign_gpu"]("f") == "0"                                # c's share
+    assert hub["assign_gpu"]("c") == "1"                                # c's device is full again: the other

@@ -9,7 +9,7 @@
 #     `make reset-labs LAB=04` work in it as typed (FEEDBEAST_ENV=current: this Python, nothing installed);
 #   - a GPU share: CUDA_VISIBLE_DEVICES set to one GPU index or one MIG instance, the least used one,
 #     at most FEEDBEAST_HUB_PER_GPU learners on each (remembered in feedbeast-gpus.json beside the hub's
-#     database, so a learner keeps their device across restarts);
+#     database, so a learner keeps their device across restarts); a stopped server gives its share back;
 #   - the course kernel "Feeding the Beast" (kernelspec name feedbeast), this Python.
 #
 # Settings (environment variables, all optional):
@@ -169,25 +169,48 @@ def devices_of(listing: str) -> list[str]:
     return [d for index, migs in gpus for d in (migs or [index])]
 
 
-ASSIGNMENTS = Path(os.environ.get("FEEDBEAST_HUB_STATE", Path.cwd())).resolve() / "feedbeast-gpus.json"
+STATE = Path(os.environ.get("FEEDBEAST_HUB_STATE", Path.cwd())).resolve()
+ASSIGNMENTS = STATE / "feedbeast-gpus.json"          # the shares held now: {learner: device}, servers started
+LAST = STATE / "feedbeast-gpus-last.json"            # the device of each learner whose server stopped
+
+
+def _table(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save(path: Path, table: dict):
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
 
 
 def assign_gpu(user: str):
-    """This learner's device: kept once given; else the least used one with room; None when none."""
+    """This learner's device: the one they hold; else the one they had last, if it has room; else the least used
+    one with room; None when there is no device. A stopped server gives its share back (release_gpu)."""
     devices = gpu_devices()
     if not devices:
         return None
-    table = json.loads(ASSIGNMENTS.read_text()) if ASSIGNMENTS.exists() else {}
+    table = _table(ASSIGNMENTS)
     if table.get(user) in devices:
         return table[user]
-    load = {d: sum(1 for v in table.values() if v == d) for d in devices}
+    load = {d: sum(1 for u, v in table.items() if v == d and u != user) for d in devices}
     free = [d for d in devices if load[d] < PER_GPU]
     if not free:
         raise RuntimeError(f"every GPU share is taken ({len(devices)} devices x {PER_GPU} learners): raise "
                            "FEEDBEAST_HUB_PER_GPU or stop a server (docs/instructors.md, 'during the day')")
-    table[user] = min(free, key=lambda d: (load[d], devices.index(d)))
-    ASSIGNMENTS.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    last = _table(LAST).get(user)
+    table[user] = last if last in free else min(free, key=lambda d: (load[d], devices.index(d)))
+    _save(ASSIGNMENTS, table)
     return table[user]
+
+
+def release_gpu(user: str):
+    """A learner's server stopped: their share is free for another learner, their device remembered for their
+    next start."""
+    table = _table(ASSIGNMENTS)
+    if user in table:
+        last = _table(LAST)
+        last[user] = table.pop(user)
+        _save(LAST, last)
+        _save(ASSIGNMENTS, table)
 
 
 def home_of(spawner) -> Path:
@@ -240,3 +263,10 @@ def pre_spawn_hook(spawner):
 
 
 c.Spawner.pre_spawn_hook = pre_spawn_hook
+
+
+def post_stop_hook(spawner):
+    release_gpu(spawner.user.name)
+
+
+c.Spawner.post_stop_hook = post_stop_hook
