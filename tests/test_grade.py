@@ -476,8 +476,15 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
     assert rep.status == ("ok" if _has_gpu() else "partial"), str(rep)
     assert g.cuda_refusals('#define P(a, b) a##b\n#if FB_DEBUG\n#endif\n#include "mine.h"\n', tmp_path) == [
         "it sets or tests FB_DEBUG, the toolkit's own build switches (the hazard and debug builds set them)",
-        "it pastes tokens with ##, which can make a switch's name out of pieces",
+        "it pastes tokens with ## (#define P), which can make a switch's name out of pieces: write the names whole",
         'it includes "mine.h", which is not one of the toolkit\'s or CUDA\'s headers']
+    # `#cond` spells the argument as written, the same in every build (an assert macro); handed on from another
+    # macro's parameter, the argument's macros expand first (the hazard build's __syncthreads)
+    assert g.cuda_refusals('#define REQUIRE(c) do { if (!(c)) { printf("%s\\n", #c); __trap(); } } while (0)\n'
+                           "REQUIRE(n % 4 == 0);\n", tmp_path) == []
+    assert g.cuda_refusals("#define S(...) #__VA_ARGS__\n#define X(...) S(__VA_ARGS__)\n", tmp_path) == [
+        "#define X hands its argument on to S, which turns it into a string with #: the argument's macros expand "
+        "first, and the hazard build's differ. Call S directly, or write the string out"]
 
 
 def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():

@@ -1243,13 +1243,23 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     own = sorted(set(re.findall(r"\bfb_(?:hz|debug)_\w+|\bhazard\s*::\s*record\b", text)))
     if own:
         out.append(f"it names {', '.join(own)}, the hazard and debug builds' own state")
+    defines = re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?:\(([^)]*)\))?([^\n]*)$", text, re.M)
+    pasting = [name for name, _, body in defines if "##" in body]
     if "##" in text:
-        out.append("it pastes tokens with ##, which can make a switch's name out of pieces")
-    # `#x` in a macro's body: the spelling of what the argument expands to (`XSTR(__syncthreads())` reads the hazard
-    # build's macro), a difference between the builds that names no switch
-    if re.search(r"^[ \t]*#[ \t]*define[ \t]+\w+\([^)]*\)[^\n]*?(?<!#)#(?!#)[ \t]*\w", text, re.M):
-        out.append("it turns a macro argument into a string with #, which reads what the hazard build's macros "
-                   "expand to")
+        out.append("it pastes tokens with ##" + (f" (#define {pasting[0]})" if pasting else "") +
+                   ", which can make a switch's name out of pieces: write the names whole")
+    # `#x` spells the argument as written, the same in every build; but a macro that hands its own parameter on to
+    # one that spells it has the argument expanded first (`#define XSTR(x) STR(x)`: XSTR(__syncthreads()) spells
+    # the hazard build's macro), a difference between the builds that names no switch
+    spelling = {name for name, params, body in defines if re.search(r"(?<!#)#(?!#)[ \t]*\w", body)}
+    for name, params, body in defines:
+        own = [p.strip().rstrip(".") or "__VA_ARGS__" for p in params.split(",") if p.strip()]
+        for m in sorted(spelling - {name}):
+            if own and re.search(rf"\b{m}\s*\([^)]*\b({'|'.join(map(re.escape, own))})\b", body):
+                out.append(f"#define {name} hands its argument on to {m}, which turns it into a string with #: the "
+                           "argument's macros expand first, and the hazard build's differ. Call "
+                           f"{m} directly, or write the string out")
+                break
     # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
     # tells the builds apart
     # (a #define whose body calls them expands to the same call in every build: allowed)
