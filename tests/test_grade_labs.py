@@ -302,6 +302,13 @@ BUGS = {
              ("    fb::setmaxnreg_dec<40>();", "    if (K < 0) fb::setmaxnreg_dec<24>();\n    fb::setmaxnreg_dec<40>();")],
             gpu={SASS}, cpu=r"SassMismatch.*setmaxnreg asks for 1 x 40 \+ 2 x 240 = 520 registers per lane.*"
                             r"the largest of the \.dec counts 24, 40"),
+        # An assert() in the kernel: a call, across which ptxas serialises every wgmma (C7510). The check names
+        # the call as the cause, on any machine (ptxas's note is in the compile log).
+        "assert-in-the-kernel": Bug([("  const int role = threadIdx.x / 128, nk = (K + TILE_K - 1) / TILE_K;\n",
+                                      "  const int role = threadIdx.x / 128, nk = (K + TILE_K - 1) / TILE_K;\n"
+                                      "  assert(nk > 0);\n")],
+                                    gpu={WRONG, SASS}, cpu=r"CheckFailed: ptxas: \(C7510\).*function call.*a call in the "
+                                                    r"kernel, such as assert\(\) or printf\(\), ends the wgmma pipeline"),
         # A race: the consumer releases the stage before wgmma.wait_group has retired the wgmma that read it.
         "release-before-wgmma-retired": Bug(
             [("      fb::wgmma::wait_group<0>();                   // this warpgroup's wgmma have read the stage\n"
