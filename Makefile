@@ -75,24 +75,26 @@ install: $(STAMP)
 # pip keeps an installed package whose version the wheel repeats; the course's own wheel always says 0.1.0, so after
 # an update of the course it is installed again over the one before (--force-reinstall).
 COURSE_WHEEL = $(wildcard $(WHEELS)/feedbeast-*.whl)
+# what the messages call the command: the target typed (make lab, make workshop, ...), which installs the bundle first
+TYPED = make $(or $(firstword $(MAKECMDGOALS)),install) ENV=current
 bundle-into-current:
 	@# A notebook bundle holds no CUDA Python, no Numba and no matplotlib: it completes a GPU image's Python, not a
 	@# bare one (checked before anything is installed, so a refused Python is left as it was).
 	$(if $(NOTEBOOK_BUNDLE),@$(PYTHON) -c "import cuda.bindings$(comma) cuda.core$(comma) numba$(comma) matplotlib" 2>/dev/null || { \
-	have=$$($(PYTHON) -c '$(PYVER)'); echo "make install ENV=current: $(PYTHON) lacks CUDA Python$(comma) Numba or matplotlib \
+	have=$$($(PYTHON) -c '$(PYVER)'); echo "$(TYPED): $(PYTHON) lacks CUDA Python$(comma) Numba or matplotlib \
 	(import cuda.bindings$(comma) cuda.core$(comma) numba$(comma) matplotlib failed)$(comma) which $(WHEELS_DIR)/ does not hold: it is a notebook \
 	bundle (make wheelhouse SET=notebook)$(comma) for a Python that has them already (a GPU image). Bring the full \
 	bundle (make wheelhouse PY=$$have) and install it the same way$(comma) or build a fresh .venv from it (make \
 	install WHEELS=dir)" >&2; exit 1; })
 	@$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps $(WHEELS)/*.whl || { have=$$($(PYTHON) -c '$(PYVER)'); \
-	  echo "make install ENV=current: pip could not install $(WHEELS_DIR)/ into $(PYTHON) (Python $$have)" >&2; \
+	  echo "$(TYPED): pip could not install $(WHEELS_DIR)/ into $(PYTHON) (Python $$have)" >&2; \
 	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
 	  [ -z "$(BUNDLE_PY)" ] || [ "$$have" = "$(BUNDLE_PY)" ] || echo "  its wheels are for Python $(BUNDLE_PY): \
 	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have SET=notebook)" >&2; \
 	  exit 1; }
 	$(if $(COURSE_WHEEL),$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps --force-reinstall $(COURSE_WHEEL))
 	@# the notebooks name their kernel: without it the image's own Jupyter says "No such kernel named feedbeast"
-	@$(PYTHON) $(KERNELSPEC) || echo "make install ENV=current: the kernel 'Feeding the Beast' could not be written \
+	@$(PYTHON) $(KERNELSPEC) || echo "$(TYPED): the kernel 'Feeding the Beast' could not be written \
 	into $(PYTHON)'s environment (share/jupyter/kernels); make lab ENV=current writes it too" >&2
 
 # The notebooks' kernel, "Feeding the Beast", installed into the environment (not into your home): make install

@@ -1209,12 +1209,15 @@ def test_a_notebook_bundle_installed_into_a_python_without_cuda_python_is_refuse
                     '*version_info*) echo 3.99;; *) exit 0;; esac\n')
     bare.chmod(0o755)
 
-    def install(bundle):
-        return subprocess.run(["make", "--no-print-directory", "install", "ENV=current", f"WHEELS={bundle}",
+    def install(bundle, target="install"):
+        return subprocess.run(["make", "--no-print-directory", target, "ENV=current", f"WHEELS={bundle}",
                                f"PYTHON3={bare}"], cwd=ROOT, env=make_env(), capture_output=True, text=True)
     r = install(notebook)
     assert r.returncode != 0 and "lacks CUDA Python, Numba or matplotlib" in r.stderr \
-        and "make wheelhouse PY=3.99" in r.stderr, r.stderr
+        and "make wheelhouse PY=3.99" in r.stderr and r.stderr.startswith("make install ENV=current: "), r.stderr
+    r = install(notebook, "lab")                  # the message names the command typed, which installs first
+    assert r.returncode != 0 and r.stderr.startswith("make lab ENV=current: ") and "lacks CUDA Python" in r.stderr, \
+        r.stderr
     assert "import cuda.bindings, cuda.core, numba, matplotlib" in calls.read_text()   # the chapters plot
     assert "-m pip" not in calls.read_text(), "refused, yet pip installed into that Python first"
     assert install(full).returncode == 0
