@@ -72,6 +72,7 @@ def test_a_learner_who_adds_a_lab_is_graded_for_that_lab_only(tmp_path):
     roster.watch_round(found, state, rec)
     rec.calls.clear()
     new([markdown("## Check"), code("x = 5")], to=found["learner01"] / "05-lab.ipynb")
+    new([markdown("## Check")], to=found["learner01"] / "Untitled.ipynb")      # File > New: no lab, not graded
     assert roster.watch_round(found, state, rec) == ["learner01 05"]
     assert [lab["lab"] for lab in state["learner01"]["doc"]["labs"]] == ["03", "04", "05"]
 
@@ -103,12 +104,13 @@ def test_one_notebook_per_lab_is_graded_and_a_stray_copy_is_named_not_graded(tmp
                  "Untitled.ipynb", "Untitled1.ipynb"):
         (labs / name).write_text("{}")
     copies, refused = _copy_labs(labs, dest, None, names={"01-tiled-transpose.ipynb", "03-cp-async-rowsum.ipynb"})
-    # a notebook with no NN- prefix is no lab's copy: graded alone, as before
-    assert [c.name for c in copies] == ["01-tiled-transpose.ipynb", "02-mine.ipynb", "Untitled.ipynb", "Untitled1.ipynb"]
+    # a notebook with no NN- prefix is no lab of the course: not graded, named as not a lab
+    assert [c.name for c in copies] == ["01-tiled-transpose.ipynb", "02-mine.ipynb"]
     assert any("01-tiled-transpose.bak.ipynb" in r and "lab's notebook is 01-tiled-transpose.ipynb" in r for r in refused), \
         refused
     assert any(r.startswith("lab 03: 2 notebooks (03-a.ipynb, 03-b.ipynb)") for r in refused), refused
-    assert len(refused) == 2
+    assert [r.split(":")[0] for r in refused if "not a lab" in r] == ["Untitled.ipynb", "Untitled1.ipynb"], refused
+    assert len(refused) == 4
 
 
 def test_a_merged_row_with_an_ungraded_lab_keeps_the_grader_s_reason():

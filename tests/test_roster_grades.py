@@ -154,6 +154,22 @@ def test_labs_are_taken_as_learners_type_them(tmp_path, monkeypatch, capsys):
     assert "'mbarrier' is not a lab number" in capsys.readouterr().err
 
 
+def test_a_notebook_that_is_no_lab_makes_no_column_and_is_named_in_its_learner_s_row(tmp_path, monkeypatch, capsys):
+    """File > New > Notebook writes Untitled.ipynb in labs/: it once made a column `lab Untitled`, 0 and missing for
+    everyone else. It is no lab of the course: not graded, no column, named in its learner's row as not a lab."""
+    monkeypatch.setattr(sys, "executable", str(_grader(tmp_path / "course")))
+    homes = _homes(tmp_path, {"ada": ["00-copy-kernel.ipynb", "Untitled.ipynb"], "bob": ["00-copy-kernel.ipynb"]})
+    code, rows = _roster(tmp_path, homes, "--as-me")
+    assert code == 0 and [k for k in rows["bob"] if k.startswith("lab ")] == ["lab 00", "lab 00 status"], rows
+    assert rows["ada"]["labs ok"] == rows["bob"]["labs ok"] == "1", rows
+    assert rows["ada"]["first failing check"] == "Untitled.ipynb: not a lab (no NN- number in its name): not graded"
+    assert rows["bob"]["first failing check"] == "", rows["bob"]
+    out = capsys.readouterr().out
+    assert "ada: 00 ok (" in out and "refused Untitled.ipynb: not a lab" in out and "x labs 00\n" in out, out
+    old = {"learner": "cy", "labs": [_lab("00-copy-kernel", passed=1), _lab("Untitled", passed=1)]}   # an older JSON
+    assert list(_csv([old], tmp_path)["cy"]) == ["username", "lab 00", "lab 00 status", "labs ok", "first failing check"]
+
+
 def test_the_help_names_the_hazard_labs_the_grader_uses(capsys):
     with pytest.raises(SystemExit):
         roster.main(["--help"])

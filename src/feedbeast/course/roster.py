@@ -6,8 +6,9 @@
 A learner is a folder under --homes that holds a course copy (`<home>/<subdir>`, default `feedbeast/labs`,
 which is where the workshop's spawn hook puts it). For each learner, in turn:
 
-1. their lab notebooks (regular files only: a symbolic link, say to another learner's lab, is refused) are
-   copied into a fresh private folder; the learner's own files are only read;
+1. their lab notebooks (NN-*.ipynb; regular files only: a symbolic link, say to another learner's lab, is refused)
+   are copied into a fresh private folder; the learner's own files are only read. Another notebook there
+   (Untitled.ipynb) is no lab of the course: not graded, no column, named in the learner's row;
 2. `python -m feedbeast grade --json` grades the copies in a fresh process, with the checks of the
    course's solutions (the instructor's checkout, never the learner's copy of solutions/). Run as root,
    that process runs as the learner (the owner of their labs folder, `<home>/<subdir>`): their code can then
@@ -156,16 +157,25 @@ def keep_previous(path: str) -> Path | None:
     return kept
 
 
+def is_lab(name: str) -> bool:
+    """Whether a notebook's name is a lab's, NN-...: another (Untitled.ipynb, which File > New writes in labs/)
+    is no lab of the course, so it gets no grade and no column."""
+    return re.match(r"\d\d-", name) is not None
+
+
 def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None, names=()) -> tuple[list[Path], list[str]]:
-    """Copy the regular .ipynb files of `labs` into `dest` without following links. One notebook per lab: where
-    a lab has several (a copy, a backup), the one with the course's name (`names`) is graded, or the only one;
-    the others are refused, by name, so that no grade comes from a file the learner did not mean."""
-    copies, refused = [], []
-    entries = sorted((e for e in os.scandir(labs) if e.name.endswith(".ipynb")
-                      and not (wanted and e.name[:2] not in wanted)), key=lambda e: e.name)
+    """Copy the regular lab notebooks (NN-*.ipynb) of `labs` into `dest` without following links. One notebook
+    per lab: where a lab has several (a copy, a backup), the one with the course's name (`names`) is graded, or
+    the only one; the others are refused, by name, so that no grade comes from a file the learner did not mean.
+    A notebook that is no lab's is refused too, whatever `wanted` says: the instructor sees it was not graded."""
+    notebooks = sorted((e for e in os.scandir(labs) if e.name.endswith(".ipynb")), key=lambda e: e.name)
+    refused = [f"{e.name}: not a lab (no NN- number in its name): not graded; if it holds a lab's work, name it as "
+               "in the course's labs/" for e in notebooks if not is_lab(e.name)]
+    copies = []
+    entries = [e for e in notebooks if is_lab(e.name) and not (wanted and e.name[:2] not in wanted)]
     by_lab: dict[str, list] = {}
-    for e in entries:                                  # a lab's notebooks by their NN- prefix; other names each alone
-        by_lab.setdefault(lab_of(e.name) if re.match(r"\d\d-", e.name) else e.name, []).append(e)
+    for e in entries:                                  # a lab's notebooks, by their NN- prefix
+        by_lab.setdefault(lab_of(e.name), []).append(e)
     keep = {}                                          # lab -> the name of the notebook that stands for it
     for lab, group in by_lab.items():
         own = [e for e in group if e.name in names]
@@ -277,9 +287,9 @@ def score(lab: dict) -> float | None:
 
 def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str]:
     """One row per learner; returns the lab numbers used as columns."""
-    if labs is None:
-        labs = sorted({lab["lab"] for d in docs for lab in d.get("labs", [])}
-                      | {n for d in docs for n in d.get("ungraded", [])})
+    if labs is None:        # the course's labs only: a notebook graded under another name (an older JSON) is no column
+        labs = sorted(n for n in {lab["lab"] for d in docs for lab in d.get("labs", [])}
+                      | {n for d in docs for n in d.get("ungraded", [])} if re.fullmatch(r"\d\d", n))
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")]
@@ -342,7 +352,7 @@ def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wa
         st = state.setdefault(name, {"seen": {}, "labs": {}, "doc": {"learner": name, "labs": []}})
         changed = []
         for entry in sorted(os.scandir(labs), key=lambda e: e.name):
-            if not entry.name.endswith(".ipynb") or (wanted and entry.name[:2] not in wanted):
+            if not (entry.name.endswith(".ipynb") and is_lab(entry.name)) or (wanted and entry.name[:2] not in wanted):
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
