@@ -209,3 +209,19 @@ def test_what_the_command_line_names_wrong_is_said_with_what_to_do(tmp_path, mon
     assert _main(homes, sols, "--csv", g, "--labs", "4") == 0
     assert "no row for zed: no feedbeast/labs in their folder" in capsys.readouterr().err
     assert graded == ["alice", "bob", "erin"]
+
+
+def test_the_summary_says_error_where_the_csv_does(tmp_path, monkeypatch, capsys):
+    """A lab whose own cells broke in the grader (setup) is left ungraded: the CSV says error, and so must the
+    lines the roster prints (and the live view's), not the grader's failed, which reads as the learner's fault."""
+    homes, sols, _ = _room(tmp_path, monkeypatch)
+    broken = {"lab": "04", "status": "failed", "setup": "OSError: libnvrtc.so.13 not found", "checks": []}
+    monkeypatch.setattr(roster, "grade_learner", lambda name, *a, **k: {
+        "learner": name, "exit": 1, "seconds": 0.0, "labs": [broken]})
+    assert _main(homes, sols, "--csv", str(tmp_path / "g.csv")) == 1
+    out = capsys.readouterr().out
+    assert "alice: 04 error (0 s)" in out and "failed" not in out, out
+    rows = {r["username"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
+    assert rows["alice"]["lab 04 status"] == "error", rows
+    view = roster.watch_lines({"alice": {"doc": {"learner": "alice", "labs": [broken]}}})
+    assert "04:error" in view[0] and "failed" not in view[0], view

@@ -285,6 +285,12 @@ def score(lab: dict) -> float | None:
     return min(99.9, round(100.0 * ran["passed"] / (ran["passed"] + failed), 1))
 
 
+def lab_status(lab: dict) -> str:
+    """A graded lab's status as the roster shows it, on the screen as in the CSV: error when the lab's own cells
+    broke in the learner's grader (nothing graded: the grader's failed would read as the learner's)."""
+    return "error" if lab.get("setup") else lab["status"]
+
+
 def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str]:
     """One row per learner; returns the lab numbers used as columns."""
     if labs is None:        # the course's labs only: a notebook graded under another name (an older JSON) is no column
@@ -305,7 +311,7 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                 if lab is None:
                     row += [0, "missing"]
                     continue
-                if lab.get("setup"):
+                if lab_status(lab) == "error":
                     row += ["", "error"]     # the lab's own cells broke in the learner's grader: nothing graded
                     continue
                 points = score(lab)
@@ -381,7 +387,7 @@ def watch_lines(state: dict) -> list[str]:
     out = []
     for name in sorted(state):
         doc = state[name]["doc"]
-        labs = " ".join(f"{lab['lab']}:{lab['status']}" for lab in doc.get("labs", []))
+        labs = " ".join(f"{lab['lab']}:{lab_status(lab)}" for lab in doc.get("labs", []))
         stuck = first_failing(doc)
         out.append(f"{name:<16} {labs or '-':<40} {stuck}")
     return out
@@ -531,7 +537,7 @@ def main(argv=None) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         docs = list(pool.map(one, found.items()))
     for doc in docs:
-        statuses = ", ".join(f"{lab['lab']} {lab['status']}" for lab in doc.get("labs", []))
+        statuses = ", ".join(f"{lab['lab']} {lab_status(lab)}" for lab in doc.get("labs", []))
         print(f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} ({doc['seconds']:.0f} s)")
         for why in doc.get("refused", []):
             print(f"  refused {why}")
