@@ -82,8 +82,8 @@ def test_a_file_that_is_not_a_roster_json_is_refused_and_nothing_is_written(tmp_
     for bad, why in ((grades_csv, "is not a roster --json file"), (tmp_path / "none.json", "no such file"),
                      (_write(tmp_path / "d.json", {"alice": 1}), "a list with one entry per learner")):
         assert cli(["roster", "merge", "--csv", str(out), str(a), str(bad)]) == 2
-        said = capsys.readouterr().out
-        assert why in said and "--json grades.json" in said, said
+        said = capsys.readouterr()
+        assert why in said.err and "--json grades.json" in said.err and said.out == "", said
         assert not out.exists()
 
 
@@ -91,8 +91,28 @@ def test_an_output_that_is_an_input_is_refused(tmp_path, capsys):
     a, b = _room(tmp_path)
     before = a.read_text()
     assert cli(["roster", "merge", "--csv", str(tmp_path / "room.csv"), "--json", str(a), str(a), str(b)]) == 2
-    assert "is one of the inputs" in capsys.readouterr().out
+    assert "is one of the inputs" in capsys.readouterr().err
     assert a.read_text() == before and not (tmp_path / "room.csv").exists()
+
+
+def test_an_output_folder_that_is_not_there_is_refused_and_an_earlier_merge_is_kept(tmp_path, capsys):
+    """As the roster does: where it cannot write is said before anything is read (no traceback, exit 2, on
+    stderr), and a room.csv or room.json written before is kept under the time it was written, not overwritten."""
+    a, b = _room(tmp_path)
+    nowhere = tmp_path / "no" / "room.csv"
+    assert cli(["roster", "merge", "--csv", str(nowhere), str(a), str(b)]) == 2
+    said = capsys.readouterr()
+    assert f"--csv {nowhere}: the folder {nowhere.parent} does not exist: create it first" in said.err, said
+    assert "Traceback" not in said.err and said.out == "" and not nowhere.parent.exists()
+    out, js = tmp_path / "room.csv", tmp_path / "room.json"
+    assert cli(["roster", "merge", "--csv", str(out), "--json", str(js), str(a)]) == 0
+    first = out.read_text(), js.read_text()
+    assert cli(["roster", "merge", "--csv", str(out), "--json", str(js), str(a), str(b)]) == 0
+    kept = sorted(tmp_path.glob("room.*.csv")) + sorted(tmp_path.glob("room.*.json"))
+    assert [p.read_text() for p in kept] == list(first), kept
+    said = capsys.readouterr().out
+    assert all(f"kept the previous room.{p.suffix[1:]} as {p}" in said for p in kept), said
+    assert out.read_text() != first[0] and "carol" in out.read_text()
 
 
 def test_labs_restrict_the_columns_as_learners_type_them(tmp_path):

@@ -127,8 +127,9 @@ def unknown_labs(wanted: list[str], solutions: Path, found: dict) -> str | None:
             f"{', '.join(course) or 'none'}; give their numbers (--labs 0 4)")
 
 
-def _output_problem(option: str, path: str) -> str | None:
-    """Why the roster could not write `path` (checked before grading: an hour of grading is not lost on it)."""
+def output_problem(option: str, path: str) -> str | None:
+    """Why the roster (or its merge) could not write `path` (checked before grading: an hour of grading is not lost
+    on it)."""
     p = Path(path)
     folder = p.parent
     if not folder.is_dir():
@@ -484,7 +485,7 @@ def main(argv=None) -> int:
               "(e.g. /home)", file=sys.stderr)
         return 2
     for option, path in (("--csv", args.csv), ("--json", args.json)):
-        if path and (why := _output_problem(option, path)):
+        if path and (why := output_problem(option, path)):
             print(f"roster: {why}; nothing was graded", file=sys.stderr)
             return 2
     found = learners(Path(args.homes), args.subdir)

@@ -7,7 +7,9 @@ name in several files is taken as one person, so give each learner one name on e
 merge keeps the best grade any server gave it: ok before partial before failed, then the higher score; a lab graded
 on one server wins over the same lab handed in but not graded (`error`) on another. Each kept lab names the file it
 came from (`"server"` in the merged JSON), and the merge prints which learners it found in more than one file.
-The CSV is the roster's own (`roster.write_csv`): the same columns, scores and statuses.
+The CSV is the roster's own (`roster.write_csv`): the same columns, scores and statuses. As the roster does, the
+merge checks where it writes before reading anything, and keeps an existing --csv or --json file, renamed beside it
+(room.csv -> room.20261128-171500.csv).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from .roster import lab_number, score, write_csv
+from .roster import keep_previous, lab_number, output_problem, score, write_csv
 
 RANK = {"ok": 3, "partial": 2, "failed": 1}
 
@@ -104,13 +106,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(_labs_last(sys.argv[1:] if argv is None else list(argv)))
     inputs = [Path(p) for p in args.inputs]
     try:
-        for out in filter(None, (args.csv, args.json)):
-            if any(Path(out).resolve() == p.resolve() for p in inputs):
+        for option, out in (("--csv", args.csv), ("--json", args.json)):
+            if out and (why := output_problem(option, out)):
+                raise MergeError(why)
+            if out and any(Path(out).resolve() == p.resolve() for p in inputs):
                 raise MergeError(f"{out} is one of the inputs: write the merged grades to another file")
         named = [(str(p), load(p)) for p in inputs]
     except MergeError as e:
-        print(f"roster merge: {e}")
+        print(f"roster merge: {e}; nothing was written", file=sys.stderr)
         return 2
+    for out in filter(None, (args.csv, args.json)):     # an earlier merge's grades are kept, as the roster keeps its
+        if kept := keep_previous(out):
+            print(f"roster merge: kept the previous {Path(out).name} as {kept}")
     docs, sources = merge(named)
     for name, where in sources.items():
         if len(where) > 1:
