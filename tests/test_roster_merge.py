@@ -59,7 +59,8 @@ def test_the_best_grade_of_each_lab_is_kept_and_names_its_server(tmp_path, capsy
     assert rows["carol"]["first failing check"].startswith("lab 05: check_ring")
     merged = {d["learner"]: d for d in json.loads(js.read_text())}
     assert {lab["lab"]: lab["server"] for lab in merged["alice"]["labs"]} == {"03": str(b), "04": str(a)}
-    assert merged["carol"]["ungraded"] == [] and "uid 1003" in merged["carol"]["error"]
+    assert merged["carol"]["ungraded"] == [] and "error" not in merged["carol"]           # lab 05 graded on b
+    assert merged["carol"]["errors"] == [f"{a}: could not start the grader as uid 1003"]     # a's reason, recorded
     said = capsys.readouterr().out
     assert f"alice: in {a}, {b}; kept lab 03 from {b}, lab 04 from {a}" in said
     assert "bob:" not in said and f"wrote {out} and {js}: 3 learners from 2 files" in said
@@ -72,6 +73,24 @@ def test_a_lab_ungraded_everywhere_stays_an_error_not_a_zero(tmp_path):
     row = _rows(tmp_path / "g.csv")["dan"]
     assert (row["lab 06"], row["lab 06 status"]) == ("", "error")
     assert row["lab 04 status"] == "ok"
+
+
+def test_a_server_s_error_shows_only_while_a_lab_of_the_learner_is_still_ungraded(tmp_path):
+    """eve's labs were all graded on server a and all left ungraded (error) on server b: her row shows a's grades and
+    no error from b. fay's lab 06 was graded nowhere: b's reason stays in her row; gus was graded nowhere at all."""
+    why = "could not start the grader as uid 1004: [Errno 13] Permission denied"
+    a = _write(tmp_path / "server-a.json", [
+        {"learner": "eve", "labs": [_lab("03-cp-async-rowsum", passed=3), _lab("04-mbarrier-ring", passed=3)]},
+        {"learner": "fay", "labs": [_lab("04-mbarrier-ring", passed=3)]}])
+    b = _write(tmp_path / "server-b.json", [
+        {"learner": "eve", "labs": [], "ungraded": ["03", "04"], "error": why},
+        {"learner": "fay", "labs": [], "ungraded": ["04", "06"], "error": why},
+        {"learner": "gus", "labs": [], "ungraded": [], "error": "no lab notebook in /home/gus/feedbeast/labs"}])
+    assert cli(["roster", "merge", "--csv", str(tmp_path / "g.csv"), str(a), str(b)]) == 0
+    rows = _rows(tmp_path / "g.csv")
+    assert rows["eve"]["labs ok"] == "2" and rows["eve"]["first failing check"] == "", rows["eve"]
+    assert rows["fay"]["lab 06 status"] == "error" and rows["fay"]["first failing check"] == f"{b}: {why}"[:160]
+    assert rows["gus"]["first failing check"] == f"{b}: no lab notebook in /home/gus/feedbeast/labs", rows["gus"]
 
 
 def test_a_file_that_is_not_a_roster_json_is_refused_and_nothing_is_written(tmp_path, capsys):

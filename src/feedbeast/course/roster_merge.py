@@ -7,6 +7,8 @@ name in several files is taken as one person, so give each learner one name on e
 merge keeps the best grade any server gave it: ok before partial before failed, then the higher score; a lab graded
 on one server wins over the same lab handed in but not graded (`error`) on another. Each kept lab names the file it
 came from (`"server"` in the merged JSON), and the merge prints which learners it found in more than one file.
+Why a server could not grade a learner shows in their row only while a lab it left ungraded still is (the merged
+JSON keeps every server's reason, in `"errors"`).
 The CSV is the roster's own (`roster.write_csv`): the same columns, scores and statuses. As the roster does, the
 merge checks where it writes before reading anything, and keeps an existing --csv or --json file, renamed beside it
 (room.csv -> room.20261128-171500.csv).
@@ -71,17 +73,25 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
                     m["labs"][i] = lab
             m["ungraded"] += d.get("ungraded", [])
             if d.get("error"):
-                m["errors"].append(f"{src}: {d['error']}")
+                m["errors"].append((f"{src}: {d['error']}", set(d.get("ungraded", []))))
     out = []
     for m in merged.values():
         graded = {lab.get("lab") for lab in m["labs"]}
         m["labs"].sort(key=lambda lab: str(lab.get("lab")))
         m["ungraded"] = sorted(set(m["ungraded"]) - graded)
         errors = m.pop("errors")
-        if errors:
-            m["error"] = "; ".join(errors)
+        if shown := _errors_that_stand(errors, m["ungraded"], graded):
+            m["error"] = "; ".join(shown)
+        if errors:          # every server's, for the record; the row shows only those that still stand
+            m["errors"] = [why for why, _ in errors]
         out.append(m)
     return out, sources
+
+
+def _errors_that_stand(errors: list[tuple[str, set]], ungraded: list[str], graded: set) -> list[str]:
+    """The servers' errors a merged row shows: one whose lab is still ungraded (no server graded it), or any when no
+    server graded a lab. A lab another server graded no longer needs the reason it was not graded on this one."""
+    return [why for why, left in errors if left & set(ungraded) or not graded]
 
 
 def _labs_last(argv: list[str]) -> list[str]:
