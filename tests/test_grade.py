@@ -483,8 +483,8 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
     assert g.cuda_refusals('#define REQUIRE(c) do { if (!(c)) { printf("%s\\n", #c); __trap(); } } while (0)\n'
                            "REQUIRE(n % 4 == 0);\n", tmp_path) == []
     assert g.cuda_refusals("#define S(...) #__VA_ARGS__\n#define X(...) S(__VA_ARGS__)\n", tmp_path) == [
-        "#define X hands its argument on to S, which turns it into a string with #: the argument's macros expand "
-        "first, and the hazard build's differ. Call S directly, or write the string out"]
+        "it hands the argument of #define X on to S, which turns it into a string with #: the argument's macros "
+        "expand first, and the hazard build's differ. Call S directly, or write the string out"]
 
 
 def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():

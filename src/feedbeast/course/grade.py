@@ -1256,8 +1256,8 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
         own = [p.strip().rstrip(".") or "__VA_ARGS__" for p in params.split(",") if p.strip()]
         for m in sorted(spelling - {name}):
             if own and re.search(rf"\b{m}\s*\([^)]*\b({'|'.join(map(re.escape, own))})\b", body):
-                out.append(f"#define {name} hands its argument on to {m}, which turns it into a string with #: the "
-                           "argument's macros expand first, and the hazard build's differ. Call "
+                out.append(f"it hands the argument of #define {name} on to {m}, which turns it into a string with #: "
+                           "the argument's macros expand first, and the hazard build's differ. Call "
                            f"{m} directly, or write the string out")
                 break
     # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
