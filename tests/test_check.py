@@ -121,3 +121,20 @@ def test_random_floats_are_the_seeded_uniform_draw():
 def test_empty_refuses_a_size_that_is_not_a_whole_number(shape):
     with pytest.raises(ValueError, match="whole number >= 0"):
         fb.empty(shape, np.float32)
+
+
+def test_gpu_a_store_past_the_last_element_fails_the_check(anygpu):
+    """fb.empty allocates poisoned guard bytes after the last element: a kernel whose loop bound is one too far
+    (it writes y[n]) fails its check, naming the bytes past the end; the same kernel within bounds passes."""
+    mod = fb.compile('extern "C" __global__ void fill(float* y, int n, int over) {\n'
+                     '  for (int i = threadIdx.x; i < n + over; i += blockDim.x) y[i] = 1.0f + i;\n}\n')
+    for n in (3, 1000):
+        ok, over = fb.empty(n, np.float32), fb.empty(n, np.float32)
+        assert ok.guard == fb.memory.GUARD_BYTES
+        ref = 1.0 + np.arange(n, dtype=np.float64)
+        assert fb.check(ok, ref, after=mod.fill.launch(1, 128, ok, n, 0)).passed
+        r = fb.check(over, ref, raise_on_fail=False, after=mod.fill.launch(1, 128, over, n, 1))
+        assert not r.passed and "4 bytes after the last element were written (the first at +0)" in repr(r), repr(r)
+    zeroed = fb.empty(8, np.float32).fill_bytes(0)            # zeroed outputs keep their guard poisoned
+    assert zeroed.overrun() == (0, 0) and fb.to_device(np.ones(4, np.float32)).guard == 0
+

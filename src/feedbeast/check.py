@@ -89,9 +89,11 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
                 out.dtype if isinstance(out, DeviceArray) else np.asarray(out).dtype, ref, name)
     if isinstance(after, Skipped):
         return with_recorded(after, name, "check")
+    overrun = (0, 0)
     if isinstance(out, DeviceArray):
         if not out.on_gpu:
             return with_recorded(Skipped("needs a GPU, this machine has none", name), name, "check")
+        overrun = out.overrun()          # the poisoned guard after the last element (fb.empty)
         out = out.to_host()
     out = np.asarray(out)
     limit = tolerance_for(out.dtype, tol)
@@ -110,8 +112,11 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
     scale = max(float(np.abs(ref).max(initial=0.0)), 1e-30)
     elem_bad = finite & (diff > max(limit, 1e-12) * scale * 10)
     bad = unwritten | nan | elem_bad
-    passed = rel <= limit and not bad.any() if limit > 0 else not bad.any() and rel == 0.0
+    passed = (rel <= limit and not bad.any() if limit > 0 else not bad.any() and rel == 0.0) and not overrun[0]
     lines = []
+    if overrun[0]:
+        lines.append(f"  {overrun[0]} bytes after the last element were written (the first at +{overrun[1]}): a store "
+                     "past the end of the output, such as a loop bound or a row guard one too far")
     if unwritten.any():
         lines.append(f"  {int(unwritten.sum())} of {out.size} elements were never written (still poison), "
                      f"first at {_idx(np.argwhere(unwritten)[:show])}")

@@ -29,6 +29,10 @@ except ImportError:   # pragma: no cover - ml_dtypes is a pinned dependency
     bfloat16 = None
 
 POISON_BYTE = 0xFF   # all-ones: NaN for every float type, -1 for signed integers
+# Poisoned bytes allocated after each poisoned output (empty()): check() reads them back, so a store past the last
+# element (an inclusive loop bound, a tail row guarded with > instead of >=) fails the check instead of landing in
+# the allocator's padding unseen. 256: a whole row of 128 bf16, the widest store a tile writes past a row's end.
+GUARD_BYTES = 256
 
 
 def _typestr(dtype: np.dtype) -> str:
@@ -40,11 +44,12 @@ def _typestr(dtype: np.dtype) -> str:
 class DeviceArray:
     """A C-contiguous array in GPU memory (or, with no GPU, a placeholder with the same shape)."""
 
-    def __init__(self, shape, dtype, ptr: int | None, owner: bool = True):
+    def __init__(self, shape, dtype, ptr: int | None, owner: bool = True, guard: int = 0):
         self.shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
         self.dtype = np.dtype(dtype)
         self.ptr = ptr
         self._owner = owner
+        self.guard = guard          # poisoned bytes allocated after the last element (GUARD_BYTES), 0 for none
 
     @property
     def size(self) -> int:
@@ -104,8 +109,24 @@ class DeviceArray:
         return self
 
     def poison(self) -> "DeviceArray":
-        """Fill with all-ones bytes (NaN for floats) so that check() can see unwritten elements."""
+        """Fill with all-ones bytes (NaN for floats) so that check() can see unwritten elements, and the guard
+        after the last element with them too."""
+        if self.on_gpu and self.guard:
+            from cuda.bindings import driver
+            _check(driver.cuMemsetD8(self.ptr + self.nbytes, POISON_BYTE, self.guard))
         return self.fill_bytes(POISON_BYTE)
+
+    def overrun(self) -> tuple[int, int]:
+        """(how many of the guard's bytes after the last element changed, the offset of the first past the end):
+        (0, 0) when none did or there is no guard."""
+        if not (self.on_gpu and self.guard):
+            return 0, 0
+        from cuda.bindings import driver
+        sync()
+        tail = np.empty(self.guard, np.uint8)
+        _check(driver.cuMemcpyDtoH(tail.ctypes.data, self.ptr + self.nbytes, self.guard))
+        changed = np.flatnonzero(tail != POISON_BYTE)
+        return (int(changed.size), int(changed[0])) if changed.size else (0, 0)
 
     def free(self):
         if self.on_gpu and self._owner:
@@ -140,8 +161,9 @@ def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
         return DeviceArray(shape, dtype, None)
     from cuda.bindings import driver
     ensure_usable()
-    ptr = int(_check(driver.cuMemAlloc(max(nbytes, 1))))
-    arr = DeviceArray(shape, dtype, ptr)
+    guard = GUARD_BYTES if poison else 0
+    ptr = int(_check(driver.cuMemAlloc(max(nbytes + guard, 1))))
+    arr = DeviceArray(shape, dtype, ptr, guard=guard)
     return arr.poison() if poison else arr
 
 
