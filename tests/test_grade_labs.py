@@ -146,6 +146,10 @@ BUGS = {
                                                       r"barriers"),
     },
     "03": {
+        # The fold's guard written for the tail alone (cols % TILE_F): a row of whole tiles (cols a multiple of
+        # TILE_F) drops its last tile; only a check shape of whole tiles sees it.
+        "fold-guard-cols-mod-tile": Bug([("      if (j * TILE_F + 4 * threadIdx.x < cols)",
+                                          "      if (j < ntiles - 1 || 4 * threadIdx.x < cols % TILE_F)")], gpu={WRONG}),
         # Missing cp.async.wait_group: tile j is read before it has landed. The SASS check (no DEPBAR)
         # catches it without a GPU; on a GPU the correctness check usually fails first.
         "missing-wait": Bug([("      fb::cp_async_wait<STAGES - 2>();                      // my copy of tile j has landed\n",
@@ -302,6 +306,15 @@ BUGS = {
              ("    fb::setmaxnreg_dec<40>();", "    if (K < 0) fb::setmaxnreg_dec<24>();\n    fb::setmaxnreg_dec<40>();")],
             gpu={SASS}, cpu=r"SassMismatch.*setmaxnreg asks for 1 x 40 \+ 2 x 240 = 520 registers per lane.*"
                             r"the largest of the \.dec counts 24, 40"),
+        # The epilogue's row guard one too far (row > M): the tile past the last row writes row M, past the end of
+        # D (the guard fb.empty puts after it); the rows inside are right.
+        "row-guard-one-too-far": Bug([("if (row >= M || col >= N) continue;", "if (row > M || col >= N) continue;")],
+                                     gpu={WRONG}),
+        # bf16 by truncation (round toward zero) instead of rounding: twice the error of one rounding, which the
+        # check's bound (bf16-rounded) separates.
+        "truncated-to-bf16": Bug([("*reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(lo, hi);",
+                                   "*reinterpret_cast<unsigned*>(out) = (__float_as_uint(lo) >> 16) | "
+                                   "(__float_as_uint(hi) & 0xffff0000u);")], gpu={WRONG}),
         # An assert() in the kernel: a call, across which ptxas serialises every wgmma (C7510). The check names
         # the call as the cause, on any machine (ptxas's note is in the compile log).
         "assert-in-the-kernel": Bug([("  const int role = threadIdx.x / 128, nk = (K + TILE_K - 1) / TILE_K;\n",
@@ -319,6 +332,11 @@ BUGS = {
               "      fb::wgmma::fence_operand(acc[1]);\n")], gpu={HAZARD}, rule="async-read-in-flight"),
     },
     "07": {
+        # bf16 by truncation instead of rounding in the epilogue's staging: twice one rounding's error (the check's
+        # bound is bf16-rounded).
+        "truncated-to-bf16": Bug([("*reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(acc[i], acc[i + 1]);",
+                                   "*reinterpret_cast<unsigned*>(p) = (__float_as_uint(acc[i]) >> 16) | "
+                                   "(__float_as_uint(acc[i + 1]) & 0xffff0000u);")], gpu={WRONG}),
         # N-grouped order dividing by GROUP_N where the last band is narrower: tiles past N are computed,
         # some tiles inside N never (4104 = 32 full n-tiles + 8 columns: a last band one tile wide).
         "raster-full-band": Bug([("return {pos / width, n_first + pos % width};",

@@ -23,7 +23,11 @@ from .skip import Skipped, with_recorded
 
 # Relative-error thresholds by the output's storage type (or by name for tensor-core math modes).
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 3e-4, "float16": 2e-3, "bfloat16": 1e-2,
-             "bf16": 1e-2, "int": 0.0}
+             "bf16": 1e-2, "int": 0.0,
+             # a float32 result (an fp32 accumulator, its bias and ReLU) rounded once to bf16: round to nearest puts
+             # each element within 2^-9 of itself, so the norm-wise error is at most 1.95e-3, plus float32
+             # accumulation (~1e-6 at K = 4096); rounding toward zero (a truncation) measures about 3.3e-3
+             "bf16-rounded": 2.2e-3}
 
 
 def tolerance_for(dtype, tol=None) -> float:
