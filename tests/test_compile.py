@@ -561,3 +561,21 @@ def test_an_error_inside_a_header_keeps_the_line_of_the_cell_that_led_there():
 def test_braces_are_counted_in_one_branch_of_a_conditional(src):
     from feedbeast.compile import _unclosed_braces
     assert _unclosed_braces(src) == 0 and _unclosed_braces(src + "void f() {\n") == 1
+
+
+def test_a_gpu_older_than_the_source_gets_a_build_for_the_source_s_oldest_and_a_named_skip(monkeypatch):
+    """cp.async on a T4 (sm_75): the cell says --min-arch sm_80, so it is built for sm_80, not refused by ptxas at
+    the learner's line, and its launch is skipped naming both archs. A newer GPU keeps its own build."""
+    comp = sys.modules["feedbeast.compile"]      # the module (fb.compile is its function)
+    src = ('#include <fb/cp_async.cuh>\nextern "C" __global__ void k(float* y, const float* x) {\n'
+           '  __shared__ __align__(16) float s[4];\n  fb::cp_async_cg16(s, x, 16);\n  fb::cp_async_commit();\n'
+           '  fb::cp_async_wait<0>();\n  y[threadIdx.x] = s[threadIdx.x % 4];\n}\n')
+    monkeypatch.setattr(comp, "current_arch", lambda: "sm_75")
+    mod = fb.compile(src, min_arch="sm_80")
+    assert mod.arch == "sm_80" and "LDGSTS" in str(mod.sass("k"))
+    from feedbeast.device import runs_on
+    assert not runs_on(mod.arch, (7, 5))                          # the launch is skipped there, by name
+    monkeypatch.setattr(comp, "current_arch", lambda: "sm_86")
+    assert fb.compile(src, min_arch="sm_80").arch == "sm_86"
+    monkeypatch.setattr(comp, "current_arch", lambda: "sm_121a")  # a DGX Spark: a known arch, built for itself
+    assert fb.compile(src, min_arch="sm_80").arch == "sm_121a"

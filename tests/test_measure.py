@@ -21,6 +21,15 @@ A100 = Gpu(0, "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912, 49152, 167936, 40 <<
            (13, 0), 80 << 30)
 
 
+def test_a_t4_has_an_fp32_peak_and_a_tensor_peak_said_unknown():
+    """Chapter 01 draws the FP32 peak on a hosted T4 (64 results per clock per SM, the CUDA guide's table); its
+    tensor cores are not on record, which the peak says rather than a number."""
+    t4 = Gpu(0, "Tesla T4", (7, 5), 40, 65536, 49152, 65536, 4 << 20, 1590, 5001, 256, 13000, (13, 0), 15 << 30)
+    assert ceilings.physical_peak("fp32", t4).value == pytest.approx(40 * 64 * 2 * 1.59 / 1e3)
+    tensor = ceilings.physical_peak("tensor", t4)
+    assert tensor.value is None and "unknown" in repr(tensor)
+
+
 def test_physical_peaks_from_clocks_and_sm_count():
     smem = ceilings.physical_peak("smem", H100)
     assert smem.value == pytest.approx(132 * 128 * 1.98)                 # 33.45 TB/s, in GB/s

@@ -383,8 +383,8 @@ class Module:
 def compile(source: str, arch: str | None = None, *, defines: dict | None = None, options=(),
             name: str = "kernel.cu", debug: bool = False, use_cache: bool = True, hazards: bool = False,
             min_arch: str | None = None) -> Module:
-    """Compile CUDA C++ to a cubin for `arch` (default: this GPU's arch; with no GPU, `min_arch`, the oldest
-    GPU the source is written for, else sm_90a).
+    """Compile CUDA C++ to a cubin for `arch` (default: this GPU's arch; with no GPU, or a GPU older than
+    `min_arch`, the oldest GPU the source is written for, `min_arch`; else sm_90a).
 
     defines: -D macros; debug: defines FB_DEBUG=1 (bounded barrier waits that report, see
     include/fb/debug.cuh); options: extra NVRTC flags. Raises CompileError showing the failing lines.
@@ -396,7 +396,11 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     if min_arch is not None:
         parse_arch(min_arch)
     any_gpu = arch is None and min_arch is None and current_arch() is None
-    arch = arch or current_arch() or min_arch or DEFAULT_ARCH
+    here = current_arch()
+    if here and min_arch and parse_arch(here)[:2] < parse_arch(min_arch)[:2]:
+        here = None     # a GPU older than the source is written for (cp.async on a T4): built for min_arch, whose
+        #                 launches are then skipped here by name, not refused by ptxas at the learner's line
+    arch = arch or here or min_arch or DEFAULT_ARCH
     parse_arch(arch)
     options = _options(options)
     if hazards:

@@ -16,7 +16,10 @@ from .errors import FeedbeastError
 
 lost = None   # why this process can no longer use the GPU (a sticky error), once that happened
 
-KNOWN_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120", "sm_120a")
+# Every target the pinned NVRTC of both CUDA variants (12.9 and 13.x) compiles for, from Turing on: sm_87 is
+# Jetson Orin, sm_103 the B300, sm_121 the DGX Spark.
+KNOWN_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103",
+               "sm_103a", "sm_120", "sm_120a", "sm_121", "sm_121a")
 
 
 def parse_arch(arch: str) -> tuple[int, int, bool]:

@@ -24,8 +24,8 @@ class PhysicalLimitError(FeedbeastError):
 
 # FP32 results per clock per SM (fused multiply-add counts 2 flops): CUDA C++ Programming Guide,
 # "Arithmetic Instructions", throughput table ("32-bit floating-point add, multiply, multiply-add"):
-# 64 for compute capability 8.0, 128 for 8.6, 8.7, 8.9, 9.0, 10.x and 12.x.
-FP32_FMA_PER_CLOCK_PER_SM = {(8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128, (9, 0): 128, (10, 0): 128,
+# 64 for compute capability 7.5 and 8.0, 128 for 8.6, 8.7, 8.9, 9.0, 10.x and 12.x.
+FP32_FMA_PER_CLOCK_PER_SM = {(7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128, (9, 0): 128, (10, 0): 128,
                              (10, 3): 128, (12, 0): 128}
 
 # Dense bf16/fp16 tensor-core flops per clock per SM (fp32 accumulation, no sparsity), from the datasheet
