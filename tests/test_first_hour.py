@@ -1268,3 +1268,26 @@ def test_the_kernelspec_command_writes_no_kernel_that_cannot_start(tmp_path, mon
     assert not (tmp_path / "share").exists()
     monkeypatch.setattr(importlib.util, "find_spec", real)
     assert kernelspec.main([]) == 0 and (tmp_path / "share/jupyter/kernels/feedbeast/kernel.json").is_file()
+
+
+def test_a_kernel_tiled_for_more_shared_memory_than_this_gpu_gives_is_skipped_by_name(monkeypatch):
+    """Chapter 03's GEMM takes 153 KB per block: an RTX 3060 (sm_86, 99 KB) skips it, saying both sizes, where a
+    LaunchError used to stop Run All; an A100 runs it; no GPU is the usual skip."""
+    import feedbeast as fb
+    from feedbeast import skip
+    from feedbeast.device import Gpu
+    rtx = Gpu(0, "NVIDIA GeForce RTX 3060 Laptop GPU", (8, 6), 30, 101376, 49152, 102400, 3 << 20, 1702, 7001, 192,
+              13000, (13, 0), 6 << 30)
+    a100 = Gpu(0, "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912, 49152, 167936, 40 << 20, 1410, 1593, 5120, 12080,
+               (13, 0), 80 << 30)
+    monkeypatch.setattr(skip, "gpu", lambda: rtx)
+    s = fb.needs(None, "gemm_bf16", shared=156672)
+    assert isinstance(s, fb.Skipped) and "needs 153 KB of shared memory per block, this sm_86 GPU gives 99 KB" in str(s)
+    assert isinstance(fb.needs("sm_80", "gemm_bf16", shared=156672), fb.Skipped)
+    assert fb.needs(None, shared=48 * 1024) is None
+    monkeypatch.setattr(skip, "gpu", lambda: a100)
+    assert fb.needs(None, "gemm_bf16", shared=156672) is None
+    monkeypatch.setattr(skip, "gpu", lambda: None)
+    assert "needs a GPU, this machine has none" in str(fb.needs(None, "gemm_bf16", shared=156672))
+    src = (ROOT / "chapters/03-cp-async.ipynb").read_text()
+    assert src.count("shared=GEMM_STAGES * STAGE_BYTES) or") == 1 and src.count("shared=s * STAGE_BYTES) or") == 1

@@ -43,13 +43,17 @@ def with_recorded(skip: Skipped, name: str, kind: str = "bench") -> Skipped:
     return skip
 
 
-def needs(arch: str | None, what: str = "") -> Skipped | None:
-    """None when this machine can run `arch` code (None: code built for whichever GPU runs it), else the Skipped
-    that says why not."""
-    if arch is None:
-        return needs_gpu(what)
+def needs(arch: str | None, what: str = "", *, shared: int = 0) -> Skipped | None:
+    """None when this machine can run `arch` code (None: code built for whichever GPU runs it) with `shared` bytes
+    of shared memory per block, else the Skipped that says why not (a GEMM tiled for an A100's or a Hopper's
+    shared memory on a GPU that gives a block 99 KB)."""
     g = gpu()
-    if runs_on(arch, g.cc if g else None):
+    if arch is None or runs_on(arch, g.cc if g else None):
+        if arch is None and g is None:
+            return needs_gpu(what)
+        if shared > g.smem_per_block_optin:
+            return Skipped(f"needs {shared / 1024:.0f} KB of shared memory per block, this {g.arch} GPU gives "
+                           f"{g.smem_per_block_optin / 1024:.0f} KB", what)
         return None
     if g is None and not arch.endswith("a"):   # code for any GPU from `arch` on: the GPU is what is missing
         return Skipped(f"needs a GPU ({arch} or newer), this machine has none", what)
