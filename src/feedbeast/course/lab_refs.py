@@ -17,6 +17,15 @@ def quantize_e4m3_rows(w) -> tuple[np.ndarray, np.ndarray]:
     return (w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn).view(np.uint8), scale
 
 
+def grouped_n_order(m_tiles: int, n_tiles: int, group_n: int) -> np.ndarray:
+    """Lab 07's raster: (m, n) of tile t = 0, 1, ... in N-grouped order. Bands of group_n tile columns (the last
+    as wide as the columns left), each walked down all m_tiles rows, n fastest inside a band."""
+    out = []
+    for n_first in range(0, n_tiles, group_n):
+        width = min(group_n, n_tiles - n_first)
+        out += [(m, n_first + j) for m in range(m_tiles) for j in range(width)]
+    return np.array(out, np.int64)
+
 
 def transpose_strip(tile: int, band: int, strip: int):
     """Lab 02's comparison kernel (feedbeast.course.lab02_strip): lab 01's transpose walked down a strip of tiles,
