@@ -135,6 +135,7 @@ def test_gpu_a_store_past_the_last_element_fails_the_check(anygpu):
         assert fb.check(ok, ref, after=mod.fill.launch(1, 128, ok, n, 0)).passed
         r = fb.check(over, ref, raise_on_fail=False, after=mod.fill.launch(1, 128, over, n, 1))
         assert not r.passed and "4 bytes after the last element were written (the first at +0)" in repr(r), repr(r)
+        assert fb.check(over, ref, after=mod.fill.launch(1, 128, over, n, 0)).passed   # fixed, the same output
     zeroed = fb.empty(8, np.float32).fill_bytes(0)            # zeroed outputs keep their guard poisoned
     assert zeroed.overrun() == (0, 0) and fb.to_device(np.ones(4, np.float32)).guard == 0
 

@@ -579,3 +579,5 @@ def test_a_gpu_older_than_the_source_gets_a_build_for_the_source_s_oldest_and_a_
     assert fb.compile(src, min_arch="sm_80").arch == "sm_86"
     monkeypatch.setattr(comp, "current_arch", lambda: "sm_121a")  # a DGX Spark: a known arch, built for itself
     assert fb.compile(src, min_arch="sm_80").arch == "sm_121a"
+    monkeypatch.setattr(comp, "current_arch", lambda: "sm_100a")  # wgmma-only source on a Blackwell: sm_90a's build
+    assert fb.compile('extern "C" __global__ void k() {}', min_arch="sm_90a").arch == "sm_90a"

@@ -487,8 +487,15 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
     assert g.cuda_refusals('#define REQUIRE(c) do { if (!(c)) { printf("%s\\n", #c); __trap(); } } while (0)\n'
                            "REQUIRE(n % 4 == 0);\n", tmp_path) == []
     assert g.cuda_refusals("#define S(...) #__VA_ARGS__\n#define X(...) S(__VA_ARGS__)\n", tmp_path) == [
-        "it hands the argument of #define X on to S, which turns it into a string with #: the argument's macros "
-        "expand first, and the hazard build's differ. Call S directly, or write the string out"]
+        "it reaches S, which turns its argument into a string with #, other than by a call of S(...) in code "
+        "(#define X(...) S(__VA_ARGS__)): its argument's macros expand first, and the hazard build's differ. Call S "
+        "directly, or write the string out"]
+    for reached in ("#define CALL S\n#define X(a) CALL(a)\n", "#define X(a) S a\nint v = X((__syncthreads()));\n",
+                    "#define ID(m) m\n#define X(a) ID(S)(a)\n", "#define APPLY(f, a) f(a)\nAPPLY(S, __syncthreads());\n"):
+        assert "it reaches S, which turns its argument into a string" in " ".join(
+            g.cuda_refusals("#define S(x) #x\n" + reached, tmp_path)), reached
+    assert "it reaches S" in " ".join(g.cuda_refusals("#define S(u, x) #x\n#define X(a) S((0), a)\n", tmp_path))
+    assert g.cuda_refusals('#define S(x) #x\nconst char* w = S(__syncthreads());\n', tmp_path) == []
 
 
 def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():
@@ -641,5 +648,8 @@ def test_a_todo_line_with_only_what_the_lab_gave_under_it_is_not_written():
     written = g._todo([code(c.source.replace("return {0, 0};", "return {lo, hi};")) for c in cells], sol.cells)
     assert "smallest range of key tiles" in given and "smallest range of key tiles" not in written, written
     assert written.count("lab.cu line") == 3, written
+    noted = g._todo([code(c.source.replace("return {0, 0};", "// I'll come back to this\n    return {0, 0};"))
+                     for c in cells], sol.cells)
+    assert noted.count("lab.cu line") == 4, noted                     # a comment under the line writes nothing
     stray = [code("x = 1  # TODO: your code here: mine")]
     assert "not written" in g._todo(stray, sol.cells)

@@ -644,6 +644,12 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("def f(x):\n    return getattr(x, 'eval')('1')", False),
     ("def f(x):\n    return getattr(x, *('__globals__',))", False),
     ("def f(x):\n    return getattr(x, 'a', 'b', 'c')", False),
+    # every rule of obj.name holds for getattr(obj, "name"): in-place changes of a given name, update_wrapper,
+    # .format on a text that is not a literal at the call
+    ("def f():\n    getattr(STAGES, 'update')({1: 2})", False),
+    ("import functools\ndef f(g):\n    getattr(functools, 'update_wrapper')(np, g)", False),
+    ("def f(g):\n    return getattr('{0.__globals__}', 'format')(g)", False),
+    ("def f(x):\n    return getattr(x, 'hazards', getattr(x, '__dict__'))", False),
     ("def f(input, output):\n    return [input[i] for i in range(3)]", True),
     # a name bound only in a nested scope does not shadow the builtin in the function
     ("def f(s):\n    [exec for exec in ()]\n    return exec(s)", False),

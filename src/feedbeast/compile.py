@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .cache import cache_dir  # noqa: F401  (feedbeast.compile.cache_dir: the cubins' folder)
 from .cubin import kernel_max_threads, kernel_names, kernel_params  # noqa: F401  (fb.compile.kernel_names...)
-from .device import current_arch, nvrtc_version, parse_arch
+from .device import current_arch, nvrtc_version, parse_arch, runs_on
 from .errors import CheckFailed, CompileError, FeedbeastError, KernelNotFound, unwritten
 
 INCLUDE_DIR = Path(__file__).parent / "include"
@@ -397,9 +397,11 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         parse_arch(min_arch)
     any_gpu = arch is None and min_arch is None and current_arch() is None
     here = current_arch()
-    if here and min_arch and parse_arch(here)[:2] < parse_arch(min_arch)[:2]:
-        here = None     # a GPU older than the source is written for (cp.async on a T4): built for min_arch, whose
-        #                 launches are then skipped here by name, not refused by ptxas at the learner's line
+    if here and min_arch and (parse_arch(here)[:2] < parse_arch(min_arch)[:2] or
+                              min_arch.endswith("a") and not runs_on(min_arch, parse_arch(here)[:2])):
+        here = None     # a GPU older than the source is written for (cp.async on a T4), or another one than the
+        #                 arch-specific target it needs: built for min_arch, whose launches are then skipped here by
+        #                 name, not refused by ptxas at the learner's line
     arch = arch or here or min_arch or DEFAULT_ARCH
     parse_arch(arch)
     options = _options(options)

@@ -52,8 +52,8 @@ def needs(arch: str | None, what: str = "", *, shared: int = 0) -> Skipped | Non
         if arch is None and g is None:
             return needs_gpu(what)
         if shared > g.smem_per_block_optin:
-            return Skipped(f"needs {shared / 1024:.0f} KB of shared memory per block, this {g.arch} GPU gives "
-                           f"{g.smem_per_block_optin / 1024:.0f} KB", what)
+            return Skipped(f"needs {shared} B ({shared / 1024:.1f} KB) of shared memory per block, this {g.arch} GPU "
+                           f"gives {g.smem_per_block_optin} B ({g.smem_per_block_optin / 1024:.1f} KB)", what)
         return None
     if g is None and not arch.endswith("a"):   # code for any GPU from `arch` on: the GPU is what is missing
         return Skipped(f"needs a GPU ({arch} or newer), this machine has none", what)

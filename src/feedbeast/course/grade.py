@@ -961,8 +961,10 @@ def _todo(cells, solution_cells=()) -> str:
 
 def _written_under(todo: str, below: list[str], handed: dict) -> bool:
     """Whether the lines under a TODO line the lab handed out hold code of the learner's: up to the line that
-    followed the lab's region (the end of the cell if none did), they are not just the LAB lines given there."""
-    rest = [x.strip() for x in below if x.strip()]
+    followed the lab's region (the end of the cell if none did), they are not just the LAB lines given there, nor
+    comments and `pass`."""
+    # code, not a note: a comment or a `pass` under the line writes nothing
+    rest = [x.strip() for x in below if x.strip() and not re.match(r"(#|//)|pass$", x.strip())]
     for given, after in handed.get(todo, ()):
         if after in rest or not after:
             if tuple(rest[:rest.index(after)] if after else rest) == given:
@@ -1248,17 +1250,21 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     if "##" in text:
         out.append("it pastes tokens with ##" + (f" (#define {pasting[0]})" if pasting else "") +
                    ", which can make a switch's name out of pieces: write the names whole")
-    # `#x` spells the argument as written, the same in every build; but a macro that hands its own parameter on to
-    # one that spells it has the argument expanded first (`#define XSTR(x) STR(x)`: XSTR(__syncthreads()) spells
-    # the hazard build's macro), a difference between the builds that names no switch
-    spelling = {name for name, params, body in defines if re.search(r"(?<!#)#(?!#)[ \t]*\w", body)}
-    for name, params, body in defines:
-        own = [p.strip().rstrip(".") or "__VA_ARGS__" for p in params.split(",") if p.strip()]
-        for m in sorted(spelling - {name}):
-            if own and re.search(rf"\b{m}\s*\([^)]*\b({'|'.join(map(re.escape, own))})\b", body):
-                out.append(f"it hands the argument of #define {name} on to {m}, which turns it into a string with #: "
-                           "the argument's macros expand first, and the hazard build's differ. Call "
-                           f"{m} directly, or write the string out")
+    # `#x` spells the argument as written, the same in every build, when the macro is called by name in code:
+    # `REQUIRE(n % 4 == 0)`. Reached any other way its argument is expanded first (`#define XSTR(x) S(x)`, an alias
+    # `#define CALL S`, `APPLY(S, __syncthreads())`), and then it spells the hazard build's macros: a difference
+    # between the builds that names no switch
+    lines = text.splitlines()
+    for name in (name for name, params, body in defines if re.search(r"(?<!#)#(?!#)[ \t]*\w", body)):
+        own = re.compile(rf"^[ \t]*#[ \t]*define[ \t]+{name}\b")
+        for line in lines:
+            if own.match(line) or not re.search(rf"\b{name}\b", line):
+                continue
+            directive = re.match(r"[ \t]*#", line)
+            if directive or re.search(rf"\b{name}\b(?!\s*\()", line):
+                out.append(f"it reaches {name}, which turns its argument into a string with #, other than by a call "
+                           f"of {name}(...) in code ({line.strip()[:60]}): its argument's macros expand first, and "
+                           f"the hazard build's differ. Call {name} directly, or write the string out")
                 break
     # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
     # tells the builds apart

@@ -870,6 +870,27 @@ INSTEAD_OF_DUNDER = {
 }
 
 
+class _GetattrAsAttribute(ast.NodeTransformer):
+    def visit_Call(self, call):
+        self.generic_visit(call)
+        f, a = call.func, call.args
+        if isinstance(f, ast.Name) and f.id == "getattr" and len(a) in (2, 3) and not call.keywords \
+                and not any(isinstance(x, ast.Starred) for x in a) and isinstance(a[1], ast.Constant) \
+                and isinstance(a[1].value, str) and a[1].value.isidentifier() and not a[1].value.startswith("_"):
+            read = ast.copy_location(ast.Attribute(a[0], a[1].value, ast.Load()), call)
+            return ast.copy_location(ast.BoolOp(ast.Or(), [read, a[2]]), call) if len(a) == 3 else read
+        return call
+
+
+def _getattr_as_attribute(node):
+    """`node` with each getattr(obj, "name") and getattr(obj, "name", default) whose name is written at the call
+    (a public one: a private name's rule is checked as the code runs, on obj._name only) read as obj.name (or
+    default): the rules of refusals() then hold for it as for obj.name, every one. Checked, never run: the grader
+    runs the learner's own text."""
+    import copy
+    return ast.fix_missing_locations(_GetattrAsAttribute().visit(copy.deepcopy(node)))
+
+
 def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None, theirs=()) -> list[str]:
     """Why a grader must not run this top-level statement of a learner's cell ([] when it may).
 
@@ -882,6 +903,7 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
     themselves (their inputs, references, loops): code of the learner's that the checks call runs in the same
     globals, so it may not name them (`def quantize(w): return want` would hand back the checks' reference)."""
     protected, modules, theirs = set(protected), set(modules), set(theirs)
+    node = _getattr_as_attribute(node)      # getattr(obj, "name") meets every rule obj.name meets
     own = _own_attributes(node)
     # @functools.wraps(f) as a function's own decorator sets attributes of that function only; called any other
     # way (or update_wrapper) it sets the attributes it is told to on any object: a module, an array of the checks
@@ -908,14 +930,6 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
     if amends & (protected | modules):
         say(f"it changes {', '.join(sorted(amends & (protected | modules)))} in place")
     local = _function_locals(node)
-    # getattr(obj, "name") and getattr(obj, "name", default), the name written at the call, read as obj.name is:
-    # a public name the rules below let a graded cell read (a name held in a variable could be any)
-    plain_getattr = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
-                     and c.func.id == "getattr" and len(c.args) in (2, 3) and not c.keywords
-                     and not any(isinstance(a, ast.Starred) for a in c.args)
-                     and isinstance(c.args[1], ast.Constant) and isinstance(c.args[1].value, str)
-                     and c.args[1].value.isidentifier() and not c.args[1].value.startswith("_")
-                     and c.args[1].value not in INTERNAL | CALLS | FINALIZERS}
     # `@functools.cache`: the attribute .cache, only as a function's own decorator (a module bound to the name
     # functools, or .cache read further, is refused like any other .cache)
     decorators = {id(d) for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -956,7 +970,7 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             say(f"it calls {n.id} other than as @wraps(f) on a function of its own or on self in a method "
                 "(it sets the attributes it is told to on any object)", n)
         elif isinstance(n, ast.Name) and n.id in CALLS | {"__builtins__", "__loader__", "__spec__"} \
-                and id(n) not in local and id(n) not in own and id(n) not in plain_getattr:
+                and id(n) not in local and id(n) not in own:
             # (a local named `input` is theirs; super() in a method)
             say(f"it uses {n.id}" + (": write obj.name = value, on an object of your own" if n.id == "setattr"
                                      else ": write obj.name, or getattr(obj, \"name\", default) with a public name "
