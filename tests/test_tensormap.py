@@ -5,6 +5,8 @@ non-contiguous innermost stride, a shape past the allocation) are clear errors.
 GPU: the driver agreement test asks cuTensorMapEncodeTiled the same question as check_rules for a grid of
 valid and invalid descriptions and expects the same answer (we accept <=> the driver returns CUDA_SUCCESS).
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -229,3 +231,23 @@ def test_a_launch_takes_only_the_toolkit_s_own_tensor_map():
             pass
     with pytest.raises(fb.LaunchError, match="not a class of your own"):
         launch._is_tensor_map(TensorMap(**{f.name: getattr(m, f.name) for f in dataclasses.fields(m)}))
+
+
+def test_a_gpu_without_tma_whose_driver_refuses_the_map_gets_a_placeholder(monkeypatch):
+    """Labs 05, 07, 09 and 10 build their maps before their launches are skipped: on an RTX 3060 (sm_86) a driver
+    that refuses to encode one leaves a placeholder (no kernel there can read it); on a Hopper the refusal is an
+    error, as the driver's word is."""
+    from feedbeast import device, tensormap
+    from feedbeast.errors import FeedbeastError
+
+    def refuse(tm, address):
+        raise FeedbeastError("CUDA driver error CUDA_ERROR_NOT_SUPPORTED: operation not supported")
+    monkeypatch.setattr(tensormap, "_encode", refuse)
+    rtx = device.Gpu(0, "NVIDIA GeForce RTX 3060 Laptop GPU", (8, 6), 30, 101376, 49152, 102400, 3 << 20, 1702, 7001,
+                     192, 13000, (13, 0), 6 << 30)
+    monkeypatch.setattr(device, "gpu", lambda index=0: rtx)
+    assert tensormap._encode_here(None, 0x1000) is None
+    h100 = dataclasses.replace(rtx, name="NVIDIA H100 80GB HBM3", cc=(9, 0))
+    monkeypatch.setattr(device, "gpu", lambda index=0: h100)
+    with pytest.raises(FeedbeastError, match="CUDA_ERROR_NOT_SUPPORTED"):
+        tensormap._encode_here(None, 0x1000)

@@ -85,7 +85,7 @@ class TensorMap:
         check_rules(self.shape, self.dtype, self.strides_bytes, self.box, address=ptr or 0, swizzle=self.swizzle,
                     element_strides=self.element_strides, oob_fill=self.oob_fill, l2_promotion=self.l2_promotion)
         if ptr is not None:      # encoded from these fields, whatever bytes were handed in
-            put("raw", _encode(self, ptr))
+            put("raw", _encode_here(self, ptr))
 
     @property
     def box_bytes(self) -> int:
@@ -95,7 +95,7 @@ class TensorMap:
     def __repr__(self):
         return (f"TensorMap({'x'.join(map(str, self.shape))} {self.dtype}, box "
                 f"{'x'.join(map(str, self.box))} ({self.box_bytes} B), swizzle {self.swizzle or 'none'}, "
-                f"OOB fill {self.oob_fill}{'' if self.raw else ', not encoded: no GPU'})")
+                f"OOB fill {self.oob_fill}{'' if self.raw else ', not encoded: no GPU with TMA here'})")
 
 
 # The rules below are the documented requirements of cuTensorMapEncodeTiled (CUDA Driver API, "Tensor
@@ -267,6 +267,21 @@ def encode_result(shape, dtype, strides_bytes, box, *, address: int, swizzle=0, 
         getattr(driver.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2}"),
         getattr(driver.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{fill}"))
     return err.name
+
+
+def _encode_here(tm: TensorMap, address: int) -> bytes | None:
+    """The map's bytes; None on a GPU without TMA (before compute capability 9.0) whose driver refuses to encode one:
+    no kernel there can read it (every launch that takes one needs sm_90 or later and is skipped), so the map is a
+    placeholder, as without a GPU, not an error that stops the notebook before those skips."""
+    from .device import gpu
+    from .errors import FeedbeastError
+    try:
+        return _encode(tm, address)
+    except FeedbeastError:
+        g = gpu()
+        if g is None or tuple(g.cc) >= (9, 0):
+            raise
+        return None
 
 
 def _encode(tm: TensorMap, address: int) -> bytes:
