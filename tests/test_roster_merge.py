@@ -154,3 +154,19 @@ def test_a_lab_left_ungraded_on_one_server_never_wins_over_a_grade_from_another(
         docs, _ = merge([(src, [{"learner": "bob", "labs": [lab]}]) for src, lab in order])
         kept, = docs[0]["labs"]
         assert kept["server"] == "b" and not kept["setup"], kept
+
+
+def test_a_merged_file_merged_again_keeps_every_server_s_reason():
+    """room.json holds each server's reason in "errors" (the row shows those that still stand, in "error"): merged
+    again with another room's file, none is lost."""
+    from feedbeast.course.roster_merge import merge
+    a = [{"learner": "ann", "labs": [], "ungraded": ["04"], "error": "could not start the grader"}]
+    b = [{"learner": "ann", "labs": [{"lab": "04", "status": "ok", "passed": 3, "failed": 0, "skipped": 0}],
+          "ungraded": []}]
+    once, _ = merge([("server-a.json", a), ("server-b.json", b)])
+    assert "error" not in once[0] and once[0]["errors"] == ["server-a.json: could not start the grader"]
+    again, _ = merge([("room.json", once), ("server-c.json", [{"learner": "ann", "labs": [], "ungraded": ["05"],
+                                                               "error": "no lab notebook"}])])
+    assert again[0]["errors"] == ["room.json: server-a.json: could not start the grader",
+                                  "server-c.json: no lab notebook"], again[0]
+    assert again[0]["error"] == "server-c.json: no lab notebook"         # lab 05 is still ungraded; 04 was graded

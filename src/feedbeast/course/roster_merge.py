@@ -72,8 +72,9 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
                 elif _rank(lab) > _rank(m["labs"][i]):
                     m["labs"][i] = lab
             m["ungraded"] += d.get("ungraded", [])
-            if d.get("error"):
-                m["errors"].append((f"{src}: {d['error']}", set(d.get("ungraded", []))))
+            # a merged file (room.json merged again) keeps every server's reason in "errors", the row's in "error"
+            for why in d.get("errors") or ([d["error"]] if d.get("error") else []):
+                m["errors"].append((f"{src}: {why}", set(d.get("ungraded", []))))
     out = []
     for m in merged.values():
         graded = {lab.get("lab") for lab in m["labs"]}
