@@ -653,3 +653,15 @@ def test_a_todo_line_with_only_what_the_lab_gave_under_it_is_not_written():
     assert noted.count("lab.cu line") == 4, noted                     # a comment under the line writes nothing
     stray = [code("x = 1  # TODO: your code here: mine")]
     assert "not written" in g._todo(stray, sol.cells)
+
+
+def test_a_todo_line_in_a_function_a_later_cell_defines_again_is_not_counted():
+    """Lab 04's model: a learner who leaves the given cell and writes producer() again in a new cell below has
+    written it (the later definition is the one that runs); consumer(), not written again, still counts."""
+    sol = read(ROOT / "solutions/04-mbarrier-ring.ipynb")
+    cells = [c for c in read(ROOT / "labs/04-mbarrier-ring.ipynb").cells if c.cell_type == "code"]
+    assert g._todo(cells, sol.cells).count("producer line") == 1
+    mine = cells + [code("def producer(ring, it):\n    s, ph = ring.stage(it), ring.phase(it)\n"
+                         "    yield ring.empty[s].wait(ph ^ 1)\n")]
+    left = g._todo(mine, sol.cells)
+    assert "producer line" not in left and left.count("consumer line") == 2, left

@@ -938,7 +938,8 @@ def _todo(cells, solution_cells=()) -> str:
     """The TODO lines left in the learner's graded cells with nothing of theirs under them, each named by place().
     A TODO line kept above the learner's own code is not a part left unwritten: the checks grade that code. One
     with just what the lab gave under it (labs.given_parts of the solution's cells) is; so is one the lab did not
-    write. A %%cuda cell that a later cell of the same --name replaces is not graded, nor its TODO lines."""
+    write. A %%cuda cell that a later cell of the same --name replaces is not graded, nor its TODO lines; nor a
+    TODO line in a Python function or class that a later cell defines again."""
     from ..errors import TODO_MARK, unwritten
     from .labs import given_parts
     handed: dict[str, set] = {}
@@ -947,16 +948,32 @@ def _todo(cells, solution_cells=()) -> str:
             for todo, given, after in given_parts(c.source):
                 handed.setdefault(todo, set()).add((given, after))
     names = [cuda_name(c.source) if c.cell_type == "code" else None for c in cells]
+    defined = [_top_definitions(c.source) if c.cell_type == "code" and not names[i] else {}
+               for i, c in enumerate(cells)]
     parts = []
     for i, c in enumerate(cells):
         if c.cell_type != "code" or (names[i] and names[i] in names[i + 1:]):
             continue
+        later = set().union(*(d for d in defined[i + 1:]))
         lines = c.source.splitlines()
         for n, text in enumerate(lines, 1):
-            if TODO_MARK in text and not _written_under(text.strip(), lines[n:], handed):
+            replaced = any(name in later and lo <= n <= hi for name, (lo, hi) in defined[i].items())
+            if TODO_MARK in text and not replaced and not _written_under(text.strip(), lines[n:], handed):
                 where, line = place(cells, i, n)
                 parts.append((where, text, line))
     return unwritten(parts)
+
+
+def _top_definitions(source: str) -> dict[str, tuple[int, int]]:
+    """The functions and classes a Python cell defines at its top level: {name: (first line, last line)}. A TODO line
+    inside one that a later cell defines again is in code that does not run ({} for a cell that does not parse)."""
+    import ast
+    try:
+        tree = ast.parse(python_of(source))
+    except SyntaxError:
+        return {}
+    return {n.name: (n.lineno, n.end_lineno) for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
 def _written_under(todo: str, below: list[str], handed: dict) -> bool:
