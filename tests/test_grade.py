@@ -487,9 +487,17 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
     assert g.cuda_refusals('#define REQUIRE(c) do { if (!(c)) { printf("%s\\n", #c); __trap(); } } while (0)\n'
                            "REQUIRE(n % 4 == 0);\n", tmp_path) == []
     assert g.cuda_refusals("#define S(...) #__VA_ARGS__\n#define X(...) S(__VA_ARGS__)\n", tmp_path) == [
-        "it reaches S, which turns its argument into a string with #, other than by a call of S(...) in code "
-        "(#define X(...) S(__VA_ARGS__)): its argument's macros expand first, and the hazard build's differ. Call S "
-        "directly, or write the string out"]
+        "it reaches S, which turns its argument into a string with #, other than by a call of S(...) with the "
+        "argument written there (#define X(...) S(__VA_ARGS__)): its argument's macros expand first, and the hazard "
+        "build's differ. Call S directly, or write the string out"]
+    # whitespace a directive may hold besides spaces and tabs (form feed, vertical tab)
+    for spelled in ("#define S(x) #\fx\n#define XS(x) S(x)\n", "\f#define S(x) #x\n#define XS(x) S(x)\n",
+                    "#\fdefine S(x) #x\n#define XS(x) S(x)\n", "#define S(x) #x\n#define XS(x)\v S(x)\n"):
+        assert "it reaches S" in " ".join(g.cuda_refusals(spelled, tmp_path)), repr(spelled)
+    assert "in a preprocessor line" in " ".join(g.cuda_refusals("\f#ifdef __syncthreads\n#endif\n", tmp_path))
+    # the argument written in another macro's body, and an include guard, spell the same in every build
+    assert g.cuda_refusals("#ifndef REQUIRE\n#define REQUIRE(c) do { if (!(c)) __trap(); printf(#c); } while (0)\n"
+                           "#endif\n#define REQUIRE_BLOCK() REQUIRE(blockDim.x == 256)\n", tmp_path) == []
     for reached in ("#define CALL S\n#define X(a) CALL(a)\n", "#define X(a) S a\nint v = X((__syncthreads()));\n",
                     "#define ID(m) m\n#define X(a) ID(S)(a)\n", "#define APPLY(f, a) f(a)\nAPPLY(S, __syncthreads());\n"):
         assert "it reaches S, which turns its argument into a string" in " ".join(
@@ -665,3 +673,18 @@ def test_a_todo_line_in_a_function_a_later_cell_defines_again_is_not_counted():
                          "    yield ring.empty[s].wait(ph ^ 1)\n")]
     left = g._todo(mine, sol.cells)
     assert "producer line" not in left and left.count("consumer line") == 2, left
+
+
+def test_what_stands_under_a_todo_line_is_read_as_its_cell_s_language():
+    """In CUDA a # line is a directive (code the learner wrote), in Python a comment; a cell the grader does not run
+    as Python (%%script false) defines nothing again."""
+    t = "// TODO: your code here: the stages"
+    handed = {t: {((), "}")}}
+    assert g._written_under(t, ["#define STAGES 4", "}"], handed, cuda=True)
+    assert not g._written_under(t, ["// later", "}"], handed, cuda=True)
+    assert not g._written_under("# TODO: your code here: x", ["# later", "pass"], {"# TODO: your code here: x": {((), "")}},
+                                cuda=False)
+    sol = read(ROOT / "solutions/04-mbarrier-ring.ipynb")
+    cells = [c for c in read(ROOT / "labs/04-mbarrier-ring.ipynb").cells if c.cell_type == "code"]
+    skipped = cells + [code("%%script false\ndef producer(ring, it):\n    yield ring.empty[0].wait(0)\n")]
+    assert g._todo(skipped, sol.cells).count("producer line") == 1

@@ -170,3 +170,7 @@ def test_a_merged_file_merged_again_keeps_every_server_s_reason():
     assert again[0]["errors"] == ["room.json: server-a.json: could not start the grader",
                                   "server-c.json: no lab notebook"], again[0]
     assert again[0]["error"] == "server-c.json: no lab notebook"         # lab 05 is still ungraded; 04 was graded
+    a_c = [a[0], {"learner": "ann", "labs": [], "ungraded": ["05"], "error": "no lab notebook"}]
+    room, _ = merge([("server-a.json", a_c[:1]), ("server-b.json", b), ("server-c.json", a_c[1:])])
+    alone, _ = merge([("room.json", room)])            # merged again: a's reason is about lab 04, graded on b
+    assert alone[0]["error"] == "room.json: server-c.json: no lab notebook", alone[0]

@@ -64,7 +64,8 @@ import nbformat
 
 from ..errors import MISSING_CUDA_WHEELS, install_command   # what a Python without the CUDA wheels is told
 from ..magic import KERNEL_NAMES as KERNEL_DECL   # the kernels a %%cuda cell declares
-from .notebook import at, binds_of, cuda_name, place, python_of   # places in a learner's notebook, as it names them
+# places in a learner's notebook, as it names them
+from .notebook import at, binds_of, cuda_name, is_python, place, python_of
 
 FAILED_LINE = re.compile(r"^(?P<name>[^\n:][^\n]*?): FAILED(?::\s*(?P<msg>.*))?$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -948,8 +949,8 @@ def _todo(cells, solution_cells=()) -> str:
             for todo, given, after in given_parts(c.source):
                 handed.setdefault(todo, set()).add((given, after))
     names = [cuda_name(c.source) if c.cell_type == "code" else None for c in cells]
-    defined = [_top_definitions(c.source) if c.cell_type == "code" and not names[i] else {}
-               for i, c in enumerate(cells)]
+    defined = [_top_definitions(c.source) if c.cell_type == "code" and is_python(c.source) else {}
+               for i, c in enumerate(cells)]          # (the cells the grader runs: not %%script, %%bash, ...)
     parts = []
     for i, c in enumerate(cells):
         if c.cell_type != "code" or (names[i] and names[i] in names[i + 1:]):
@@ -958,7 +959,8 @@ def _todo(cells, solution_cells=()) -> str:
         lines = c.source.splitlines()
         for n, text in enumerate(lines, 1):
             replaced = any(name in later and lo <= n <= hi for name, (lo, hi) in defined[i].items())
-            if TODO_MARK in text and not replaced and not _written_under(text.strip(), lines[n:], handed):
+            if TODO_MARK in text and not replaced and not _written_under(text.strip(), lines[n:], handed,
+                                                                         c.source.startswith("%%cuda")):
                 where, line = place(cells, i, n)
                 parts.append((where, text, line))
     return unwritten(parts)
@@ -976,12 +978,12 @@ def _top_definitions(source: str) -> dict[str, tuple[int, int]]:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
-def _written_under(todo: str, below: list[str], handed: dict) -> bool:
+def _written_under(todo: str, below: list[str], handed: dict, cuda: bool) -> bool:
     """Whether the lines under a TODO line the lab handed out hold code of the learner's: up to the line that
     followed the lab's region (the end of the cell if none did), they are not just the LAB lines given there, nor
-    comments and `pass`."""
-    # code, not a note: a comment or a `pass` under the line writes nothing
-    rest = [x.strip() for x in below if x.strip() and not re.match(r"(#|//)|pass$", x.strip())]
+    comments and `pass` (labs.is_note: a # line is a comment in Python, a directive in CUDA)."""
+    from .labs import is_note
+    rest = [x.strip() for x in below if not is_note(x, cuda)]
     for given, after in handed.get(todo, ()):
         if after in rest or not after:
             if tuple(rest[:rest.index(after)] if after else rest) == given:
@@ -1262,35 +1264,40 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     own = sorted(set(re.findall(r"\bfb_(?:hz|debug)_\w+|\bhazard\s*::\s*record\b", text)))
     if own:
         out.append(f"it names {', '.join(own)}, the hazard and debug builds' own state")
-    defines = re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?:\(([^)]*)\))?([^\n]*)$", text, re.M)
+    defines = re.findall(r"^[^\S\n]*#[^\S\n]*define[^\S\n]+(\w+)(?:\(([^)]*)\))?([^\n]*)$", text, re.M)
     pasting = [name for name, _, body in defines if "##" in body]
     if "##" in text:
         out.append("it pastes tokens with ##" + (f" (#define {pasting[0]})" if pasting else "") +
                    ", which can make a switch's name out of pieces: write the names whole")
-    # `#x` spells the argument as written, the same in every build, when the macro is called by name in code:
-    # `REQUIRE(n % 4 == 0)`. Reached any other way its argument is expanded first (`#define XSTR(x) S(x)`, an alias
-    # `#define CALL S`, `APPLY(S, __syncthreads())`), and then it spells the hazard build's macros: a difference
-    # between the builds that names no switch
-    lines = text.splitlines()
-    for name in (name for name, params, body in defines if re.search(r"(?<!#)#(?!#)[ \t]*\w", body)):
-        own = re.compile(rf"^[ \t]*#[ \t]*define[ \t]+{name}\b")
-        for line in lines:
-            if own.match(line) or not re.search(rf"\b{name}\b", line):
-                continue
-            directive = re.match(r"[ \t]*#", line)
-            if directive or re.search(rf"\b{name}\b(?!\s*\()", line):
+    # `#x` spells the argument as written, the same in every build, when the macro is called with the argument
+    # written at the call: `REQUIRE(n % 4 == 0)` in code or in another macro's body. Handed a macro's parameter,
+    # or reached any other way (`#define XSTR(x) S(x)`, an alias `#define CALL S`, `APPLY(S, __syncthreads())`),
+    # its argument is expanded first, and then it spells the hazard build's macros: a difference between the
+    # builds that names no switch
+    for name in (name for name, params, body in defines if re.search(r"(?<!#)#(?!#)[^\S\n]*\w", body)):
+        for line in text.split("\n"):
+            if not re.search(rf"\b{name}\b", line) or re.match(rf"[^\S\n]*#[^\S\n]*(define[^\S\n]+{name}\b|"
+                                                            rf"(ifdef|ifndef|undef)[^\S\n]+{name}\b)", line):
+                continue             # its own definition, or whether it is defined
+            d = re.match(r"[^\S\n]*#[^\S\n]*define[^\S\n]+\w+(?:\(([^)]*)\))?(.*)", line)
+            where = d.group(2) if d else line
+            params = [p.strip().rstrip(".") or "__VA_ARGS__" for p in (d.group(1) or "").split(",")] if d else []
+            params = [p if p != "..." else "__VA_ARGS__" for p in params if p]
+            handed = any(re.search(rf"\b{re.escape(p)}\b", where) for p in params + ["__VA_ARGS__"] * bool(params))
+            if (re.match(r"[^\S\n]*#", line) and not d) or re.search(rf"\b{name}\b(?!\s*\()", where) or handed:
                 out.append(f"it reaches {name}, which turns its argument into a string with #, other than by a call "
-                           f"of {name}(...) in code ({line.strip()[:60]}): its argument's macros expand first, and "
-                           f"the hazard build's differ. Call {name} directly, or write the string out")
+                           f"of {name}(...) with the argument written there ({line.strip()[:60]}): its argument's "
+                           f"macros expand first, and the hazard build's differ. Call {name} directly, or write the "
+                           "string out")
                 break
     # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
     # tells the builds apart
     # (a #define whose body calls them expands to the same call in every build: allowed)
-    if re.search(r"^[ \t]*#[ \t]*(?!define[ \t]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
+    if re.search(r"^[^\S\n]*#[^\S\n]*(?!define[^\S\n]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
         out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
                    "macros)")
     folders = [Path(d) for d in include_path()]
-    for inc in re.findall(r"^[ \t]*#[ \t]*include(.*)$", text, re.M):
+    for inc in re.findall(r"^[^\S\n]*#[^\S\n]*include(.*)$", text, re.M):
         inc = inc.strip()
         m = re.fullmatch(r'([<"])(\w[\w./+-]*)[>"]', inc)
         local = bool(m) and m[1] == '"' and (cwd / m[2]).exists()

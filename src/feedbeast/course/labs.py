@@ -62,18 +62,26 @@ def strip_source(src: str) -> str:
     return "\n".join(out)
 
 
+def is_note(line: str, cuda: bool) -> bool:
+    """A line that writes no code: blank, a comment (// in a %%cuda cell, # in Python, where # in CUDA is a
+    directive), or Python's `pass`."""
+    line = line.strip()
+    return not line or line.startswith("//" if cuda else "#") or (not cuda and line == "pass")
+
+
 def given_parts(src: str) -> list[tuple[str, tuple[str, ...], str]]:
     """What the lab hands out in place of each solution region of a cell, each line stripped of its indentation:
-    (the TODO line, the LAB lines given under it, the first line that is not blank after the region, '' at the end
-    of the cell). A learner's cell that holds the TODO line with only these under it has that part not written."""
+    (the TODO line, the LAB lines given under it, the first line of code after the region, '' at the end of the
+    cell). A learner's cell that holds the TODO line with only these under it has that part not written."""
     lines, out, inside, todo, given = src.splitlines(), [], False, "", []
+    cuda = src.startswith("%%cuda")
     for k, line in enumerate(lines):
         m = BEGIN.match(line)
         if m and not inside:
             inside, todo, given = True, _todo_line(m).strip(), []
         elif inside and END.match(line):
             inside = False
-            after = next((x for x in lines[k + 1:] if x.strip()), "")
+            after = next((x for x in lines[k + 1:] if BEGIN.match(x) or not is_note(x, cuda)), "")
             out.append((todo, tuple(given), _todo_line(BEGIN.match(after)).strip() if BEGIN.match(after)
                         else after.strip()))
         elif inside and (g := LAB_LINE.match(line)):

@@ -72,9 +72,11 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
                 elif _rank(lab) > _rank(m["labs"][i]):
                     m["labs"][i] = lab
             m["ungraded"] += d.get("ungraded", [])
-            # a merged file (room.json merged again) keeps every server's reason in "errors", the row's in "error"
-            for why in d.get("errors") or ([d["error"]] if d.get("error") else []):
-                m["errors"].append((f"{src}: {why}", set(d.get("ungraded", []))))
+            # a merged file (room.json merged again) keeps every server's reason in "errors", and in "error" those
+            # that still stood: only these are about the labs it left ungraded, the others about labs graded since
+            shown = d.get("error", "")
+            for why in d.get("errors") or ([shown] if shown else []):
+                m["errors"].append((f"{src}: {why}", set(d.get("ungraded", [])) if why in shown else set()))
     out = []
     for m in merged.values():
         graded = {lab.get("lab") for lab in m["labs"]}
