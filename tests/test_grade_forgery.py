@@ -649,7 +649,7 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("def f():\n    getattr(STAGES, 'update')({1: 2})", False),
     ("import functools\ndef f(g):\n    getattr(functools, 'update_wrapper')(np, g)", False),
     ("def f(g):\n    return getattr('{0.__globals__}', 'format')(g)", False),
-    ("def f(x):\n    return getattr(x, 'hazards', getattr(x, '__dict__'))", False),
+    ("def f(x, g):\n    return getattr(getattr(x, 'a'), 'format')(g)", False),
     ("def f(input, output):\n    return [input[i] for i in range(3)]", True),
     # a name bound only in a nested scope does not shadow the builtin in the function
     ("def f(s):\n    [exec for exec in ()]\n    return exec(s)", False),
