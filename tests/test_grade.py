@@ -684,6 +684,11 @@ def test_what_stands_under_a_todo_line_is_read_as_its_cell_s_language():
     assert not g._written_under(t, ["// later", "}"], handed, cuda=True)
     assert not g._written_under("# TODO: your code here: x", ["# later", "pass"], {"# TODO: your code here: x": {((), "")}},
                                 cuda=False)
+    from feedbeast.course.labs import given_parts
+    given = given_parts("def f():\n    # BEGIN SOLUTION: x\n    return 1\n    # LAB: pass\n    # END SOLUTION\n")
+    x = {"# TODO: your code here: x": {(lines, after) for _, lines, after in given}}
+    assert not g._written_under("# TODO: your code here: x", ["pass"], x, cuda=False)   # the given pass: unwritten
+    assert g._written_under("# TODO: your code here: x", ["return 2"], x, cuda=False)
     sol = read(ROOT / "solutions/04-mbarrier-ring.ipynb")
     cells = [c for c in read(ROOT / "labs/04-mbarrier-ring.ipynb").cells if c.cell_type == "code"]
     skipped = cells + [code("%%script false\ndef producer(ring, it):\n    yield ring.empty[0].wait(0)\n")]

@@ -84,8 +84,8 @@ def given_parts(src: str) -> list[tuple[str, tuple[str, ...], str]]:
             after = next((x for x in lines[k + 1:] if BEGIN.match(x) or not is_note(x, cuda)), "")
             out.append((todo, tuple(given), _todo_line(BEGIN.match(after)).strip() if BEGIN.match(after)
                         else after.strip()))
-        elif inside and (g := LAB_LINE.match(line)):
-            given.append(g["code"].strip())
+        elif inside and (g := LAB_LINE.match(line)) and not is_note(g["code"], cuda):
+            given.append(g["code"].strip())      # (a given `pass` is read as the learner's lines are: no code)
     return out
 
 
