@@ -81,3 +81,38 @@ def test_profile_and_racecheck_children_run_with_no_hazard_mode(monkeypatch, run
     iso.racecheck("pass")
     assert [(m.hazards, m.hazard_dump) for m in runner_modes] == [("", "/tmp/traces")] * 2, runner_modes
     assert envs == ["1", "1"], envs
+
+
+def test_the_environment_is_read_whole_while_another_thread_changes_it(monkeypatch):
+    """A grader started from a thread pool (the roster's, the test suite's) copies os.environ while pytest's own
+    thread sets and unsets PYTEST_CURRENT_TEST: a copy that meets the change (KeyError) is read again."""
+    import collections.abc
+    import os
+    import sys
+    isolated = sys.modules["feedbeast.isolated"]         # the module (fb.isolated is its function)
+
+    class Changing(collections.abc.MutableMapping):     # pytest itself sets and unsets a variable around the test
+        def __init__(self):
+            self.data, self.reads = {"A": "1", "PYTEST_CURRENT_TEST": "t"}, 0
+
+        def __iter__(self):
+            self.reads += 1
+            return iter(list(self.data))
+
+        def __getitem__(self, k):
+            if self.reads == 1 and k == "PYTEST_CURRENT_TEST":   # unset by the other thread during the first copy
+                raise KeyError(k)
+            return self.data[k]
+
+        def __len__(self):
+            return len(self.data)
+
+        def __setitem__(self, k, v):
+            self.data[k] = v
+
+        def __delitem__(self, k):
+            del self.data[k]
+    env = Changing()
+    monkeypatch.setattr(os, "environ", env)
+    assert isolated.environment() == {"A": "1", "PYTEST_CURRENT_TEST": "t"} and env.reads == 2
+    monkeypatch.undo()

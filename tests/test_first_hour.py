@@ -1291,10 +1291,10 @@ def test_a_kernel_tiled_for_more_shared_memory_than_this_gpu_gives_is_skipped_by
     assert "needs a GPU, this machine has none" in str(fb.needs(None, "gemm_bf16", shared=156672))
     # chapter 03's cell itself, on that RTX: the GEMM is skipped, never launched (a Skipped is falsy: `skip or
     # launch()` would launch it)
-    import json
     import types
-    nb = json.loads((ROOT / "chapters/03-cp-async.ipynb").read_text())
-    cell = next("".join(c["source"]) for c in nb["cells"] if c.get("id") == "79989df4")
+
+    from feedbeast.course.notebook import read
+    cell = next(c.source for c in read(ROOT / "chapters/03-cp-async.ipynb").cells if c.get("id") == "79989df4")
     launched = []
     ns = {"fb": fb, "np": __import__("numpy"), "g": None, "gemm": types.SimpleNamespace(arch="sm_86"),
           "gemm_bf16": types.SimpleNamespace(launch=lambda *a, **k: launched.append(a))}

@@ -79,10 +79,22 @@ def runner_command(values: dict, code: str | None = None, mode=None):
         yield cmd
 
 
+def environment() -> dict:
+    """A copy of this process's environment, read whole even while another thread sets or unsets a variable (a
+    grader started from a thread pool, as the roster and the test suite start several, while pytest marks each
+    test in PYTEST_CURRENT_TEST): copying os.environ as it changes raises KeyError or RuntimeError."""
+    for _ in range(100):
+        try:
+            return dict(os.environ)
+        except (KeyError, RuntimeError):
+            continue
+    return dict(os.environ)
+
+
 def child_env() -> dict:
     """This environment, with the folder feedbeast is imported from first on PYTHONPATH: every child of the
     toolkit's runner gets it, unchanged otherwise (how the child runs travels as its mode, runner_command)."""
-    env = dict(os.environ)
+    env = environment()
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(__file__)),
                                                     env.get("PYTHONPATH", "")] if p)
     return env

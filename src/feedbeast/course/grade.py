@@ -63,6 +63,7 @@ from pathlib import Path
 import nbformat
 
 from ..errors import MISSING_CUDA_WHEELS, install_command   # what a Python without the CUDA wheels is told
+from ..isolated import environment   # a copy of os.environ that a thread's change does not break
 from ..magic import KERNEL_NAMES as KERNEL_DECL   # the kernels a %%cuda cell declares
 # places in a learner's notebook, as it names them
 from .notebook import at, binds_of, cuda_name, is_python, place, python_of
@@ -832,7 +833,7 @@ def _harness(fd: int) -> int:
         return 0
     ns = child.ns
     given = set(ns) - {"__name__", "__builtins__"}
-    env0 = dict(os.environ)          # the grader's, as the given cells left it (Numba's simulator switch)
+    env0 = environment()             # the grader's, as the given cells left it (Numba's simulator switch)
     _import_what_checks_import(job["checks"])   # in the baseline before any learner code: lab 10's lab_refs
     base = _integrity_baseline(ns, given)
     base["tampered"] = child.tampered      # what the channel put back (a list the child adds to)
@@ -1078,7 +1079,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     if hazards is None:    # labs 03 on whose kernels use the fb:: wrappers the hazard build follows
         uses_fb = any("#include <fb/" in c.source for c in sol_mine if c.source.startswith("%%cuda"))
         hazards = bool(lab and (lab.group(1) in HAZARD_LABS or (lab.group(1) >= "03" and uses_fb)) and _has_gpu())
-    env = {k: v for k, v in os.environ.items()
+    env = {k: v for k, v in environment().items()
            if k not in ("FEEDBEAST_HAZARDS", "FEEDBEAST_HAZARDS_DUMP", "FEEDBEAST_TRACEBACK")}
     if hazards:     # the check process pins the mode from job["hazards"]; the variable is for the checks to read
         env["FEEDBEAST_HAZARDS"] = "1"

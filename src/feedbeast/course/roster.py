@@ -58,6 +58,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..isolated import environment
 from .coursedir import find as find_course
 from .grade import HAZARD_LABS, gist, lab_of
 
@@ -231,7 +232,7 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
             print(f"roster: note: {labs} belongs to root, so {name}'s labs are graded as root (their code runs with "
                   f"root's rights): give the folder to the learner (chown -R <learner> {labs}) to grade them as "
                   "themselves", file=sys.stderr)
-        env = dict(os.environ)
+        env = environment()             # (graded in a thread pool: read whole while another thread changes it)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if ids:
             for p in [tmp, *copies]:
