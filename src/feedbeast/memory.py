@@ -112,10 +112,13 @@ class DeviceArray:
     def poison(self) -> "DeviceArray":
         """Fill with all-ones bytes (NaN for floats) so that check() can see unwritten elements, and the guard
         after the last element with them too."""
+        self._poison_guard()
+        return self.fill_bytes(POISON_BYTE)
+
+    def _poison_guard(self):
         if self.on_gpu and self.guard:
             from cuda.bindings import driver
             _check(driver.cuMemsetD8(self.ptr + self.nbytes, POISON_BYTE, self.guard))
-        return self.fill_bytes(POISON_BYTE)
 
     def overrun(self) -> tuple[int, int]:
         """(how many of the guard's bytes after the last element changed, the offset of the first past the end):
@@ -129,8 +132,9 @@ class DeviceArray:
         _check(driver.cuMemcpyDtoH(tail.ctypes.data, self.ptr + self.nbytes, self.guard))
         changed = np.flatnonzero(tail != POISON_BYTE)
         if changed.size:
-            _check(driver.cuMemsetD8(self.ptr + self.nbytes, POISON_BYTE, self.guard))
-        return (int(changed.size), int(changed[0])) if changed.size else (0, 0)
+            self._poison_guard()
+            return int(changed.size), int(changed[0])
+        return 0, 0
 
     def free(self):
         if self.on_gpu and self._owner:
