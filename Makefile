@@ -18,6 +18,9 @@ VENV    ?= .venv
 WHEELS  ?=
 SET     ?= full
 NB_TIMEOUT ?= 900
+# A notebook's kernel may take more than nbval's 60 s to answer when 8 workers compile on every core (seen on a
+# 16-core GPU machine: one chapter's 33 cells errored before they ran); a kernel that never answers still fails
+NB_STARTUP ?= 300
 # The processes make starts (notebooks, tests, tools) install the course's hooks into the library (feedbeast.hooks)
 export FEEDBEAST_HOOKS ?= feedbeast.course
 
@@ -152,7 +155,7 @@ TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 8 ] && n=8; ec
 XDIST = $$($(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
 test: $(STAMP)
 	$(PYTHON) -m pytest -q $(XDIST) tests chapters solutions --nbval-lax --nbval-current-env \
-	  --nbval-cell-timeout=$(NB_TIMEOUT) -p no:cacheprovider
+	  --nbval-cell-timeout=$(NB_TIMEOUT) --nbval-kernel-startup-timeout=$(NB_STARTUP) -p no:cacheprovider
 
 ## make test-fast  toolkit and format tests only (no notebooks)
 test-fast: $(STAMP)
