@@ -21,13 +21,34 @@ A100 = Gpu(0, "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912, 49152, 167936, 40 <<
            (13, 0), 80 << 30)
 
 
-def test_a_t4_has_an_fp32_peak_and_a_tensor_peak_said_unknown():
+def test_a_t4_has_an_fp32_peak_and_a_tensor_peak_but_no_tf32():
     """Chapter 01 draws the FP32 peak on a hosted T4 (64 results per clock per SM, the CUDA guide's table); its
-    tensor cores are not on record, which the peak says rather than a number."""
+    fp16 tensor peak comes back to the datasheet's 65 TFLOP/s from its own clocks; Turing has no tf32, which the
+    peak says rather than a number."""
     t4 = Gpu(0, "Tesla T4", (7, 5), 40, 65536, 49152, 65536, 4 << 20, 1590, 5001, 256, 13000, (13, 0), 15 << 30)
     assert ceilings.physical_peak("fp32", t4).value == pytest.approx(40 * 64 * 2 * 1.59 / 1e3)
-    tensor = ceilings.physical_peak("tensor", t4)
-    assert tensor.value is None and "unknown" in repr(tensor)
+    assert ceilings.physical_peak("tensor", t4).value == pytest.approx(65, rel=0.01)
+    tf32 = ceilings.physical_peak("tf32", t4)
+    assert tf32.value is None and "unknown" in repr(tf32) and "no tf32" in tf32.how
+    assert ceilings.physical_peak("fp8", t4).value is None
+
+
+def test_consumer_and_data_center_gpus_of_ampere_and_ada_have_tensor_peaks_from_their_datasheets():
+    """An A10, an L4 and an L40S come back to their datasheets' dense figures from their own clocks; an RTX 4090
+    (the same capability as the L40S) is held to the same rate per SM, a bound it cannot pass."""
+    def gpu(name, cc, sms, mhz):
+        return Gpu(0, name, cc, sms, 101376, 49152, 102400, 6 << 20, mhz, 7001, 384, 13000, (13, 0), 24 << 30)
+    a10, l4, l40s, rtx4090 = (gpu("NVIDIA A10", (8, 6), 72, 1695), gpu("NVIDIA L4", (8, 9), 58, 2040),
+                              gpu("NVIDIA L40S", (8, 9), 142, 2520), gpu("NVIDIA GeForce RTX 4090", (8, 9), 128, 2520))
+    assert ceilings.physical_peak("tensor", a10).value == pytest.approx(125, rel=0.01)
+    assert ceilings.physical_peak("tf32", a10).value == pytest.approx(62.5, rel=0.01)
+    assert ceilings.physical_peak("fp8", a10).value is None                  # Ampere has no fp8 tensor cores
+    assert ceilings.physical_peak("tensor", l4).value == pytest.approx(121, rel=0.01)
+    assert ceilings.physical_peak("tensor", l40s).value == pytest.approx(366, rel=0.01)
+    assert ceilings.physical_peak("fp8", l40s).value == pytest.approx(733, rel=0.01)
+    # the RTX 4090's own fp16 figure with fp16 accumulation (330 TFLOP/s) is this rate; with fp32 accumulation
+    # it reaches half: the peak stays a bound
+    assert ceilings.physical_peak("tensor", rtx4090).value == pytest.approx(330, rel=0.01)
 
 
 def test_physical_peaks_from_clocks_and_sm_count():
@@ -43,8 +64,8 @@ def test_physical_peaks_from_clocks_and_sm_count():
     assert ceilings.physical_peak("fp32", A100).value == pytest.approx(19.5, rel=0.01)
     assert ceilings.physical_peak("dram", A100).value == pytest.approx(2039, rel=0.01)
     assert ceilings.physical_peak("fp8", A100).value is None                # no fp8 tensor cores
-    unknown = ceilings.physical_peak("tensor", Gpu(*([0, "x", (7, 5)] + list(H100.__dict__.values())[3:])))
-    assert unknown.value is None and "7, 5" in unknown.how
+    unknown = ceilings.physical_peak("tensor", Gpu(*([0, "x", (12, 1)] + list(H100.__dict__.values())[3:])))
+    assert unknown.value is None and "12, 1" in unknown.how
     with pytest.raises(ValueError, match="unknown resource"):
         ceilings.physical_peak("hbm", H100)
 

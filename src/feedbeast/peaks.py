@@ -34,11 +34,23 @@ FP32_FMA_PER_CLOCK_PER_SM = {(7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (
 #   H100 SXM5: 989.4 TFLOP/s / (132 SMs x 1.83 GHz) = 4096 (NVIDIA H100 Tensor Core GPU Architecture
 #   whitepaper, 2022, table "NVIDIA Data Center GPUs compared");
 #   B200: 2.25 PFLOP/s dense / (148 SMs x ~1.86 GHz) ~ 8192 (NVIDIA HGX B200 datasheet, 2024).
-# tf32 is half of these on all three (same sources). Other architectures: not known here, so not checked.
-TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM = {(8, 0): 2048, (9, 0): 4096, (10, 0): 8192}
+# The other GPUs of a compute capability share one per-SM rate only at its highest, which the data-center parts
+# reach; the peak is that highest rate, a bound for every GPU of the capability:
+#   T4 (7.5): 65 TFLOP/s fp16 / (40 SMs x 1.59 GHz) ~ 1024 (NVIDIA T4 datasheet, 2019; Turing has no bf16 and
+#   no tf32);
+#   A10 (8.6): 125 TFLOP/s fp16 and bf16 / (72 SMs x 1.695 GHz) = 1024 (NVIDIA A10 datasheet, 2021);
+#   L40S (8.9): 366 TFLOP/s fp16 and bf16 / (142 SMs x 2.52 GHz) = 1024, fp8 733 = 2048 (NVIDIA L40S
+#   datasheet, 2023: 733 and 1,466 with sparsity); the L4 gives the same per SM (121 / (58 x 2.04 GHz)).
+# GeForce cards of 8.6 and 8.9 (RTX 30 and 40) run fp16 and bf16 with fp32 accumulation, what the course's
+# kernels use, at half that rate (NVIDIA Ampere GA102 and Ada GPU architecture whitepapers, "with FP32
+# Accumulate"): there the bound is twice what the tensor cores can give.
+# tf32 is half of bf16 on each of these (same sources). Other architectures: not known here, so not checked.
+TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM = {(7, 5): 1024, (8, 0): 2048, (8, 6): 1024, (8, 9): 1024, (9, 0): 4096,
+                                      (10, 0): 8192}
+NO_TF32 = {(7, 5)}
 # Dense fp8 (e4m3/e5m2) is twice bf16 where the tensor cores have it: H100 SXM5 1979 TFLOP/s (the same
-# whitepaper table), B200 4.5 PFLOP/s dense (the same datasheet). The A100 has no fp8 tensor cores.
-TENSOR_FP8_FLOPS_PER_CLOCK_PER_SM = {(9, 0): 8192, (10, 0): 16384}
+# whitepaper table), B200 4.5 PFLOP/s dense (the same datasheet), L40S above. The A100 has no fp8 tensor cores.
+TENSOR_FP8_FLOPS_PER_CLOCK_PER_SM = {(8, 9): 2048, (9, 0): 8192, (10, 0): 16384}
 
 # Shared memory: 32 banks, each 32 bits wide per clock (CUDA C++ Programming Guide, "Shared Memory" under
 # compute capability 5.x and later, the same for 6.x-12.x): 128 bytes per clock per SM.
@@ -101,6 +113,8 @@ def physical_peak(resource: str, g=None) -> PhysicalPeak:
     if per is None:
         return PhysicalPeak(resource, None, "TFLOP/s", f"no tensor-core rate on record for compute capability {cc}")
     if resource == "tf32":
+        if cc in NO_TF32:
+            return PhysicalPeak(resource, None, "TFLOP/s", f"compute capability {cc} has no tf32 tensor cores")
         per //= 2
     return PhysicalPeak(resource, sms * per * ghz / 1e3, "TFLOP/s", f"{sms} SMs x {per} flop/clock x {ghz:.3f} GHz")
 
