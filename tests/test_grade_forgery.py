@@ -1141,3 +1141,20 @@ def test_quantize_returns_numpys_own_arrays(tmp_path):
     masked = _RIGHT + "    scale = np.ma.masked_where(amax > 0, np.ones(w.shape[0], np.float32))\n"
     rep = g.grade(nbm.planted(sol, [(_RIGHT, masked)], to=tmp_path / sol.name), timeout=300)
     assert rep.status == "failed" and "want two numpy arrays" in str(rep), str(rep)
+
+
+def test_a_copy_saved_by_colab_is_graded_with_the_hazard_build_of_its_lab(tmp_path, monkeypatch):
+    """"Copy of 05-tma-ring.ipynb" (Colab's Save a copy in Drive) is graded with lab 05's checks, so on a GPU with
+    its hazard build too: the lab number comes from the solution found, not from the start of the file's name (a
+    race only the hazard checker sees would otherwise grade ok under that name). The GPU is stood in for and the
+    check process not started: what the grade hands it is compared."""
+    import shutil
+    seen = []
+    monkeypatch.setattr(g, "_has_gpu", lambda: True)
+    monkeypatch.setattr(g, "_run_checks", lambda job, env, cwd, timeout:
+                        seen.append((job["hazards"], env.get("FEEDBEAST_HAZARDS"))) or ([], "not started", 0))
+    for name in ("05-tma-ring.ipynb", "Copy of 05-tma-ring.ipynb"):
+        shutil.copy(SOLUTION, tmp_path / name)
+        rep = g.grade(tmp_path / name)
+        assert Path(rep.solution).name == "05-tma-ring.ipynb" and rep.lab == "05"
+    assert seen == [(True, "1"), (True, "1")]

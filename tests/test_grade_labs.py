@@ -251,6 +251,16 @@ BUGS = {
                                      "  __syncwarp();\n  if (threadIdx.x % 32 == 0) fb::mbar::arrive(&bar.empty[s]);\n"
                                      "  fb::fence_proxy_async();\n")],
                                    gpu={SASS, HAZARD}, cpu=FENCE_PLACE, says=FENCE_PLACE),
+        # The same, with a fence before the arrive that never runs (inline PTX, predicated on a row that is never
+        # negative): ptxas branches over it, and a fence read in address order only would pass the SASS check.
+        "fence-after-release-and-a-dead-fence": Bug(
+            [("  fb::fence_proxy_async();   // my reads of the stage and writes of the tile, before async accesses\n"
+              "  __syncwarp();\n  if (threadIdx.x % 32 == 0) fb::mbar::arrive(&bar.empty[s]);\n",
+              '  asm volatile("{ .reg .pred p; setp.eq.s32 p, %0, -12345; @p fence.proxy.async.shared::cta; }" '
+              ':: "r"(row0) : "memory");\n'
+              "  __syncwarp();\n  if (threadIdx.x % 32 == 0) fb::mbar::arrive(&bar.empty[s]);\n"
+              "  fb::fence_proxy_async();\n")],
+            gpu={SASS, HAZARD}, cpu=FENCE_PLACE, says=FENCE_PLACE),
         # A race: the staging tile is rewritten without waiting until the store issued from it two boxes ago
         # has read it (the given cp.async.bulk.wait_group.read deleted).
         "staging-rewritten-before-store-read": Bug(

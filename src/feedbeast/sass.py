@@ -376,19 +376,37 @@ _ASYNC_AFTER = ("SYNCS.ARRIVE.TRANS64.A1T0",            # a release: the next bu
 
 def proxy_fence_order(ins) -> list[str]:
     """Places where an ordinary shared-memory access is followed, in the SASS's order, by a release arrive or an
-    async-proxy store with no fence.proxy.async (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S) between them: a fence
-    after the arrive (or the store) instead of before it."""
+    async-proxy store with no fence.proxy.async (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S) between them on every path:
+    a fence after the arrive (or the store) instead of before it, or one that a branch can skip."""
+    ins = list(ins)
     ops = [i.opcode for i in ins]
     where = [i.offset for i in ins]
+    at = {o: k for k, o in enumerate(where)}
+
+    def skipped(f: int, j: int) -> bool:
+        """Can a path from the shared-memory access before the fence at f reach the arrive at j without the fence:
+        the fence predicated, or a branch after that access landing between the fence and the arrive (a fence
+        inside an `if` the arrive is not in)?"""
+        if any(ins[x].predicate not in ("", "@PT") for x in (f - 1, f)):
+            return True
+        access = next((x for x in range(f - 2, -1, -1) if any(matches(ops[x], g) for g in _GENERIC_SHARED)), 0)
+        for b in range(access, f - 1):
+            if matches(ops[b], "BRA"):
+                t = at.get(_branch_target(ins[b]))
+                if t is not None and f < t <= j:
+                    return True
+        return False
+
     bad = []
     for j, op in enumerate(ops):
         if not any(matches(op, a) for a in _ASYNC_AFTER):
             continue
         for k in range(j - 1, -1, -1):
-            if ops[k] == "FENCE.VIEW.ASYNC.S" and k > 0 and matches(ops[k - 1], "MEMBAR"):
+            if ops[k] == "FENCE.VIEW.ASYNC.S" and k > 0 and matches(ops[k - 1], "MEMBAR") and not skipped(k, j):
                 break
             if any(matches(ops[k], g) for g in _GENERIC_SHARED):
-                bad.append(f"{ops[k]} at {where[k]:#06x}, then {op} at {where[j]:#06x} with no proxy fence between")
+                bad.append(f"{ops[k]} at {where[k]:#06x}, then {op} at {where[j]:#06x} with no proxy fence between"
+                           " on every path")
                 break
     return bad
 

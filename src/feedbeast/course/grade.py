@@ -111,8 +111,9 @@ class Outcome:
 
 
 def lab_of(path) -> str:
-    """A lab notebook's number as the grader and the roster name it: its NN- prefix, else its stem."""
-    m = re.match(r"(\d\d)-", Path(path).name)
+    """A lab notebook's number as the grader and the roster name it: its NN- prefix (after Colab's "Copy of "),
+    else its stem."""
+    m = re.match(r"(?:Copy of )?(\d\d)-", Path(path).name)
     return m.group(1) if m else Path(path).stem
 
 
@@ -1075,7 +1076,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     # what the check cells bind for themselves, which no code of the learner's may name (notebook.refusals)
     job["theirs"] = sorted(set().union(*(binds_of(c.source) for c in checks)) - set(job["needs"]))
 
-    lab = re.match(r"(\d\d)-", path.name)
+    lab = re.match(r"(\d\d)-", sol_path.name)     # the lab whose checks run ("Copy of 05-..." is lab 05)
     if hazards is None:    # labs 03 on whose kernels use the fb:: wrappers the hazard build follows
         uses_fb = any("#include <fb/" in c.source for c in sol_mine if c.source.startswith("%%cuda"))
         hazards = bool(lab and (lab.group(1) in HAZARD_LABS or (lab.group(1) >= "03" and uses_fb)) and _has_gpu())
