@@ -112,6 +112,14 @@ CTYPES = """import numpy.ctypeslib
 
 def make_maps(x_dev, y_dev, unused=numpy.ctypeslib.ctypes.pythonapi["PyRun_SimpleString"](b"x = 1")):
 """
+# Code run later by the check itself: make_maps hands back a chain over builtins that the check's own unpacking
+# (`x_map, y_map = make_maps(...)`) drives, so that no line of the learner's is on the stack when it writes a file
+# (a solution another grade reads) or loads a pickle (which can call any function by name).
+RETURN = "    return x_map, y_map"
+HANDED_BACK_WRITE = [(RETURN, "    import itertools\n    return itertools.chain(filter(None, map(np.ndarray.tofile, "
+                              "[np.zeros(4)], ['handed-back.bin'])), (x_map, y_map))")]
+HANDED_BACK_PICKLE = [(RETURN, "    import itertools\n    return itertools.chain(filter(None, map(np.load, "
+                               "['handed-back.pkl'], [None], [True])), (x_map, y_map))")]
 PASTE = "#define PASTE(a, b) a##b\n#if PASTE(F, B_HAZARDS)\n#endif\n"
 # Attributes got and set through functools.update_wrapper, which names them as strings: frames, a toolkit function's
 # code, the grader's kernel module changed in place; code run from a string annotation; a file written (the compile
@@ -300,11 +308,17 @@ FORGERIES = {
     "cached-disassembler-replaced": ([(MAKE_MAPS, CACHED_SASS)], None, "refused"),
     "a-file-renamed": ([(MAKE_MAPS, FILES)], None, "refused"),
     "a-file-removed": ([(MAKE_MAPS, FILES_REMOVED)], None, "refused"),
+    "a-file-written-by-a-chain-the-check-drives": (HANDED_BACK_WRITE, None, "refused"),
+    "a-pickle-loaded-by-a-chain-the-check-drives": (HANDED_BACK_PICKLE, None, "refused"),
 }
 
 
 def forged(tmp: Path, name: str, bug) -> Path:
     extra, edit, _ = FORGERIES[name]
+    if extra is HANDED_BACK_PICKLE:      # beside the notebook, where its checks run: a pickle of a harmless object
+        import collections
+        import pickle
+        (tmp / "handed-back.pkl").write_bytes(pickle.dumps(collections.OrderedDict()))
     return nbm.planted(SOLUTION, list(bug) + list(extra), edit=edit, to=tmp / f"05-{name}.ipynb")
 
 

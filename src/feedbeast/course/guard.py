@@ -35,6 +35,11 @@ without passing through a library trusted to act for it:
   and the stopping of its workers. Such a child never returns to the frames it was forked from (multiprocessing ends
   it with os._exit), so its walk stops there; what it runs is checked as in the parent. A fork from anywhere else,
   a toolkit function handed `os.fork` included, stays refused, and its child keeps the whole walk.
+The code that raised an event is also asked for: the nearest frame that is not the standard library's or another
+installed library's (they act for whoever called them). Where that is a frame of the grader's own cells, or, for a
+file written, moved or removed, a pickle loaded or a program started, a frame of the toolkit or the course not
+trusted with it, no learner frame need be on the stack: the learner's code handed back a callable (a map or a
+chain over builtins) that the check's own unpacking runs. That is refused too.
 Setting an attribute of a function or class (`object.__setattr__`: a `__code__` swapped), opening a file for
 writing (the compile cache a later check reads), and renaming, linking, removing, truncating or changing the
 mode of a file or folder (a solution notebook another grade reads) are refused too.
@@ -115,6 +120,12 @@ _LIBRARY_EVENTS = frozenset({"ctypes.addressof", "ctypes.cdata", "ctypes.cdata/b
                              "ctypes.string_at", "open"}) | _FILE_EVENTS
 # the hazard replay's pool: its forks, its threads, its workers stopped (trusted from that one function only)
 _REPLAY_EVENTS = frozenset({"os.fork", "os.kill", "_thread.start_new_thread", "_thread.start_joinable_thread"})
+# programs started (the toolkit's writers run the disassembler and the compilers: _WRITERS)
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.forkpty",
+                             "pty.spawn", "os.startfile"})
+# raised in the check process only from the toolkit's writers and the import system: from any other frame of the
+# toolkit, the course or the grader's cells they come from code the learner's code handed back
+_HANDED_BACK = frozenset({"open", "pickle.find_class"}) | _FILE_EVENTS | _PROCESS_EVENTS
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
 _COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/
 _COMPILERS = ("numba", "numba_cuda", "llvmlite")
@@ -198,9 +209,30 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
                 named = args[1] if event == "compile" and len(args) > 1 else getattr(code, "co_filename", None)
                 if not isinstance(named, str) or not trusted_name(named):
                     return        # run-time code keeps a name of its own: it counts as the learner's
-            f, on_behalf, stdlib_only = getframe(1), False, True
+            f, on_behalf, stdlib_only, decided = getframe(1), False, True, False
             while f is not None and not any(f is b for b in base):
                 name = f.f_code.co_filename
+                if not decided and event not in _REPLAY_EVENTS:
+                    # The nearest frame that is not the standard library's or another installed library's (they
+                    # act for their caller) raised the event. A frame of the grader's cells raises none itself (the
+                    # imports aside), and the toolkit and the course write files, load pickles and start programs
+                    # only from the files trusted with them: from anywhere else the event comes from a callable
+                    # the learner's code handed back (a map or a chain over builtins, driven later by the check's
+                    # own unpacking), with no learner frame on the stack.
+                    if (_on_behalf(name, event) or is_learner_file(name) or not trusted_name(name)
+                            or (event in _PROCESS_EVENTS and name in _WRITERS)):
+                        decided = True
+                    elif not (_installed(name) and not name.startswith(_LIBRARY)):
+                        decided = True
+                        if event in _HANDED_BACK or (is_grader_file(name) and (event in MADE or event in REFUSED)):
+                            why = (f"{name} raised Python's "
+                                   f"audit event {event!r} through a function, an iterator or an object that the "
+                                   "notebook's code handed back (a map, a filter or a chain over builtins runs when "
+                                   "a check reads it, with none of your lines on the stack): the grader does not run "
+                                   "code that writes, moves or removes files, loads pickled objects, starts programs "
+                                   "or reaches the checks' own state, whoever calls it")
+                            _refused.append(why)
+                            raise Refused(why)
                 if event in _REPLAY_EVENTS and not on_behalf:
                     if f.f_code is replay and stdlib_only:
                         on_behalf = True
