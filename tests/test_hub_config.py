@@ -116,6 +116,20 @@ def test_a_learner_copy_leaves_out_what_is_the_instructors(hub, tmp_path):
     assert oct(copy.stat().st_mode & 0o777) == "0o700"
 
 
+def test_homes_inside_the_checkout_are_not_copied_into_a_learners_copy(hub, tmp_path):
+    """A trial hub with its homes in the checkout (course/trial/homes/<user>): the copy of the course being made
+    there is not entered again (copytree recursed until the disk was full), and another learner's home is not
+    copied; the rest of that folder is the course's."""
+    course = hub["_course"]
+    (course / "trial" / "homes" / "ann" / "feedbeast" / "labs").mkdir(parents=True)
+    (course / "trial" / "homes" / "ann" / "feedbeast" / "labs" / "04-mbarrier-ring.ipynb").write_text("{\"ann\": 1}")
+    (course / "trial" / "notes.md").write_text("a trial\n")
+    _spawn(hub, course / "trial" / "homes" / "cal")
+    copy = course / "trial" / "homes" / "cal" / "feedbeast"
+    assert (copy / "labs" / "04-mbarrier-ring.ipynb").is_file() and (copy / "trial" / "notes.md").is_file()
+    assert not (copy / "trial" / "homes").exists()
+
+
 def test_backup_and_grade_files_are_left_out_only_where_the_instructor_has_them(hub, tmp_path):
     """A folder named backup elsewhere, or a CSV below the top (the course's test data), is the course's."""
     course = hub["_course"]

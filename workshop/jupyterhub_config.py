@@ -228,7 +228,13 @@ def copy_course(home: Path, owner=None) -> Path:
             home.mkdir(parents=True)
             if owner is not None:
                 os.lchown(home, *owner)
-        shutil.copytree(COURSE, dest, ignore=skip, symlinks=True)
+        # Homes kept inside the checkout (a trial hub's, say): none is copied, least of all the one being filled,
+        # which copytree would enter again and again until the disk is full, nor another learner's work
+        homes = {home.resolve()} | ({home.resolve().parent} - {COURSE.resolve()})   # this home and its siblings
+
+        def ignore(folder, names):
+            return skip(folder, names) | {n for n in names if (Path(folder) / n).resolve() in homes}
+        shutil.copytree(COURSE, dest, ignore=ignore, symlinks=True)
         if owner is not None:
             for root, dirs, files in os.walk(dest):
                 for name in [root, *[os.path.join(root, n) for n in dirs + files]]:
