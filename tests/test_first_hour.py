@@ -1073,6 +1073,9 @@ def test_grading_a_lab_as_given_names_the_missing_part_first(tmp_path):
     failed = [c for c in report["checks"] if c["status"] == "failed"]
     assert report["status"] == "failed" and r.returncode == 1 and failed, report
     assert "your part is not written yet" in failed[0]["message"][:200], failed[0]
+    # a lab written but not saved yet reads as this one: the message says which save of the file it read
+    assert re.search(r"read from 04-mbarrier-ring\.ipynb as saved at \d\d:\d\d:\d\d: written since\? save the "
+                     r"notebook", failed[0]["message"]), failed[0]
 
 
 def test_the_guides_cover_chapters_and_labs_00_to_10():

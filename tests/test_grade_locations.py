@@ -35,6 +35,12 @@ PYTHON_BUGS = {
     "refused-import": ([("# your model\n", "# your model\nimport subprocess\n"),
                         ("wait(ph ^ 1)", "wait(ph ^ (subprocess is None))")],
                        "import subprocess", MODEL + " line {n}: not run by the grader: it imports subprocess"),
+    # inside a function: the line named is the one quoted, not the function's first
+    "refused-import-in-a-function": ([("# your model\n", "# your model\ndef tool():\n    x = 1\n    import subprocess\n"
+                                                        "    return subprocess\n"),
+                                      ("wait(ph ^ 1)", "wait(ph ^ (tool() is None))")],
+                                     "    import subprocess",
+                                     "tool line {n}: not run by the grader: it imports subprocess (a graded cell may"),
 }
 COMPILE_BUG = [("fb::mbar::wait(&b.empty[s]", "fb::mbar::wait(&b.emptyy[s]")]
 
@@ -107,6 +113,8 @@ def test_a_python_mistake_in_the_model_cell_is_named_by_its_function_or_heading_
     assert rep.status == "failed", str(rep)
     assert says.format(n=_line(path, marker)) in _failures(rep), _failures(rep)
     assert not _cell_numbers(str(rep)), str(rep)
+    if "not run by the grader" in says:       # the line named is the line quoted
+        assert f":\n    {marker.strip()}" in _failures(rep), _failures(rep)
 
 
 def test_a_python_todo_is_numbered_as_todo_of_numbers_it():

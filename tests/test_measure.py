@@ -350,8 +350,16 @@ def test_a_check_on_a_gpu_is_logged_and_its_skip_elsewhere_shows_it(monkeypatch,
                       f"NVIDIA H100 80GB HBM3: passed, relative error 0.00e+00 (limit 1e-05; results/{H100.slug}/, "
                       f"{json.loads(log[-1])['time'][:10]})")
     s = str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="ring 5x5"))   # a CPU's size: the GPU's
-    assert re.search(r"ring 5x5 recorded on NVIDIA H100 80GB HBM3 \(ring 37x1000\): passed, relative error 0\.00e\+00 "
-                     r"\(limit 1e-05; results/[\w-]+/, 20\d\d-\d\d-\d\d\)$", s), s
+    assert re.search(r"ring 5x5: no GPU run at this size; NVIDIA H100 80GB HBM3 ran 37x1000: passed, relative error "
+                     r"at most 0\.00e\+00 \(limit 1e-05; results/[\w-]+/, 20\d\d-\d\d-\d\d\)$", s), s
+    # several sizes of one GPU: one line, their sizes, the worst error and a failure named (never each record again)
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: H100)
+    for n, ok in (("ring 9x9", True), ("ring 70x70", False)):
+        fb.check(np.ones(3, np.float32) * (1 if ok else 2), np.ones(3), name=n, raise_on_fail=False)
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
+    s = str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="ring 5x5"))
+    assert re.search(r"ring 5x5: no GPU run at this size; NVIDIA H100 80GB HBM3 ran 9x9, 70x70, 37x1000: FAILED at "
+                     r"ring 70x70, relative error at most 1\.00e\+00 \(limit 1e-05; results/[\w-]+/, [\d-]+\)$", s), s
     assert "recorded" not in str(fb.check(fb.Skipped("x", "launch ring"), np.ones(3), name="other 5x5"))
 
 

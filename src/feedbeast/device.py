@@ -155,6 +155,6 @@ def describe() -> str:
     g = gpu()
     if g is None:
         v = nvrtc_version()
-        return (f"no GPU: kernels still compile (NVRTC {v[0]}.{v[1]}) and their SASS and resources are "
-                "checked; launches, checks and timings print 'skipped'.")
+        return (f"no GPU: CUDA C++ kernels still compile (NVRTC {v[0]}.{v[1]}) and their SASS and resources are "
+                "checked, Numba kernels run in Numba's simulator; launches, checks and timings print 'skipped'.")
     return g.describe()

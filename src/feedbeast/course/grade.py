@@ -742,8 +742,11 @@ class _CheckChild:
             why = refusals(s.node, protected, modules, lines, theirs)
             if why:
                 refused = True
+                src = nb.cells[s.pos[0]].source.splitlines()     # the line named, as the learner wrote it
+                quoted = (src[min(lines) - 1].strip() if 0 < min(lines) <= len(src) and src[min(lines) - 1].strip()
+                          else ast.unparse(s.node).splitlines()[0])
                 self.fail(at(nb.cells, s.pos[0], min(lines)),
-                          f"not run by the grader: {'; '.join(why)}:\n    {ast.unparse(s.node).splitlines()[0][:120]}")
+                          f"not run by the grader: {'; '.join(why)}:\n    {quoted[:120]}")
         if refused:
             return
         try:
@@ -1097,8 +1100,10 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     # they when every TODO line left stands above the learner's own code (the checks read the line, not the code)
     for o in outcomes:
         o.message = TODO_SENTENCE.sub("", o.message).strip() or o.message
-    if todo:
-        outcomes.insert(0, Outcome("failed", "your part", todo.strip()))
+    if todo:    # what JupyterLab has not saved yet (it autosaves every 2 minutes) is not in the file read here
+        saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
+        outcomes.insert(0, Outcome("failed", "your part", f"{todo.strip()}\n(read from {path.name} as saved at "
+                                   f"{saved}: written since? save the notebook, File > Save, then grade again)"))
     hz = any((o.name.startswith(HAZARD_VERDICT) and o.cell >= 0 and o.status == "passed")
              or "HazardFound" in o.message for o in outcomes)    # "hazard builds on": only from verdicts
     setup = next((m["message"] for m in msgs if m.get("t") == "learner" and m.get("setup")), "")

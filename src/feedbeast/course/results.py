@@ -261,22 +261,41 @@ def recorded_peak(resource: str) -> str | None:
 
 def recorded_check(name: str) -> str | None:
     """'<name> recorded on <GPU>: passed, relative error 1.1e-06 (limit 1e-05; results/<gpu>/, <date>)' for a
-    check of this name (for a tally: 'passed, <what it counted> (...)'), else of the same check at the sizes a GPU
-    ran it at."""
+    check of this name (for a tally: 'passed, <what it counted> (...)'); where no GPU ran this size, one line per GPU
+    for the sizes it ran: '<name>: no GPU run at this size; <GPU> ran 3x4, 5x1028: passed, relative error at most
+    2.6e-08 (limit 1e-05; results/<gpu>/, <date>)'."""
+    recs = [r for r in recorded("checks", name, other_sizes=True)   # a CPU run's sizes are smaller: the GPU's, named
+            if isinstance(r.get("passed"), bool)]   # a record this reader cannot state: left out, never a crash
+    recs = [r for r in recs if isinstance(r.get("summary"), str)
+            or all(isinstance(r.get(k), (int, float)) for k in ("rel_error", "tolerance"))]
+
+    def where(group):
+        times = [r["time"][:10] for r in group if isinstance(r.get("time"), str)]
+        return f"results/{group[-1]['_folder']}/" + (f", {max(times)}" if times else "")
+
+    if recs and recs[0]["name"] == name:
+        parts = []
+        for r in recs:
+            who, verdict = f"{r.get('gpu', r['_folder'])}{_recorder(r)}", "passed" if r["passed"] else "FAILED"
+            if isinstance(r.get("summary"), str):                                                 # a tally()
+                parts.append(f"{who}: {verdict}, {r['summary']} ({where([r])})")
+            else:                                                                                  # a check()
+                parts.append(f"{who}: {verdict}, relative error {r['rel_error']:.2e} (limit {r['tolerance']:.0e}; "
+                             f"{where([r])})")
+        return f"{name} recorded on " + "; on ".join(parts)
+    by_gpu: dict = {}
+    for r in recs:
+        by_gpu.setdefault((r.get("gpu", r["_folder"]), _recorder(r)), []).append(r)
     parts = []
-    for r in recorded("checks", name, other_sizes=True):   # a CPU run's sizes are smaller: the GPU's, named
-        if not isinstance(r.get("passed"), bool):
-            continue          # a record this reader cannot state: left out, never a crash in the learner's cell
-        at = f" ({r['name']})" if r["name"] != name else ""
-        where = f"results/{r['_folder']}/" + (f", {r['time'][:10]}" if isinstance(r.get("time"), str) else "")
-        who = f"{r.get('gpu', r['_folder'])}{at}{_recorder(r)}"
-        verdict = "passed" if r["passed"] else "FAILED"
-        if isinstance(r.get("summary"), str):                                                 # a tally()
-            parts.append(f"{who}: {verdict}, {r['summary']} ({where})")
-        elif all(isinstance(r.get(k), (int, float)) for k in ("rel_error", "tolerance")):      # a check()
-            parts.append(f"{who}: {verdict}, relative error {r['rel_error']:.2e} (limit {r['tolerance']:.0e}; "
-                         f"{where})")
-    return f"{name} recorded on " + "; on ".join(parts) if parts else None
+    for (gpu, by), group in by_gpu.items():
+        sizes = ", ".join(" ".join(_SIZE.findall(r["name"])) or r["name"] for r in group)
+        failed = [r["name"] for r in group if not r["passed"]]
+        verdict = f"FAILED at {', '.join(failed)}" if failed else "passed"
+        errors = [r for r in group if not isinstance(r.get("summary"), str)]
+        worst = (f", relative error at most {max(r['rel_error'] for r in errors):.2e} (limit "
+                 f"{max(r['tolerance'] for r in errors):.0e}; {where(group)})" if errors else f" ({where(group)})")
+        parts.append(f"{gpu}{by} ran {sizes}: {verdict}{worst}")
+    return f"{name}: no GPU run at this size; " + "; ".join(parts) if parts else None
 
 
 def load(path: Path) -> list[dict]:
