@@ -182,20 +182,26 @@ reset-labs: $(STAMP)
 
 ## make wheelhouse PY=3.12 [SET=notebook] [COMPARE=1]   wheels for an offline install (see README)
 # Built in wheelhouse.new and moved into place only when complete: a failed or offline run keeps the bundle there.
+# pip's own error says which wheel; this says what the target needs (and leaves no half-made bundle behind)
+NO_INDEX = { rm -rf wheelhouse.new; echo "make wheelhouse: pip could not fetch the wheels above. This target \
+downloads them (and setuptools, to build the course's own wheel) from a package index: PyPI, or the index pip is set \
+to use (PIP_INDEX_URL, pip.conf). Run it on a machine online and copy wheelhouse/ here (README: Offline install), or \
+set PIP_INDEX_URL to a local index that holds them all (a bundle of SET=full has setuptools; SET=notebook has not)" \
+>&2; exit 1; }
 wheelhouse:
 	rm -rf wheelhouse.new && mkdir -p wheelhouse.new
-	$(PYTHON3) -m pip wheel -q --no-deps -w wheelhouse.new .
+	$(PYTHON3) -m pip wheel -q --no-deps -w wheelhouse.new . || $(NO_INDEX)
 ifeq ($(SET),notebook)
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	  -r requirements/notebook.txt
+	  -r requirements/notebook.txt || $(NO_INDEX)
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY) \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 numba-cuda==0.30.4
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 numba-cuda==0.30.4 || $(NO_INDEX)
 else
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
-	  -r requirements/hub.txt
+	  -r requirements/hub.txt || $(NO_INDEX)
 ifeq ($(CUDA),13)
 	@# compute-sanitizer's wheel serves only make sanitize: an index without it leaves it out, with a note.
 	@# Its wheels are tagged manylinux_2_25 only.

@@ -77,6 +77,26 @@ def test_a_learner_who_adds_a_lab_is_graded_for_that_lab_only(tmp_path):
     assert [lab["lab"] for lab in state["learner01"]["doc"]["labs"]] == ["03", "04", "05"]
 
 
+def test_a_note_about_a_lab_not_regraded_stands_after_a_round_that_regrades_another(tmp_path):
+    """carol's second notebook of lab 04 is named in round 1; round 2 regrades only her lab 03: the note stays
+    (it had vanished from the CSV); a note about lab 03 itself comes from the new grade only."""
+    found = _homes(tmp_path, 1)
+    state = {}
+
+    def grade(name, labs, wanted):
+        notes = {"03": ["03-lab-Copy1.ipynb: another notebook of lab 03: not graded"],
+                 "04": ["lab 04: 2 notebooks (04-a.ipynb, 04-b.ipynb) and none named as the course names it"]}
+        return {"learner": name, "labs": [{"lab": lab, "status": "ok", "checks": []} for lab in wanted],
+                "refused": ["Untitled.ipynb: not a lab"] + [n for lab in wanted for n in notes[lab]
+                                                            if len(state) == 0 or lab == "04"]}
+    roster.watch_round(found, state, grade)
+    new([markdown("## Check"), code("x = 'edited'")], to=found["learner00"] / "03-lab.ipynb")
+    assert roster.watch_round(found, state, grade) == ["learner00 03"]
+    assert state["learner00"]["doc"]["refused"] == [
+        "lab 04: 2 notebooks (04-a.ipynb, 04-b.ipynb) and none named as the course names it",
+        "Untitled.ipynb: not a lab"]
+
+
 def test_the_first_failing_check_keeps_what_its_first_line_introduces():
     # A SassMismatch's first line ends in ':' and names nothing missing; the CSV column must carry the next line.
     from feedbeast.course.grade import gist

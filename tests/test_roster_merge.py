@@ -66,6 +66,19 @@ def test_the_best_grade_of_each_lab_is_kept_and_names_its_server(tmp_path, capsy
     assert "bob:" not in said and f"wrote {out} and {js}: 3 learners from 2 files" in said
 
 
+def test_a_server_s_notes_on_notebooks_it_did_not_grade_stay_in_the_merged_row(tmp_path):
+    """dave's lab 04, saved as 4-mbarrier-ring.ipynb, was not graded on a: the merged row says so, named by its
+    server, as a's own row did (it had read `0, missing` with no word of the notebook handed in)."""
+    why = "4-mbarrier-ring.ipynb: not a lab (no NN- number in its name): not graded"
+    a = _write(tmp_path / "a.json", [{"learner": "dave", "labs": [_lab("03-cp-async-rowsum", passed=3)],
+                                      "refused": [why]}])
+    b = _write(tmp_path / "b.json", [{"learner": "dave", "labs": [_lab("03-cp-async-rowsum", passed=3)]}])
+    out, js = tmp_path / "room.csv", tmp_path / "room.json"
+    assert cli(["roster", "merge", "--csv", str(out), "--json", str(js), str(a), str(b)]) == 0
+    assert f"{a}: {why}" in _rows(out)["dave"]["first failing check"]
+    assert json.loads(js.read_text())[0]["refused"] == [f"{a}: {why}"]
+
+
 def test_a_lab_ungraded_everywhere_stays_an_error_not_a_zero(tmp_path):
     a = _write(tmp_path / "a.json", [{"learner": "dan", "labs": [], "ungraded": ["06"], "error": "ran past 3600 s"}])
     b = _write(tmp_path / "b.json", [{"learner": "dan", "labs": [_lab("04-mbarrier-ring", passed=1)]}])

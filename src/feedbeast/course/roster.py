@@ -380,8 +380,18 @@ def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wa
             st = state[name]
             for lab in doc.get("labs", []):
                 st["labs"][lab["lab"]] = lab
-            st["doc"] = {**doc, "labs": [st["labs"][k] for k in sorted(st["labs"])]}
+            # a note about a lab not graded this round (a second notebook of lab 04) stands until that lab is
+            kept = [n for n in st["doc"].get("refused", []) if _note_lab(n) and _note_lab(n) not in todo[name]]
+            st["doc"] = {**doc, "labs": [st["labs"][k] for k in sorted(st["labs"])],
+                         "refused": kept + [n for n in doc.get("refused", []) if n not in kept]}
     return [f"{n} {lab}" for n, labs in todo.items() for lab in labs]
+
+
+def _note_lab(note: str) -> str | None:
+    """The lab a roster note is about ('04-x-Copy1.ipynb: another notebook of lab 04', 'lab 04: 2 notebooks'), or
+    None (a notebook that is no lab's)."""
+    m = re.match(r"(?:lab )?(\d\d)\b", note)
+    return m.group(1) if m else None
 
 
 def watch_lines(state: dict) -> list[str]:
@@ -441,8 +451,9 @@ def watch(args, found) -> int:
             write_csv(docs, args.csv, args.labs or None)
             if sys.stdout.isatty():
                 print("\x1b[2J\x1b[H", end="")
+            wait = max(0.0, args.watch - (time.time() - t0))     # a round starts every --watch seconds
             print(f"roster {time.strftime('%H:%M:%S')}: {len(state)} learners, {len(graded)} notebook(s) graded "
-                  f"this round in {time.time() - t0:.0f} s; next round in {args.watch} s")
+                  f"this round in {time.time() - t0:.0f} s; next round in {wait:.0f} s")
             print("\n".join(watch_lines(state) + hints(docs)), flush=True)
             rounds += 1
             if args.rounds and rounds >= args.rounds:

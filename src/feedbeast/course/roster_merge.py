@@ -72,6 +72,9 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
                 elif _rank(lab) > _rank(m["labs"][i]):
                     m["labs"][i] = lab
             m["ungraded"] += d.get("ungraded", [])
+            # what a server did not grade, and why (a notebook under another name, a second one of a lab): the
+            # learner's row keeps each, named by its server, as the server's own row did
+            m.setdefault("refused", []).extend(f"{src}: {why}" for why in d.get("refused", []) if isinstance(why, str))
             # a merged file (room.json merged again) keeps every server's reason in "errors", and in "error" those
             # that still stood: only these are about the labs it left ungraded, the others about labs graded since
             shown = d.get("error", "")
