@@ -65,3 +65,38 @@ def test_only_the_hazard_replay_may_fork_signal_and_start_threads_for_the_learne
     assert guard._REPLAY_EVENTS == {"os.fork", "os.kill", "_thread.start_new_thread", "_thread.start_joinable_thread"}
     assert not any(guard._on_behalf(lib, e) for e in guard._REPLAY_EVENTS)
     assert not guard._on_behalf(lib, "subprocess.Popen")
+
+
+
+HANDED_BACK = """
+import os, sys, types
+import numpy as np
+import feedbeast.device
+from feedbeast.course import guard, results
+feedbeast.device.gpu = lambda index=0: types.SimpleNamespace(slug="a-gpu")   # a GPU, for the results log's folder
+guard.install(lambda name: name == "<learner>", lambda name: name == "<check cell>")
+ns = {"np": np, "sys": sys, "results": results, "types": types}
+exec(compile("def make():\\n    return map(np.ndarray.tofile, [np.zeros(2)], [sys.argv[1] + '/x.bin'])\\n"
+             "def direct():\\n    results.append_trace(types.SimpleNamespace(as_record=lambda: {'x': 1}))\\n",
+             "<learner>", "exec"), ns)
+for src in ("list(make())", "results._append_line('checks.jsonl', {'name': 'c'})", "direct()"):
+    try:
+        exec(compile(src, "<check cell>", "exec"), ns)
+        print("ran")
+    except guard.Refused as e:
+        print("refused " + str(e).split("audit event ")[1].split(" ")[0].rstrip(":"))
+print(sorted(os.listdir(sys.argv[1])))
+"""
+
+
+def test_a_check_cell_may_log_its_results_but_not_run_what_the_learner_handed_back(tmp_path):
+    """A map over builtins that the learner's function returned writes a file when a check cell drives it, with no
+    learner frame on the stack: refused, as the event comes from the check cell's own frame. The course's results
+    log, which the toolkit's hooks call after each check on a GPU, writes its record (a grade on an H200 had
+    refused it); a learner's function that calls the log itself stays refused."""
+    import os
+    out = subprocess.run([sys.executable, "-c", HANDED_BACK, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "FEEDBEAST_RESULTS": str(tmp_path / "r")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:4] == ["refused 'open'", "ran", "refused 'os.mkdir'", "['r']"], out.stdout
+    assert (tmp_path / "r" / "a-gpu" / "checks.jsonl").read_text().count("\n") == 1

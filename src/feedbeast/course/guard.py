@@ -129,6 +129,10 @@ _HANDED_BACK = frozenset({"open", "pickle.find_class"}) | _FILE_EVENTS | _PROCES
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
 _COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/
 _COMPILERS = ("numba", "numba_cuda", "llvmlite")
+# the course's results log: on a GPU each check appends its record (results/<gpu>/checks.jsonl under
+# FEEDBEAST_RESULTS) from here, called by the toolkit's hooks. It raises these events itself; it is no writer for the
+# learner's code (a call of it from a learner frame stays refused: it is not in _WRITERS)
+_RESULTS_LOG = os.path.join(_COURSE, "results.py")
 
 
 def _folders(names) -> tuple[str, ...]:
@@ -220,7 +224,8 @@ def install(is_learner_file, is_grader_file=lambda name: False, place=lambda nam
                     # the learner's code handed back (a map or a chain over builtins, driven later by the check's
                     # own unpacking), with no learner frame on the stack.
                     if (_on_behalf(name, event) or is_learner_file(name) or not trusted_name(name)
-                            or (event in _PROCESS_EVENTS and name in _WRITERS)):
+                            or (event in _PROCESS_EVENTS and name in _WRITERS)
+                            or ((event in _FILE_EVENTS or event == "open") and name == _RESULTS_LOG)):
                         decided = True
                     elif not (_installed(name) and not name.startswith(_LIBRARY)):
                         decided = True
