@@ -120,6 +120,11 @@ HANDED_BACK_WRITE = [(RETURN, "    import itertools\n    return itertools.chain(
                               "[np.zeros(4)], ['handed-back.bin'])), (x_map, y_map))")]
 HANDED_BACK_PICKLE = [(RETURN, "    import itertools\n    return itertools.chain(filter(None, map(np.load, "
                                "['handed-back.pkl'], [None], [True])), (x_map, y_map))")]
+# A program started through Numba's serializer, which unpickles the bytes it is handed (Numba is trusted to act
+# for the learner's code, but not with pickles, files or programs).
+NUMBA_PICKLE = [(RETURN, "    import numba.core.serialize\n    try:\n        numba.core.serialize.runtime_build_excinfo_"
+                         "struct(b\"cos\\nsystem\\n(S'touch started-by-a-pickle'\\ntR.\", ())\n    except TypeError:\n"
+                         "        pass\n    return x_map, y_map")]
 PASTE = "#define PASTE(a, b) a##b\n#if PASTE(F, B_HAZARDS)\n#endif\n"
 # Attributes got and set through functools.update_wrapper, which names them as strings: frames, a toolkit function's
 # code, the grader's kernel module changed in place; code run from a string annotation; a file written (the compile
@@ -310,6 +315,7 @@ FORGERIES = {
     "a-file-removed": ([(MAKE_MAPS, FILES_REMOVED)], None, "refused"),
     "a-file-written-by-a-chain-the-check-drives": (HANDED_BACK_WRITE, None, "refused"),
     "a-pickle-loaded-by-a-chain-the-check-drives": (HANDED_BACK_PICKLE, None, "refused"),
+    "a-program-started-by-numbas-unpickler": (NUMBA_PICKLE, None, "refused"),
 }
 
 

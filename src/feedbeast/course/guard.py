@@ -22,7 +22,8 @@ without passing through a library trusted to act for it:
 - the import system, which reads, compiles and runs a module the learner's code imports (a module the notebook
   may import: notebook.IMPORTABLE);
 - Numba and llvmlite, which compile the learner's kernels (Numba's simulator names a `cuda.shared.array` by the
-  file and line of the learner's call: a frame and a traceback it keeps to itself);
+  file and line of the learner's call: a frame and a traceback it keeps to itself); not for a file written, a
+  pickle loaded or a program started (`numba.core.serialize` unpickles whatever bytes it is handed);
 - the standard library's class makers (collections' namedtuple, typing, dataclasses, enum, abc), which read the
   caller's frame for a module name, a function's signature, and set a new class's attributes; not functools,
   whose update_wrapper gets and sets any attribute named to it;
@@ -164,8 +165,8 @@ def _on_behalf(name: str, event: str) -> bool:
     """Is a frame of file `name` a library trusted to raise `event` for the learner's code (see the docstring)?"""
     if name.startswith("<frozen importlib._bootstrap"):
         return True
-    if name.startswith(_folders(_COMPILERS)):
-        return event not in MADE
+    if name.startswith(_folders(_COMPILERS)):     # not for files, pickles or programs: Numba's serializer unpickles
+        return event not in MADE and event not in _HANDED_BACK    # the bytes it is handed, a program start among them
     if event in _OBJECT_EVENTS and name.startswith(_CLASS_MAKERS):
         return True
     if event in _FILE_EVENTS or event == "open":
