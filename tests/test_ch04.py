@@ -222,6 +222,38 @@ def test_rowsum_consumers_fence_their_reads_before_the_async_refill(notebook, ce
         fb.sass.expect_proxy_fence(fb.compile(bare, "sm_90a", defines=defines), kernel, "test")
 
 
+SKIPPABLE_FENCE = r"""
+#include <fb/mbarrier.cuh>
+#include <fb/fence.cuh>
+extern "C" __global__ void k(const float* in, float* out, int n) {
+  __shared__ float tile[256];
+  __shared__ alignas(8) unsigned long long bar;
+  if (threadIdx.x == 0) fb::mbar::init(&bar, blockDim.x);
+  __syncthreads();
+  tile[threadIdx.x] = in[threadIdx.x];
+  if (n < 0) {                                       // never true: the fence runs on no path that matters
+    tile[(threadIdx.x + 1) % 256] = in[threadIdx.x + 256];
+    FENCE
+  }
+  fb::mbar::arrive(&bar);
+  out[threadIdx.x] = tile[threadIdx.x];
+}
+"""
+
+
+@pytest.mark.parametrize("fence", ["fb::fence_proxy_async();",
+                                   'asm volatile("{ .reg .pred p; setp.eq.s32 p, %0, -12345; '
+                                   '@p fence.proxy.async.shared::cta; }" :: "r"(n) : "memory");'])
+def test_a_fence_that_a_branch_skips_is_no_fence_before_the_release(fence):
+    """The SASS has the fence between the shared stores and the arrive in address order, but a branch after the
+    first store jumps over it (an `if` around a second store and the fence; a predicated inline-PTX fence): the
+    order check reads the paths, not the addresses. A fence that runs on every path, after the `if`, passes."""
+    with pytest.raises(fb.SassMismatch, match="in the wrong place.*on every path"):
+        fb.sass.expect_proxy_fence(fb.compile(SKIPPABLE_FENCE.replace("FENCE", fence), "sm_90a"), "k", "test")
+    fixed = SKIPPABLE_FENCE.replace("    FENCE\n  }\n", "  }\n  fb::fence_proxy_async();\n")
+    assert fb.sass.expect_proxy_fence(fb.compile(fixed, "sm_90a"), "k", "test") >= 1
+
+
 WAITS = """#include <fb/mbarrier.cuh>
 extern "C" __global__ void waits(float* y, int n) {
   __shared__ fb::mbar::u64 bars[2];

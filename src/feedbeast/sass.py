@@ -389,8 +389,13 @@ def proxy_fence_order(ins) -> list[str]:
         inside an `if` the arrive is not in)?"""
         if any(ins[x].predicate not in ("", "@PT") for x in (f - 1, f)):
             return True
-        access = next((x for x in range(f - 2, -1, -1) if any(matches(ops[x], g) for g in _GENERIC_SHARED)), 0)
-        for b in range(access, f - 1):
+        # the accesses this fence would order: those since the last fence or async-proxy operation before it
+        start = next((x + 1 for x in range(f - 2, -1, -1) if ops[x] == "FENCE.VIEW.ASYNC.S"
+                      or any(matches(ops[x], a) for a in _ASYNC_AFTER)), 0)
+        first = next((x for x in range(start, f - 1) if any(matches(ops[x], g) for g in _GENERIC_SHARED)), None)
+        if first is None:
+            return False
+        for b in range(first, f - 1):
             if matches(ops[b], "BRA"):
                 t = at.get(_branch_target(ins[b]))
                 if t is not None and f < t <= j:
