@@ -127,7 +127,12 @@ def test_homes_inside_the_checkout_are_not_copied_into_a_learners_copy(hub, tmp_
     _spawn(hub, course / "trial" / "homes" / "cal")
     copy = course / "trial" / "homes" / "cal" / "feedbeast"
     assert (copy / "labs" / "04-mbarrier-ring.ipynb").is_file() and (copy / "trial" / "notes.md").is_file()
-    assert not (copy / "trial" / "homes").exists()
+    assert (copy / "trial" / "homes").is_dir() and not any((copy / "trial" / "homes").iterdir())
+    # homes at the checkout's top: another learner's is left out, the course's folders are not
+    (course / "ann" / "feedbeast" / "labs").mkdir(parents=True)
+    _spawn(hub, course / "dan")
+    copy = course / "dan" / "feedbeast"
+    assert not (copy / "ann").exists() and not (copy / "dan").exists() and (copy / "labs").is_dir()
 
 
 def test_backup_and_grade_files_are_left_out_only_where_the_instructor_has_them(hub, tmp_path):

@@ -81,20 +81,30 @@ def test_a_note_about_a_lab_not_regraded_stands_after_a_round_that_regrades_anot
     """carol's second notebook of lab 04 is named in round 1; round 2 regrades only her lab 03: the note stays
     (it had vanished from the CSV); a note about lab 03 itself comes from the new grade only."""
     found = _homes(tmp_path, 1)
-    state = {}
+    state, rounds = {}, []
 
-    def grade(name, labs, wanted):
+    def grade(name, labs, wanted):   # round 1 finds a second notebook of each lab; round 2 none of lab 03's
         notes = {"03": ["03-lab-Copy1.ipynb: another notebook of lab 03: not graded"],
                  "04": ["lab 04: 2 notebooks (04-a.ipynb, 04-b.ipynb) and none named as the course names it"]}
         return {"learner": name, "labs": [{"lab": lab, "status": "ok", "checks": []} for lab in wanted],
                 "refused": ["Untitled.ipynb: not a lab"] + [n for lab in wanted for n in notes[lab]
-                                                            if len(state) == 0 or lab == "04"]}
+                                                            if len(rounds) == 1 or lab == "04"]}
+    rounds.append(1)
     roster.watch_round(found, state, grade)
+    assert "03-lab-Copy1.ipynb: another notebook of lab 03: not graded" in state["learner00"]["doc"]["refused"]
+    rounds.append(2)
     new([markdown("## Check"), code("x = 'edited'")], to=found["learner00"] / "03-lab.ipynb")
     assert roster.watch_round(found, state, grade) == ["learner00 03"]
     assert state["learner00"]["doc"]["refused"] == [
         "lab 04: 2 notebooks (04-a.ipynb, 04-b.ipynb) and none named as the course names it",
         "Untitled.ipynb: not a lab"]
+    new([markdown("## Check"), code("x = 2")], to=found["learner00"] / "04-lab-Copy1.ipynb")
+    assert roster.watch_round(found, state, grade) == ["learner00 04"]
+    (found["learner00"] / "04-lab-Copy1.ipynb").unlink()       # a second notebook removed: its lab is graded again
+    assert roster.watch_round(found, state, grade) == ["learner00 04"]
+    (found["learner00"] / "04-lab.ipynb").unlink()             # the lab's only notebook removed: no grade stands
+    assert roster.watch_round(found, state, grade) == []
+    assert [lab["lab"] for lab in state["learner00"]["doc"]["labs"]] == ["03"]
 
 
 def test_the_first_failing_check_keeps_what_its_first_line_introduces():

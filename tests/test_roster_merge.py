@@ -77,6 +77,14 @@ def test_a_server_s_notes_on_notebooks_it_did_not_grade_stay_in_the_merged_row(t
     assert cli(["roster", "merge", "--csv", str(out), "--json", str(js), str(a), str(b)]) == 0
     assert f"{a}: {why}" in _rows(out)["dave"]["first failing check"]
     assert json.loads(js.read_text())[0]["refused"] == [f"{a}: {why}"]
+    # merged again: the note keeps its server's name, once; a note about a lab another server graded is dropped
+    c = _write(tmp_path / "c.json", [{"learner": "dave", "labs": [_lab("04-mbarrier-ring", passed=3)]}])
+    a2 = _write(tmp_path / "a2.json", [{"learner": "dave", "labs": [], "refused": [
+        "lab 04: 2 notebooks (04-a.ipynb, 04-b.ipynb) and none named as the course names it: not graded"]}])
+    again = tmp_path / "again.json"
+    assert cli(["roster", "merge", "--csv", str(tmp_path / "again.csv"), "--json", str(again), str(js), str(c),
+                 str(a2)]) == 0
+    assert json.loads(again.read_text())[0]["refused"] == [f"{a}: {why}"]
 
 
 def test_a_lab_ungraded_everywhere_stays_an_error_not_a_zero(tmp_path):

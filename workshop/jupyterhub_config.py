@@ -230,10 +230,11 @@ def copy_course(home: Path, owner=None) -> Path:
                 os.lchown(home, *owner)
         # Homes kept inside the checkout (a trial hub's, say): none is copied, least of all the one being filled,
         # which copytree would enter again and again until the disk is full, nor another learner's work
-        homes = {home.resolve()} | ({home.resolve().parent} - {COURSE.resolve()})   # this home and its siblings
+        mine = home.resolve()
 
-        def ignore(folder, names):
-            return skip(folder, names) | {n for n in names if (Path(folder) / n).resolve() in homes}
+        def ignore(folder, names):      # this home, and each beside it that holds a learner's copy
+            return skip(folder, names) | {n for n in names if (p := (Path(folder) / n).resolve()) == mine
+                                          or (p.parent == mine.parent and (p / "feedbeast" / "labs").is_dir())}
         shutil.copytree(COURSE, dest, ignore=ignore, symlinks=True)
         if owner is not None:
             for root, dirs, files in os.walk(dest):

@@ -34,17 +34,18 @@ FP32_FMA_PER_CLOCK_PER_SM = {(7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (
 #   H100 SXM5: 989.4 TFLOP/s / (132 SMs x 1.83 GHz) = 4096 (NVIDIA H100 Tensor Core GPU Architecture
 #   whitepaper, 2022, table "NVIDIA Data Center GPUs compared");
 #   B200: 2.25 PFLOP/s dense / (148 SMs x ~1.86 GHz) ~ 8192 (NVIDIA HGX B200 datasheet, 2024).
-# The other GPUs of a compute capability share one per-SM rate only at its highest, which the data-center parts
-# reach; the peak is that highest rate, a bound for every GPU of the capability:
+# The GPUs of one compute capability differ in their per-SM rate; the peak is the highest of them (a data-center
+# part's), a bound for every GPU of the capability:
 #   T4 (7.5): 65 TFLOP/s fp16 / (40 SMs x 1.59 GHz) ~ 1024 (NVIDIA T4 datasheet, 2019; Turing has no bf16 and
 #   no tf32);
 #   A10 (8.6): 125 TFLOP/s fp16 and bf16 / (72 SMs x 1.695 GHz) = 1024 (NVIDIA A10 datasheet, 2021);
-#   L40S (8.9): 366 TFLOP/s fp16 and bf16 / (142 SMs x 2.52 GHz) = 1024, fp8 733 = 2048 (NVIDIA L40S
-#   datasheet, 2023: 733 and 1,466 with sparsity); the L4 gives the same per SM (121 / (58 x 2.04 GHz)).
+#   L40S (8.9): 362 TFLOP/s fp16 and bf16 / (142 SMs x 2.52 GHz) ~ 1024, fp8 733 ~ 2048 (NVIDIA L40S
+#   datasheet, 2023: 362.05 and 733, 1,466 with sparsity); the L4 gives the same per SM (121 / (58 x 2.04 GHz)),
+#   the L40 half of it.
 # GeForce cards of 8.6 and 8.9 (RTX 30 and 40) run fp16 and bf16 with fp32 accumulation, what the course's
-# kernels use, at half that rate (NVIDIA Ampere GA102 and Ada GPU architecture whitepapers, "with FP32
-# Accumulate"): there the bound is twice what the tensor cores can give.
-# tf32 is half of bf16 on each of these (same sources). Other architectures: not known here, so not checked.
+# kernels use, at half that rate, and tf32 at a quarter (NVIDIA Ampere GA102 and Ada GPU architecture
+# whitepapers, "with FP32 Accumulate"): there the bounds are twice what the tensor cores can give.
+# tf32 is half of bf16 on the data-center parts (same sources). Other architectures: not known here, so not checked.
 TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM = {(7, 5): 1024, (8, 0): 2048, (8, 6): 1024, (8, 9): 1024, (9, 0): 4096,
                                       (10, 0): 8192}
 NO_TF32 = {(7, 5)}

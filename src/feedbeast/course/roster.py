@@ -358,16 +358,23 @@ def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wa
     todo = {}
     for name, labs in found.items():
         st = state.setdefault(name, {"seen": {}, "labs": {}, "doc": {"learner": name, "labs": []}})
-        changed = []
+        changed, here = [], set()
         for entry in sorted(os.scandir(labs), key=lambda e: e.name):
             if not (entry.name.endswith(".ipynb") and is_lab(entry.name)) or (wanted and entry.name[:2] not in wanted):
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
+            here.add(entry.name)
             fp = _fingerprint(Path(entry.path), st["seen"].get(entry.name))
             if st["seen"].get(entry.name, (None, None, None))[2] != fp[2]:
                 changed.append(entry.name[:2])
             st["seen"][entry.name] = fp
+        for gone in set(st["seen"]) - here:        # a notebook removed (a second copy of a lab): that lab again
+            del st["seen"][gone]
+            if any(n[:2] == gone[:2] for n in here):
+                changed.append(gone[:2])
+            elif st["labs"].pop(gone[:2], None) is not None:     # its lab's only notebook: no grade stands
+                st["doc"] = {**st["doc"], "labs": [st["labs"][k] for k in sorted(st["labs"])]}
         if changed:
             todo[name] = sorted(set(changed))
 
@@ -381,13 +388,13 @@ def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wa
             for lab in doc.get("labs", []):
                 st["labs"][lab["lab"]] = lab
             # a note about a lab not graded this round (a second notebook of lab 04) stands until that lab is
-            kept = [n for n in st["doc"].get("refused", []) if _note_lab(n) and _note_lab(n) not in todo[name]]
+            kept = [n for n in st["doc"].get("refused", []) if note_lab(n) and note_lab(n) not in todo[name]]
             st["doc"] = {**doc, "labs": [st["labs"][k] for k in sorted(st["labs"])],
                          "refused": kept + [n for n in doc.get("refused", []) if n not in kept]}
     return [f"{n} {lab}" for n, labs in todo.items() for lab in labs]
 
 
-def _note_lab(note: str) -> str | None:
+def note_lab(note: str) -> str | None:
     """The lab a roster note is about ('04-x-Copy1.ipynb: another notebook of lab 04', 'lab 04: 2 notebooks'), or
     None (a notebook that is no lab's)."""
     m = re.match(r"(?:lab )?(\d\d)\b", note)

@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-from .roster import keep_previous, lab_number, output_problem, score, write_csv
+from .roster import keep_previous, lab_number, note_lab, output_problem, score, write_csv
 
 RANK = {"ok": 3, "partial": 2, "failed": 1}
 
@@ -74,7 +74,9 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
             m["ungraded"] += d.get("ungraded", [])
             # what a server did not grade, and why (a notebook under another name, a second one of a lab): the
             # learner's row keeps each, named by its server, as the server's own row did
-            m.setdefault("refused", []).extend(f"{src}: {why}" for why in d.get("refused", []) if isinstance(why, str))
+            merged_file = "errors" in d or any("server" in lab for lab in d.get("labs", []))   # a merge's output
+            m.setdefault("refused", []).extend(why if merged_file else f"{src}: {why}"
+                                               for why in d.get("refused", []) if isinstance(why, str))
             # a merged file (room.json merged again) keeps every server's reason in "errors", and in "error" those
             # that still stood: only these are about the labs it left ungraded, the others about labs graded since
             shown = d.get("error", "")
@@ -85,6 +87,8 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
         graded = {lab.get("lab") for lab in m["labs"]}
         m["labs"].sort(key=lambda lab: str(lab.get("lab")))
         m["ungraded"] = sorted(set(m["ungraded"]) - graded)
+        # a note about a lab some server graded no longer stands (that server found its notebook)
+        m["refused"] = [n for n in m.get("refused", []) if note_lab(n.split(": ", 1)[-1]) not in graded]
         errors = m.pop("errors")
         if shown := _errors_that_stand(errors, m["ungraded"], graded):
             m["error"] = "; ".join(shown)
