@@ -384,8 +384,8 @@ def proxy_fence_order(ins) -> list[str]:
     at = {o: k for k, o in enumerate(where)}
 
     def skipped(f: int, j: int) -> bool:
-        """Can a path from the shared-memory access before the fence at f reach the arrive at j without the fence:
-        the fence predicated, or a branch after that access landing between the fence and the arrive (a fence
+        """Can a path from an access the fence at f orders reach the arrive at j without the fence: the fence
+        predicated, or a branch after the first such access landing between the fence and the arrive (a fence
         inside an `if` the arrive is not in)?"""
         if any(ins[x].predicate not in ("", "@PT") for x in (f - 1, f)):
             return True

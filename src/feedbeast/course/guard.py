@@ -124,8 +124,9 @@ _REPLAY_EVENTS = frozenset({"os.fork", "os.kill", "_thread.start_new_thread", "_
 # programs started (the toolkit's writers run the disassembler and the compilers: _WRITERS)
 _PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.forkpty",
                              "pty.spawn", "os.startfile"})
-# raised in the check process only from the toolkit's writers and the import system: from any other frame of the
-# toolkit, the course or the grader's cells they come from code the learner's code handed back
+# raised in the check process only from the toolkit's writers, the course's results log and the import system:
+# from any other frame of the toolkit, the course or the grader's cells they come from code the learner's code
+# handed back
 _HANDED_BACK = frozenset({"open", "pickle.find_class"}) | _FILE_EVENTS | _PROCESS_EVENTS
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep       # feedbeast/
 _COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep                           # feedbeast/course/

@@ -387,7 +387,7 @@ def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wa
             st = state[name]
             for lab in doc.get("labs", []):
                 st["labs"][lab["lab"]] = lab
-            # a note about a lab not graded this round (a second notebook of lab 04) stands until that lab is
+            # a note about a lab not graded this round (a second notebook of lab 04) stands until that lab is graded
             kept = [n for n in st["doc"].get("refused", []) if note_lab(n) and note_lab(n) not in todo[name]]
             st["doc"] = {**doc, "labs": [st["labs"][k] for k in sorted(st["labs"])],
                          "refused": kept + [n for n in doc.get("refused", []) if n not in kept]}
