@@ -112,6 +112,24 @@ CTYPES = """import numpy.ctypeslib
 
 def make_maps(x_dev, y_dev, unused=numpy.ctypeslib.ctypes.pythonapi["PyRun_SimpleString"](b"x = 1")):
 """
+# Memory and native code reached through a library's own C code, which raises no audit event: a view of numpy's
+# over any address (as_strided does not check its strides; id() gives an object's address), Numba's code generator
+# (an @intrinsic emits any native call: CPython's API, libc's system()) and its CPU compiler (no bounds checks).
+RAW_VIEW = """from numpy.lib.stride_tricks import as_strided
+
+
+def make_maps(x_dev, y_dev, unused=as_strided(np.zeros(2), shape=(1,), strides=(id(np) % 8 + 8,))):
+"""
+INTRINSIC = """from numba.core.extending import intrinsic
+
+
+def make_maps(x_dev, y_dev, unused=intrinsic):
+"""
+CPU_JIT = """import numba
+
+
+def make_maps(x_dev, y_dev, unused=numba.jit(lambda a, i: a[i])):
+"""
 # Code run later by the check itself: make_maps hands back a chain over builtins that the check's own unpacking
 # (`x_map, y_map = make_maps(...)`) drives, so that no line of the learner's is on the stack when it writes a file
 # (a solution another grade reads) or loads a pickle (which can call any function by name).
@@ -316,6 +334,9 @@ FORGERIES = {
     "a-file-written-by-a-chain-the-check-drives": (HANDED_BACK_WRITE, None, "refused"),
     "a-pickle-loaded-by-a-chain-the-check-drives": (HANDED_BACK_PICKLE, None, "refused"),
     "a-program-started-by-numbas-unpickler": (NUMBA_PICKLE, None, "refused"),
+    "memory-through-a-raw-view": ([(MAKE_MAPS, RAW_VIEW)], None, "refused"),
+    "native-code-through-numbas-intrinsic": ([(MAKE_MAPS, INTRINSIC)], None, "refused"),
+    "numbas-cpu-compiler": ([(MAKE_MAPS, CPU_JIT)], None, "refused"),
 }
 
 
@@ -734,6 +755,25 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("def f(fn):\n    return fn.__globals__", False),
     ("x = __fb_own__", False),
     ("def f(__fb_class__):\n    pass", False),
+    # raw memory and native code through a library's C code (no audit event): refused by name
+    ("from numpy.lib.stride_tricks import as_strided", False),
+    ("def f(a):\n    return np.lib.stride_tricks.as_strided(a, (2,), (8,))", False),
+    ("def f(a):\n    return np.lib.array_utils.byte_bounds(a)", False),
+    ("def f(x):\n    return id(x)", False),
+    ("from numba.core.extending import intrinsic", False),
+    ("import numba.core.codegen", False),
+    ("def f(nb):\n    return nb.core.codegen.ll.load_library_permanently", False),
+    ("from numba import njit", False),
+    ("from numba import jit", False),
+    ("import numba as nb\nf = nb.jit(lambda a, i: a[i])", False),
+    ("def f(a):\n    return cuda.from_cuda_array_interface({}, owner=a)", False),
+    ("def f(a):\n    return cuda.cudadrv.driver.device_to_host(a, 0, 8)", False),
+    ("def f(torch):\n    return torch.from_file('x', shared=True, size=8)", False),
+    ("def f(t):\n    return t.data_ptr()", False),
+    ("import cupy", False),
+    ("from numba import cuda, float32\n@cuda.jit\ndef k(x, n):\n    i = cuda.grid(1)\n    if i < n:\n"
+     "        x[i] = float32(1)", True),
+    ("def f(w):\n    return {id: 1 for id in range(3)}", True),
 ])
 def test_refusals(src, ok):
     import ast

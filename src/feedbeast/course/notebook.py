@@ -571,7 +571,7 @@ def _reads(node) -> tuple[frozenset, frozenset]:
 # also checks, around every check cell, that the toolkit and the environment are as it set them).
 
 IMPORTABLE = {"numpy", "math", "cmath", "functools", "itertools", "operator", "collections", "dataclasses", "enum",
-              "time", "typing", "numba", "cupy", "torch", "triton", "ml_dtypes", "feedbeast"}
+              "time", "typing", "numba", "torch", "ml_dtypes", "feedbeast"}
 INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grade", "guard", "roster", "isolated", "sanitize",
             "cache",
             "environ", "putenv", "unsetenv", "modules", "settrace", "setprofile", "excepthook", "stdout",
@@ -591,9 +591,27 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
             # enum's decorators that copy a class's members into the module its __module__ names
             "global_enum", "global_str", "global_enum_repr", "global_flag_repr",
             # what evaluates a string as a type annotation: a string annotation is refused unless it names a type
-            "get_type_hints", "ForwardRef", "evaluate_forward_ref", "singledispatch", "singledispatchmethod"}
+            "get_type_hints", "ForwardRef", "evaluate_forward_ref", "singledispatch", "singledispatchmethod"} | {
+    # Raw memory, native code and files through a library's own C code, which raises no audit event for the guard.
+    # numpy: a view with any strides over any address (as_strided does not check them against its base, unlike
+    # np.ndarray(..., strides=)), and the address of an array's data
+    "as_strided", "stride_tricks", "byte_bounds", "array_utils",
+    # Numba: the code generator and its extension API (an @intrinsic emits any native call), its CPU compilers
+    # (no bounds checks: an index past the end writes the process's memory), the driver's copies between raw
+    # addresses, and arrays over a raw address; a graded cell compiles with @cuda.jit only
+    "core", "extending", "intrinsic", "overload", "overload_method", "overload_attribute", "register_jitable",
+    "cgutils", "codegen", "llvmlite", "cfunc", "carray", "farray", "njit", "generated_jit", "vectorize",
+    "guvectorize", "stencil", "jit_module", "objmode", "experimental", "cudadrv", "driver", "runtime",
+    "from_cuda_array_interface", "as_cuda_array", "external_stream", "open_ipc_array",
+    # numpy's random generators hand their state's address and C functions to ctypes and cffi
+    "cffi",
+    # PyTorch: a tensor mapped onto a file (from_file(shared=True) writes it), the CUDA runtime's calls, native
+    # extensions and libraries loaded, raw addresses
+    "from_file", "UntypedStorage", "TypedStorage", "untyped_storage", "data_ptr", "cudart", "cpp_extension",
+    "load_inline", "load_library", "hub"}
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
-         "open", "breakpoint", "input", "get_ipython", "super"}
+         "open", "breakpoint", "input", "get_ipython", "super",
+         "id"}     # an object's address, which is all a raw view needs to read or write the object
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__", "__prepare__",
               # what a class pattern reads by position, and what makes any object pass isinstance()
               "__match_args__", "__subclasshook__",
@@ -974,7 +992,9 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             # (a local named `input` is theirs; super() in a method)
             say(f"it uses {n.id}" + (": write obj.name = value, on an object of your own" if n.id == "setattr"
                                      else ": write obj.name, or getattr(obj, \"name\", default) with a public name "
-                                     "written at the call" if n.id == "getattr" else ""), n)
+                                     "written at the call" if n.id == "getattr" else
+                                     " (an object's address in memory): compare objects with `is`, or key a dict "
+                                     "by the object itself" if n.id == "id" else ""), n)
         elif isinstance(n, ast.Attribute):
             # in a method: self._n and self.__n, super()._n (checked as they run: a private name of the learner's
             # classes), super().__init__
@@ -989,7 +1009,11 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                     + INSTEAD_OF_DUNDER.get(n.attr, ""), n)
             elif n.attr in INTERNAL and id(n) not in decorators and id(n) not in own:   # @functools.cache
                 say(f"it reaches .{n.attr} (the grader's and the toolkit's own state)", n)
-            elif n.attr in CALLS - {"input", "super"}:
+            elif n.attr == "jit" and not (isinstance(n.value, ast.Name) and n.value.id == "cuda"):
+                say("it reaches .jit other than as cuda.jit: Numba's CPU compiler runs native code without bounds "
+                    "checks (an index past the end writes the process's memory); a graded cell compiles kernels "
+                    "with @cuda.jit", n)
+            elif n.attr in CALLS - {"input", "super", "id"}:
                 say(f"it reaches .{n.attr} (what the builtin of that name does, reached through a module)", n)
             elif n.attr in ("wraps", "update_wrapper") and id(n) not in wraps and id(n) not in on_self:
                 say(f"it calls functools.{n.attr} other than as @functools.wraps(f) on a function of its own "
@@ -1176,4 +1200,6 @@ def _importable(name: str, member: bool = False) -> bool:
         return True
 
     parts = name.split(".")
+    if name == "numba.jit":     # Numba's CPU compiler (cuda.jit is the one a graded cell uses)
+        return False
     return parts[0] in IMPORTABLE and not (set(parts[1:]) & INTERNAL) and not any(p.startswith("_") for p in parts[1:])
