@@ -29,7 +29,7 @@ PYVER = import sys; print("%d.%d" % sys.version_info[:2])
 PYID = import os, sys; print("%d.%d" % sys.version_info[:2], os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
 ifeq ($(ENV),current)
 PYTHON  := $(PYTHON3)
-STAMP   := $(if $(WHEELS),bundle-into-current,)
+STAMP   := $(if $(WHEELS),bundle-into-current,current-has-course)
 # ENV=current asks for this Python: a Debian/Ubuntu system Python refuses pip (PEP 668, EXTERNALLY-MANAGED)
 # unless told that the install is meant.
 PIP_ENV := PIP_BREAK_SYSTEM_PACKAGES=1
@@ -67,7 +67,7 @@ NO_WHEELS_HINT = $(if $(WHEELS),$(if $(wildcard $(WHEELS_DIR)/*.whl),,$(WHEELS_D
 	make wheelhouse wrote on a machine with internet, or give its path (WHEELS=/path/to/wheelhouse)))
 comma   := ,
 
-.PHONY: help install bundle-into-current lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \
+.PHONY: help install bundle-into-current current-has-course lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \
 	sanitize stress workshop gpu-check
 help:
 	@sed -n 's/^## //p' Makefile
@@ -80,6 +80,12 @@ install: $(STAMP)
 COURSE_WHEEL = $(wildcard $(WHEELS)/feedbeast-*.whl)
 # what the messages call the command: the target typed (make lab, make workshop, ...), which installs the bundle first
 TYPED = make $(or $(firstword $(MAKECMDGOALS)),install) ENV=current
+# ENV=current installs nothing: the Python it names must have the course already
+current-has-course:
+	@$(PYTHON) -c 'import feedbeast' 2>/dev/null || { echo "$(TYPED): $(PYTHON) ($$(command -v $(PYTHON) || \
+	echo not found)) cannot import feedbeast. ENV=current uses the Python you are in: activate the environment \
+	the course is installed in (. <env>/bin/activate), or name its Python (PYTHON3=<env>/bin/python), or install \
+	the course into this one (make install ENV=current WHEELS=dir, or the README's wheel command)" >&2; exit 1; }
 bundle-into-current:
 	@# A notebook bundle holds no CUDA Python, no Numba and no matplotlib: it completes a GPU image's Python, not a
 	@# bare one (checked before anything is installed, so a refused Python is left as it was).

@@ -281,14 +281,33 @@ def test_on_a_workshop_hub_a_lab_named_by_its_number_is_the_learners_copy(tmp_pa
     assert course_main(["reset", SOLUTION.name[:2]]) == 0 and (copy / "labs" / SOLUTION.name).is_file()
 
 
-def test_a_lab_named_outside_any_checkout_says_where_labs_are_looked_up(tmp_path, monkeypatch):
-    """A hosted notebook's terminal starts in the folder above the clone: `grade 04` there names the missing
-    checkout and what to do, not only the missing file."""
+def test_a_lab_named_outside_any_checkout_says_where_labs_are_looked_up(tmp_path, monkeypatch, capsys):
+    """Outside any checkout (a notebook copied out, the course installed from its wheel) `grade 04` names the
+    missing checkout and what to do, not only the missing file. A hosted notebook's shell starts in the folder
+    that holds the clone (Colab's /content): the one checkout one folder below is the course, as the notebooks'
+    setup cell finds it; two there are named, to choose from."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
     assert g.expand(["04"]) == [Path("04")]
     error = g.grade(Path("04")).error
-    assert "no checkout of the course" in error and "%cd feedbeast" in error
+    assert "no checkout of the course" in error and "--course DIR" in error and "or give the lab's path" in error
+    # a notebook run there (copied out of the checkout) says once why it shows no GPU run's records
+    from feedbeast.course import results
+    monkeypatch.setattr(results, "_unfound_said", False)
+    capsys.readouterr()
+    assert results.course_results() is None and results.course_results() is None
+    assert capsys.readouterr().out.count("so the GPU runs it records in results/ are not read here") == 1
+    clone = tmp_path / "feedbeast"
+    for d in ("chapters", "solutions", "labs"):
+        (clone / d).mkdir(parents=True)
+    shutil.copy(SOLUTION, clone / "solutions")
+    shutil.copy(SOLUTION, clone / "labs")
+    assert g.expand([SOLUTION.name[:2]]) == [(clone / "labs" / SOLUTION.name).resolve()]
+    assert results.course_results() == (clone / "results").resolve()
+    shutil.copytree(clone, tmp_path / "feedbeast-2")
+    from feedbeast.course.coursedir import CourseNotFound, find
+    with pytest.raises(CourseNotFound, match="2 checkouts below it: feedbeast, feedbeast-2; say which with --course"):
+        find()
 
 
 # ---- SASS-visible rules: the proxy fence's place, not only its count -----------------------------------------

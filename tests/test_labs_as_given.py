@@ -103,6 +103,18 @@ def test_make_lab_without_jupyterlab_installs_nothing(tmp_path):
     interpreter has none: a pip call would fail with 'No module named pip')."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
     py = tmp_path / "bare/bin/python"
+    # without the course either: ENV=current installs nothing, so it says where the course is to come from
+    r = subprocess.run(["make", "-s", "--no-print-directory", "lab", "ENV=current", f"PYTHON3={py}"], cwd=ROOT,
+                       env=_env(), capture_output=True, text=True, timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "cannot import feedbeast" in out and "PYTHON3=<env>/bin/python" in out, out
+    assert "WHEELS=dir" in out and "No module named pip" not in out and "jupyter" not in r.stdout, out
+    # the course there (a stand-in package on its path), JupyterLab not
+    (tmp_path / "course/feedbeast").mkdir(parents=True)
+    (tmp_path / "course/feedbeast/__init__.py").write_text("")
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "course.pth").write_text(str(tmp_path / "course") + "\n")
     r = subprocess.run(["make", "-s", "--no-print-directory", "lab", "ENV=current", f"PYTHON3={py}"], cwd=ROOT,
                        env=_env(), capture_output=True, text=True, timeout=60)
     out = r.stdout + r.stderr
@@ -146,8 +158,9 @@ def test_reset_finds_the_course_from_a_folder_inside_it(tmp_path):
     assert next((course / "labs").glob("04-*.ipynb")).read_text() == next(ROOT.glob("labs/04-*.ipynb")).read_text()
     assert next((course / "labs").glob("05-*.ipynb")).read_text() == edited5
     assert len(list((course / "labs/backup").glob("04-*.ipynb"))) == 1, r.stdout
-    # from a folder outside any checkout: one line that says how, and exit status 2
-    r = subprocess.run([sys.executable, "-m", "feedbeast", "reset", "04"], cwd=tmp_path, env=env,
+    # from a folder outside any checkout (none at, above or one folder below it): one line that says how, exit 2
+    (tmp_path / "elsewhere").mkdir()
+    r = subprocess.run([sys.executable, "-m", "feedbeast", "reset", "04"], cwd=tmp_path / "elsewhere", env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no checkout of the course" in r.stdout and "Traceback" not in r.stderr, r
     r = subprocess.run([sys.executable, "-m", "feedbeast", "check", "--course", str(course)], cwd=tmp_path,

@@ -6,7 +6,9 @@ it in src/. Neither says where the course is. The course is, in this order:
 1. an explicit folder (a `--course DIR` option), else
 2. `FEEDBEAST_COURSE`, else
 3. the first folder holding both `chapters/` and `solutions/` at or above the file being worked on (the
-   notebook being graded or benchmarked), else at or above the working directory.
+   notebook being graded or benchmarked), else at or above the working directory, else
+4. the one checkout one level below the working directory: a hosted notebook's kernel and shell run in a fixed
+   folder (Colab's /content) with the clone inside it, where the notebooks' setup cell finds it too.
 
 That is where the checks and solutions come from. A lab named by its number (`grade 04`, `reset 04`) is looked for
 in another place, `working()`: the labs/ of the checkout the learner works in. On a workshop hub FEEDBEAST_COURSE
@@ -55,9 +57,17 @@ def find(near=None, explicit=None) -> Path:
         folder = around(start)
         if folder is not None:
             return folder
+    try:
+        below = [d for d in sorted(Path.cwd().iterdir()) if d.is_dir() and is_course(d)]
+    except OSError:
+        below = []
+    if len(below) == 1:
+        return below[0].resolve()
     looked = " or ".join(str(Path(s).resolve()) for s in starts)
-    raise CourseNotFound(f"no checkout of the course (a folder with chapters/ and solutions/) at or above {looked}: "
-                         "run from the checkout, or pass --course DIR (or set FEEDBEAST_COURSE)")
+    also = (f" ({len(below)} checkouts below it: {', '.join(d.name for d in below)}; say which with --course DIR)"
+            if below else " (nor one folder below the working directory)")
+    raise CourseNotFound(f"no checkout of the course (a folder with chapters/ and solutions/) at or above {looked}"
+                         f"{also}: run from the checkout, or pass --course DIR (or set FEEDBEAST_COURSE)")
 
 
 def working(explicit=None) -> Path:

@@ -1370,8 +1370,7 @@ def expand(patterns, course=None) -> list[Path]:
                         missing[str(lab)] = labs.none_left(mine, lab)
             except CourseNotFound as e:   # a lab named by its number needs the course's labs/ to look in
                 missing[str(Path(p))] = (f"a lab named by its number or name is looked up in the course's labs/, "
-                                         f"and {e}; in a hosted notebook, run it from the clone's folder "
-                                         f"(`%cd feedbeast`) or give the lab's path")
+                                         f"and {e}; or give the lab's path")
                 hits = [p]
             except ValueError as e:       # no such lab: the labs there are, named, when it is graded as missing
                 missing[str(Path(p))] = str(e)

@@ -111,20 +111,25 @@ def _newest(kind: str, name: str) -> dict | None:
     return max(recs, key=lambda r: r.get("time", ""), default=None)
 
 
+_unfound_said = False
+
+
 def course_results() -> Path | None:
-    """results/ of the course checkout found from the working directory (a notebook runs in its folder), else of
-    the one checkout one level below it: a hosted notebook's kernel runs in a fixed folder (Colab's /content) with
-    the clone beside the notebook's own files, as the setup cell finds it. Only what is shown reads this."""
-    from .coursedir import CourseNotFound, find, is_course
+    """results/ of the course checkout found from the working directory (a notebook runs in its folder; a hosted
+    notebook's kernel in the folder that holds the clone: coursedir.find). Only what is shown reads this. Where
+    there is none (a notebook copied out of the checkout, with the course installed from its wheel), it says so
+    once, so that "no GPU run recorded it" is not read as the course having no record."""
+    global _unfound_said
+    from .coursedir import CourseNotFound, find
     try:
         return find() / "results"
     except CourseNotFound:
-        pass
-    try:
-        below = [d for d in Path.cwd().iterdir() if d.is_dir() and is_course(d)]
-    except OSError:
+        if not _unfound_said:
+            _unfound_said = True
+            print(f"(no checkout of the course at, above or one folder below {Path.cwd()}, so the GPU runs it "
+                  "records in results/ are not read here: run the notebook inside the checkout, or set "
+                  "FEEDBEAST_COURSE to it)")
         return None
-    return below[0] / "results" if len(below) == 1 else None
 
 
 # Parts of a name that give a problem size: "n=4096", "rows=8192", "4000x4104x3992", "37 x 1000". A CPU run uses
