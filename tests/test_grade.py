@@ -523,6 +523,19 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
             g.cuda_refusals("#define S(x) #x\n" + reached, tmp_path)), reached
     assert "it reaches S" in " ".join(g.cuda_refusals("#define S(u, x) #x\n#define X(a) S((0), a)\n", tmp_path))
     assert g.cuda_refusals('#define S(x) #x\nconst char* w = S(__syncthreads());\n', tmp_path) == []
+    # told apart without a macro: what only the debug build declares, a toolkit function's type (the hazard build
+    # adds a source-line parameter), a fallback declared in the toolkit's namespace
+    probe = ("namespace fb { struct release_build {}; template <class... A> __device__ release_build "
+             "globaltimer_ns(A...); }\nconstexpr bool kChecked = !same<decltype(fb::globaltimer_ns()), "
+             "fb::release_build>::value;\n")
+    said = " ".join(g.cuda_refusals(probe, tmp_path))
+    assert "inside namespace fb" in said and "decltype(...) of an expression that names the toolkit" in said, said
+    for tell, what in (("constexpr int k = sizeof(fb::mbar::arrive(b));\n", "sizeof(...)"),
+                       ("auto p = & ::fb::mbar::arrive;\n", "the address of a toolkit function"),
+                       ("constexpr bool k = noexcept(fb::mbar::wait(b, 0));\n", "noexcept(...)")):
+        assert what in " ".join(g.cuda_refusals(tell, tmp_path)), tell
+    assert g.cuda_refusals("struct Slot { float v[4]; };\nconstexpr int k = sizeof(Slot) + alignof(float);\n"
+                           "fb::mbar::arrive(&b.full[s]);\n", tmp_path) == []
 
 
 def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():

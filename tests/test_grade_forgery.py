@@ -774,6 +774,14 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("from numba import cuda, float32\n@cuda.jit\ndef k(x, n):\n    i = cuda.grid(1)\n    if i < n:\n"
      "        x[i] = float32(1)", True),
     ("def f(w):\n    return {id: 1 for id in range(3)}", True),
+    # attribute names computed at run time: a class maker that takes them as text (its objects' __init__ sets them)
+    ("import dataclasses\nRaw = dataclasses.make_dataclass('Raw', [('__array_' + 'interface__', dict)])", False),
+    ("import enum\nE = enum.Enum('E', {'__array_' + 'interface__': {}})", False),
+    ("from enum import IntEnum\nE = IntEnum('E', 'A B')", False),
+    ("import enum\nclass Role(enum.Enum):\n    PRODUCER = 0\n\nr = Role(0)", True),
+    # an array over an address of the learner's choosing; a file's code linked into a kernel
+    ("def f(p):\n    return fb.DeviceArray((4,), np.float32, p, owner=True)", False),
+    ("from numba import cuda\n@cuda.jit(link=['mine.cu'])\ndef k(x):\n    x[0] = 1", False),
 ])
 def test_refusals(src, ok):
     import ast

@@ -1303,6 +1303,24 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     if re.search(r"^[^\S\n]*#[^\S\n]*(?!define[^\S\n]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
         out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
                    "macros)")
+    # The hazard and debug builds declare more in namespace fb and give its functions a source-line parameter
+    # (fb/hazard.cuh, fb/debug.cuh): a declaration of the learner's own inside it, a toolkit function's address
+    # or type, or what an operand naming it would be, tells the builds apart without a macro
+    if re.search(r"\bnamespace\s+fb\b", text):
+        out.append("it declares names inside namespace fb, the toolkit's own (the hazard and debug builds declare "
+                   "more there): declare yours outside it")
+    if re.search(r"&\s*(?:::\s*)?fb\s*::", text):
+        out.append("it takes the address of a toolkit function (&fb::...), whose type the hazard and debug builds "
+                   "change: call it")
+    for m in re.finditer(r"\b(decltype|sizeof|alignof|noexcept|__builtin_\w+)\s*\(", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        if re.search(r"\bfb\s*::", text[m.end():i]):
+            out.append(f"it asks {m[1]}(...) of an expression that names the toolkit ({text[m.start():i][:60]}), "
+                       "whose answer the hazard and debug builds change: ask it of your own types and values")
+            break
     folders = [Path(d) for d in include_path()]
     for inc in re.findall(r"^[^\S\n]*#[^\S\n]*include(.*)$", text, re.M):
         inc = inc.strip()

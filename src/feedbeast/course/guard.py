@@ -93,7 +93,9 @@ def refused() -> list[str]:
     return list(_refused)
 
 
-_MEMORY = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/(?:mem|pagemap|environ)")
+# the process's memory, and the map of its addresses (which a view over a raw address needs)
+_MEMORY = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/(?:mem|pagemap|environ|maps|smaps|smaps_rollup|"
+                     r"numa_maps|syscall|stat)")
 
 
 def _proc_mem(args) -> bool:

@@ -605,6 +605,9 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
     "from_cuda_array_interface", "as_cuda_array", "external_stream", "open_ipc_array",
     # numpy's random generators hand their state's address and C functions to ctypes and cffi
     "cffi",
+    # a class whose field names are computed ("__array_" + "interface__"): its objects then carry the attribute
+    # numpy reads for a view over any address, set by the __init__ the class maker writes
+    "make_dataclass",
     # PyTorch: a tensor mapped onto a file (from_file(shared=True) writes it), the CUDA runtime's calls, native
     # extensions and libraries loaded, raw addresses
     "from_file", "UntypedStorage", "TypedStorage", "untyped_storage", "data_ptr", "cudart", "cpp_extension",
@@ -626,6 +629,7 @@ FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__
               "__ceil__", "__contains__", "__instancecheck__", "__subclasscheck__", "__array__", "__array_ufunc__",
               "__array_function__", "__array_interface__", "__array_priority__", "__array_wrap__",
               "__array_finalize__", "__cuda_array_interface__", "__dlpack__"}
+ENUM_MAKERS = {"Enum", "IntEnum", "Flag", "IntFlag", "StrEnum", "ReprEnum", "EnumType", "EnumMeta"}
 BUILTIN_NAMES = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 # the methods that change a list, dict, set or array in place: not called on a name the lab gives
 MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "sort",
@@ -1028,6 +1032,18 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 " (Python calls it outside the code that names it)"), n)
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in FINALIZERS:
             say(f"it names {n.value}", n)            # type("X", (int,), {"__ne__": ...})
+        elif isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(
+                n.func, "id", None)) == "DeviceArray":
+            # DeviceArray(shape, dtype, ptr): any address, owned (freed when it goes) or not
+            say("it makes a DeviceArray over an address of its own: allocate with fb.empty or fb.to_device", n)
+        elif isinstance(n, ast.keyword) and n.arg == "link":
+            # cuda.jit(link=[path]), cuda.declare_device(..., link=...): a file's code linked into the kernel
+            say("it links a file's code into a kernel (link=...): a graded kernel is written in the lab's cells", n)
+        elif isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(
+                n.func, "id", None)) in ENUM_MAKERS and (len(n.args) > 1 or any(k.arg != "value" for k in n.keywords)):
+            # Enum("E", {"__array_" + "interface__": ...}): the functional API makes a class whose attribute names
+            # are computed, past the rules above (a dunder name is kept as a plain class attribute)
+            say("it makes an enum with the functional API (Enum(name, members)): write it as a class statement", n)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type" \
                 and len(n.args) + len(n.keywords) > 1 and id(n.func) not in local:
             # its names may be computed ("_" + "_ne__"), past the rule above: a class is written as a class
