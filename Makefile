@@ -82,10 +82,11 @@ COURSE_WHEEL = $(wildcard $(WHEELS)/feedbeast-*.whl)
 TYPED = make $(or $(firstword $(MAKECMDGOALS)),install) ENV=current
 # ENV=current installs nothing: the Python it names must have the course already
 current-has-course:
-	@$(PYTHON) -c 'import feedbeast' 2>/dev/null || { echo "$(TYPED): $(PYTHON) ($$(command -v $(PYTHON) || \
-	echo not found)) cannot import feedbeast. ENV=current uses the Python you are in: activate the environment \
-	the course is installed in (. <env>/bin/activate), or name its Python (PYTHON3=<env>/bin/python), or install \
-	the course into this one (make install ENV=current WHEELS=dir, or the README's wheel command)" >&2; exit 1; }
+	@if ! err=$$($(PYTHON) -c 'import feedbeast' 2>&1); then echo "$(TYPED): $(PYTHON) ($$(command -v $(PYTHON) || \
+	echo not found)) cannot import feedbeast ($$(printf '%s\n' "$$err" | tail -n 1)). ENV=current uses the Python \
+	you are in: activate the environment the course is installed in (. <env>/bin/activate), or name its Python \
+	(PYTHON3=<env>/bin/python), or install the course into this one (make install ENV=current WHEELS=dir, or the \
+	README's wheel command)" >&2; exit 1; fi
 bundle-into-current:
 	@# A notebook bundle holds no CUDA Python, no Numba and no matplotlib: it completes a GPU image's Python, not a
 	@# bare one (checked before anything is installed, so a refused Python is left as it was).

@@ -297,6 +297,7 @@ def test_a_lab_named_outside_any_checkout_says_where_labs_are_looked_up(tmp_path
     capsys.readouterr()
     assert results.course_results() is None and results.course_results() is None
     assert capsys.readouterr().out.count("so the GPU runs it records in results/ are not read here") == 1
+    from feedbeast.course.coursedir import CourseNotFound, find
     clone = tmp_path / "feedbeast"
     for d in ("chapters", "solutions", "labs"):
         (clone / d).mkdir(parents=True)
@@ -304,10 +305,11 @@ def test_a_lab_named_outside_any_checkout_says_where_labs_are_looked_up(tmp_path
     shutil.copy(SOLUTION, clone / "labs")
     assert g.expand([SOLUTION.name[:2]]) == [(clone / "labs" / SOLUTION.name).resolve()]
     assert results.course_results() == (clone / "results").resolve()
-    shutil.copytree(clone, tmp_path / "feedbeast-2")
-    from feedbeast.course.coursedir import CourseNotFound, find
-    with pytest.raises(CourseNotFound, match="2 checkouts below it: feedbeast, feedbeast-2; say which with --course"):
+    with pytest.raises(CourseNotFound):   # a roster's search (no `below`): a folder below never poses as the course
         find()
+    shutil.copytree(clone, tmp_path / "feedbeast-2")
+    with pytest.raises(CourseNotFound, match="2 checkouts below it: feedbeast, feedbeast-2; say which with --course"):
+        find(below=True)
 
 
 # ---- SASS-visible rules: the proxy fence's place, not only its count -----------------------------------------
@@ -536,6 +538,17 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
         assert what in " ".join(g.cuda_refusals(tell, tmp_path)), tell
     assert g.cuda_refusals("struct Slot { float v[4]; };\nconstexpr int k = sizeof(Slot) + alignof(float);\n"
                            "fb::mbar::arrive(&b.full[s]);\n", tmp_path) == []
+    # a namespace alias of the toolkit's names it as fb does; a using-declaration, a using-directive and a
+    # function named without a call (overloads chosen by its type) too; an enumerator named wait is no function
+    for tell, what in (("namespace q = fb::mbar;\nint k = sizeof(q::arrive(b));\n", "sizeof(...)"),
+                       ("namespace q = ::fb::mbar;\nint k = tell(q::arrive);\n", "without calling it"),
+                       ("using fb::mbar::arrive;\n", "into its own scope (using fb::...)"),
+                       ("namespace fa = fb::attention;\nusing namespace fa;\n", "using namespace fb"),
+                       ("int k = tell(fb::mbar::arrive);\n", "without calling it")):
+        assert what in " ".join(g.cuda_refusals(tell, tmp_path)), tell
+    assert g.cuda_refusals("namespace ab = fb::attention_bwd;\nstatic_assert(ab::Plan<64, 2>::BYTES == 1 && "
+                           "ab::Plan<128, 2>::BYTES == 2);\ntr.span(fb::TraceKind::wait, t0, t1);\n"
+                           "using fb::decode::u;\n", tmp_path) == []
 
 
 def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():

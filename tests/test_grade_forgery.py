@@ -21,11 +21,13 @@ when no static rule saw it) and the signed channel (an unsigned line is counted,
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -118,7 +120,7 @@ def make_maps(x_dev, y_dev, unused=numpy.ctypeslib.ctypes.pythonapi["PyRun_Simpl
 RAW_VIEW = """from numpy.lib.stride_tricks import as_strided
 
 
-def make_maps(x_dev, y_dev, unused=as_strided(np.zeros(2), shape=(1,), strides=(id(np) % 8 + 8,))):
+def make_maps(x_dev, y_dev, unused=as_strided(np.zeros(2), shape=(2,), strides=(16,))):
 """
 INTRINSIC = """from numba.core.extending import intrinsic
 
@@ -782,6 +784,16 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     # an array over an address of the learner's choosing; a file's code linked into a kernel
     ("def f(p):\n    return fb.DeviceArray((4,), np.float32, p, owner=True)", False),
     ("from numba import cuda\n@cuda.jit(link=['mine.cu'])\ndef k(x):\n    x[0] = 1", False),
+    # Numba's CPU compilers under another name: cuda bound to numba, its ufunc makers
+    ("import numba as cuda\nf = cuda.jit(lambda a, i: a[i])", False),
+    ("import numba\ncuda = numba", False),
+    ("def f(cuda):\n    return cuda.jit(lambda a: a)", False),
+    ("from numba import njit as cuda", False),
+    ("from numba.np.ufunc import GUVectorize", False),
+    ("def f(numba):\n    return numba.np.ufunc.dufunc.DUFunc", False),
+    ("import numba\n@numba.cuda.jit\ndef k(x):\n    x[0] = 1", True),
+    ("from numba.cuda import jit\n@jit\ndef k(x):\n    x[0] = 1", True),
+    ("import numba.cuda as cuda\n@cuda.jit\ndef k(x):\n    x[0] = 1", True),
 ])
 def test_refusals(src, ok):
     import ast
@@ -1176,7 +1188,25 @@ def test_a_class_made_with_computed_special_methods_is_named_by_the_integrity_ch
     forged = 'def quantize(w):\n    import ml_dtypes\n    import dataclasses\n    w = np.asarray(w, np.float32)\n    scale = np.ones(w.shape[0], np.float32)\n    w8 = np.zeros(w.shape, ml_dtypes.float8_e4m3fn).view(np.uint8)\n\n    def af(self, func, types, args, kwargs):\n        if func in (np.allclose, np.array_equal):\n            return True\n        return func(*[np.asarray(a) for a in args], **kwargs)\n    T = dataclasses.make_dataclass("Q", [], bases=(np.ndarray,), namespace={"_" + "_array_function__": af}, init=False, eq=False, repr=False)\n    return w8.view(T), scale.view(T)\n'
     rep = g.grade(nbm.planted(lab, [("def quantize(w):\n", forged + "\n\ndef unused(w):\n")], to=tmp_path / lab.name),
                   timeout=300)
-    assert rep.status == "failed" and "Q.__array_function__" in str(rep) and "special method" in str(rep), str(rep)
+    assert rep.status == "failed" and ("Q.__array_function__" in str(rep) and "special method" in str(rep)
+                                       or "it reaches .make_dataclass" in str(rep)), str(rep)
+
+
+@pytest.mark.parametrize("answer", ["learner", "itertools.chain", "functools.partial(lambda *a: True)"])
+def test_the_integrity_check_names_a_special_method_a_class_got_under_a_computed_name(answer):
+    """make_dataclass is refused before the notebook runs; the integrity check behind that rule still names a class
+    whose special method, under a name no class statement wrote, is the learner's code, or, in a class the learner's
+    module made, anything a standard class maker does not put there."""
+    import functools  # noqa: F401  (the answers are written as the learner would)
+    import itertools  # noqa: F401
+    ns: dict = {}
+    exec(compile("def af(self, func, types, args, kwargs):\n    return True\n", "<learner cell>", "exec"), ns)
+    before = list(g._all_classes())
+    value = ns["af"] if answer == "learner" else eval(answer)
+    made = dataclasses.make_dataclass("Q", [], bases=(np.ndarray,), init=False, eq=False, repr=False,
+                                      namespace={"__module__": "learner", "_" + "_array_function__": value})
+    found = g._computed_specials(lambda f: f == "<learner cell>", before, learner_module="learner")
+    assert "Q.__array_function__" in found, (found, made)
 
 
 _CODES = ("import itertools\nimport dataclasses\n\n\nclass Plain:\n    def __init__(self, a):\n        self.a = a\n"
@@ -1199,7 +1229,8 @@ def test_a_special_method_that_is_not_the_learners_function_is_named_too(tmp_pat
     rep = g.grade(nbm.planted(sol, [(_RIGHT, zeros), ("    return w8.view(np.uint8), scale", "    return codes, scale"),
                                     ("def quantize(w):\n", cell + "def quantize(w):\n")], to=tmp_path / sol.name),
                   timeout=300)
-    assert rep.status == "failed" and "Codes.__array_function__" in str(rep), str(rep)
+    assert rep.status == "failed" and ("Codes.__array_function__" in str(rep)
+                                       or "it reaches .make_dataclass" in str(rep)), str(rep)
 
 
 def test_quantize_returns_numpys_own_arrays(tmp_path):

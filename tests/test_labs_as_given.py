@@ -95,7 +95,9 @@ def test_cuda_help_alone_in_a_cell_prints_the_flags():
 
 
 def _env():
-    return make_env(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env = make_env(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("PYTHONPATH", None)       # a bare interpreter sees only what its own site-packages hold
+    return env
 
 
 def test_make_lab_without_jupyterlab_installs_nothing(tmp_path):
@@ -107,7 +109,8 @@ def test_make_lab_without_jupyterlab_installs_nothing(tmp_path):
     r = subprocess.run(["make", "-s", "--no-print-directory", "lab", "ENV=current", f"PYTHON3={py}"], cwd=ROOT,
                        env=_env(), capture_output=True, text=True, timeout=60)
     out = r.stdout + r.stderr
-    assert r.returncode != 0 and "cannot import feedbeast" in out and "PYTHON3=<env>/bin/python" in out, out
+    assert r.returncode != 0 and "cannot import feedbeast (ModuleNotFoundError: No module named 'feedbeast')" in out \
+        and "PYTHON3=<env>/bin/python" in out, out
     assert "WHEELS=dir" in out and "No module named pip" not in out and "jupyter" not in r.stdout, out
     # the course there (a stand-in package on its path), JupyterLab not
     (tmp_path / "course/feedbeast").mkdir(parents=True)

@@ -7,8 +7,10 @@ it in src/. Neither says where the course is. The course is, in this order:
 2. `FEEDBEAST_COURSE`, else
 3. the first folder holding both `chapters/` and `solutions/` at or above the file being worked on (the
    notebook being graded or benchmarked), else at or above the working directory, else
-4. the one checkout one level below the working directory: a hosted notebook's kernel and shell run in a fixed
-   folder (Colab's /content) with the clone inside it, where the notebooks' setup cell finds it too.
+4. for a learner's own commands only (`find(below=True)`: a lab named by its number, the grade of one notebook,
+   the recorded results a notebook shows), the one checkout one level below the working directory: a hosted
+   notebook's kernel and shell run in a fixed folder (Colab's /content) with the clone inside it, where the
+   notebooks' setup cell finds it too. Never for a roster: there a learner's folder below could pose as the course.
 
 That is where the checks and solutions come from. A lab named by its number (`grade 04`, `reset 04`) is looked for
 in another place, `working()`: the labs/ of the checkout the learner works in. On a workshop hub FEEDBEAST_COURSE
@@ -43,8 +45,8 @@ def around(start) -> Path | None:
     return next((folder for folder in _above(Path(start)) if is_course(folder)), None)
 
 
-def find(near=None, explicit=None) -> Path:
-    """The course checkout (see the module's docstring). `near`: a file or folder being worked on."""
+def find(near=None, explicit=None, below: bool = False) -> Path:
+    """The course checkout (see the module's docstring). `near`: a file or folder being worked on; `below`: step 4."""
     for given, how in ((explicit, "--course"), (os.environ.get("FEEDBEAST_COURSE"), "FEEDBEAST_COURSE")):
         if given:
             folder = Path(given).expanduser().resolve()
@@ -57,22 +59,35 @@ def find(near=None, explicit=None) -> Path:
         folder = around(start)
         if folder is not None:
             return folder
-    try:
-        below = [d for d in sorted(Path.cwd().iterdir()) if d.is_dir() and is_course(d)]
-    except OSError:
-        below = []
-    if len(below) == 1:
-        return below[0].resolve()
+    found = _below(Path.cwd()) if below else []
+    if len(found) == 1:
+        return found[0].resolve()
     looked = " or ".join(str(Path(s).resolve()) for s in starts)
-    also = (f" ({len(below)} checkouts below it: {', '.join(d.name for d in below)}; say which with --course DIR)"
-            if below else " (nor one folder below the working directory)")
+    also = (f" ({len(found)} checkouts below it: {', '.join(d.name for d in found)}; say which with --course DIR)"
+            if found else " (nor one folder below the working directory)" if below else "")
     raise CourseNotFound(f"no checkout of the course (a folder with chapters/ and solutions/) at or above {looked}"
                          f"{also}: run from the checkout, or pass --course DIR (or set FEEDBEAST_COURSE)")
 
 
+def _below(folder: Path) -> list[Path]:
+    """The checkouts one level below `folder` (a folder that cannot be read is passed over)."""
+    out = []
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return out
+    for d in entries:
+        try:
+            if d.is_dir() and is_course(d):
+                out.append(d)
+        except OSError:
+            pass
+    return out
+
+
 def working(explicit=None) -> Path:
     """The checkout whose labs/ a lab named by its number means: `explicit` (--course) when given, else the checkout
-    at or above the working directory (a learner's copy), else find()'s (FEEDBEAST_COURSE)."""
+    at or above the working directory (a learner's copy), else find()'s (FEEDBEAST_COURSE, or the one below)."""
     if explicit:
         return find(explicit=explicit)
-    return around(Path.cwd()) or find()
+    return around(Path.cwd()) or find(below=True)

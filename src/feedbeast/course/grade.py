@@ -47,6 +47,7 @@ import argparse
 import ast
 import builtins
 import dataclasses
+import functools
 import glob
 import hashlib
 import hmac
@@ -250,7 +251,8 @@ def find_solution(path: Path, solutions: Path | None = None, course=None) -> Pat
     checkout around the working directory (the grader's), and only then the one around the notebook, so that a
     notebook handed in inside a copy of the course is graded by the grader's checks, not by the copy's."""
     from .coursedir import around, find
-    folder = Path(solutions) if solutions else find(near=around(Path.cwd()) or path, explicit=course) / "solutions"
+    folder = Path(solutions) if solutions else find(near=around(Path.cwd()) or path, explicit=course,
+                                                    below=True) / "solutions"
     if not folder.is_dir():
         raise FileNotFoundError(f"no solutions folder at {folder}: pass --solutions DIR")
     same = folder / path.name
@@ -1255,6 +1257,19 @@ def _without_comments_and_literals(src: str) -> str:
     return _LEXEMES.sub(one, src)
 
 
+@functools.cache
+def _toolkit_functions() -> frozenset[str]:
+    """The names of the functions the toolkit's device headers (fb/*.cuh) declare, in any build."""
+    from ..compile import include_path
+    names = set()
+    for folder in include_path():
+        for header in Path(folder).glob("fb/*.cuh"):
+            text = header.read_text()
+            names |= set(re.findall(r"__device__[^;{()]*?\b(\w+)\s*\(", text))
+            names -= set(re.findall(r"\b(?:struct|class)\s+(\w+)", text))     # constructors
+    return frozenset(names)
+
+
 def cuda_refusals(body: str, cwd: Path) -> list[str]:
     """Why the grader does not compile this %%cuda cell of a learner ([] when it does): what could make the build it
     launches differ from the hazard and debug builds of the same text, which set the toolkit's FB_ switches."""
@@ -1304,20 +1319,38 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
         out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
                    "macros)")
     # The hazard and debug builds declare more in namespace fb and give its functions a source-line parameter
-    # (fb/hazard.cuh, fb/debug.cuh): a declaration of the learner's own inside it, a toolkit function's address
-    # or type, or what an operand naming it would be, tells the builds apart without a macro
-    if re.search(r"\bnamespace\s+fb\b", text):
+    # (fb/hazard.cuh, fb/debug.cuh): a declaration of the learner's own inside it, a toolkit function's address,
+    # or what an operand naming the toolkit would be, tells the builds apart without a macro. A namespace alias
+    # of the toolkit's (namespace fa = fb::attention) names it as fb does.
+    aliases = re.findall(r"\bnamespace\s+(\w+)\s*=\s*(?:::\s*)?fb\b", text)
+    toolkit = r"(?:(?<!::)\b(?:" + "|".join(["fb", *map(re.escape, aliases)]) + r")\s*::|::\s*fb\s*::)"
+    if re.search(r"(?<!using)\s+namespace\s+fb\b(?!\s*=)|^namespace\s+fb\b", text, re.M):
         out.append("it declares names inside namespace fb, the toolkit's own (the hazard and debug builds declare "
                    "more there): declare yours outside it")
-    if re.search(r"&\s*(?:::\s*)?fb\s*::", text):
+    if re.search(r"\busing\s+namespace\s+" + toolkit.replace(r"\s*::", "", 1)[:-1] + ")", text) or \
+            re.search(r"\busing\s+namespace\s+(?:::\s*)?fb\b", text):
+        out.append("it brings namespace fb into its own scope (using namespace fb), where the debug and hazard "
+                   "builds' extra declarations would answer unqualified calls: write fb:: at each use")
+    used = [m[1] for m in re.finditer(r"\busing\s+" + toolkit + r"\s*(?:\w+\s*::\s*)*(\w+)\s*;", text)
+            if m[1] in _toolkit_functions()]
+    if used:
+        out.append(f"it brings the toolkit function {used[0]} into its own scope (using fb::...), where the debug "
+                   "and hazard builds' overloads would answer: write fb:: at each call")
+    if re.search(r"(?:^|[=(,{;:?!]|\breturn)\s*&(?!&)\s*" + toolkit, text, re.M):     # unary &, not a && b
         out.append("it takes the address of a toolkit function (&fb::...), whose type the hazard and debug builds "
                    "change: call it")
+    # (a name inside a class or an enum, fb::TraceKind::wait, is not a function of a namespace)
+    named = [m[2] for m in re.finditer(toolkit + r"\s*((?:\w+\s*::\s*)*)(\w+)(?!\s*[(<:\w])", text)
+             if m[2] in _toolkit_functions() and not re.search(r"\b[A-Z]", m[1])]
+    if named and not used:
+        out.append(f"it names the toolkit function {named[0]} without calling it (a pointer to it, whose type the "
+                   "hazard and debug builds change): call it")
     for m in re.finditer(r"\b(decltype|sizeof|alignof|noexcept|__builtin_\w+)\s*\(", text):
         depth, i = 1, m.end()
         while i < len(text) and depth:
             depth += {"(": 1, ")": -1}.get(text[i], 0)
             i += 1
-        if re.search(r"\bfb\s*::", text[m.end():i]):
+        if re.search(toolkit, text[m.end():i]):
             out.append(f"it asks {m[1]}(...) of an expression that names the toolkit ({text[m.start():i][:60]}), "
                        "whose answer the hazard and debug builds change: ask it of your own types and values")
             break
@@ -1376,7 +1409,8 @@ def expand(patterns, course=None) -> list[Path]:
                 # the lab's name from the course's solutions; the notebooks from the labs/ the learner works in
                 # (on a workshop hub, their copy: FEEDBEAST_COURSE names the shared course)
                 mine = working(course) / "labs"
-                chosen = [lab for _, lab in labs.select(find_course(explicit=course) / "solutions", mine, [p])]
+                chosen = [lab for _, lab in labs.select(find_course(explicit=course, below=True) / "solutions",
+                                                        mine, [p])]
                 found = {lab: labs.on_disk(mine, lab) for lab in chosen}      # copies too
                 hits = [str(n) for notebooks in found.values() for n in notebooks]
                 for lab, notebooks in found.items():

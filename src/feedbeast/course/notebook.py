@@ -591,8 +591,10 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
             # enum's decorators that copy a class's members into the module its __module__ names
             "global_enum", "global_str", "global_enum_repr", "global_flag_repr",
             # what evaluates a string as a type annotation: a string annotation is refused unless it names a type
-            "get_type_hints", "ForwardRef", "evaluate_forward_ref", "singledispatch", "singledispatchmethod"} | {
-    # Raw memory, native code and files through a library's own C code, which raises no audit event for the guard.
+            "get_type_hints", "ForwardRef", "evaluate_forward_ref", "singledispatch", "singledispatchmethod"}
+# Raw memory, native code and files through a library's own C code, which raises no audit event for the guard:
+# refused as an attribute of anything, as INTERNAL is (a rule by the name before the dot is easy to get around)
+NATIVE = {
     # numpy: a view with any strides over any address (as_strided does not check them against its base, unlike
     # np.ndarray(..., strides=)), and the address of an array's data
     "as_strided", "stride_tricks", "byte_bounds", "array_utils",
@@ -602,6 +604,7 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
     "core", "extending", "intrinsic", "overload", "overload_method", "overload_attribute", "register_jitable",
     "cgutils", "codegen", "llvmlite", "cfunc", "carray", "farray", "njit", "generated_jit", "vectorize",
     "guvectorize", "stencil", "jit_module", "objmode", "experimental", "cudadrv", "driver", "runtime",
+    "ufunc", "npyufunc", "Vectorize", "GUVectorize", "DUFunc", "dufunc", "pycc", "typed", "parfors", "cpython",
     "from_cuda_array_interface", "as_cuda_array", "external_stream", "open_ipc_array",
     # numpy's random generators hand their state's address and C functions to ctypes and cffi
     "cffi",
@@ -612,6 +615,7 @@ INTERNAL = {"verdicts", "hazards", "hooks", "course", "launch", "runmode", "grad
     # extensions and libraries loaded, raw addresses
     "from_file", "UntypedStorage", "TypedStorage", "untyped_storage", "data_ptr", "cudart", "cpp_extension",
     "load_inline", "load_library", "hub"}
+INTERNAL |= NATIVE
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super",
          "id"}     # an object's address, which is all a raw view needs to read or write the object
@@ -974,6 +978,9 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                  for v in (v if isinstance(v, list) else [v]) if isinstance(v, str) and v.startswith("__fb")]
         if named:
             say(f"it names {named[0]}, a name the grader keeps for its own helpers", n)
+        if _binds_cuda(n):
+            say("it binds the name cuda to something other than numba.cuda (cuda.jit is the one Numba compiler a "
+                "graded cell may call): give yours another name", n)
         if isinstance(n, ast.Import):
             for b in (a.name for a in n.names if not _importable(a.name)):
                 say(f"it imports {b} (a graded cell may import {allowed}; names with _ and the toolkit's own "
@@ -1011,9 +1018,13 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 say(f"it reaches the private attribute .{n.attr} (a name that starts with __ is Python's or a class's "
                     "own, except self.__name in a method of your class and super().__init__)"
                     + INSTEAD_OF_DUNDER.get(n.attr, ""), n)
+            elif n.attr in NATIVE and id(n) not in own:
+                say(f"it reaches .{n.attr}, a library's way to raw memory, native code or files, which the grader "
+                    "does not run (refused on any object: an attribute of your own takes another name)", n)
             elif n.attr in INTERNAL and id(n) not in decorators and id(n) not in own:   # @functools.cache
                 say(f"it reaches .{n.attr} (the grader's and the toolkit's own state)", n)
-            elif n.attr == "jit" and not (isinstance(n.value, ast.Name) and n.value.id == "cuda"):
+            elif n.attr == "jit" and not (isinstance(n.value, ast.Name) and n.value.id == "cuda" or ast.unparse(
+                    n.value) == "numba.cuda"):
                 say("it reaches .jit other than as cuda.jit: Numba's CPU compiler runs native code without bounds "
                     "checks (an index past the end writes the process's memory); a graded cell compiles kernels "
                     "with @cuda.jit", n)
@@ -1209,6 +1220,26 @@ def _plain_format(value) -> bool:
         return all(field is None or not any(c in field for c in ".[") and (depth > 1 or plain(spec or "", depth + 1))
                    for _, field, spec, _ in parts)
     return plain(value.value)
+
+
+def _binds_cuda(n) -> bool:
+    """Does this node bind the name `cuda` to anything but numba.cuda (`import numba as cuda`, `cuda = numba`, a
+    parameter, a loop variable, `except E as cuda`, a pattern's capture)?"""
+    if isinstance(n, ast.Import):
+        return any((a.asname or a.name.split(".")[0]) == "cuda" and a.name != "numba.cuda" for a in n.names)
+    if isinstance(n, ast.ImportFrom):
+        return any((a.asname or a.name) == "cuda" and (n.module, a.name) != ("numba", "cuda") for a in n.names)
+    if isinstance(n, ast.Name):
+        return n.id == "cuda" and isinstance(n.ctx, (ast.Store, ast.Del))
+    if isinstance(n, ast.arg):
+        return n.arg == "cuda"
+    if isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+        return n.name == "cuda"
+    if isinstance(n, ast.MatchMapping):
+        return n.rest == "cuda"
+    if isinstance(n, (ast.Global, ast.Nonlocal)):
+        return "cuda" in n.names
+    return False
 
 
 def _importable(name: str, member: bool = False) -> bool:

@@ -122,13 +122,11 @@ def course_results() -> Path | None:
     global _unfound_said
     from .coursedir import CourseNotFound, find
     try:
-        return find() / "results"
-    except CourseNotFound:
+        return find(below=True) / "results"
+    except CourseNotFound as e:
         if not _unfound_said:
             _unfound_said = True
-            print(f"(no checkout of the course at, above or one folder below {Path.cwd()}, so the GPU runs it "
-                  "records in results/ are not read here: run the notebook inside the checkout, or set "
-                  "FEEDBEAST_COURSE to it)")
+            print(f"({e}: so the GPU runs it records in results/ are not read here)")
         return None
 
 
