@@ -544,11 +544,19 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
                        ("namespace q = ::fb::mbar;\nint k = tell(q::arrive);\n", "without calling it"),
                        ("using fb::mbar::arrive;\n", "into its own scope (using fb::...)"),
                        ("namespace fa = fb::attention;\nusing namespace fa;\n", "using namespace fb"),
-                       ("int k = tell(fb::mbar::arrive);\n", "without calling it")):
+                       ("int k = tell(fb::mbar::arrive);\n", "without calling it"),
+                       # an alias of an alias, brought in inside a namespace of the learner's
+                       ("namespace a0 = fb; namespace a1 = a0;\nnamespace mix { using namespace a1; }\n",
+                        "using namespace fb"),
+                       # a function only the hazard build declares, reached by argument-dependent lookup through an
+                       # argument of a toolkit type, against a fallback of the learner's
+                       ("constexpr fb::hazard::Kind K = fb::hazard::kBarSync;\n__device__ int record(...);\n"
+                        "constexpr bool h = same<decltype(record(K, 0, 0u, 0u, 0u, 0u)), void>::value;\n",
+                        "calls or declares record unqualified")):
         assert what in " ".join(g.cuda_refusals(tell, tmp_path)), tell
     assert g.cuda_refusals("namespace ab = fb::attention_bwd;\nstatic_assert(ab::Plan<64, 2>::BYTES == 1 && "
                            "ab::Plan<128, 2>::BYTES == 2);\ntr.span(fb::TraceKind::wait, t0, t1);\n"
-                           "using fb::decode::u;\n", tmp_path) == []
+                           "using fb::decode::u;\nu32 a = fb::hazard::addr(p);\nring.record(1);\n", tmp_path) == []
 
 
 def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():

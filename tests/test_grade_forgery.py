@@ -781,6 +781,9 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("import enum\nE = enum.Enum('E', {'__array_' + 'interface__': {}})", False),
     ("from enum import IntEnum\nE = IntEnum('E', 'A B')", False),
     ("import enum\nclass Role(enum.Enum):\n    PRODUCER = 0\n\nr = Role(0)", True),
+    ("import dataclasses\n@dataclasses.dataclass\nclass Raw:\n    __annotations__ = {'__array_' + 'interface__': dict}",
+     False),
+    ("import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int = 0\n    y: float = 1.0", True),
     # an array over an address of the learner's choosing; a file's code linked into a kernel
     ("def f(p):\n    return fb.DeviceArray((4,), np.float32, p, owner=True)", False),
     ("from numba import cuda\n@cuda.jit(link=['mine.cu'])\ndef k(x):\n    x[0] = 1", False),

@@ -1270,6 +1270,29 @@ def _toolkit_functions() -> frozenset[str]:
     return frozenset(names)
 
 
+@functools.cache
+def _build_only_functions() -> frozenset[str]:
+    """The functions the toolkit's headers declare only under FB_HAZARDS or FB_DEBUG (in an #if of either, before
+    its #else)."""
+    from ..compile import include_path
+    names = set()
+    for folder in include_path():
+        for header in Path(folder).glob("fb/*.cuh"):
+            stack = []          # per open #if: [tests FB_HAZARDS or FB_DEBUG, past its #else]
+            for line in header.read_text().split("\n"):
+                directive = line.strip()
+                if re.match(r"#\s*if", directive):
+                    stack.append([bool(re.search(r"\bFB_(?:HAZARDS|DEBUG)\b", directive))
+                                  and not re.match(r"#\s*ifndef", directive) and "!" not in directive, False])
+                elif re.match(r"#\s*el", directive) and stack:
+                    stack[-1][1] = True
+                elif re.match(r"#\s*endif", directive) and stack:
+                    stack.pop()
+                elif any(special and not past_else for special, past_else in stack):
+                    names |= set(re.findall(r"__device__[^;{()]*?\b(\w+)\s*\(", line))
+    return frozenset(names - {"void", "if", "for", "while", "switch", "return", "sizeof"})
+
+
 def cuda_refusals(body: str, cwd: Path) -> list[str]:
     """Why the grader does not compile this %%cuda cell of a learner ([] when it does): what could make the build it
     launches differ from the hazard and debug builds of the same text, which set the toolkit's FB_ switches."""
@@ -1322,13 +1345,19 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     # (fb/hazard.cuh, fb/debug.cuh): a declaration of the learner's own inside it, a toolkit function's address,
     # or what an operand naming the toolkit would be, tells the builds apart without a macro. A namespace alias
     # of the toolkit's (namespace fa = fb::attention) names it as fb does.
-    aliases = re.findall(r"\bnamespace\s+(\w+)\s*=\s*(?:::\s*)?fb\b", text)
-    toolkit = r"(?:(?<!::)\b(?:" + "|".join(["fb", *map(re.escape, aliases)]) + r")\s*::|::\s*fb\s*::)"
+    named_fb = {"fb"}          # fb and its aliases, an alias of an alias too (namespace a = fb; namespace b = a;)
+    while True:
+        more = {a for a, target in re.findall(r"\bnamespace\s+(\w+)\s*=\s*(?:::\s*)?(\w+)", text)
+                if target in named_fb} - named_fb
+        if not more:
+            break
+        named_fb |= more
+    toolkit = r"(?:(?<!::)\b(?:" + "|".join(sorted(map(re.escape, named_fb))) + r")\s*::|::\s*fb\s*::)"
     if re.search(r"(?<!using)\s+namespace\s+fb\b(?!\s*=)|^namespace\s+fb\b", text, re.M):
         out.append("it declares names inside namespace fb, the toolkit's own (the hazard and debug builds declare "
                    "more there): declare yours outside it")
-    if re.search(r"\busing\s+namespace\s+" + toolkit.replace(r"\s*::", "", 1)[:-1] + ")", text) or \
-            re.search(r"\busing\s+namespace\s+(?:::\s*)?fb\b", text):
+    if re.search(r"\busing\s+namespace\s+(?:::\s*)?(?:" + "|".join(sorted(map(re.escape, named_fb))) + r")\b",
+                 text):
         out.append("it brings namespace fb into its own scope (using namespace fb), where the debug and hazard "
                    "builds' extra declarations would answer unqualified calls: write fb:: at each use")
     used = [m[1] for m in re.finditer(r"\busing\s+" + toolkit + r"\s*(?:\w+\s*::\s*)*(\w+)\s*;", text)
@@ -1345,6 +1374,13 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     if named and not used:
         out.append(f"it names the toolkit function {named[0]} without calling it (a pointer to it, whose type the "
                    "hazard and debug builds change): call it")
+    # a function only those builds declare, called or declared unqualified: argument-dependent lookup finds the
+    # toolkit's (fb::hazard::record for an argument of type fb::hazard::Kind) in that build alone
+    own_calls = sorted({m[1] for m in re.finditer(r"(?<![\w:.>])(\w+)\s*\(", text)} & _build_only_functions())
+    if own_calls:
+        out.append(f"it calls or declares {own_calls[0]} unqualified, a function only the hazard or debug build "
+                   "declares (argument-dependent lookup would find it in that build alone): give yours another "
+                   "name, and call the toolkit's with fb::")
     for m in re.finditer(r"\b(decltype|sizeof|alignof|noexcept|__builtin_\w+)\s*\(", text):
         depth, i = 1, m.end()
         while i < len(text) and depth:

@@ -620,6 +620,9 @@ CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "set
          "open", "breakpoint", "input", "get_ipython", "super",
          "id"}     # an object's address, which is all a raw view needs to read or write the object
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__", "__prepare__",
+              # a class body's annotations written as a dict: a dataclass's __init__ sets each name it holds on
+              # every object, computed names too ("__array_" + "interface__": numpy's view over any address)
+              "__annotations__",
               # what a class pattern reads by position, and what makes any object pass isinstance()
               "__match_args__", "__subclasshook__",
               "__dict__",     # a class's own __dict__ would answer for what its objects hold
@@ -1040,6 +1043,8 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             say(f"it defines {name}" + (
                 " (the checks compare, count and convert values with it, so graded code may not change what it "
                 "answers: give the method a name of its own, such as nbytes())" if name in COMPARED else
+                " (a dataclass's __init__ sets every name it holds on each object, names made at run time too): "
+                "write each field as `name: type`" if name == "__annotations__" else
                 " (Python calls it outside the code that names it)"), n)
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in FINALIZERS:
             say(f"it names {n.value}", n)            # type("X", (int,), {"__ne__": ...})
