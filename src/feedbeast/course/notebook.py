@@ -981,9 +981,10 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                  for v in (v if isinstance(v, list) else [v]) if isinstance(v, str) and v.startswith("__fb")]
         if named:
             say(f"it names {named[0]}, a name the grader keeps for its own helpers", n)
-        if _binds_cuda(n):
-            say("it binds the name cuda to something other than numba.cuda (cuda.jit is the one Numba compiler a "
-                "graded cell may call): give yours another name", n)
+        bound = _binds_module_name(n)
+        if bound:
+            say(f"it binds the name {bound} to something other than {MODULE_NAMES[bound]} (the rules read "
+                f"{'cuda.jit' if bound == 'cuda' else bound + '.vectorize'} by that name): give yours another name", n)
         if isinstance(n, ast.Import):
             for b in (a.name for a in n.names if not _importable(a.name)):
                 say(f"it imports {b} (a graded cell may import {allowed}; names with _ and the toolkit's own "
@@ -1021,6 +1022,8 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 say(f"it reaches the private attribute .{n.attr} (a name that starts with __ is Python's or a class's "
                     "own, except self.__name in a method of your class and super().__init__)"
                     + INSTEAD_OF_DUNDER.get(n.attr, ""), n)
+            elif n.attr == "vectorize" and isinstance(n.value, ast.Name) and n.value.id in ("np", "numpy"):
+                pass        # numpy's, a loop in Python (Numba's of that name compiles native code: refused below)
             elif n.attr in NATIVE and id(n) not in own:
                 say(f"it reaches .{n.attr}, a library's way to raw memory, native code or files, which the grader "
                     "does not run (refused on any object: an attribute of your own takes another name)", n)
@@ -1227,24 +1230,31 @@ def _plain_format(value) -> bool:
     return plain(value.value)
 
 
-def _binds_cuda(n) -> bool:
-    """Does this node bind the name `cuda` to anything but numba.cuda (`import numba as cuda`, `cuda = numba`, a
-    parameter, a loop variable, `except E as cuda`, a pattern's capture)?"""
+# names whose attributes the rules trust by the name (cuda.jit, np.vectorize): bound to that module only
+MODULE_NAMES = {"cuda": "numba.cuda", "np": "numpy", "numpy": "numpy"}
+
+
+def _binds_module_name(n) -> str | None:
+    """The name of MODULE_NAMES this node binds to anything but its module (`import numba as cuda`, `cuda = numba`,
+    `import numba as np`, a parameter, a loop variable, `except E as cuda`, a pattern's capture), else None."""
+    names = []
     if isinstance(n, ast.Import):
-        return any((a.asname or a.name.split(".")[0]) == "cuda" and a.name != "numba.cuda" for a in n.names)
-    if isinstance(n, ast.ImportFrom):
-        return any((a.asname or a.name) == "cuda" and (n.module, a.name) != ("numba", "cuda") for a in n.names)
-    if isinstance(n, ast.Name):
-        return n.id == "cuda" and isinstance(n.ctx, (ast.Store, ast.Del))
-    if isinstance(n, ast.arg):
-        return n.arg == "cuda"
-    if isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
-        return n.name == "cuda"
-    if isinstance(n, ast.MatchMapping):
-        return n.rest == "cuda"
-    if isinstance(n, (ast.Global, ast.Nonlocal)):
-        return "cuda" in n.names
-    return False
+        names = [b for a in n.names if (b := a.asname or a.name.split(".")[0]) in MODULE_NAMES
+                 and a.name != MODULE_NAMES[b] and not (a.asname is None and a.name.startswith(b + "."))]
+    elif isinstance(n, ast.ImportFrom):
+        names = [b for a in n.names if (b := a.asname or a.name) in MODULE_NAMES
+                 and f"{n.module}.{a.name}" != MODULE_NAMES[b]]
+    elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+        names = [n.id]
+    elif isinstance(n, ast.arg):
+        names = [n.arg]
+    elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+        names = [n.name]
+    elif isinstance(n, ast.MatchMapping):
+        names = [n.rest]
+    elif isinstance(n, (ast.Global, ast.Nonlocal)):
+        names = n.names
+    return next((b for b in names if b in MODULE_NAMES), None)
 
 
 def _importable(name: str, member: bool = False) -> bool:
