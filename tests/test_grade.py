@@ -557,6 +557,14 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
     assert g.cuda_refusals("namespace ab = fb::attention_bwd;\nstatic_assert(ab::Plan<64, 2>::BYTES == 1 && "
                            "ab::Plan<128, 2>::BYTES == 2);\ntr.span(fb::TraceKind::wait, t0, t1);\n"
                            "using fb::decode::u;\nu32 a = fb::hazard::addr(p);\nring.record(1);\n", tmp_path) == []
+    # a name that ends in R before a string is no raw string (the switch after it is read); defined written in a
+    # macro's body tests, where it expands in an #if, whether __syncthreads is a macro: the hazard build's
+    assert "FB_HAZARDS" in " ".join(g.cuda_refusals('#define xR\nstatic_assert(true, xR"(");\n#ifdef FB_HAZARDS\n'
+                                                    '#endif\n// )");\n', tmp_path))
+    assert "defined outside an #if" in " ".join(g.cuda_refusals("#define TRACED defined(__syncthreads)\n#if TRACED\n"
+                                                                "#endif\n", tmp_path))
+    assert g.cuda_refusals('const char* s = R"(FB_HAZARDS)";\nconst char* t = u8R"x(FB_DEBUG)x";\n'
+                           "#if defined(FOO) && defined(BAR)\n#endif\n", tmp_path) == []
 
 
 def test_a_graded_cuda_cell_whose_line_does_not_parse_is_named():

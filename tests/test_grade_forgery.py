@@ -798,6 +798,7 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("from numba.cuda import jit\n@jit\ndef k(x):\n    x[0] = 1", True),
     ("import numba.cuda as cuda\n@cuda.jit\ndef k(x):\n    x[0] = 1", True),
     ("def f(w):\n    return np.vectorize(abs)(w)", True),
+    ("def f(t, w):\n    t.save(w, 'solutions/10-fp8-gemv.ipynb')", False),      # torch.save: its C++ writer
     ("import numba as np", False),
     ("import numba\ndef f(numpy=numba):\n    return numpy.vectorize", False),
     ("import numpy\nimport numpy.linalg\nfrom numba import cuda", True),

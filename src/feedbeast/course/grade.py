@@ -504,7 +504,7 @@ def _computed_specials(is_learner_code, before=(), learner_module=None) -> list[
             id(b) not in before and dict_of(b).get("__module__") == learner_module
             for b in type.__dict__["__mro__"].__get__(c))
         for k, v in list(dict_of(c).items()):
-            if type(k) is not str or k not in FINALIZERS:
+            if type(k) is not str or k not in FINALIZERS or k == "__annotations__":   # Python's, from `x: int`
                 continue
             f = _function_in(v)
             if type(f) is types.FunctionType and is_learner_code(code_of(f).co_filename) or \
@@ -1237,7 +1237,9 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
 
 _LEXEMES = re.compile(
     r"(?<![\w.])\.?\d(?:[\w.]|'(?=\w)|[eEpP][+-])*"       # a pp-number, digit separators included: 1'000
-    r'|//[^\n]*|/\*.*?\*/|R"([^()\\ ]{0,16})\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+    # a raw string is one token, R"( with no letter or digit before its prefix: in xR"(" the R ends a name
+    r'|//[^\n]*|/\*.*?\*/|(?<!\w)(?:u8|[uUL])?R"([^()\\ ]{0,16})\((?:.|\n)*?\)\1"|"(?:\\.|[^"\\\n])*"'
+    r'|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
 
 def _without_comments_and_literals(src: str) -> str:
@@ -1338,6 +1340,11 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
     # tells the builds apart
     # (a #define whose body calls them expands to the same call in every build: allowed)
+    # `defined` outside an #if or #elif line: a macro whose body tests defined(__syncthreads), expanded in an #if
+    if any(re.search(r"\bdefined\b", line) and not re.match(r"[^\S\n]*#[^\S\n]*(?:el)?if\b", line)
+           for line in text.split("\n")):
+        out.append("it writes defined outside an #if or #elif line (a macro that tests whether a name is a macro "
+                   "tells the hazard build, whose __syncthreads is one, from the others)")
     if re.search(r"^[^\S\n]*#[^\S\n]*(?!define[^\S\n]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
         out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
                    "macros)")

@@ -614,7 +614,10 @@ NATIVE = {
     # PyTorch: a tensor mapped onto a file (from_file(shared=True) writes it), the CUDA runtime's calls, native
     # extensions and libraries loaded, raw addresses
     "from_file", "UntypedStorage", "TypedStorage", "untyped_storage", "data_ptr", "cudart", "cpp_extension",
-    "load_inline", "load_library", "hub"}
+    "load_inline", "load_library", "hub",
+    # PyTorch's files written by its C++ writer (no open() for the guard to see): torch.save, torch.jit.save,
+    # torch.package, torch.distributed's FileStore
+    "save", "package", "PackageExporter", "PyTorchFileWriter", "distributed", "FileStore"}
 INTERNAL |= NATIVE
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super",
