@@ -563,6 +563,14 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
                                                     '#endif\n// )");\n', tmp_path))
     assert "defined outside an #if" in " ".join(g.cuda_refusals("#define TRACED defined(__syncthreads)\n#if TRACED\n"
                                                                 "#endif\n", tmp_path))
+    # what a learner writes beside those rules: a lambda or a zero-argument helper of that name, any helper of that
+    # name where no toolkit header is included, the size of a toolkit type, a directive spaced after its #
+    inc = "#include <fb/tma.cuh>\n"
+    for fine in (inc + "auto addr = [&](int row, int ch) { return box + row; };\nint v = addr(1, 2);\n",
+                 inc + "__device__ bool warp_leader() { return threadIdx.x % 32 == 0; }\nbool w = warp_leader();\n",
+                 "__device__ const float* addr(const float* p, int i) { return p + i; }\nauto q = addr(p, 3);\n",
+                 "namespace tc = fb::tc;\nstatic_assert(sizeof(tc::u64) == 8);\n", "# define SYNC() __syncthreads()\n"):
+        assert g.cuda_refusals(fine, tmp_path) == [], fine
     assert g.cuda_refusals('const char* s = R"(FB_HAZARDS)";\nconst char* t = u8R"x(FB_DEBUG)x";\n'
                            "#if defined(FOO) && defined(BAR)\n#endif\n", tmp_path) == []
 

@@ -798,6 +798,14 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("from numba.cuda import jit\n@jit\ndef k(x):\n    x[0] = 1", True),
     ("import numba.cuda as cuda\n@cuda.jit\ndef k(x):\n    x[0] = 1", True),
     ("def f(w):\n    return np.vectorize(abs)(w)", True),
+    # honest code beside those rules: numpy's own view maker and vectorize, numba's names as the lab binds them,
+    # the class type in an annotation and in isinstance
+    ("from numpy.lib.stride_tricks import sliding_window_view\nfrom numpy import vectorize", True),
+    ("def f(a):\n    return np.lib.stride_tricks.sliding_window_view(a, 3)", True),
+    ("from numba import cuda, float32, int32", True),
+    ("from numba import float32 as cuda", False),
+    ("import dataclasses\n@dataclasses.dataclass\nclass C:\n    dtype: type = float\n\n"
+     "def f(x) -> type:\n    return isinstance(x, type)", True),
     ("def f(t, w):\n    t.save(w, 'solutions/10-fp8-gemv.ipynb')", False),      # torch.save: its C++ writer
     ("import numba as np", False),
     ("import numba\ndef f(numpy=numba):\n    return numpy.vectorize", False),
@@ -903,6 +911,10 @@ NAMESPACE = ("class Open(dict):\n    def __missing__(self, key):\n        if key
      "        return self._asdict()['a']\n\nassert Spec(4).make() == 4", True, None),
     ("import dataclasses\n@dataclasses.dataclass(slots=True)\nclass Spec:\n    a: int\n    def make(self):\n"
      "        return self.a\n\ns = Spec(5)\ns.a = 6\nassert s.make() == 6", True, None),
+    # a slotted, frozen dataclass whose only methods are a property and a class method
+    ("import dataclasses\n@dataclasses.dataclass(frozen=True, slots=True)\nclass Tile:\n    r: int\n    @property\n"
+     "    def row(self):\n        return self.r * 2\n    @classmethod\n    def of(cls, r):\n        return cls(r)\n\n"
+     "assert Tile.of(3).row == 6", True, None),
     ("class Base:\n    _n = 3\n    def __init__(self):\n        self._m = 4\n\nclass Sub(Base):\n    def get(self):\n"
      "        self._k = 1\n        return self._n + self._m + self._k\n\nassert Sub().get() == 8", True, None),
 ])

@@ -1345,7 +1345,7 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
            for line in text.split("\n")):
         out.append("it writes defined outside an #if or #elif line (a macro that tests whether a name is a macro "
                    "tells the hazard build, whose __syncthreads is one, from the others)")
-    if re.search(r"^[^\S\n]*#[^\S\n]*(?!define[^\S\n]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
+    if re.search(r"^[^\S\n]*#[^\S\n]*+(?!define[^\S\n]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
         out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
                    "macros)")
     # The hazard and debug builds declare more in namespace fb and give its functions a source-line parameter
@@ -1383,7 +1383,11 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
                    "hazard and debug builds change): call it")
     # a function only those builds declare, called or declared unqualified: argument-dependent lookup finds the
     # toolkit's (fb::hazard::record for an argument of type fb::hazard::Kind) in that build alone
-    own_calls = sorted({m[1] for m in re.finditer(r"(?<![\w:.>])(\w+)\s*\(", text)} & _build_only_functions())
+    # (only with an argument, through which the lookup reaches a namespace; not a name the cell binds as a
+    # variable, a lambda, which turns the lookup off [basic.lookup.argdep]; not where nothing names the toolkit)
+    variables = set(re.findall(r"\b(\w+)\s*=(?!=)", text))
+    own_calls = sorted({m[1] for m in re.finditer(r"(?<![\w:.>])(\w+)\s*\((?!\s*\))", text)}
+                       & _build_only_functions() - variables) if re.search(r"#\s*include\s*<fb/|" + toolkit, text) else []
     if own_calls:
         out.append(f"it calls or declares {own_calls[0]} unqualified, a function only the hazard or debug build "
                    "declares (argument-dependent lookup would find it in that build alone): give yours another "
@@ -1393,7 +1397,8 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
         while i < len(text) and depth:
             depth += {"(": 1, ")": -1}.get(text[i], 0)
             i += 1
-        if re.search(toolkit, text[m.end():i]):
+        operand = text[m.end():i - 1]
+        if re.search(toolkit, operand) and not (m[1] in ("sizeof", "alignof") and not re.search(r"\w\s*\(", operand)):
             out.append(f"it asks {m[1]}(...) of an expression that names the toolkit ({text[m.start():i][:60]}), "
                        "whose answer the hazard and debug builds change: ask it of your own types and values")
             break

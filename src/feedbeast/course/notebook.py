@@ -789,10 +789,13 @@ def _own_objects(ns: dict) -> None:
             # learner's when it has the statement's name and holds a method the learner's code made; a method
             # read from a foreign class into the body does not count.
             o = first.get(k)
+
+            def function(v):             # a property's getter, a classmethod's or staticmethod's function
+                return v.fget if type(v) is property else v.__func__ if type(v) in (classmethod, staticmethod) else v
             if isinstance(r, type) and o is not None and r is not o and r.__module__ == o.__module__ \
                     and r.__qualname__ == o.__qualname__ and any(
-                        type(v) is types.FunctionType and v.__globals__ is ns and cdict(r).get(key, None) is v
-                        for key, v in cdict(o).items()):
+                        type(function(v)) is types.FunctionType and function(v).__globals__ is ns
+                        and cdict(r).get(key, None) is v for key, v in cdict(o).items()):
                 classes.append(r)
             return r
         return returned if last else made
@@ -953,6 +956,8 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
 
     amends = _targets(node)[1]
     binds = _unbinds(node)
+    if isinstance(node, ast.ImportFrom) and node.module == "numba" and not node.level:
+        binds -= {a.name for a in node.names if a.asname is None}      # numba's own names, as the lab binds them
     if binds & protected:
         say(f"it rebinds {', '.join(sorted(binds & protected))}, which the lab gives or the grader binds "
             "(the grade uses the lab's own)")
@@ -973,12 +978,20 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                                              for n in ast.walk(fn)):
             say(f"it binds self anew in {fn.name} (self is the object the method was called on)", fn)
     allowed = ", ".join(sorted(IMPORTABLE))
+    windows = {id(p.value) for p in ast.walk(node) if isinstance(p, ast.Attribute) and p.attr == "sliding_window_view"}
     # type(obj) read at once: the value of an attribute read or a side of a comparison (type(self)._made += 1 and
     # type(m) is fb.TensorMap are the learner's; anything else hands a metaclass on)
     type_calls = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
                   and c.func.id == "type"}
     type_read = {id(p.value) for p in ast.walk(node) if isinstance(p, ast.Attribute)} | \
         {id(x) for p in ast.walk(node) if isinstance(p, ast.Compare) for x in (p.left, *p.comparators)}
+    # the class type named where nothing calls it: an annotation (dtype: type = ...), isinstance's class argument
+    type_named = {id(x) for p in ast.walk(node) for note in (
+        [p.annotation] if isinstance(p, (ast.arg, ast.AnnAssign)) and p.annotation is not None else
+        [p.returns] if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)) and p.returns is not None else
+        [p.args[1]] if isinstance(p, ast.Call) and isinstance(p.func, ast.Name)
+        and p.func.id in ("isinstance", "issubclass") and len(p.args) == 2 else [])
+        for x in ast.walk(note) if isinstance(x, ast.Name) and x.id == "type"}
     for n in ast.walk(node):
         named = [v for f, v in ast.iter_fields(n) if f in ("id", "arg", "name", "asname", "attr", "names", "rest")
                  for v in (v if isinstance(v, list) else [v]) if isinstance(v, str) and v.startswith("__fb")]
@@ -993,7 +1006,8 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 say(f"it imports {b} (a graded cell may import {allowed}; names with _ and the toolkit's own "
                     "state excepted)", n)
         elif isinstance(n, ast.ImportFrom):
-            if n.level or not _importable(n.module or "") or any(
+            windowed = n.module == "numpy.lib.stride_tricks" and all(a.name == "sliding_window_view" for a in n.names)
+            if n.level or not (windowed or _importable(n.module or "")) or any(
                     not _importable(f"{n.module}.{a.name}", member=True) or a.name == "*" for a in n.names):
                 say(f"it imports from {'.' * n.level}{n.module or ''} (a graded cell may import {allowed}, one "
                     "name at a time; names with _ and the toolkit's own state excepted)", n)
@@ -1025,6 +1039,8 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 say(f"it reaches the private attribute .{n.attr} (a name that starts with __ is Python's or a class's "
                     "own, except self.__name in a method of your class and super().__init__)"
                     + INSTEAD_OF_DUNDER.get(n.attr, ""), n)
+            elif n.attr == "stride_tricks" and id(n) in windows:
+                pass        # np.lib.stride_tricks.sliding_window_view: a view its strides are checked for
             elif n.attr == "vectorize" and isinstance(n.value, ast.Name) and n.value.id in ("np", "numpy"):
                 pass        # numpy's, a loop in Python (Numba's of that name compiles native code: refused below)
             elif n.attr in NATIVE and id(n) not in own:
@@ -1074,7 +1090,8 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
             # `case K(v)` reads the attributes K.__match_args__ names, whatever made K: a name held as text
             say("it matches a class pattern by position (case C(x)), which reads the attributes the class's "
                 "__match_args__ names: write it with keywords (case C(field=x))", n)
-        elif isinstance(n, ast.Name) and n.id == "type" and id(n) not in local and id(n) not in type_calls:
+        elif isinstance(n, ast.Name) and n.id == "type" and id(n) not in local and id(n) not in type_calls \
+                and id(n) not in type_named:
             # type held as a value ([type][0], t = type) makes classes whose method names may be computed
             say("it uses type other than as type(obj) read at once (type(obj).name, type(a) is B): write a class "
                 "as a class statement", n)
@@ -1267,4 +1284,6 @@ def _importable(name: str, member: bool = False) -> bool:
     parts = name.split(".")
     if name == "numba.jit":     # Numba's CPU compiler (cuda.jit is the one a graded cell uses)
         return False
+    if name in ("numpy.vectorize", "numpy.lib.stride_tricks.sliding_window_view"):   # numpy's own, checked
+        return True
     return parts[0] in IMPORTABLE and not (set(parts[1:]) & INTERNAL) and not any(p.startswith("_") for p in parts[1:])
