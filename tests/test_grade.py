@@ -561,12 +561,25 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
     # macro's body tests, where it expands in an #if, whether __syncthreads is a macro: the hazard build's
     assert "FB_HAZARDS" in " ".join(g.cuda_refusals('#define xR\nstatic_assert(true, xR"(");\n#ifdef FB_HAZARDS\n'
                                                     '#endif\n// )");\n', tmp_path))
-    assert "defined outside an #if" in " ".join(g.cuda_refusals("#define TRACED defined(__syncthreads)\n#if TRACED\n"
+    assert "defined other than as" in " ".join(g.cuda_refusals("#define TRACED defined(__syncthreads)\n#if TRACED\n"
                                                                 "#endif\n", tmp_path))
+    inc = "#include <fb/tma.cuh>\n"
+    # a macro that spells fb, a namespace opened right after a semicolon, a fallback called inside an expression,
+    # a template's name without a call, a toolkit function as a template argument, defined handed to a macro
+    for tell, what in (("#define NS fb\nnamespace NS { int x; }\n", "inside namespace fb"),
+                       ("__device__ int u;namespace fb { int y; }\n", "inside namespace fb"),
+                       (inc + "__device__ int record(...);\nint k = x * record(K, 1);\n", "record unqualified"),
+                       (inc + "__device__ int bulk_copy_g2s(...);\nint k = bulk_copy_g2s(map, 1);\n",
+                        "bulk_copy_g2s unqualified"),
+                       ("auto p = fb::attention::qk_gemm_rs<64, 64>;\n", "without calling it"),
+                       ("int k = tell<&fb::mbar::arrive>();\n", "address of a toolkit function"),
+                       ("#define M(x) x(__syncthreads)\n#if M(defined)\n#endif\n", "defined other than as")):
+        assert what in " ".join(g.cuda_refusals(tell, tmp_path)), tell
     # what a learner writes beside those rules: a lambda or a zero-argument helper of that name, any helper of that
     # name where no toolkit header is included, the size of a toolkit type, a directive spaced after its #
-    inc = "#include <fb/tma.cuh>\n"
-    for fine in (inc + "auto addr = [&](int row, int ch) { return box + row; };\nint v = addr(1, 2);\n",
+    for fine in (inc + "struct S { __device__ static void arrive_expect_tx(u64& b, u32 n) { fb::mbar::arrive(&b); } "
+                       "};\n", "#if defined(FOO) || defined BAR\n#endif\nint defined_rows = 3;\n",
+                 inc + "fb::tma::load<T>(a, b);\nbool both = a && fb::mbar::ready;\n",inc + "auto addr = [&](int row, int ch) { return box + row; };\nint v = addr(1, 2);\n",
                  inc + "__device__ bool warp_leader() { return threadIdx.x % 32 == 0; }\nbool w = warp_leader();\n",
                  "__device__ const float* addr(const float* p, int i) { return p + i; }\nauto q = addr(p, 3);\n",
                  "namespace tc = fb::tc;\nstatic_assert(sizeof(tc::u64) == 8);\n", "# define SYNC() __syncthreads()\n"):

@@ -784,6 +784,12 @@ def test_integrity_names_a_replaced_cached_function_a_ufunc_and_a_standard_modul
     ("import dataclasses\n@dataclasses.dataclass\nclass Raw:\n    __annotations__ = {'__array_' + 'interface__': dict}",
      False),
     ("import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int = 0\n    y: float = 1.0", True),
+    # the same dict bound by a match capture; an address read as a hash; numba bound to something else
+    ("import dataclasses\n@dataclasses.dataclass\nclass Raw:\n    match {'__array_' + 'interface__': dict}:\n"
+     "        case __annotations__:\n            pass", False),
+    ("def f(x):\n    return hash(x)", False),
+    ("import collections\ndef f(nb):\n    numba = collections.namedtuple('H', 'cuda')(nb)\n    return numba.cuda.jit", False),
+    ("from numba import bool", False),
     # an array over an address of the learner's choosing; a file's code linked into a kernel
     ("def f(p):\n    return fb.DeviceArray((4,), np.float32, p, owner=True)", False),
     ("from numba import cuda\n@cuda.jit(link=['mine.cu'])\ndef k(x):\n    x[0] = 1", False),
@@ -1210,6 +1216,18 @@ def test_a_class_made_with_computed_special_methods_is_named_by_the_integrity_ch
                   timeout=300)
     assert rep.status == "failed" and ("Q.__array_function__" in str(rep) and "special method" in str(rep)
                                        or "it reaches .make_dataclass" in str(rep)), str(rep)
+
+
+def test_the_integrity_check_names_a_special_name_among_a_class_s_annotations():
+    """A dataclass's __init__ sets every name its annotations hold on each object: a special name among them
+    (__array_interface__, numpy's view over any address) is named, the annotations Python writes are not."""
+    before = list(g._all_classes())
+    raw = dataclasses.dataclass(type("Raw", (), {"__module__": "learner",
+                                                 "__annotations__": {"__array_" + "interface__": dict}}))
+    plain = dataclasses.dataclass(type("Plain", (), {"__module__": "learner", "__annotations__": {"rows": int}}))
+    found = g._computed_specials(lambda f: False, before, learner_module="learner")
+    assert "Raw.__annotations__['__array_interface__']" in found and not any("Plain" in f for f in found), \
+        (found, raw, plain)
 
 
 @pytest.mark.parametrize("answer", ["learner", "itertools.chain", "functools.partial(lambda *a: True)"])

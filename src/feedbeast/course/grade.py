@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import collections
 import dataclasses
 import functools
 import glob
@@ -504,7 +505,12 @@ def _computed_specials(is_learner_code, before=(), learner_module=None) -> list[
             id(b) not in before and dict_of(b).get("__module__") == learner_module
             for b in type.__dict__["__mro__"].__get__(c))
         for k, v in list(dict_of(c).items()):
-            if type(k) is not str or k not in FINALIZERS or k == "__annotations__":   # Python's, from `x: int`
+            if type(k) is not str or k not in FINALIZERS:
+                continue
+            if k == "__annotations__":   # Python's, from `x: int`; a special name among its keys sets it on objects
+                bad = [a for a in (v if type(v) is dict else ()) if type(a) is not str or a in FINALIZERS]
+                if bad and (theirs or learner_module is None):
+                    found.append(f"{name_of(c)}.__annotations__[{bad[0]!r}]")
                 continue
             f = _function_in(v)
             if type(f) is types.FunctionType and is_learner_code(code_of(f).co_filename) or \
@@ -1295,6 +1301,19 @@ def _build_only_functions() -> frozenset[str]:
     return frozenset(names - {"void", "if", "for", "while", "switch", "return", "sizeof"})
 
 
+@functools.cache
+def _build_dependent_functions() -> frozenset[str]:
+    """The toolkit's functions whose declaration differs between the builds: only the hazard or debug build
+    declares them, or the hazard build adds a source-line parameter (FB_HZ_LINE, FB_HZ_LINE_PARAM)."""
+    from ..compile import include_path
+    names = set(_build_only_functions())
+    for folder in include_path():
+        for header in Path(folder).glob("fb/*.cuh"):
+            names |= set(re.findall(r"__device__[^;{()]*?\b(\w+)\s*\([^;{)]*\bFB_HZ_LINE(?:_PARAM)?\b",
+                                    header.read_text()))
+    return frozenset(names - {"void", "if", "for", "while", "switch", "return", "sizeof"})
+
+
 def cuda_refusals(body: str, cwd: Path) -> list[str]:
     """Why the grader does not compile this %%cuda cell of a learner ([] when it does): what could make the build it
     launches differ from the hazard and debug builds of the same text, which set the toolkit's FB_ switches."""
@@ -1341,10 +1360,15 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     # tells the builds apart
     # (a #define whose body calls them expands to the same call in every build: allowed)
     # `defined` outside an #if or #elif line: a macro whose body tests defined(__syncthreads), expanded in an #if
-    if any(re.search(r"\bdefined\b", line) and not re.match(r"[^\S\n]*#[^\S\n]*(?:el)?if\b", line)
-           for line in text.split("\n")):
-        out.append("it writes defined outside an #if or #elif line (a macro that tests whether a name is a macro "
-                   "tells the hazard build, whose __syncthreads is one, from the others)")
+    if any(re.search(r"\bdefined\b", line) and not (
+            re.match(r"[^\S\n]*#[^\S\n]*(?:el)?if\b", line)
+            and not re.search(r"\bdefined\b(?!\s*\(\s*\w+\s*\)|\s+\w)", line)) for line in text.split("\n")):
+        out.append("it writes defined other than as defined(NAME) in an #if or #elif line itself (a macro that "
+                   "tests whether a name is a macro tells the hazard build, whose __syncthreads is one, from the "
+                   "others)")
+    if re.search(r"^[^\S\n]*#[^\S\n]*define\b[^\n]*\b__sync(?:threads|warp)\b(?!\s*\()", text, re.M):
+        out.append("it names __syncthreads or __syncwarp in a #define other than as a call (the hazard build "
+                   "defines them as macros)")
     if re.search(r"^[^\S\n]*#[^\S\n]*+(?!define[^\S\n]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
         out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
                    "macros)")
@@ -1352,19 +1376,21 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     # (fb/hazard.cuh, fb/debug.cuh): a declaration of the learner's own inside it, a toolkit function's address,
     # or what an operand naming the toolkit would be, tells the builds apart without a macro. A namespace alias
     # of the toolkit's (namespace fa = fb::attention) names it as fb does.
-    named_fb = {"fb"}          # fb and its aliases, an alias of an alias too (namespace a = fb; namespace b = a;)
-    while True:
-        more = {a for a, target in re.findall(r"\bnamespace\s+(\w+)\s*=\s*(?:::\s*)?(\w+)", text)
-                if target in named_fb} - named_fb
+    named_fb = {"fb"}          # fb and its aliases, an alias of an alias too (namespace a = fb; namespace b = a;),
+    while True:                # and a macro that spells one (#define NS fb, #define MB fb::mbar)
+        pairs = re.findall(r"\bnamespace\s+(\w+)\s*=\s*(?:::\s*)?(\w+)", text) + re.findall(
+            r"^[^\S\n]*#[^\S\n]*define[^\S\n]+(\w+)[^\S\n]+(?:::\s*)?(\w+)", text, re.M)
+        more = {a for a, target in pairs if target in named_fb} - named_fb
         if not more:
             break
         named_fb |= more
-    toolkit = r"(?:(?<!::)\b(?:" + "|".join(sorted(map(re.escape, named_fb))) + r")\s*::|::\s*fb\s*::)"
-    if re.search(r"(?<!using)\s+namespace\s+fb\b(?!\s*=)|^namespace\s+fb\b", text, re.M):
+    fbs = "|".join(sorted(map(re.escape, named_fb)))
+    toolkit = r"(?:(?<!::)\b(?:" + fbs + r")\s*::|::\s*fb\s*::)"
+    if any(not re.search(r"\busing\s*$", text[:m.start()]) for m in re.finditer(
+            r"(?<![\w:])namespace\s+(?:::\s*)?(?:" + fbs + r")\b(?!\s*=)", text)):
         out.append("it declares names inside namespace fb, the toolkit's own (the hazard and debug builds declare "
                    "more there): declare yours outside it")
-    if re.search(r"\busing\s+namespace\s+(?:::\s*)?(?:" + "|".join(sorted(map(re.escape, named_fb))) + r")\b",
-                 text):
+    if re.search(r"\busing\s+namespace\s+(?:::\s*)?(?:" + fbs + r")\b", text):
         out.append("it brings namespace fb into its own scope (using namespace fb), where the debug and hazard "
                    "builds' extra declarations would answer unqualified calls: write fb:: at each use")
     used = [m[1] for m in re.finditer(r"\busing\s+" + toolkit + r"\s*(?:\w+\s*::\s*)*(\w+)\s*;", text)
@@ -1372,26 +1398,53 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     if used:
         out.append(f"it brings the toolkit function {used[0]} into its own scope (using fb::...), where the debug "
                    "and hazard builds' overloads would answer: write fb:: at each call")
-    if re.search(r"(?:^|[=(,{;:?!]|\breturn)\s*&(?!&)\s*" + toolkit, text, re.M):     # unary &, not a && b
+    if re.search(r"(?:^|[=(,{;:?!<]|\breturn)\s*&(?!&)\s*" + toolkit, text, re.M):     # unary &, not a && b
         out.append("it takes the address of a toolkit function (&fb::...), whose type the hazard and debug builds "
                    "change: call it")
-    # (a name inside a class or an enum, fb::TraceKind::wait, is not a function of a namespace)
-    named = [m[2] for m in re.finditer(toolkit + r"\s*((?:\w+\s*::\s*)*)(\w+)(?!\s*[(<:\w])", text)
-             if m[2] in _toolkit_functions() and not re.search(r"\b[A-Z]", m[1])]
+    # a toolkit function named, its template arguments after it or not, with no call: a pointer to it (a name
+    # inside a class or an enum, fb::TraceKind::wait, is not a function of a namespace)
+    named = []
+    for m in re.finditer(toolkit + r"\s*((?:\w+\s*::\s*)*)(\w+)\b", text):
+        if m[2] not in _toolkit_functions() or re.search(r"\b[A-Z]", m[1]):
+            continue
+        i = m.end()
+        while i < len(text) and text[i] in " \t\n":
+            i += 1
+        if i < len(text) and text[i] == "<":          # skip its template arguments
+            depth = 0
+            while i < len(text):
+                depth += {"<": 1, ">": -1}.get(text[i], 0)
+                i += 1
+                if depth == 0:
+                    break
+            while i < len(text) and text[i] in " \t\n":
+                i += 1
+        if i >= len(text) or text[i] not in "(:":
+            named.append(m[2])
     if named and not used:
         out.append(f"it names the toolkit function {named[0]} without calling it (a pointer to it, whose type the "
                    "hazard and debug builds change): call it")
-    # a function only those builds declare, called or declared unqualified: argument-dependent lookup finds the
-    # toolkit's (fb::hazard::record for an argument of type fb::hazard::Kind) in that build alone
-    # (only with an argument, through which the lookup reaches a namespace; not a name the cell binds as a
-    # variable, a lambda, which turns the lookup off [basic.lookup.argdep]; not where nothing names the toolkit)
-    variables = set(re.findall(r"\b(\w+)\s*=(?!=)", text))
-    own_calls = sorted({m[1] for m in re.finditer(r"(?<![\w:.>])(\w+)\s*\((?!\s*\))", text)}
-                       & _build_only_functions() - variables) if re.search(r"#\s*include\s*<fb/|" + toolkit, text) else []
+    # An own function with the name of a toolkit function whose declaration differs between the builds (only those
+    # builds declare it, or they add a source-line parameter), called unqualified with an argument: argument-
+    # dependent lookup (an argument of a toolkit type) finds the toolkit's, and which one wins differs by build.
+    # A lambda of that name turns the lookup off ([basic.lookup.argdep]), unless a function of it is declared too.
+    lambdas = set(re.findall(r"\bauto\s+(\w+)\s*=\s*\[", text))
+    functions = set(re.findall(r"\b\w[\w:<>,\s*&]*?\s(\w+)\s*\([^;{)]*\)\s*(?:const\s*)?[{;]", text))
+    # (a call, not a declaration: what comes before the name is an operator or a statement's keyword, not a type)
+    # (a function of its own with such a name, called anywhere unqualified: the fallback a tell needs)
+    uses = collections.Counter(m[1] for m in re.finditer(r"(?<![\w:.])(?<!->)(\w+)\s*\((?!\s*\))", text))
+    called = {name for name, n in uses.items() if n > 1}        # declared, and called besides
+    own_calls = sorted(functions & called & _build_dependent_functions()) or sorted({m[2] for m in re.finditer(
+        r"(?:(?<![\w:.>])(?<!->)|(?<=[^\w\s:.-]>)|(?<=\d>))(\s*)(\w+)\s*\((?!\s*\))", text)
+        if not re.search(r"(?<![\w])(?!(?:return|case|throw|else|do|co_return|co_yield)\b)\w+[\s*&]*$",
+                         text[max(0, m.start() - 80):m.start()])}
+        & _build_dependent_functions() - (lambdas - functions))
+    if not re.search(r"#\s*include\s*<fb/|" + toolkit, text):
+        own_calls = []
     if own_calls:
-        out.append(f"it calls or declares {own_calls[0]} unqualified, a function only the hazard or debug build "
-                   "declares (argument-dependent lookup would find it in that build alone): give yours another "
-                   "name, and call the toolkit's with fb::")
+        out.append(f"it calls or declares {own_calls[0]} unqualified, the name of a toolkit function the hazard or "
+                   "debug build declares otherwise (argument-dependent lookup would tell the builds apart): give "
+                   "yours another name, and call the toolkit's with fb::")
     for m in re.finditer(r"\b(decltype|sizeof|alignof|noexcept|__builtin_\w+)\s*\(", text):
         depth, i = 1, m.end()
         while i < len(text) and depth:

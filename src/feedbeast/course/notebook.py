@@ -621,7 +621,8 @@ NATIVE = {
 INTERNAL |= NATIVE
 CALLS = {"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr", "__import__",
          "open", "breakpoint", "input", "get_ipython", "super",
-         "id"}     # an object's address, which is all a raw view needs to read or write the object
+         "id", "hash"}     # an object's address (hash() of an object without its own is the address, rotated),
+                           # which is all a raw view needs to read or write the object
 FINALIZERS = {"__del__", "__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__", "__prepare__",
               # a class body's annotations written as a dict: a dataclass's __init__ sets each name it holds on
               # every object, computed names too ("__array_" + "interface__": numpy's view over any address)
@@ -957,7 +958,7 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
     amends = _targets(node)[1]
     binds = _unbinds(node)
     if isinstance(node, ast.ImportFrom) and node.module == "numba" and not node.level:
-        binds -= {a.name for a in node.names if a.asname is None}      # numba's own names, as the lab binds them
+        binds -= {a.name for a in node.names if a.asname is None} - BUILTIN_NAMES   # numba's, as the lab binds them
     if binds & protected:
         say(f"it rebinds {', '.join(sorted(binds & protected))}, which the lab gives or the grader binds "
             "(the grade uses the lab's own)")
@@ -1026,7 +1027,7 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                                      else ": write obj.name, or getattr(obj, \"name\", default) with a public name "
                                      "written at the call" if n.id == "getattr" else
                                      " (an object's address in memory): compare objects with `is`, or key a dict "
-                                     "by the object itself" if n.id == "id" else ""), n)
+                                     "by the object itself" if n.id in ("id", "hash") else ""), n)
         elif isinstance(n, ast.Attribute):
             # in a method: self._n and self.__n, super()._n (checked as they run: a private name of the learner's
             # classes), super().__init__
@@ -1053,15 +1054,18 @@ def refusals(node: ast.stmt, protected=(), modules=(), lines: list | None = None
                 say("it reaches .jit other than as cuda.jit: Numba's CPU compiler runs native code without bounds "
                     "checks (an index past the end writes the process's memory); a graded cell compiles kernels "
                     "with @cuda.jit", n)
-            elif n.attr in CALLS - {"input", "super", "id"}:
+            elif n.attr in CALLS - {"input", "super", "id", "hash"}:
                 say(f"it reaches .{n.attr} (what the builtin of that name does, reached through a module)", n)
             elif n.attr in ("wraps", "update_wrapper") and id(n) not in wraps and id(n) not in on_self:
                 say(f"it calls functools.{n.attr} other than as @functools.wraps(f) on a function of its own "
                     "or on self in a method (it sets the attributes it is told to on any object)", n)
             # any other attribute set or deleted: guarded() has it set only on an object the learner's code made
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in FINALIZERS or \
-                isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in FINALIZERS:
-            name = getattr(n, "name", None) or n.id
+                isinstance(n, ast.Name) and (isinstance(n.ctx, ast.Store) or n.id == "__annotations__") \
+                and n.id in FINALIZERS or _bound_name(n) in FINALIZERS:
+            # (bound any way: a match capture `case __annotations__:`, `as`, `except`, a parameter)
+            name = getattr(n, "name", None) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+                n.id if isinstance(n, ast.Name) else _bound_name(n)
             say(f"it defines {name}" + (
                 " (the checks compare, count and convert values with it, so graded code may not change what it "
                 "answers: give the method a name of its own, such as nbytes())" if name in COMPARED else
@@ -1251,7 +1255,7 @@ def _plain_format(value) -> bool:
 
 
 # names whose attributes the rules trust by the name (cuda.jit, np.vectorize): bound to that module only
-MODULE_NAMES = {"cuda": "numba.cuda", "np": "numpy", "numpy": "numpy"}
+MODULE_NAMES = {"cuda": "numba.cuda", "np": "numpy", "numpy": "numpy", "numba": "numba"}
 
 
 def _binds_module_name(n) -> str | None:
@@ -1275,6 +1279,19 @@ def _binds_module_name(n) -> str | None:
     elif isinstance(n, (ast.Global, ast.Nonlocal)):
         names = n.names
     return next((b for b in names if b in MODULE_NAMES), None)
+
+
+def _bound_name(n) -> str | None:
+    """The name a match capture, an `except ... as`, an import's `as` or a parameter binds, else None."""
+    if isinstance(n, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)):
+        return n.name
+    if isinstance(n, ast.MatchMapping):
+        return n.rest
+    if isinstance(n, ast.alias):
+        return n.asname
+    if isinstance(n, ast.arg):
+        return n.arg
+    return None
 
 
 def _importable(name: str, member: bool = False) -> bool:
