@@ -573,13 +573,17 @@ def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_n
                         "bulk_copy_g2s unqualified"),
                        ("auto p = fb::attention::qk_gemm_rs<64, 64>;\n", "without calling it"),
                        ("int k = tell<&fb::mbar::arrive>();\n", "address of a toolkit function"),
-                       ("#define M(x) x(__syncthreads)\n#if M(defined)\n#endif\n", "defined other than as")):
+                       ("#define M(x) x(__syncthreads)\n#if M(defined)\n#endif\n", "defined other than as"),
+                       # a name fb of the learner's, which the hazard build's macros would find
+                       ("namespace mine { struct fb { struct hazard {}; }; }\n", "a name fb of its own"),
+                       ("using fb = int;\n", "a name fb of its own")):
         assert what in " ".join(g.cuda_refusals(tell, tmp_path)), tell
     # what a learner writes beside those rules: a lambda or a zero-argument helper of that name, any helper of that
     # name where no toolkit header is included, the size of a toolkit type, a directive spaced after its #
     for fine in (inc + "struct S { __device__ static void arrive_expect_tx(u64& b, u32 n) { fb::mbar::arrive(&b); } "
                        "};\n", "#if defined(FOO) || defined BAR\n#endif\nint defined_rows = 3;\n",
-                 inc + "fb::tma::load<T>(a, b);\nbool both = a && fb::mbar::ready;\n",inc + "auto addr = [&](int row, int ch) { return box + row; };\nint v = addr(1, 2);\n",
+                 inc + "fb::tma::load<T>(a, b);\nbool both = a && fb::mbar::ready;\n",
+                 "using fb::decode::u;\ntypedef fb::tc::u64 w;\n",inc + "auto addr = [&](int row, int ch) { return box + row; };\nint v = addr(1, 2);\n",
                  inc + "__device__ bool warp_leader() { return threadIdx.x % 32 == 0; }\nbool w = warp_leader();\n",
                  "__device__ const float* addr(const float* p, int i) { return p + i; }\nauto q = addr(p, 3);\n",
                  "namespace tc = fb::tc;\nstatic_assert(sizeof(tc::u64) == 8);\n", "# define SYNC() __syncthreads()\n"):
@@ -775,3 +779,20 @@ def test_what_stands_under_a_todo_line_is_read_as_its_cell_s_language():
     cells = [c for c in read(ROOT / "labs/04-mbarrier-ring.ipynb").cells if c.cell_type == "code"]
     skipped = cells + [code("%%script false\ndef producer(ring, it):\n    yield ring.empty[0].wait(0)\n")]
     assert g._todo(skipped, sol.cells).count("producer line") == 1
+
+
+def test_a_compile_writes_only_the_cache_s_files():
+    """NVRTC writes the file its --time and --fdevice-time-trace options name (and reads or writes a precompiled
+    header's): fb.compile refuses them with the option named; the cache's folder maker makes its own folders only."""
+    import sys as _sys
+
+    import feedbeast.compile  # noqa: F401  (the module, not the function the package binds to the name)
+    from feedbeast.cache import cache_dir
+    from feedbeast.errors import CompileError
+    options = _sys.modules["feedbeast.compile"]._options
+    for bad in ("--time=/tmp/by-a-grade.pth", "-fdevice-time-trace=t", "--create-pch=x.pch", "--pch-dir=/tmp"):
+        with pytest.raises(CompileError, match="writes or reads a file of NVRTC's own"):
+            options([bad])
+    assert options(["--maxrregcount=64", "-DTILE=64"]) == ("--maxrregcount=64", "-DTILE=64")
+    with pytest.raises(ValueError, match="the cache keeps cubin and sass only"):
+        cache_dir("../../elsewhere")

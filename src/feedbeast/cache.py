@@ -9,8 +9,13 @@ import os
 from pathlib import Path
 
 
+KINDS = ("cubin", "sass")
+
+
 def cache_dir(kind: str = "cubin") -> Path:
     """The folder of one kind of cached build product ("cubin", "sass") under FEEDBEAST_CACHE."""
+    if kind not in KINDS:     # a folder of its own under the cache, never a path elsewhere ("../..")
+        raise ValueError(f"cache_dir({kind!r}): the cache keeps {' and '.join(KINDS)} only")
     d = Path(os.environ.get("FEEDBEAST_CACHE", Path.home() / ".cache" / "feedbeast")) / kind
     d.mkdir(parents=True, exist_ok=True)
     return d

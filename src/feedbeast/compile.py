@@ -475,6 +475,9 @@ def _options(options) -> tuple:
     for o in options:
         if not isinstance(o, str):
             raise CompileError(f"options={options!r}: give NVRTC flags as strings, e.g. ['--maxrregcount=64']")
+        if re.match(r"--?(?:time|fdevice-time-trace|create-pch|pch-dir|use-pch|pch)\b", o):
+            # NVRTC writes (or reads) the file these name itself: a compile writes only the cache's files
+            raise CompileError(f"options: {o!r} writes or reads a file of NVRTC's own: compile without it")
     return tuple(_text(o, "an NVRTC option") for o in options)
 
 

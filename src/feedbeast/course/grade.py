@@ -1390,6 +1390,10 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
             r"(?<![\w:])namespace\s+(?:::\s*)?(?:" + fbs + r")\b(?!\s*=)", text)):
         out.append("it declares names inside namespace fb, the toolkit's own (the hazard and debug builds declare "
                    "more there): declare yours outside it")
+    # a name fb of the learner's (a struct, a type alias) answers the hazard build's macros, whose expansions
+    # name fb (unqualified in an older header): in that build alone
+    if re.search(r"\b(?:struct|class|union|enum|typedef[^;]*|using)\s+fb\b(?!\s*::)|\bfb\s*=(?!=)", text):
+        out.append("it declares a name fb of its own (fb is the toolkit's namespace): name yours otherwise")
     if re.search(r"\busing\s+namespace\s+(?:::\s*)?(?:" + fbs + r")\b", text):
         out.append("it brings namespace fb into its own scope (using namespace fb), where the debug and hazard "
                    "builds' extra declarations would answer unqualified calls: write fb:: at each use")

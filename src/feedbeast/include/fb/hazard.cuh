@@ -248,7 +248,7 @@ __device__ __forceinline__ void syncwarp_traced(unsigned mask, int fb_hz_line) {
 }  // namespace fb
 // From here on, the kernel's own __syncthreads() and __syncwarp() are recorded too.
 #define __syncthreads() ::fb::hazard::syncthreads_traced(__LINE__)
-#define __syncwarp(...) ::fb::hazard::syncwarp_traced(fb::hazard::full_mask(__VA_ARGS__), __LINE__)
+#define __syncwarp(...) ::fb::hazard::syncwarp_traced(::fb::hazard::full_mask(__VA_ARGS__), __LINE__)
 namespace fb { namespace hazard {
 __device__ __forceinline__ unsigned full_mask(unsigned m = 0xffffffffu) { return m; }
 }}
