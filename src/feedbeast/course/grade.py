@@ -1265,113 +1265,62 @@ def _without_comments_and_literals(src: str) -> str:
     return _LEXEMES.sub(one, src)
 
 
+# a device function's declaration in the toolkit's headers: its name, before its parameter list
+_DECLARED = re.compile(r"__device__[^;{()]*?\b(\w+)\s*\(")
+_KEYWORDS = {"void", "if", "for", "while", "switch", "return", "sizeof"}
+
+
+@functools.cache
+def _headers() -> tuple[str, ...]:
+    """The text of each of the toolkit's device headers (fb/*.cuh)."""
+    from ..compile import include_path
+    return tuple(h.read_text() for folder in include_path() for h in sorted(Path(folder).glob("fb/*.cuh")))
+
+
 @functools.cache
 def _toolkit_functions() -> frozenset[str]:
-    """The names of the functions the toolkit's device headers (fb/*.cuh) declare, in any build."""
-    from ..compile import include_path
+    """The names of the functions the toolkit's device headers declare, in any build (not a class's constructor)."""
     names = set()
-    for folder in include_path():
-        for header in Path(folder).glob("fb/*.cuh"):
-            text = header.read_text()
-            names |= set(re.findall(r"__device__[^;{()]*?\b(\w+)\s*\(", text))
-            names -= set(re.findall(r"\b(?:struct|class)\s+(\w+)", text))     # constructors
-    return frozenset(names)
+    for text in _headers():
+        names |= set(_DECLARED.findall(text)) - set(re.findall(r"\b(?:struct|class)\s+(\w+)", text))
+    return frozenset(names - _KEYWORDS)
 
 
 @functools.cache
 def _build_only_functions() -> frozenset[str]:
     """The functions the toolkit's headers declare only under FB_HAZARDS or FB_DEBUG (in an #if of either, before
     its #else)."""
-    from ..compile import include_path
     names = set()
-    for folder in include_path():
-        for header in Path(folder).glob("fb/*.cuh"):
-            stack = []          # per open #if: [tests FB_HAZARDS or FB_DEBUG, past its #else]
-            for line in header.read_text().split("\n"):
-                directive = line.strip()
-                if re.match(r"#\s*if", directive):
-                    stack.append([bool(re.search(r"\bFB_(?:HAZARDS|DEBUG)\b", directive))
-                                  and not re.match(r"#\s*ifndef", directive) and "!" not in directive, False])
-                elif re.match(r"#\s*el", directive) and stack:
-                    stack[-1][1] = True
-                elif re.match(r"#\s*endif", directive) and stack:
-                    stack.pop()
-                elif any(special and not past_else for special, past_else in stack):
-                    names |= set(re.findall(r"__device__[^;{()]*?\b(\w+)\s*\(", line))
-    return frozenset(names - {"void", "if", "for", "while", "switch", "return", "sizeof"})
+    for text in _headers():
+        stack = []          # per open #if: [tests FB_HAZARDS or FB_DEBUG, past its #else]
+        for line in text.split("\n"):
+            directive = line.strip()
+            if re.match(r"#\s*if", directive):
+                stack.append([bool(re.search(r"\bFB_(?:HAZARDS|DEBUG)\b", directive))
+                              and not re.match(r"#\s*ifndef", directive) and "!" not in directive, False])
+            elif re.match(r"#\s*el", directive) and stack:
+                stack[-1][1] = True
+            elif re.match(r"#\s*endif", directive) and stack:
+                stack.pop()
+            elif any(special and not past_else for special, past_else in stack):
+                names |= set(_DECLARED.findall(line))
+    return frozenset(names - _KEYWORDS)
 
 
 @functools.cache
 def _build_dependent_functions() -> frozenset[str]:
     """The toolkit's functions whose declaration differs between the builds: only the hazard or debug build
     declares them, or the hazard build adds a source-line parameter (FB_HZ_LINE, FB_HZ_LINE_PARAM)."""
-    from ..compile import include_path
     names = set(_build_only_functions())
-    for folder in include_path():
-        for header in Path(folder).glob("fb/*.cuh"):
-            names |= set(re.findall(r"__device__[^;{()]*?\b(\w+)\s*\([^;{)]*\bFB_HZ_LINE(?:_PARAM)?\b",
-                                    header.read_text()))
-    return frozenset(names - {"void", "if", "for", "while", "switch", "return", "sizeof"})
+    for text in _headers():
+        names |= set(re.findall(_DECLARED.pattern + r"[^;{)]*\bFB_HZ_LINE(?:_PARAM)?\b", text))
+    return frozenset(names - _KEYWORDS)
 
 
-def cuda_refusals(body: str, cwd: Path) -> list[str]:
-    """Why the grader does not compile this %%cuda cell of a learner ([] when it does): what could make the build it
-    launches differ from the hazard and debug builds of the same text, which set the toolkit's FB_ switches."""
-    from ..compile import include_path
+def _build_tells(text: str) -> list[str]:
+    """What in a %%cuda cell's text (comments and literals blanked) tells the hazard and debug builds from the
+    release build without a build switch: see cuda_refusals."""
     out = []
-    # what the preprocessor reads: lines spliced at a backslash, comments gone (C++17 [lex.phases] 2 and 3), string
-    # and character literals as tokens of their own (nothing in them names a macro), the digraphs %: and %:%: read
-    # as # and ## ([lex.digraph])
-    text = _without_comments_and_literals(body.replace("\\\n", "")).replace("%:", "#")
-    switches = sorted(set(re.findall(r"\bFB_\w+", text)))
-    if switches:
-        out.append(f"it sets or tests {', '.join(switches)}, the toolkit's own build switches (the hazard and debug "
-                   "builds set them)")
-    own = sorted(set(re.findall(r"\bfb_(?:hz|debug)_\w+|\bhazard\s*::\s*record\b", text)))
-    if own:
-        out.append(f"it names {', '.join(own)}, the hazard and debug builds' own state")
-    defines = re.findall(r"^[^\S\n]*#[^\S\n]*define[^\S\n]+(\w+)(?:\(([^)]*)\))?([^\n]*)$", text, re.M)
-    pasting = [name for name, _, body in defines if "##" in body]
-    if "##" in text:
-        out.append("it pastes tokens with ##" + (f" (#define {pasting[0]})" if pasting else "") +
-                   ", which can make a switch's name out of pieces: write the names whole")
-    # `#x` spells the argument as written, the same in every build, when the macro is called with the argument
-    # written at the call: `REQUIRE(n % 4 == 0)` in code or in another macro's body. Handed a macro's parameter,
-    # or reached any other way (`#define XSTR(x) S(x)`, an alias `#define CALL S`, `APPLY(S, __syncthreads())`),
-    # its argument is expanded first, and then it spells the hazard build's macros: a difference between the
-    # builds that names no switch
-    for name in (name for name, params, body in defines if re.search(r"(?<!#)#(?!#)[^\S\n]*\w", body)):
-        for line in text.split("\n"):
-            if not re.search(rf"\b{name}\b", line) or re.match(rf"[^\S\n]*#[^\S\n]*(define[^\S\n]+{name}\b|"
-                                                            rf"(ifdef|ifndef|undef)[^\S\n]+{name}\b)", line):
-                continue             # its own definition, or whether it is defined
-            d = re.match(r"[^\S\n]*#[^\S\n]*define[^\S\n]+\w+(?:\(([^)]*)\))?(.*)", line)
-            where = d.group(2) if d else line
-            params = [p.strip().rstrip(".") or "__VA_ARGS__" for p in (d.group(1) or "").split(",")] if d else []
-            params = [p if p != "..." else "__VA_ARGS__" for p in params if p]
-            handed = any(re.search(rf"\b{re.escape(p)}\b", where) for p in params + ["__VA_ARGS__"] * bool(params))
-            if (re.match(r"[^\S\n]*#", line) and not d) or re.search(rf"\b{name}\b(?!\s*\()", where) or handed:
-                out.append(f"it reaches {name}, which turns its argument into a string with #, other than by a call "
-                           f"of {name}(...) with the argument written there ({line.strip()[:60]}): its argument's "
-                           f"macros expand first, and the hazard build's differ. Call {name} directly, or write the "
-                           "string out")
-                break
-    # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
-    # tells the builds apart
-    # (a #define whose body calls them expands to the same call in every build: allowed)
-    # `defined` outside an #if or #elif line: a macro whose body tests defined(__syncthreads), expanded in an #if
-    if any(re.search(r"\bdefined\b", line) and not (
-            re.match(r"[^\S\n]*#[^\S\n]*(?:el)?if\b", line)
-            and not re.search(r"\bdefined\b(?!\s*\(\s*\w+\s*\)|\s+\w)", line)) for line in text.split("\n")):
-        out.append("it writes defined other than as defined(NAME) in an #if or #elif line itself (a macro that "
-                   "tests whether a name is a macro tells the hazard build, whose __syncthreads is one, from the "
-                   "others)")
-    if re.search(r"^[^\S\n]*#[^\S\n]*define\b[^\n]*\b__sync(?:threads|warp)\b(?!\s*\()", text, re.M):
-        out.append("it names __syncthreads or __syncwarp in a #define other than as a call (the hazard build "
-                   "defines them as macros)")
-    if re.search(r"^[^\S\n]*#[^\S\n]*+(?!define[^\S\n]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
-        out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
-                   "macros)")
     # The hazard and debug builds declare more in namespace fb and give its functions a source-line parameter
     # (fb/hazard.cuh, fb/debug.cuh): a declaration of the learner's own inside it, a toolkit function's address,
     # or what an operand naming the toolkit would be, tells the builds apart without a macro. A namespace alias
@@ -1434,8 +1383,8 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
     # A lambda of that name turns the lookup off ([basic.lookup.argdep]), unless a function of it is declared too.
     lambdas = set(re.findall(r"\bauto\s+(\w+)\s*=\s*\[", text))
     functions = set(re.findall(r"\b\w[\w:<>,\s*&]*?\s(\w+)\s*\([^;{)]*\)\s*(?:const\s*)?[{;]", text))
-    # (a call, not a declaration: what comes before the name is an operator or a statement's keyword, not a type)
-    # (a function of its own with such a name, called anywhere unqualified: the fallback a tell needs)
+    # (a function of its own with such a name, declared and called besides: the fallback a tell needs; or a call,
+    # not a declaration, of such a name: what comes before it is an operator or a statement's keyword, not a type)
     uses = collections.Counter(m[1] for m in re.finditer(r"(?<![\w:.])(?<!->)(\w+)\s*\((?!\s*\))", text))
     called = {name for name, n in uses.items() if n > 1}        # declared, and called besides
     own_calls = sorted(functions & called & _build_dependent_functions()) or sorted({m[2] for m in re.finditer(
@@ -1459,6 +1408,68 @@ def cuda_refusals(body: str, cwd: Path) -> list[str]:
             out.append(f"it asks {m[1]}(...) of an expression that names the toolkit ({text[m.start():i][:60]}), "
                        "whose answer the hazard and debug builds change: ask it of your own types and values")
             break
+    return out
+
+
+def cuda_refusals(body: str, cwd: Path) -> list[str]:
+    """Why the grader does not compile this %%cuda cell of a learner ([] when it does): what could make the build it
+    launches differ from the hazard and debug builds of the same text, which set the toolkit's FB_ switches."""
+    from ..compile import include_path
+    out = []
+    # what the preprocessor reads: lines spliced at a backslash, comments gone (C++17 [lex.phases] 2 and 3), string
+    # and character literals as tokens of their own (nothing in them names a macro), the digraphs %: and %:%: read
+    # as # and ## ([lex.digraph])
+    text = _without_comments_and_literals(body.replace("\\\n", "")).replace("%:", "#")
+    switches = sorted(set(re.findall(r"\bFB_\w+", text)))
+    if switches:
+        out.append(f"it sets or tests {', '.join(switches)}, the toolkit's own build switches (the hazard and debug "
+                   "builds set them)")
+    own = sorted(set(re.findall(r"\bfb_(?:hz|debug)_\w+|\bhazard\s*::\s*record\b", text)))
+    if own:
+        out.append(f"it names {', '.join(own)}, the hazard and debug builds' own state")
+    defines = re.findall(r"^[^\S\n]*#[^\S\n]*define[^\S\n]+(\w+)(?:\(([^)]*)\))?([^\n]*)$", text, re.M)
+    pasting = [name for name, _, body in defines if "##" in body]
+    if "##" in text:
+        out.append("it pastes tokens with ##" + (f" (#define {pasting[0]})" if pasting else "") +
+                   ", which can make a switch's name out of pieces: write the names whole")
+    # `#x` spells the argument as written, the same in every build, when the macro is called with the argument
+    # written at the call: `REQUIRE(n % 4 == 0)` in code or in another macro's body. Handed a macro's parameter,
+    # or reached any other way (`#define XSTR(x) S(x)`, an alias `#define CALL S`, `APPLY(S, __syncthreads())`),
+    # its argument is expanded first, and then it spells the hazard build's macros: a difference between the
+    # builds that names no switch
+    for name in (name for name, params, body in defines if re.search(r"(?<!#)#(?!#)[^\S\n]*\w", body)):
+        for line in text.split("\n"):
+            if not re.search(rf"\b{name}\b", line) or re.match(rf"[^\S\n]*#[^\S\n]*(define[^\S\n]+{name}\b|"
+                                                            rf"(ifdef|ifndef|undef)[^\S\n]+{name}\b)", line):
+                continue             # its own definition, or whether it is defined
+            d = re.match(r"[^\S\n]*#[^\S\n]*define[^\S\n]+\w+(?:\(([^)]*)\))?(.*)", line)
+            where = d.group(2) if d else line
+            params = [p.strip().rstrip(".") or "__VA_ARGS__" for p in (d.group(1) or "").split(",")] if d else []
+            params = [p if p != "..." else "__VA_ARGS__" for p in params if p]
+            handed = any(re.search(rf"\b{re.escape(p)}\b", where) for p in params + ["__VA_ARGS__"] * bool(params))
+            if (re.match(r"[^\S\n]*#", line) and not d) or re.search(rf"\b{name}\b(?!\s*\()", where) or handed:
+                out.append(f"it reaches {name}, which turns its argument into a string with #, other than by a call "
+                           f"of {name}(...) with the argument written there ({line.strip()[:60]}): its argument's "
+                           f"macros expand first, and the hazard build's differ. Call {name} directly, or write the "
+                           "string out")
+                break
+    # the hazard build defines __syncthreads and __syncwarp as macros (fb/hazard.cuh): a directive naming them
+    # tells the builds apart
+    # (a #define whose body calls them expands to the same call in every build: allowed)
+    # `defined` outside an #if or #elif line: a macro whose body tests defined(__syncthreads), expanded in an #if
+    if any(re.search(r"\bdefined\b", line) and not (
+            re.match(r"[^\S\n]*#[^\S\n]*(?:el)?if\b", line)
+            and not re.search(r"\bdefined\b(?!\s*\(\s*\w+\s*\)|\s+\w)", line)) for line in text.split("\n")):
+        out.append("it writes defined other than as defined(NAME) in an #if or #elif line itself (a macro that "
+                   "tests whether a name is a macro tells the hazard build, whose __syncthreads is one, from the "
+                   "others)")
+    if re.search(r"^[^\S\n]*#[^\S\n]*define\b[^\n]*\b__sync(?:threads|warp)\b(?!\s*\()", text, re.M):
+        out.append("it names __syncthreads or __syncwarp in a #define other than as a call (the hazard build "
+                   "defines them as macros)")
+    if re.search(r"^[^\S\n]*#[^\S\n]*+(?!define[^\S\n]+(?!__sync)\w)\w*.*\b__sync(?:threads|warp)\b", text, re.M):
+        out.append("it names __syncthreads or __syncwarp in a preprocessor line (the hazard build defines them as "
+                   "macros)")
+    out += _build_tells(text)
     folders = [Path(d) for d in include_path()]
     for inc in re.findall(r"^[^\S\n]*#[^\S\n]*include(.*)$", text, re.M):
         inc = inc.strip()

@@ -1272,14 +1272,10 @@ def _binds_module_name(n) -> str | None:
                  and f"{n.module}.{a.name}" != MODULE_NAMES[b]]
     elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
         names = [n.id]
-    elif isinstance(n, ast.arg):
-        names = [n.arg]
-    elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
-        names = [n.name]
-    elif isinstance(n, ast.MatchMapping):
-        names = [n.rest]
     elif isinstance(n, (ast.Global, ast.Nonlocal)):
         names = n.names
+    elif not isinstance(n, ast.alias):      # (an import's names: the Import itself, above)
+        names = [_bound_name(n)]
     return next((b for b in names if b in MODULE_NAMES), None)
 
 
