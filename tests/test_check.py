@@ -1,4 +1,6 @@
 """check(): float64 reference, thresholds by dtype, poison and NaN never pass."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,54 @@ def test_gpu_a_store_past_the_last_element_fails_the_check(anygpu):
     zeroed = fb.empty(8, np.float32).fill_bytes(0)            # zeroed outputs keep their guard poisoned
     assert zeroed.overrun() == (0, 0) and fb.to_device(np.ones(4, np.float32)).guard == 0
 
+
+
+def _whole_array(out, ref, limit, show=5):
+    """What check() computes, written over whole arrays: the reference for its comparison in chunks."""
+    out = np.asarray(out)
+    unwritten = np.all(out.view(np.uint8).reshape(out.shape + (out.dtype.itemsize,)) == 0xFF, axis=-1)
+    if out.dtype.kind in "iu":
+        unwritten &= ref != -1
+    got = out.astype(np.float64)
+    nan = np.isnan(got) & ~unwritten
+    finite = ~(unwritten | nan)
+    diff = np.where(finite, np.abs(got - ref), 0.0)
+    rel = np.linalg.norm(diff) / np.linalg.norm(ref)
+    if (unwritten | nan).any():
+        rel = np.inf
+    far = max(limit, 1e-12) * np.abs(ref).max() * 10
+    bad = unwritten | nan | (diff > far)
+    order = sorted(np.flatnonzero(diff), key=lambda i: (-diff.flat[i], i))[:show]
+    return rel, int(bad.sum()), [tuple(int(x) for x in np.unravel_index(i, out.shape)) for i in order]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, fb.bfloat16, np.int32])
+def test_a_comparison_in_chunks_finds_what_one_over_the_whole_array_finds(monkeypatch, dtype):
+    # A chunk of 1000 elements over 61 x 173 (10553): errors, poison and NaN on both sides of chunk edges, a
+    # reference that is a transposed view (not contiguous), and the worst elements spread over several chunks.
+    monkeypatch.setattr(sys.modules["feedbeast.check"], "CHUNK", 1000)   # fb.check is the function
+    rng = np.random.default_rng(3)
+    ints = np.dtype(dtype).kind == "i"
+    base = rng.integers(-50, 50, (173, 61)) if ints else rng.uniform(-1, 1, (173, 61))
+    ref = base.astype(np.float64).T
+    out = np.ascontiguousarray(ref).astype(dtype)
+    flat = [999, 1000, 1001, 4321, 9999, 10552]
+    for k, i in enumerate(flat):
+        r, c = np.unravel_index(i, out.shape)
+        out[r, c] = out[r, c] + (7 + k if ints else 0.25 * (k + 1))
+    if not ints:
+        out[0, 999 % 61] = np.nan
+    poison = out.view(np.uint8).reshape(out.shape + (out.dtype.itemsize,))
+    poison[0, 3] = poison[60, 172] = 0xFF
+    res = fb.check(out, ref, raise_on_fail=False)
+    rel, n_bad, worst = _whole_array(out, ref, tolerance_for(dtype))
+    assert not res.passed and res.rel_error == rel and res.n_bad == n_bad
+    assert [tuple(int(x) for x in ln.split("at (")[1].split(")")[0].split(", "))
+            for ln in res.detail.splitlines() if ln.startswith("  at (")] == worst
+    assert f"2 of {out.size} elements were never written (still poison), first at (0, 3), (60, 172)" in res.detail
+    # without the poison and the NaN the error is finite, and the same sum of squares
+    good = np.ascontiguousarray(ref).astype(dtype)
+    good[5, 5] = good[5, 5] + (1 if ints else 0.5)
+    res = fb.check(good, ref, raise_on_fail=False)
+    rel, n_bad, worst = _whole_array(good, ref, tolerance_for(dtype))
+    assert res.rel_error == pytest.approx(rel, rel=1e-12) and res.n_bad == n_bad == 1 and "at (5, 5)" in res.detail

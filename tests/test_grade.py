@@ -796,3 +796,19 @@ def test_a_compile_writes_only_the_cache_s_files():
     assert options(["--maxrregcount=64", "-DTILE=64"]) == ("--maxrregcount=64", "-DTILE=64")
     with pytest.raises(ValueError, match="the cache keeps cubin and sass only"):
         cache_dir("../../elsewhere")
+
+
+@pytest.mark.parametrize("end,says", [
+    ("os.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL from outside it: on Linux the usual sender is the "
+                                             "out-of-memory killer"),
+    ("sys.exit(3)", "exit status 3: a crash in a launch, or the notebook's code ended it")])
+def test_a_check_process_that_ends_early_is_told_apart_by_how(monkeypatch, tmp_path, end, says):
+    # A process killed from outside (the out-of-memory killer, when several gradings share a machine) is not a
+    # crash of the learner's kernel: the report says which it was.
+    popen = g.subprocess.Popen
+
+    def ends(args, **kw):
+        return popen([args[0], "-c", f"import os, signal, sys; sys.stdin.read(); {end}"], **kw)
+    monkeypatch.setattr(g.subprocess, "Popen", ends)
+    msgs, error, status = g._run_checks({}, dict(__import__("os").environ), tmp_path, 30)
+    assert msgs == [] and error.startswith("the check process ended before the checks did (" + says), error

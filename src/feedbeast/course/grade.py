@@ -1130,7 +1130,7 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
                                 stderr=subprocess.STDOUT, pass_fds=(w,), cwd=cwd, env=env)
         os.close(w)
         chan = _Channel(r, key)
-        msgs, error = [], ""
+        msgs, error, killed = [], "", False
         try:
             proc.stdin.write(json.dumps({**job, "key": key.hex()}).encode())
             proc.stdin.close()
@@ -1157,14 +1157,27 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+                killed = True
         if not error and (not msgs or msgs[-1]["t"] != "done"):
             log.seek(0)
             tail = log.read().decode("utf-8", "replace").strip().splitlines()[-8:]
-            error = (f"the check process ended before the checks did (exit status {proc.returncode}: a crash in a "
-                     "launch, or the notebook's code ended it)" + ("\n" + "\n".join(tail) if tail else ""))
+            error = ("the check process ended before the checks did (" + _why_ended(proc.returncode, killed) + ")"
+                     + ("\n" + "\n".join(tail) if tail else ""))
         if chan.forged:
             msgs.append({"t": "forged", "n": chan.forged})
     return msgs, error, proc.returncode
+
+
+def _why_ended(status: int, killed: bool) -> str:
+    """What a check process's exit status says about its end (the grader's own kill named as such)."""
+    import signal
+    if killed:
+        return "it stopped reporting and had not exited 30 s later, so the grader ended it"
+    if status == -signal.SIGKILL:
+        # SIGKILL cannot be caught, and neither Python nor a CUDA error sends it: something outside the process did
+        return ("killed by SIGKILL from outside it: on Linux the usual sender is the out-of-memory killer (see "
+                "`dmesg`), so grade fewer notebooks at a time or on a machine with more free memory")
+    return f"exit status {status}: a crash in a launch, or the notebook's code ended it"
 
 
 def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], str]:
