@@ -377,11 +377,13 @@ BUGS = {
         # A race: the persistent block exits while its last tile's TMA stores may still read the panels.
         "exits-while-store-reads": Bug([("    if (threadIdx.x % 128 == 0) fb::tma::wait_group<0>();   // the last "
                                          "stores have completed\n", "")], gpu={HAZARD}, rule="async-read-at-exit"),
-        # A race: only the store's issuer fences; the other warps' st.shared of the panels are not fenced.
+        # A race: only the store's issuer fences; the other warps' st.shared of the panels are not fenced. The SASS
+        # check sees a path from their STS to the UTMASTG without a fence (rejected everywhere); the hazard checker
+        # names the rule where it runs.
         "epilogue-fence-by-issuer-only": Bug([("  fb::fence_proxy_async();                           // my st.shared, "
                                                "before the TMA store reads them\n",
                                                "  if (issuer) fb::fence_proxy_async();\n")],
-                                             gpu={HAZARD}, rule="missing-proxy-fence"),
+                                             gpu={SASS, HAZARD}, rule="missing-proxy-fence", cpu=FENCE_SASS),
         # No wgmma.fence before the warpgroup's wgmma (PTX ISA requires one before the first): ptxas patches it in
         # (info C7519) and the results are right; the hazard checker names the broken contract.
         "missing-wgmma-fence": Bug([("        fb::wgmma::fence();\n", "")], gpu={HAZARD}, rule="missing-wgmma-fence"),
