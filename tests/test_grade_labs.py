@@ -544,6 +544,21 @@ class _Grader:
         return self._submit((lab, bug)).result()
 
 
+def _tests_spread_one_by_one(config) -> bool:
+    """Is this a pytest-xdist worker whose tests come one by one from a shared list (`-n N` alone: --dist load)?
+    Each worker collects every test, so a worker that graded all of them ahead would grade what others run too
+    (12 workers x 4 gradings at once: on an H200 server the out-of-memory killer stopped gradings)."""
+    if not hasattr(config, "workerinput"):
+        return False
+    argv, dist = config.workerinput.get("mainargv", []), "load"      # a worker's own option reads "no"
+    for i, a in enumerate(argv):
+        if a == "--dist" and i + 1 < len(argv):
+            dist = argv[i + 1]
+        elif a.startswith("--dist="):
+            dist = a.split("=", 1)[1]
+    return dist not in ("loadfile", "loadscope")
+
+
 @pytest.fixture(scope="module")
 def graded(request, tmp_path_factory):
     """graded(lab, bug=None) -> the Report; grades what the selected tests of this module need, once."""
@@ -562,6 +577,8 @@ def graded(request, tmp_path_factory):
             key = (p["lab"], p.get("bug"))
             if key not in wanted:
                 wanted.append(key)
+    if _tests_spread_one_by_one(request.config):
+        wanted = []       # every worker holds every item: grade only what this worker's tests ask for
     grader = _Grader(tmp_path_factory.mktemp("grade_labs"), wanted)
     yield grader
     grader.pool.shutdown(wait=True, cancel_futures=True)

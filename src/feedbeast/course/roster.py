@@ -489,7 +489,7 @@ def main(argv=None) -> int:
                     help=f"hazard builds (FEEDBEAST_HAZARDS=1) for labs {_labs_span(HAZARD_LABS)} and later labs "
                          "whose kernels include an fb/ header (auto: when a GPU is here)")
     ap.add_argument("--jobs", type=int, default=1,
-                    help="learners graded at once (each in its own process; on a GPU about 7 GB of host memory each)")
+                    help="learners graded at once (each in its own process; on a GPU up to 2 GB of host memory each)")
     ap.add_argument("--as-me", action="store_true",
                     help="grade as the user running the roster (root under sudo) instead of as each learner: "
                          "learners' code then runs with that user's rights (not recommended)")
