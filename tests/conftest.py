@@ -172,3 +172,10 @@ def on_first_use(make):
             made[key] = make(key)
         return made[key]
     return get
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist: hand each worker the controller's resolved --dist (a worker's own option reads "no";
+    `-d` makes it "load" whatever --dist says)."""
+    node.workerinput["dist"] = node.config.getvalue("dist")

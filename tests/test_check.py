@@ -192,3 +192,13 @@ def test_a_comparison_in_chunks_finds_what_one_over_the_whole_array_finds(monkey
     res = fb.check(good, ref, raise_on_fail=False)
     rel, n_bad, worst = _whole_array(good, ref, tolerance_for(dtype))
     assert res.rel_error == pytest.approx(rel, rel=1e-12) and res.n_bad == n_bad == 1 and "at (5, 5)" in res.detail
+
+
+def test_tied_errors_are_named_from_the_first_and_a_complex_reference_is_refused(monkeypatch):
+    monkeypatch.setattr(sys.modules["feedbeast.check"], "CHUNK", 100)
+    out = np.zeros(1000, np.int32)
+    out[::7] = 1
+    res = fb.check(out, np.zeros(1000), raise_on_fail=False)
+    assert [ln.split(":")[0].strip() for ln in res.detail.splitlines()] == [f"at ({i},)" for i in (0, 7, 14, 21, 28)]
+    with pytest.raises(fb.CheckFailed, match="complex"):
+        fb.check(np.zeros(1), np.array([1j]))

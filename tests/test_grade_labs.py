@@ -548,15 +548,8 @@ def _tests_spread_one_by_one(config) -> bool:
     """Is this a pytest-xdist worker whose tests come one by one from a shared list (`-n N` alone: --dist load)?
     Each worker collects every test, so a worker that graded all of them ahead would grade what others run too
     (12 workers x 4 gradings at once: on an H200 server the out-of-memory killer stopped gradings)."""
-    if not hasattr(config, "workerinput"):
-        return False
-    argv, dist = config.workerinput.get("mainargv", []), "load"      # a worker's own option reads "no"
-    for i, a in enumerate(argv):
-        if a == "--dist" and i + 1 < len(argv):
-            dist = argv[i + 1]
-        elif a.startswith("--dist="):
-            dist = a.split("=", 1)[1]
-    return dist not in ("loadfile", "loadscope")
+    # tests/conftest.py puts the controller's resolved mode in workerinput
+    return hasattr(config, "workerinput") and config.workerinput.get("dist", "load") not in ("loadfile", "loadscope")
 
 
 @pytest.fixture(scope="module")

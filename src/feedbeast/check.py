@@ -76,6 +76,8 @@ def _compatible(shape, dtype, ref: np.ndarray, name: str):
     dtype = np.dtype(dtype)
     if tuple(shape) != ref.shape:
         raise CheckFailed(f"{name}: output has shape {tuple(shape)} but the reference has {ref.shape}")
+    if ref.dtype.kind == "c":
+        raise CheckFailed(f"{name}: the reference is complex ({ref.dtype}); compare its real and imaginary parts apart")
     if ref.dtype.kind == "f" and ref.dtype != np.float64:
         raise CheckFailed(f"{name}: the reference is {ref.dtype}; compute it in float64 "
                           "(e.g. a.astype(np.float64) @ b.astype(np.float64)) so that it is the exact one")
@@ -106,7 +108,7 @@ def _compare(out: np.ndarray, ref: np.ndarray, limit: float, show: int) -> _Comp
     scale, ref_sq = 0.0, 0.0
     for s in range(0, n, CHUNK):
         r = r_flat(s, s + CHUNK).astype(np.float64, copy=False)
-        scale = max(scale, float(np.abs(r).max(initial=0.0)))
+        scale = float(np.maximum(scale, np.abs(r).max(initial=0.0)))   # a NaN stays, as over the whole array
         ref_sq += float(np.dot(r, r))
     # An element is "bad" when its own error is far beyond what the global threshold allows.
     far = max(limit, 1e-12) * max(scale, 1e-30) * 10
@@ -128,9 +130,13 @@ def _compare(out: np.ndarray, ref: np.ndarray, limit: float, show: int) -> _Comp
         first_nan += [s + int(i) for i in np.flatnonzero(nan)[:show - len(first_nan)]]
         k = min(show, diff.size)
         if k > 0:
-            top = np.argpartition(diff, diff.size - k)[diff.size - k:]
+            t = diff[np.argpartition(diff, diff.size - k)[diff.size - k]]     # the k-th largest (NaN largest)
+            nan_d = np.isnan(diff)                                           # a NaN or inf reference
+            top = np.flatnonzero((diff > t) | nan_d) if t == t else np.flatnonzero(nan_d)[:k]
+            top = np.concatenate([top, np.flatnonzero(diff == t)[:k - top.size]])
             worst = sorted(worst + [(s + int(i), float(got[i]), float(r[i]), float(diff[i]))
-                                    for i in top if diff[i] > 0], key=lambda w: (-w[3], w[0]))[:show]
+                                    for i in top if not diff[i] <= 0],
+                           key=lambda w: (w[3] == w[3], -w[3] if w[3] == w[3] else 0, w[0]))[:show]
     rel = diff_sq ** 0.5 / (ref_sq ** 0.5 if ref_sq else 1.0)
     if n_unwritten or n_nan:
         rel = float("inf")
