@@ -1243,9 +1243,15 @@ def test_the_integrity_check_names_a_special_method_a_class_got_under_a_computed
     ns: dict = {}
     exec(compile("def af(self, func, types, args, kwargs):\n    return True\n", "<learner cell>", "exec"), ns)
     before = list(g._all_classes())
-    value = ns["af"] if answer == "learner" else eval(answer)
-    made = dataclasses.make_dataclass("Q", [], bases=(np.ndarray,), init=False, eq=False, repr=False,
-                                      namespace={"__module__": "learner", "_" + "_array_function__": value})
+    cell = {"__name__": "learner", "dataclasses": dataclasses, "np": np,
+            "value": ns["af"] if answer == "learner" else eval(answer)}
+    # Called from the learner's module, as a cell would: Python 3.12's make_dataclass names the class's module after
+    # its caller, 3.11's takes the namespace's.
+    exec(compile('made = dataclasses.make_dataclass("Q", [], bases=(np.ndarray,), init=False, eq=False, repr=False, '
+                 'namespace={"__module__": "learner", "_" + "_array_function__": value})', "<learner call>", "exec"),
+         cell)
+    made = cell["made"]
+    assert made.__module__ == "learner", made
     found = g._computed_specials(lambda f: f == "<learner cell>", before, learner_module="learner")
     assert "Q.__array_function__" in found, (found, made)
 
