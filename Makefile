@@ -67,8 +67,21 @@ NO_WHEELS_HINT = $(if $(WHEELS),$(if $(wildcard $(WHEELS_DIR)/*.whl),,$(WHEELS_D
 	make wheelhouse wrote on a machine with internet, or give its path (WHEELS=/path/to/wheelhouse)))
 comma   := ,
 
-.PHONY: help install bundle-into-current current-has-course lab test test-fast bench bench-llm labs reset-labs wheelhouse clean grade book \
-	sanitize stress workshop gpu-check
+TARGETS := help install bundle-into-current current-has-course lab test test-fast bench bench-llm labs reset-labs wheelhouse \
+	clean grade book sanitize stress workshop gpu-check
+.PHONY: $(TARGETS)
+# A word after the target that names no target ("make reset-labs 04") is a second goal to make, which runs after the
+# first has done its work on every lab; a lower-case variable ("lab=04") is another variable. Both are refused before
+# anything runs, naming what was meant.
+STRAY_GOALS := $(filter-out $(TARGETS) $(STAMP),$(MAKECMDGOALS))
+ifneq ($(STRAY_GOALS),)
+$(error make $(MAKECMDGOALS): $(STRAY_GOALS) is no target of this Makefile (make help lists them)$(if $(filter grade \
+	reset-labs labs,$(MAKECMDGOALS)),; a lab is chosen with the variable LAB: make $(firstword $(filter grade \
+	reset-labs labs,$(MAKECMDGOALS))) LAB=$(firstword $(STRAY_GOALS))). Nothing was run)
+endif
+$(foreach v,lab strict env cuda wheels venv,$(if $(filter command line,$(origin $(v))),$(error make: $(v)=$($(v)) \
+	was given in lower case; make's variables are case-sensitive and this one is $(shell echo $(v) | tr a-z A-Z)=$($(v)). \
+	Nothing was run)))
 help:
 	@sed -n 's/^## //p' Makefile
 
@@ -276,8 +289,8 @@ clean:
 ## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
 # PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is
 # not a make error unless STRICT=1; CI reads the status from `python -m feedbeast grade` itself.
-# LAB: a number (4, 04), a lab's name (04-mbarrier-ring or mbarrier-ring, .ipynb or not) or a lab file's path, as
-# reset-labs takes it.
+# LAB: a number (4, 04), a lab's name (04-mbarrier-ring or mbarrier-ring, .ipynb or not), a word only one lab's name
+# has (mbarrier) or a lab file's path, as reset-labs takes it.
 LAB ?=
 grade: $(STAMP)
 	@if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
@@ -285,7 +298,8 @@ grade: $(STAMP)
 	  nl=$$(printf '\n_'); IFS=$${nl%_}; set -f; set -- $$labs; set +f; unset IFS; fi; \
 	$(PYTHON) -m feedbeast grade "$$@"; status=$$?; \
 	if [ $$status -eq 2 ] && [ -z "$(STRICT)" ]; then \
-	  echo "make grade: PARTIAL is the best grade this machine can give (STRICT=1 makes it an error)"; exit 0; fi; \
+	  echo "make grade: PARTIAL is no make error (STRICT=1 makes it one), and not ok: a bug that only the skipped \
+	checks catch may still be there; ok needs a GPU that runs them"; exit 0; fi; \
 	exit $$status
 
 ## make book       the readable edition: chapters/ with their saved outputs as HTML in _book/

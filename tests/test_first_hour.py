@@ -1050,6 +1050,13 @@ def test_make_grade_takes_a_lab_as_reset_labs_does():
         r = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs", lab], cwd=ROOT,
                            capture_output=True, text=True)
         assert r.returncode == 0 and r.stdout.split() == ["labs/04-mbarrier-ring.ipynb"], (lab, r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs", "mbarrier"],
+                       cwd=ROOT, capture_output=True, text=True)       # a word of one lab's name
+    assert r.returncode == 0 and r.stdout.split() == ["labs/04-mbarrier-ring.ipynb"], (r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs", "ring"],
+                       cwd=ROOT, capture_output=True, text=True)       # a word of two: neither is taken
+    assert r.returncode == 2 and r.stdout == "", r
+    assert "'ring' is part of several labs' names (04-mbarrier-ring.ipynb, 05-tma-ring.ipynb)" in r.stderr, r.stderr
     every = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
     assert every == sorted(str(p.relative_to(ROOT)) for p in (ROOT / "labs").glob("[0-9][0-9]-*.ipynb"))
@@ -1062,6 +1069,36 @@ def test_make_grade_takes_a_lab_as_reset_labs_does():
                             f"LAB={wrong}"], cwd=ROOT, env=env, capture_output=True, text=True)
         assert r.returncode == 2 and f"no lab '{wrong}': the labs are 00-copy-kernel.ipynb" in r.stderr, r.stderr
         assert "grading" not in r.stdout, r.stdout
+
+
+def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anything_runs(tmp_path):
+    """`make reset-labs 04` would reset every lab and then find no target 04; `make grade lab=04` would grade all
+    eleven. Both stop before anything runs and say what was meant (a copy of the labs, edited, is the learner's)."""
+    import shutil
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for folder in ("solutions", "labs", "requirements"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("backup"))
+    mine = tmp_path / "labs/03-cp-async-rowsum.ipynb"
+    mine.write_text(mine.read_text().replace("TODO: your code here", "my attempt"))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "labs").glob("*.ipynb")}
+    env = make_env()
+    cases = {("reset-labs", "04"): "make reset-labs 04: 04 is no target of this Makefile",
+             ("grade", "04"): "a lab is chosen with the variable LAB: make grade LAB=04",
+             ("labs", "3"): "make labs LAB=3",
+             ("grade", "lab=04"): "lab=04 was given in lower case; make's variables are case-sensitive and this one "
+                                  "is LAB=04",
+             ("test", "tests"): "tests is no target of this Makefile (make help lists them). Nothing was run"}
+    for words, said in cases.items():
+        r = subprocess.run(["make", "--no-print-directory", *words, "ENV=current", f"PYTHON3={sys.executable}"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and said in r.stderr and r.stdout == "", (words, r.stdout, r.stderr)
+        assert {p.name: p.read_bytes() for p in (tmp_path / "labs").glob("*.ipynb")} == before, words
+        assert not (tmp_path / "labs/backup").exists(), words
+    r = subprocess.run(["make", "--no-print-directory", "reset-labs", "LAB=04", "ENV=current",
+                        f"PYTHON3={sys.executable}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)          # the same copy, asked as the README says: lab 04 alone, lab 03 kept
+    assert r.returncode == 0 and (tmp_path / "labs/03-cp-async-rowsum.ipynb").read_bytes() == before[mine.name], r
 
 
 def test_grading_a_lab_as_given_names_the_missing_part_first(tmp_path):

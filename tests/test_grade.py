@@ -486,6 +486,38 @@ def test_a_cell_without_text_or_type_is_a_clear_failure_and_the_batch_goes_on(tm
     assert "Traceback" not in out and f"solutions/00-copy-kernel.ipynb: {status}" in out.replace(str(ROOT) + "/", "")
 
 
+def test_a_file_that_is_no_notebook_or_a_chapter_is_named_with_what_to_do(tmp_path, monkeypatch):
+    """What a learner hands the grader by mistake: a lab file emptied or cut short (the hint names Jupyter's last
+    checkpoint when there is one, and the reset that keeps the file), a lab number that does not exist (the labs
+    there are, and no record of a file that was never read), a chapter's notebook (the lab that goes with it)."""
+    labs = tmp_path / "labs"
+    (labs / ".ipynb_checkpoints").mkdir(parents=True)
+    cut = labs / "04-mbarrier-ring.ipynb"
+    cut.write_bytes((ROOT / "labs/04-mbarrier-ring.ipynb").read_bytes()[:300])
+    (labs / "03-cp-async-rowsum.ipynb").write_text("")
+    rep = str(g.grade(cut, timeout=60))
+    assert "NotJSONError" in rep and "not a whole notebook" in rep and "make reset-labs LAB=04" in rep, rep
+    assert "checkpoint" not in rep, rep          # none saved yet: not named
+    (labs / ".ipynb_checkpoints/04-mbarrier-ring-checkpoint.ipynb").write_bytes(
+        (ROOT / "labs/04-mbarrier-ring.ipynb").read_bytes())
+    rep = str(g.grade(cut, timeout=60))
+    assert ".ipynb_checkpoints/04-mbarrier-ring-checkpoint.ipynb (File > Revert Notebook to Checkpoint)" in rep, rep
+    rep = str(g.grade(labs / "03-cp-async-rowsum.ipynb", timeout=60))
+    assert "the file is empty: make reset-labs LAB=03" in rep, rep
+
+    monkeypatch.chdir(ROOT)
+    [eleven] = g.expand(["11"])
+    rep = g.grade(eleven, timeout=60)
+    assert rep.status == "failed" and rep.exit_code == 1, rep
+    assert str(rep).splitlines()[1].strip().startswith("no lab '11': the labs are 00-copy-kernel.ipynb"), str(rep)
+    assert "FileNotFoundError" not in str(rep) and "graded   sha256" not in str(rep), str(rep)
+
+    rep = g.grade(ROOT / "chapters/04-mbarrier.ipynb", timeout=60)
+    assert rep.status == "failed" and len(rep.outcomes) == 1, rep
+    assert "this is chapter 04's notebook, not a lab" in str(rep) and "04-mbarrier-ring.ipynb in labs/" in str(rep)
+    assert "make grade LAB=04" in str(rep), str(rep)
+
+
 def test_what_a_kernel_says_in_comments_and_strings_and_a_spare_cuda_cell_fail_nothing(tmp_path):
     """The build-switch, token-pasting and include rules read what the preprocessor reads: a comment or a string
     that spells FB_ or ## is not a switch or a paste; a %%cuda cell the checks do not read may have a line that

@@ -194,8 +194,9 @@ class Report:
         return (f"  graded   sha256 {self.sha256 or '?'} of {Path(self.path).name}, feedbeast {self.toolkit or '?'}"
                 + (f", checks of {_shown(self.solution)}" if self.solution else ""))
 
-    def __str__(self):
-        return "\n".join([o.line() for o in self.outcomes] + [self.record_line(), self.summary()])
+    def __str__(self):      # no record line for a file that could not be read: nothing of it was graded
+        return "\n".join([o.line() for o in self.outcomes] + [self.record_line()] * bool(self.sha256)
+                         + [self.summary()])
 
     def to_dict(self) -> dict:
         return {"notebook": self.path, "lab": self.lab, "solution": self.solution, "status": self.status,
@@ -1005,11 +1006,34 @@ def _written_under(todo: str, below: list[str], handed: dict, cuda: bool) -> boo
     return todo in handed
 
 
+def _first_heading(nb) -> str:
+    """The first line of a notebook's first Markdown cell: its title."""
+    first = next((c.source.strip() for c in nb.cells if c.cell_type == "markdown" and c.source.strip()), "")
+    return first.splitlines()[0] if first else ""
+
+
 def _lab_number(nb) -> str | None:
     """The NN of a lab's title (`# Lab 04 · ...`, its first Markdown cell), None without one."""
-    first = next((c.source.strip() for c in nb.cells if c.cell_type == "markdown" and c.source.strip()), "")
-    m = re.match(r"#\s+Lab\s+(\d+)\b", first)
+    m = re.match(r"#\s+Lab\s+(\d+)\b", _first_heading(nb))
     return m[1].zfill(2) if m else None
+
+
+def _chapter_number(nb) -> str | None:
+    """The NN of a chapter's title (`# 04 · mbarrier: ...`), None for any other notebook."""
+    m = re.match(r"#\s+(\d\d)\s+·", _first_heading(nb))
+    return m[1] if m else None
+
+
+def _not_a_notebook(path: Path, raw: bytes) -> str:
+    """What to do with a lab file that is not a notebook's JSON (emptied, cut short by a full disk or a crash)."""
+    saved = path.parent / ".ipynb_checkpoints" / f"{path.stem}-checkpoint.ipynb"
+    lab = re.match(r"(\d\d)-", path.name)
+    return ("the file " + ("is empty" if not raw.strip() else "is not a whole notebook (JSON cut short or edited by "
+                           "hand?)") + ": "
+            + (f"Jupyter's last checkpoint of it is {saved} (File > Revert Notebook to Checkpoint); " if saved.is_file()
+               else "")
+            + (f"make reset-labs LAB={lab[1]} writes the lab as given again, keeping this file in labs/backup/"
+               if lab else "start again from the lab as given (make reset-labs LAB=NN)"))
 
 
 class NotWellFormed(ValueError):
@@ -1048,8 +1072,10 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         _well_formed(learner)
     except Exception as e:   # missing, unreadable, not a notebook
         why = f"cannot read the notebook: {e if isinstance(e, NotWellFormed) else f'{type(e).__name__}: {e}'}"
-        if str(path) in missing:                   # named as a lab (`grade 99`): which labs there are
-            why = f"{why}; {missing[str(path)]}"
+        if str(path) in missing and not path.exists():   # named as a lab (`grade 99`): which labs there are
+            why = missing[str(path)]
+        elif raw is not None and not isinstance(e, NotWellFormed):
+            why = f"{why}\n{_not_a_notebook(path, raw)}"
         return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, toolkit=toolkit,
                       sha256=hashlib.sha256(raw).hexdigest() if raw is not None else "")
     sha = hashlib.sha256(raw).hexdigest()
@@ -1065,6 +1091,11 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         return broken(f"cannot find the lab's checks: {type(e).__name__}: {e}")
     if not checks:
         return broken(f"{sol_path.name} has no code cell under a '## Check' heading", sol_path)
+    chapter = _chapter_number(learner)
+    if chapter and not _lab_number(learner):
+        return broken(f"this is chapter {chapter}'s notebook, not a lab (its title: "
+                      f"{_first_heading(learner)[:60]!r}): the lab that goes with it is {sol_path.name} in labs/ "
+                      f"(make grade LAB={chapter})", sol_path)
     mine_no, lab_no = _lab_number(learner), _lab_number(sol)
     if mine_no and lab_no and mine_no != lab_no:
         return broken(f"this notebook's title says lab {mine_no}, but its file name makes it lab {lab_no} "

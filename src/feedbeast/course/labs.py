@@ -137,7 +137,7 @@ def stale(solutions, labs) -> list[str]:
 
 def select(solutions, labs, which) -> list[tuple[Path, Path]]:
     """The (solution, lab) pairs that `which` names: lab numbers ("4", "04"), names with or without their number and
-    .ipynb ("04-mbarrier-ring", "mbarrier-ring"), or paths of labs; all
+    .ipynb ("04-mbarrier-ring", "mbarrier-ring"), whole words of one lab's name ("mbarrier"), or paths of labs; all
     when `which` is empty. A name that matches no lab is a ValueError listing the labs there are."""
     every = list(pairs(solutions, labs))
     if not which:
@@ -148,6 +148,11 @@ def select(solutions, labs, which) -> list[tuple[Path, Path]]:
         bare = name.removesuffix(".ipynb")
         hits = [(s, l) for s, l in every        # 04-mbarrier-ring(.ipynb), mbarrier-ring, 4 or 04
                 if bare == l.stem or bare == l.stem.split("-", 1)[-1] or l.name.split("-", 1)[0] == name.zfill(2)]
+        if not hits and not bare.isdigit():     # a part of a name ("mbarrier", "tma-ring") that one lab alone has
+            hits = [(s, l) for s, l in every if f"-{bare}-" in f"-{l.stem.split('-', 1)[-1]}-"]
+            if len(hits) > 1:
+                raise ValueError(f"{w!r} is part of several labs' names ({', '.join(l.name for _, l in hits)}): "
+                                 f"name one by its number or its whole name")
         if not hits:
             raise ValueError(f"no lab {w!r}: the labs are {', '.join(l.name for _, l in every)}")
         chosen += [h for h in hits if h not in chosen]
