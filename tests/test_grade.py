@@ -206,6 +206,42 @@ def test_batch_json_reports_a_missing_notebook_and_grades_the_others(tmp_path, c
     assert [(c["status"], c["name"], c["message"]) for c in tiny["checks"]] == [("passed", "hazard build", "off")]
 
 
+SQUARES = ["from feedbeast.course import verdicts\n"
+           "for k in range(4):\n"
+           "    v = f(k)\n"
+           "    (verdicts.passed if v == k * k else verdicts.failed)(f'f({k})', repr(v))",
+           "from feedbeast.course import verdicts\n"
+           "(verdicts.passed if g() == 1 else verdicts.failed)('g', 'g() is 1')"]
+
+
+@pytest.mark.parametrize("crash, cut_score", [
+    ("def f(k):\n    raise RuntimeError('no checks here')", 50.0),
+    ("def f(k):\n    if k:\n        raise RuntimeError('after one pass')\n    return 0", 50.0),
+    ("def f(k):\n    while True:\n        pass", 0.0)], ids=["raises", "raises-after-a-pass", "hangs"])
+def test_a_check_cell_cut_short_never_scores_above_the_honest_wrong_answer(tmp_path, crash, cut_score):
+    """The roster's score of a failed lab: a notebook that stops a check cell early (an exception, or a hang the
+    grader ends, after which no cell runs) has that cell score 0, so it cannot rank above the same notebook
+    answering honestly and wrongly, which the score over all checks that ran (a cell's unrun checks counted
+    nowhere) allowed: there the notebook that raised at once scored 50 and the honest one 40."""
+    from feedbeast.course import roster
+    honest = "def f(k):\n    return 0\n\ndef g():\n    return 1"    # f right at k = 0 only
+    graded = {}
+    for who, learner in (("honest", honest), ("cut", crash + "\n\ndef g():\n    return 1")):
+        (tmp_path / who).mkdir()
+        sols, lab = _tiny(tmp_path / who, SQUARES, learner=learner)
+        rep = g.grade(lab, solutions=sols, hazards=False, timeout=20)
+        graded[who] = rep.to_dict()
+        assert rep.status == "failed" and len(rep.cells) == 2, str(rep)
+    h, c = graded["honest"], graded["cut"]
+    assert [x["cut"] for x in h["cells"]] == [False, False] and h["cells"][0]["failed"] == 3, h["cells"]
+    assert c["cells"][0]["cut"], c["cells"]
+    assert roster.score(h) == 62.5 and roster.score(c) == cut_score < roster.score(h), (roster.score(c), c["cells"])
+    without_cells = {who: {k: v for k, v in d.items() if k != "cells"} for who, d in graded.items()}
+    if crash.endswith("'no checks here')"):     # an older report, without cells, scores as the older roster did
+        assert (roster.score(without_cells["honest"]), roster.score(without_cells["cut"])) == (40.0, 50.0)
+    assert roster.score({**h, "untrusted": True}) == 0.0    # the integrity check or the channel caught the notebook
+
+
 def test_hazards_env_and_hazardfound_is_a_failed_check_naming_the_rule(tmp_path):
     sols, lab = _tiny(tmp_path, TINY_CHECKS, learner="x = 7")
     rep = g.grade(lab, solutions=sols, hazards=True, timeout=60)

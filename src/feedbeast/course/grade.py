@@ -138,6 +138,10 @@ class Report:
     # the lab's own cells broke in this Python (a CUDA library or package missing, a GPU out of reach): nothing was
     # learnt about the notebook, so a roster leaves the lab ungraded ("error") rather than scoring it 0
     setup: str = ""
+    # each check cell of the solution, in order: its own checks' tally and whether it ran to its end (the roster's
+    # score); empty where no check cell ran (a notebook that could not be read)
+    cells: list = dataclasses.field(default_factory=list)
+    untrusted: bool = False     # the notebook's code changed what the checks use, or wrote on their channel
 
     def _with(self, status):
         return [o for o in self.outcomes if o.status == status]
@@ -204,7 +208,7 @@ class Report:
                 "hazards": self.hazards, "sha256": self.sha256, "feedbeast": self.toolkit, "setup": self.setup,
                 "first_failure": self.first_failure,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
-                "checks": [o.to_dict() for o in self.outcomes]}
+                "checks": [o.to_dict() for o in self.outcomes], "cells": self.cells, "untrusted": self.untrusted}
 
 
 # ---- which cells run -----------------------------------------------------------------------------------
@@ -1134,6 +1138,8 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         env["FEEDBEAST_CACHE"] = cache
         msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout)
     outcomes, error = _outcomes(msgs, job, error, hazards, exit_status)
+    cells = _cell_tally(outcomes, msgs, len(job["checks"]))
+    untrusted = any(o.status == "failed" and o.name in ("integrity", "verdicts") for o in outcomes)
     todo = _todo(mine, sol_mine)
     # the lab as given, or a TODO line left: that first, once. The checks' own copies of it are dropped, and so are
     # they when every TODO line left stands above the learner's own code (the checks read the line, not the code)
@@ -1146,7 +1152,21 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     hz = any((o.name.startswith(HAZARD_VERDICT) and o.cell >= 0 and o.status == "passed")
              or "HazardFound" in o.message for o in outcomes)    # "hazard builds on": only from verdicts
     setup = next((m["message"] for m in msgs if m.get("t") == "learner" and m.get("setup")), "")
-    return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit, setup)
+    return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit, setup, cells,
+                  untrusted)
+
+
+def _cell_tally(outcomes: list[Outcome], msgs: list[dict], n: int) -> list[dict]:
+    """Per check cell: how many of its checks passed, failed and were skipped, and whether it was cut short (it
+    raised, the notebook's code broke the integrity check during it, or it never reported its end). A cell cut
+    short ran only some of its checks, so its tally is not a share of them: the roster scores it 0, which an honest
+    wrong answer in that cell never scores below."""
+    ended = {m["i"]: not (m["error"] or m["integrity"]) for m in msgs if m.get("t") == "cell"}
+    cells = [{"passed": 0, "failed": 0, "skipped": 0, "cut": not ended.get(i, False)} for i in range(n)]
+    for o in outcomes:
+        if 0 <= o.cell < n:
+            cells[o.cell][o.status] += o.count
+    return cells
 
 
 def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dict], str, int | None]:

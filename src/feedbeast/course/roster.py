@@ -15,8 +15,8 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
    touch nothing that they could not touch anyway, in particular no other learner's files or grade;
 3. the JSON comes back on the process's standard output.
 
-CSV: one row per learner; for each lab a score (see score(): 100 x passed / (passed + failed) over the checks
-that ran, below 100 for every failed lab, empty when no check ran) and a status (ok, partial, failed; missing: no such notebook; error:
+CSV: one row per learner; for each lab a score (see score(): for a failed lab the mean over its check cells of
+100 x passed / (passed + failed), a cell cut short scoring 0, below 100 for every failed lab; empty when no check ran) and a status (ok, partial, failed; missing: no such notebook; error:
 the learner could not be graded, e.g. the grader could not start as them). Columns: username, "lab NN",
 "lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
 "lab 04: name: why"; for an error row, why it could not be graded).
@@ -271,20 +271,29 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
 
 
 def score(lab: dict) -> float | None:
-    """100 x passed / (passed + failed), each check with its count, over the checks that ran: a skipped check
-    (it could not run on this machine) is left out, neither earned nor lost. A lab with no failed check scores
-    100 (ok, or partial: its status says some checks could not run), and None when no check ran at all (a lab
-    whose every check needs a GPU the room lacks: nothing was measured, so no number). A failed lab counts at
-    least one failure (it can fail with none recorded: a cell timed out, no check reported) and scores at most
-    99.9, so it never ranks with or above a lab that did not fail."""
+    """A lab with no failed check scores 100 (ok, or partial: its status says some checks could not run), and None
+    when no check ran at all (a lab whose every check needs a GPU the room lacks: nothing was measured, so no
+    number). A failed lab scores the mean, over the lab's check cells that checked something here, of each cell's
+    100 x passed / (passed + failed), each check with its count; a skipped check (it could not run on this machine)
+    is left out, neither earned nor lost. A cell cut short (it raised, timed out or never ran) scores 0: it ran only
+    some of its checks, and a share of those would let a notebook that stops a cell early score above the honest
+    wrong answer. A notebook whose code changed what the checks use scores 0. A failed lab scores at most 99.9, so
+    it never ranks with or above a lab that did not fail. A report with no cells (written before the grader kept
+    them, or of a notebook that could not be read) is scored over its checks as a whole, counting at least one
+    failure."""
     ran = {"passed": 0, "failed": 0}
     for c in lab.get("checks", []):
         if c["status"] in ran:
             ran[c["status"]] += c.get("count", 1)
     if lab.get("status") != "failed":
         return 100.0 if ran["passed"] else None
-    failed = max(ran["failed"], 1)
-    return min(99.9, round(100.0 * ran["passed"] / (ran["passed"] + failed), 1))
+    if not lab.get("cells"):
+        return min(99.9, round(100.0 * ran["passed"] / (ran["passed"] + max(ran["failed"], 1)), 1))
+    if lab.get("untrusted"):
+        return 0.0
+    shares = [0.0 if c["cut"] else c["passed"] / (c["passed"] + c["failed"])
+              for c in lab["cells"] if c["cut"] or c["passed"] + c["failed"]]
+    return min(99.9, round(100.0 * sum(shares) / len(shares), 1)) if shares else 0.0
 
 
 def lab_status(lab: dict) -> str:
