@@ -94,3 +94,44 @@ def test_the_guide_says_what_the_roster_does():
     assert "is never overwritten: it is renamed beside itself" in flat
     assert "sudo install -d -m 700 /root/grades`, then `sudo .venv/bin/python -m feedbeast roster" in flat
     assert not re.search(r"^(sudo )?python -m feedbeast", GUIDE, re.M)            # in a command block: .venv/bin/python
+
+
+def test_make_workshop_names_the_folder_that_would_stop_the_learners():
+    """The learners' servers and gradings run the course's Python as each learner: a pyenv Python under a 700
+    /root, reached through the venv's link, once let make workshop say the hub was ready and every learner then
+    graded `error`. The check reads the mode bits on the way, the link's target too."""
+    import subprocess
+    import sys
+    import tempfile
+    from feedbeast.course import reach
+    top = Path(tempfile.mkdtemp(dir="/tmp"))      # /tmp lets everyone through; pytest's own tmp folder does not
+    try:
+        top.chmod(0o755)
+        closed, venv = top / "root" / "pyenv", top / "srv" / "venv" / "bin"
+        closed.mkdir(parents=True)
+        venv.mkdir(parents=True)
+        real = closed / "python3"
+        real.write_text("#!/bin/sh\n")
+        real.chmod(0o755)
+        (venv / "python").symlink_to(real)
+        (top / "srv" / "open").write_text("#!/bin/sh\n")
+        (top / "srv" / "open").chmod(0o755)
+        assert reach.problem([top / "srv" / "open", top / "srv"]) == ""
+        (top / "root").chmod(0o755)
+        assert reach.problem([venv / "python"]) == ""
+        (top / "root").chmod(0o700)
+        why = reach.problem([venv / "python"])
+        assert why.startswith(f"{top / 'root'} (mode 700) lets no other user through, so learners cannot reach "
+                              f"{venv / 'python'}") and "make workshop PYTHON3=/usr/bin/python3" in why, why
+        (top / "srv" / "open").chmod(0o744)       # a program others may read but not run
+        assert reach.problem([top / "srv" / "open"]).startswith(f"{top / 'srv' / 'open'} (mode 744)")
+        r = subprocess.run([sys.executable, "-m", "feedbeast.course.reach", str(venv / "python")], capture_output=True,
+                           text=True)
+        assert r.returncode == 1 and r.stdout == "" and "(mode 700)" in r.stderr, r
+    finally:
+        (top / "root").chmod(0o755)
+        shutil.rmtree(top)
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "workshop", "ENV=current", f"PYTHON3={sys.executable}"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert f"-m feedbeast.course.reach {sys.executable} " in dry and "REACH_CHECK=off skips" in dry, dry
+    assert dry.index("feedbeast.course.reach") < dry.index("the hub is ready"), dry

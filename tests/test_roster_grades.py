@@ -154,6 +154,25 @@ def test_labs_are_taken_as_learners_type_them(tmp_path, monkeypatch, capsys):
     assert "'mbarrier' is not a lab number" in capsys.readouterr().err
 
 
+def test_the_roster_says_what_it_lacks_and_prints_each_learner_as_graded(tmp_path, monkeypatch, capsys):
+    """A lab one learner has not: their row names that lab (not "no lab notebook", when they have others); no
+    GPU in reach: said before grading, since a wrong kernel with the right SASS then scores 100; one learner is
+    one, not "1 learners"."""
+    monkeypatch.setattr(sys, "executable", str(_grader(tmp_path / "course")))
+    from feedbeast.course import grade
+    monkeypatch.setattr(grade, "_has_gpu", lambda: False)
+    homes = _homes(tmp_path, {"ada": ["00-copy-kernel.ipynb", "04-mbarrier-ring.ipynb"], "bob": ["00-copy-kernel.ipynb"]})
+    code, rows = _roster(tmp_path, homes, "--labs", "4")
+    out, err = capsys.readouterr()
+    assert code == 1 and rows["ada"]["lab 04 status"] == "ok", rows
+    assert f"bob: no notebook of lab 04 in {homes}/bob/feedbeast/labs" in out, out
+    assert "roster: no GPU in reach here" in err and "scores 100" in err, err
+    monkeypatch.setattr(grade, "_has_gpu", lambda: True)
+    code, rows = _roster(tmp_path, homes, "--only", "ada")
+    out, err = capsys.readouterr()
+    assert code == 0 and "no GPU" not in err and ": 1 learner x labs 00, 04" in out, (out, err)
+
+
 def test_a_notebook_that_is_no_lab_makes_no_column_and_is_named_in_its_learner_s_row(tmp_path, monkeypatch, capsys):
     """File > New > Notebook writes Untitled.ipynb in labs/: it once made a column `lab Untitled`, 0 and missing for
     everyone else. It is no lab of the course: not graded, no column, named in its learner's row as not a lab."""

@@ -67,8 +67,12 @@ ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({pyth
                "environment must be readable and executable by every learner. Keep the course checkout outside a "
                "private home (a 700 or 750 home blocks them), e.g. under /opt or /srv with `chmod -R a+rX`; a venv's "
                "python is a link to the Python it was made from, so that one must be within reach too (a pyenv "
-               "Python under /root is not: remove .venv and run make install PYTHON3=/usr/bin/python3). Or grade "
+               "Python under /root is not: remove .venv and run make workshop PYTHON3=/usr/bin/python3). Or grade "
                "with --as-me (learners' code then runs with your rights)")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _interpreter(python: str) -> str:
@@ -226,7 +230,8 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
         copies, refused = _copy_labs(labs, tmp, wanted, names={p.name for p in solutions.glob("*.ipynb")})
         if not copies:
             return {"learner": name, "exit": 1, "labs": [], "refused": refused, "seconds": 0.0,
-                    "error": f"no lab notebook in {labs}"}
+                    "error": (f"no notebook of lab {', '.join(wanted)} in {labs}" if wanted
+                              else f"no lab notebook in {labs}")}
         drop, ids = _as_owner(labs) if as_owner else (None, None)
         if as_owner and ids is None and os.geteuid() == 0:
             print(f"roster: note: {labs} belongs to root, so {name}'s labs are graded as root (their code runs with "
@@ -468,8 +473,10 @@ def watch(args, found) -> int:
             if sys.stdout.isatty():
                 print("\x1b[2J\x1b[H", end="")
             wait = max(0.0, args.watch - (time.time() - t0))     # a round starts every --watch seconds
-            print(f"roster {time.strftime('%H:%M:%S')}: {len(state)} learners, {len(graded)} notebook(s) graded "
-                  f"this round in {time.time() - t0:.0f} s; next round in {wait:.0f} s")
+            last = bool(args.rounds) and rounds + 1 >= args.rounds
+            print(f"roster {time.strftime('%H:%M:%S')}: {_count(len(state), 'learner')}, {len(graded)} notebook(s) "
+                  f"graded this round in {time.time() - t0:.0f} s" + ("; the last round" if last else
+                                                                       f"; next round in {wait:.0f} s"))
             print("\n".join(watch_lines(state) + hints(docs)), flush=True)
             rounds += 1
             if args.rounds and rounds >= args.rounds:
@@ -556,6 +563,11 @@ def main(argv=None) -> int:
     for path in filter(None, (args.csv, args.json)):
         if kept := keep_previous(path):
             print(f"roster: kept the previous {Path(path).name} as {kept}")
+    from .grade import _has_gpu
+    if not _has_gpu():      # said before an hour of grading, not found later in a column of 100s
+        print("roster: no GPU in reach here: every launch is skipped, so a lab with the right SASS and wrong numbers "
+              "grades partial and scores 100, as a solved one does; grade on the room's GPUs for ok",
+              file=sys.stderr)
     if args.watch:
         return watch(args, found)
 
@@ -564,18 +576,23 @@ def main(argv=None) -> int:
                              as_owner=not args.as_me, hazards=args.hazards)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        docs = list(pool.map(one, found.items()))
-    for doc in docs:
-        statuses = ", ".join(f"{lab['lab']} {lab_status(lab)}" for lab in doc.get("labs", []))
-        print(f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} ({doc['seconds']:.0f} s)")
-        for why in doc.get("refused", []):
-            print(f"  refused {why}")
+        done = {}
+        futures = [pool.submit(one, item) for item in found.items()]
+        for future in concurrent.futures.as_completed(futures):     # each learner's line as they are graded
+            doc = done[id(future)] = future.result()
+            statuses = ", ".join(f"{lab['lab']} {lab_status(lab)}" for lab in doc.get("labs", []))
+            print(f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} ({doc['seconds']:.0f} s)",
+                  flush=True)
+            for why in doc.get("refused", []):
+                print(f"  refused {why}", flush=True)
+        docs = [done[id(f)] for f in futures]
     for line in hints(docs):
         print(line, file=sys.stderr)
     cols = write_csv(docs, args.csv, args.labs or None)
     if args.json:
         Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
-    print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {len(docs)} learners x labs {', '.join(cols)}")
+    print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {_count(len(docs), 'learner')} x labs "
+          f"{', '.join(cols)}")
     return 0 if all(d.get("labs") and not any(lab.get("setup") for lab in d["labs"]) for d in docs) else 1
 
 
