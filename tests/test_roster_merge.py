@@ -87,6 +87,23 @@ def test_a_server_s_notes_on_notebooks_it_did_not_grade_stay_in_the_merged_row(t
     assert json.loads(again.read_text())[0]["refused"] == [f"{a}: {why}"]
 
 
+def test_a_second_notebook_of_a_graded_lab_stays_named_and_a_note_two_servers_made_is_said_once(tmp_path):
+    """frank worked in 00-copy-kernel-Copy1.ipynb; the lab's own notebook was graded. The note that his copy was not
+    graded is where an instructor finds his work: the merge once dropped it, since lab 00 was graded. erin's note,
+    made alike by two servers that both saw her folder, is one note naming both."""
+    copy = "00-copy-kernel-Copy1.ipynb: another notebook of lab 00: not graded (the lab's notebook is 00-copy-kernel.ipynb)"
+    other = "copy-kernel-final.ipynb: not a lab (no NN- number in its name): not graded"
+    a = _write(tmp_path / "a.json", [{"learner": "frank", "labs": [_lab("00-copy-kernel", failed=1)], "refused": [copy]},
+                                     {"learner": "erin", "labs": [], "refused": [other]}])
+    b = _write(tmp_path / "b.json", [{"learner": "erin", "labs": [], "refused": [other]}])
+    out, js = tmp_path / "room.csv", tmp_path / "room.json"
+    cli(["roster", "merge", "--csv", str(out), "--json", str(js), str(a), str(b)])
+    merged = {d["learner"]: d for d in json.loads(js.read_text())}
+    assert merged["frank"]["refused"] == [f"{a}: {copy}"], merged["frank"]
+    assert merged["erin"]["refused"] == [f"{a}, {b}: {other}"], merged["erin"]
+    assert f"{a}: {copy.split(' (')[0]}" in _rows(out)["frank"]["first failing check"], _rows(out)["frank"]
+
+
 def test_a_lab_ungraded_everywhere_stays_an_error_not_a_zero(tmp_path):
     a = _write(tmp_path / "a.json", [{"learner": "dan", "labs": [], "ungraded": ["06"], "error": "ran past 3600 s"}])
     b = _write(tmp_path / "b.json", [{"learner": "dan", "labs": [_lab("04-mbarrier-ring", passed=1)]}])

@@ -87,8 +87,14 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
         graded = {lab.get("lab") for lab in m["labs"]}
         m["labs"].sort(key=lambda lab: str(lab.get("lab")))
         m["ungraded"] = sorted(set(m["ungraded"]) - graded)
-        # a note about a lab some server graded no longer stands (that server found its notebook)
-        m["refused"] = [n for n in m.get("refused", []) if note_lab(n.split(": ", 1)[-1]) not in graded]
+        # a note about a lab some server graded no longer stands (that server found its notebook), but for a second
+        # notebook of a graded lab: written beside the grade, it may be where the learner's work is
+        by_note: dict[str, list[str]] = {}
+        for n in m.get("refused", []):
+            src, _, why = n.partition(": ")
+            if "another notebook of lab" in why or note_lab(why) not in graded:
+                by_note.setdefault(why, []).append(src)
+        m["refused"] = [f"{', '.join(dict.fromkeys(srcs))}: {why}" for why, srcs in by_note.items()]   # once each
         errors = m.pop("errors")
         if shown := _errors_that_stand(errors, m["ungraded"], graded):
             m["error"] = "; ".join(shown)
