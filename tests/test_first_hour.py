@@ -1292,6 +1292,10 @@ def test_a_lab_named_by_its_number_is_graded_in_each_notebook_of_that_lab(tmp_pa
     assert [p.name for p in got] == ["00-copy-kernel.ipynb", "00-copy-kernel-Copy1.ipynb", "01-mywork.ipynb",
                                      "02-double-buffered-transpose.ipynb"], got
     assert "make reset-labs LAB=02" in g.missing[str(tmp_path / "labs/02-double-buffered-transpose.ipynb")], g.missing
+    (tmp_path / "labs/copy.ipynb").write_bytes(lab0)       # renamed in Jupyter: no lab's number, named before a reset
+    r = find("02")
+    assert r.returncode == 2 and "copy.ipynb in labs has no lab's number: if one is your lab 02, rename it " \
+        "02-double-buffered-transpose.ipynb; make reset-labs LAB=02" in r.stderr, r.stderr
 
 
 def test_the_kernelspec_command_writes_no_kernel_that_cannot_start(tmp_path, monkeypatch, capsys):

@@ -169,9 +169,14 @@ def on_disk(labs, lab: Path) -> list[Path]:
 
 
 def none_left(labs, lab: Path) -> str:
-    """What to say when no notebook of `lab`'s number is left in labs/."""
-    return (f"no notebook of lab {Path(lab).name[:2]} in {labs} (not {Path(lab).name}, nor a copy of it): "
-            f"make reset-labs LAB={Path(lab).name[:2]} writes the lab again")
+    """What to say when no notebook of `lab`'s number is left in labs/: a notebook there that no lab's number
+    names (renamed in Jupyter: copy.ipynb) may be it, so it is named before the reset that would write a fresh lab."""
+    n = Path(lab).name[:2]
+    unnamed = sorted(p.name for p in Path(labs).glob("*.ipynb") if not re.match(r"\d\d-", p.name))
+    maybe = (f"; {', '.join(unnamed)} in {labs} {'has' if len(unnamed) == 1 else 'have'} no lab's number: if one is "
+             f"your lab {n}, rename it {Path(lab).name}" if unnamed else "")
+    return (f"no notebook of lab {n} in {labs} (not {Path(lab).name}, nor a copy of it){maybe}; "
+            f"make reset-labs LAB={n} writes the lab again")
 
 
 def roster_note(lab: Path, found: list[Path]) -> str:
