@@ -240,6 +240,35 @@ def test_a_check_cell_cut_short_never_scores_above_the_honest_wrong_answer(tmp_p
     if crash.endswith("'no checks here')"):     # an older report, without cells, scores as the older roster did
         assert (roster.score(without_cells["honest"]), roster.score(without_cells["cut"])) == (40.0, 50.0)
     assert roster.score({**h, "untrusted": True}) == 0.0    # the integrity check or the channel caught the notebook
+    # tiny's learner notebook has a check cell of its own: the grade says it ran the lab's instead
+    assert h["notes"] == c["notes"] and h["notes"][0].startswith("this notebook's check cells are not the lab's")
+
+
+def test_a_skip_the_notebook_makes_is_a_failed_check_and_a_check_s_own_failure_keeps_its_cell_s_share(tmp_path):
+    """fb.check hands on a Skipped it is given (a launch that could not run here): a learner's function that
+    returned fb.Skipped(...) for the cases it got wrong turned those checks into skips, and a failed lab into a
+    partial one scoring 100. Only the toolkit says a check cannot run. A check cell's own assert that fails ends
+    the cell as designed: its share stands (no line of the notebook in the traceback)."""
+    from feedbeast.course import roster
+    check = ["import numpy as np\nimport feedbeast as fb\nfor k in range(3):\n"
+             "    fb.check(f(k), np.full(3, float(k * k)), name=f'f({k})', raise_on_fail=False)",
+             "assert g() == 1, 'g() is not 1'"]
+    made = {"skips": "class Mine(fb.Skipped):\n    pass\n\ndef f(k):\n    return np.full(3, 0.0) if k == 0 else "
+                     "(fb.Skipped('not on this machine') if k == 1 else Mine('nor here'))",
+            "honest": "def f(k):\n    return np.full(3, 0.0)"}
+    reps = {}
+    for who, src in made.items():
+        (tmp_path / who).mkdir()
+        sols, lab = _tiny(tmp_path / who, check, learner=f"import numpy as np\nimport feedbeast as fb\n{src}\n\n"
+                                                           "def g():\n    return 2")
+        reps[who] = g.grade(lab, solutions=sols, hazards=False, timeout=60)
+    r = reps["skips"]
+    assert r.status == "failed" and not r.skipped and len(r.failed) == 3, str(r)
+    assert sum("a Skipped made by the notebook's own code (not on this machine)" in o.message for o in r.failed) == 1
+    assert sum("a Skipped made by the notebook's own code (nor here)" in o.message for o in r.failed) == 1
+    h = reps["honest"].to_dict()
+    assert [c["cut"] for c in h["cells"]] == [False, False] and h["cells"][1]["failed"] == 1, h["cells"]
+    assert roster.score(h) == round(100 * (1 / 3) / 2, 1) == roster.score(r.to_dict()), h["cells"]
 
 
 def test_hazards_env_and_hazardfound_is_a_failed_check_naming_the_rule(tmp_path):
@@ -520,6 +549,7 @@ def test_a_cell_without_text_or_type_is_a_clear_failure_and_the_batch_goes_on(tm
     out = capsys.readouterr().out
     status = "ok" if _has_gpu() else "PARTIAL"
     assert "Traceback" not in out and f"solutions/00-copy-kernel.ipynb: {status}" in out.replace(str(ROOT) + "/", "")
+    assert "check cells are not the lab's" not in out, out       # the solution's are the lab's
 
 
 def test_a_file_that_is_no_notebook_or_a_chapter_is_named_with_what_to_do(tmp_path, monkeypatch):

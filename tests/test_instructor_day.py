@@ -125,13 +125,18 @@ def test_make_workshop_names_the_folder_that_would_stop_the_learners():
                               f"{venv / 'python'}") and "make workshop PYTHON3=/usr/bin/python3" in why, why
         (top / "srv" / "open").chmod(0o744)       # a program others may read but not run
         assert reach.problem([top / "srv" / "open"]).startswith(f"{top / 'srv' / 'open'} (mode 744)")
+        (top / "root").chmod(0o755)
+        (top / "srv" / "venv").chmod(0o700)        # the venv itself closed (umask 077): the link's own folder counts
+        assert reach.problem([venv / "python"]).startswith(f"{top / 'srv' / 'venv'} (mode 700)")
+        assert "cannot be read" in reach.problem([top / "gone"])
         r = subprocess.run([sys.executable, "-m", "feedbeast.course.reach", str(venv / "python")], capture_output=True,
                            text=True)
-        assert r.returncode == 1 and r.stdout == "" and "(mode 700)" in r.stderr, r
+        assert r.returncode == 1 and r.stdout == "" and "lets no other user through" in r.stderr, r
     finally:
-        (top / "root").chmod(0o755)
+        for p in (top / "root", top / "srv" / "venv"):
+            p.chmod(0o755)
         shutil.rmtree(top)
     dry = subprocess.run(["make", "-n", "--no-print-directory", "workshop", "ENV=current", f"PYTHON3={sys.executable}"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert f"-m feedbeast.course.reach {sys.executable} " in dry and "REACH_CHECK=off skips" in dry, dry
+    assert f"-m feedbeast.course.reach {ROOT} " in dry and "REACH_CHECK=off skips" in dry, dry
     assert dry.index("feedbeast.course.reach") < dry.index("the hub is ready"), dry

@@ -142,6 +142,7 @@ class Report:
     # score); empty where no check cell ran (a notebook that could not be read)
     cells: list = dataclasses.field(default_factory=list)
     untrusted: bool = False     # the notebook's code changed what the checks use, or wrote on their channel
+    notes: list = dataclasses.field(default_factory=list)     # what the reader should know; no verdict
 
     def _with(self, status):
         return [o for o in self.outcomes if o.status == status]
@@ -199,8 +200,8 @@ class Report:
                 + (f", checks of {_shown(self.solution)}" if self.solution else ""))
 
     def __str__(self):      # no record line for a file that could not be read: nothing of it was graded
-        return "\n".join([o.line() for o in self.outcomes] + [self.record_line()] * bool(self.sha256)
-                         + [self.summary()])
+        return "\n".join([o.line() for o in self.outcomes] + [f"  note     {n}" for n in self.notes]
+                         + [self.record_line()] * bool(self.sha256) + [self.summary()])
 
     def to_dict(self) -> dict:
         return {"notebook": self.path, "lab": self.lab, "solution": self.solution, "status": self.status,
@@ -208,7 +209,8 @@ class Report:
                 "hazards": self.hazards, "sha256": self.sha256, "feedbeast": self.toolkit, "setup": self.setup,
                 "first_failure": self.first_failure,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
-                "checks": [o.to_dict() for o in self.outcomes], "cells": self.cells, "untrusted": self.untrusted}
+                "checks": [o.to_dict() for o in self.outcomes], "cells": self.cells, "untrusted": self.untrusted,
+                "notes": self.notes}
 
 
 # ---- which cells run -----------------------------------------------------------------------------------
@@ -802,6 +804,15 @@ class _CheckChild:
                 break
 
 
+def _skip_made_in() -> str:
+    """The file of the code that called Skipped's constructor for the skip being recorded ('' outside one)."""
+    from ..skip import Skipped
+    f = sys._getframe(1)
+    while f is not None and f.f_code is not Skipped.__init__.__code__:
+        f = f.f_back
+    return f.f_back.f_code.co_filename if f is not None and f.f_back is not None else ""
+
+
 def _import_what_checks_import(sources) -> None:
     """Import the modules the check cells import, so that the integrity baseline holds them as they were before
     the learner's code ran (a module first imported by a check would be compared with nothing)."""
@@ -836,7 +847,16 @@ def _harness(fd: int) -> int:
     g0 = fb.gpu()
     send({"t": "hello", "gpu": g0.name if g0 else None, "hazards": hazards.enabled(), "pid": os.getpid()})
     current = [-1]
-    verdicts._sinks.append(lambda r: send({"t": "rec", "cell": current[0], **r}))
+    learner_made = [lambda filename: False]     # the learner's cells, once they are known
+
+    def sink(r):
+        # A skip says a check cannot run on this machine: the toolkit's word. A Skipped the notebook's own code
+        # makes (returned where a check expects an output) would turn a failing check into a skipped one.
+        if r["status"] == "skipped" and learner_made[0](_skip_made_in()):
+            r = {**r, "status": "failed", "message": f"a Skipped made by the notebook's own code ({r['message']}): "
+                 "whether a check can run here is the toolkit's to say, so this check counts as failed"}
+        send({"t": "rec", "cell": current[0], **r})
+    verdicts._sinks.append(sink)
     launched: list[str] = []
 
     def watch(kernel, grid, block, args, shared=0, cluster=None):   # first: every launch is seen
@@ -860,7 +880,7 @@ def _harness(fd: int) -> int:
     grader = re.compile(rf"check cell \d+|{re.escape(sol.name)}, given cell \d+")   # child.checks(), child.given()
     # the classes the learner's code makes stay until the integrity check after each step has looked at them
     # (_computed_specials); each check cell's garbage is collected after that check
-    base["learner_code"] = lambda filename: cells.fullmatch(filename) is not None
+    base["learner_code"] = learner_made[0] = lambda filename: cells.fullmatch(filename) is not None
     base["classes_before"], base["learner_module"] = _all_classes(), ns.get("__name__")
     import gc
     gc.disable()
@@ -1076,8 +1096,8 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         _well_formed(learner)
     except Exception as e:   # missing, unreadable, not a notebook
         why = f"cannot read the notebook: {e if isinstance(e, NotWellFormed) else f'{type(e).__name__}: {e}'}"
-        if str(path) in missing and not path.exists():   # named as a lab (`grade 99`): which labs there are
-            why = missing[str(path)]
+        if str(path) in missing:      # named as a lab (`grade 99`): which labs there are; a folder: what it lacks
+            why = f"{why}; {missing[str(path)]}" if path.exists() else missing[str(path)]
         elif raw is not None and not isinstance(e, NotWellFormed):
             why = f"{why}\n{_not_a_notebook(path, raw)}"
         return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, toolkit=toolkit,
@@ -1152,16 +1172,25 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     hz = any((o.name.startswith(HAZARD_VERDICT) and o.cell >= 0 and o.status == "passed")
              or "HazardFound" in o.message for o in outcomes)    # "hazard builds on": only from verdicts
     setup = next((m["message"] for m in msgs if m.get("t") == "learner" and m.get("setup")), "")
+    # a learner who edits the checks to pass sees them pass in the notebook, and not in the grade: say why
+    edited = [c.source.strip() for c in check_part(learner)] != [c.source.strip() for c in checks]
+    notes = ["this notebook's check cells are not the lab's (changed, added or removed): the grade ran the lab's "
+             "own, as it always does, so what they print in the notebook is not the grade"] if edited else []
     return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit, setup, cells,
-                  untrusted)
+                  untrusted, notes)
 
 
 def _cell_tally(outcomes: list[Outcome], msgs: list[dict], n: int) -> list[dict]:
-    """Per check cell: how many of its checks passed, failed and were skipped, and whether it was cut short (it
-    raised, the notebook's code broke the integrity check during it, or it never reported its end). A cell cut
-    short ran only some of its checks, so its tally is not a share of them: the roster scores it 0, which an honest
-    wrong answer in that cell never scores below."""
-    ended = {m["i"]: not (m["error"] or m["integrity"]) for m in msgs if m.get("t") == "cell"}
+    """Per check cell: how many of its checks passed, failed and were skipped, and whether the notebook cut it
+    short: an error came out of the notebook's own code (a line of it in the traceback) or was no check's failure,
+    the notebook's code broke the integrity check during it, or the cell never reported its end (a hang the grader
+    ended). Such a cell ran only some of its checks, so its tally is not a share of them: the roster scores it 0,
+    which an honest wrong answer in that cell never scores below. A check's own failure raised by the cell or the
+    toolkit (fb.check, an assert of the cell) ends the cell as designed: its tally stands."""
+    def cut_by_notebook(m) -> bool:
+        e = m["error"]
+        return bool(m["integrity"]) or bool(e) and (bool(e.get("at")) or e["ename"] not in CHECK_ERRORS)
+    ended = {m["i"]: not cut_by_notebook(m) for m in msgs if m.get("t") == "cell"}
     cells = [{"passed": 0, "failed": 0, "skipped": 0, "cut": not ended.get(i, False)} for i in range(n)]
     for o in outcomes:
         if 0 <= o.cell < n:

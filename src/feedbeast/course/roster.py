@@ -280,9 +280,9 @@ def score(lab: dict) -> float | None:
     when no check ran at all (a lab whose every check needs a GPU the room lacks: nothing was measured, so no
     number). A failed lab scores the mean, over the lab's check cells that checked something here, of each cell's
     100 x passed / (passed + failed), each check with its count; a skipped check (it could not run on this machine)
-    is left out, neither earned nor lost. A cell cut short (it raised, timed out or never ran) scores 0: it ran only
-    some of its checks, and a share of those would let a notebook that stops a cell early score above the honest
-    wrong answer. A notebook whose code changed what the checks use scores 0. A failed lab scores at most 99.9, so
+    is left out, neither earned nor lost. A cell the notebook cut short (an error out of its own code, a hang, a
+    cell never run: grade._cell_tally) scores 0: it ran only some of its checks, and a share of those would let a
+    notebook that stops a cell early score above the honest wrong answer. A notebook whose code changed what the checks use scores 0. A failed lab scores at most 99.9, so
     it never ranks with or above a lab that did not fail. A report with no cells (written before the grader kept
     them, or of a notebook that could not be read) is scored over its checks as a whole, counting at least one
     failure."""
