@@ -72,16 +72,13 @@ TARGETS := help install bundle-into-current current-has-course lab test test-fas
 .PHONY: $(TARGETS)
 # A word after the target that names no target ("make reset-labs 04") is a second goal to make, which runs after the
 # first has done its work on every lab; a lower-case variable ("lab=04") is another variable. Both are refused before
-# anything runs, naming what was meant.
+# anything runs, naming what was meant (the case check is at the end, where every variable is known).
 STRAY_GOALS := $(filter-out $(TARGETS) $(STAMP),$(MAKECMDGOALS))
 ifneq ($(STRAY_GOALS),)
 $(error make $(MAKECMDGOALS): $(STRAY_GOALS) is no target of this Makefile (make help lists them)$(if $(filter grade \
 	reset-labs labs,$(MAKECMDGOALS)),; a lab is chosen with the variable LAB: make $(firstword $(filter grade \
 	reset-labs labs,$(MAKECMDGOALS))) LAB=$(firstword $(STRAY_GOALS))). Nothing was run)
 endif
-$(foreach v,lab strict env cuda wheels venv,$(if $(filter command line,$(origin $(v))),$(error make: $(v)=$($(v)) \
-	was given in lower case; make's variables are case-sensitive and this one is $(shell echo $(v) | tr a-z A-Z)=$($(v)). \
-	Nothing was run)))
 help:
 	@sed -n 's/^## //p' Makefile
 
@@ -333,3 +330,12 @@ gpu-check:
 STRESS ?= 100
 stress: $(STAMP)
 	$(PYTHON) -m feedbeast stress --n $(STRESS)
+
+# make's variables are case-sensitive: "make grade lab=04" sets a variable nothing reads, and grades every lab. A
+# variable of this Makefile given on the command line in lower case (MAKEOVERRIDES holds them) stops make first.
+CASED := LAB STRICT ENV CUDA WHEELS VENV PY SET COMPARE PYTHON3 REACH_CHECK BENCH STRESS SANITIZE_FLAGS \
+	GPU_CHECK_FLAGS LAB_FLAGS
+$(foreach v,$(foreach a,$(MAKEOVERRIDES),$(if $(findstring =,$(a)),$(firstword $(subst =, ,$(a))))),$(if $(filter-out \
+	$(CASED),$(v)),$(if $(filter $(CASED),$(shell echo '$(v)' | tr a-z A-Z)),$(error make: $(v)=$($(v)) names no \
+	variable of this Makefile (make's variables are case-sensitive): it is $(shell echo '$(v)' | tr a-z A-Z)=$($(v)). \
+	Nothing was run))))

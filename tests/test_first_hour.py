@@ -1086,8 +1086,9 @@ def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anyt
     cases = {("reset-labs", "04"): "make reset-labs 04: 04 is no target of this Makefile",
              ("grade", "04"): "a lab is chosen with the variable LAB: make grade LAB=04",
              ("labs", "3"): "make labs LAB=3",
-             ("grade", "lab=04"): "lab=04 was given in lower case; make's variables are case-sensitive and this one "
-                                  "is LAB=04",
+             ("grade", "lab=04"): "lab=04 names no variable of this Makefile (make's variables are case-sensitive): "
+                                  "it is LAB=04",
+             ("wheelhouse", "py=3.11"): "it is PY=3.11. Nothing was run",
              ("test", "tests"): "tests is no target of this Makefile (make help lists them). Nothing was run"}
     for words, said in cases.items():
         r = subprocess.run(["make", "--no-print-directory", *words, "ENV=current", f"PYTHON3={sys.executable}"],

@@ -102,6 +102,10 @@ def test_a_second_notebook_of_a_graded_lab_stays_named_and_a_note_two_servers_ma
     assert merged["frank"]["refused"] == [f"{a}: {copy}"], merged["frank"]
     assert merged["erin"]["refused"] == [f"{a}, {b}: {other}"], merged["erin"]
     assert f"{a}: {copy.split(' (')[0]}" in _rows(out)["frank"]["first failing check"], _rows(out)["frank"]
+    again = tmp_path / "again.json"         # merged again with one of its servers: each note once, each server once
+    cli(["roster", "merge", "--csv", str(tmp_path / "again.csv"), "--json", str(again), str(js), str(b)])
+    merged = {d["learner"]: d for d in json.loads(again.read_text())}
+    assert merged["erin"]["refused"] == [f"{a}, {b}: {other}"] and merged["frank"]["refused"] == [f"{a}: {copy}"], merged
 
 
 def test_a_lab_ungraded_everywhere_stays_an_error_not_a_zero(tmp_path):

@@ -60,6 +60,9 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
     merged: dict[str, dict] = {}
     sources: dict[str, list[str]] = {}
     for src, docs in inputs:
+        # a merge's output (room.json merged again): its notes already name their servers; decided for the whole
+        # file, since a learner of it with no lab and no error shows nothing of it
+        merged_file = any("errors" in d or any("server" in lab for lab in d.get("labs", [])) for d in docs)
         for d in docs:
             name = d["learner"]
             sources.setdefault(name, []).append(src)
@@ -74,7 +77,6 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
             m["ungraded"] += d.get("ungraded", [])
             # what a server did not grade, and why (a notebook under another name, a second one of a lab): the
             # learner's row keeps each, named by its server, as the server's own row did
-            merged_file = "errors" in d or any("server" in lab for lab in d.get("labs", []))   # a merge's output
             m.setdefault("refused", []).extend(why if merged_file else f"{src}: {why}"
                                                for why in d.get("refused", []) if isinstance(why, str))
             # a merged file (room.json merged again) keeps every server's reason in "errors", and in "error" those
@@ -93,7 +95,7 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
         for n in m.get("refused", []):
             src, _, why = n.partition(": ")
             if "another notebook of lab" in why or note_lab(why) not in graded:
-                by_note.setdefault(why, []).append(src)
+                by_note.setdefault(why, []).extend(src.split(", "))
         m["refused"] = [f"{', '.join(dict.fromkeys(srcs))}: {why}" for why, srcs in by_note.items()]   # once each
         errors = m.pop("errors")
         if shown := _errors_that_stand(errors, m["ungraded"], graded):
