@@ -248,10 +248,19 @@ def _load(monkeypatch, tmp_path, **env):
     return config.Authenticator
 
 
-def test_the_learners_file_takes_names_not_comments(tmp_path, monkeypatch):
+def test_the_learners_file_takes_names_not_comments(tmp_path, monkeypatch, capsys):
+    import pwd
     names = tmp_path / "learners.txt"
     names.write_text("# the room, Tuesday\nalice  # TA\n  # bob is away\n\tcarol\t\n\n  dave\n")
     assert _load(monkeypatch, tmp_path, FEEDBEAST_HUB_LEARNERS=str(names)).allowed_users == {"alice", "carol", "dave"}
+    # those with no account here are named once, before JupyterHub's traceback for each
+    absent = sorted(n for n in ("alice", "carol", "dave") if not any(p.pw_name == n for p in pwd.getpwall()))
+    err = capsys.readouterr().err
+    assert (f"FEEDBEAST_HUB_LEARNERS names {', '.join(absent)}, with no account" in err) == bool(absent), err
+    me = pwd.getpwuid(os.getuid()).pw_name
+    names.write_text(f"{me}\n")
+    _load(monkeypatch, tmp_path, FEEDBEAST_HUB_LEARNERS=str(names))
+    assert "no account" not in capsys.readouterr().err
     names.write_text("# nobody yet\n")
     with pytest.raises(SystemExit, match="names no user, so no learner could log in"):
         _load(monkeypatch, tmp_path, FEEDBEAST_HUB_LEARNERS=str(names))

@@ -116,6 +116,15 @@ def _no_account(name: str) -> bool:
         return True
 
 
+# A learner of FEEDBEAST_HUB_LEARNERS with no account cannot log in, and JupyterHub prints a traceback for each at
+# start: one line first says who and what to do (not fatal: the rest of the room can start).
+_no_login = sorted(u for u in getattr(c.Authenticator, "allowed_users", ()) if _no_account(u.lower()))
+if _no_login and os.environ.get("FEEDBEAST_HUB_CREATE_USERS") != "1":
+    print(f"FEEDBEAST_HUB_LEARNERS names {', '.join(_no_login)}, with no account on this server: they cannot log in "
+          f"(PAM logs in system users), and JupyterHub reports each below as 'does not exist on the system'. Create the "
+          f"accounts (sudo adduser {_no_login[0]}) and restart the hub, or set FEEDBEAST_HUB_CREATE_USERS=1 to create "
+          "them on first login.", file=sys.stderr)
+
 _missing = sorted(u for u in c.Authenticator.admin_users if _no_account(u.lower()))   # JupyterHub lowercases names
 if _missing and os.environ.get("FEEDBEAST_HUB_CREATE_USERS") != "1":
     raise SystemExit(f"FEEDBEAST_HUB_ADMINS names {', '.join(_missing)}, with no account on this server: the hub logs "
