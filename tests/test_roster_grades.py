@@ -171,6 +171,10 @@ def test_the_roster_says_what_it_lacks_and_prints_each_learner_as_graded(tmp_pat
     code, rows = _roster(tmp_path, homes, "--only", "ada")
     out, err = capsys.readouterr()
     assert code == 0 and "no GPU" not in err and ": 1 learner x labs 00, 04" in out, (out, err)
+    cyd = _homes(tmp_path / "more", {"cyd": ["04-a.ipynb", "04-b.ipynb"]})     # two copies, neither the lab's name
+    code, rows = _roster(tmp_path, cyd, "--labs", "4")
+    assert code == 1 and "no lab notebook graded in" in capsys.readouterr().out, rows
+    assert "lab 04: 2 notebooks (04-a.ipynb, 04-b.ipynb)" in rows["cyd"]["first failing check"], rows
 
 
 def test_a_notebook_that_is_no_lab_makes_no_column_and_is_named_in_its_learner_s_row(tmp_path, monkeypatch, capsys):

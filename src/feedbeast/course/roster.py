@@ -230,8 +230,9 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
         copies, refused = _copy_labs(labs, tmp, wanted, names={p.name for p in solutions.glob("*.ipynb")})
         if not copies:
             return {"learner": name, "exit": 1, "labs": [], "refused": refused, "seconds": 0.0,
-                    "error": (f"no notebook of lab {', '.join(wanted)} in {labs}" if wanted
-                              else f"no lab notebook in {labs}")}
+                    "error": (f"no lab notebook graded in {labs}: {refused[0]}" if refused else
+                              f"no notebook of lab {', '.join(wanted)} in {labs}" if wanted else
+                              f"no lab notebook in {labs}")}
         drop, ids = _as_owner(labs) if as_owner else (None, None)
         if as_owner and ids is None and os.geteuid() == 0:
             print(f"roster: note: {labs} belongs to root, so {name}'s labs are graded as root (their code runs with "
