@@ -100,8 +100,9 @@ def allowed(path: str) -> set[str]:
     return names
 
 
+_learners: set[str] = set()
 if os.environ.get("FEEDBEAST_HUB_LEARNERS"):
-    c.Authenticator.allowed_users = allowed(os.environ["FEEDBEAST_HUB_LEARNERS"])
+    c.Authenticator.allowed_users = _learners = allowed(os.environ["FEEDBEAST_HUB_LEARNERS"])
 else:
     c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {u.strip() for u in os.environ.get("FEEDBEAST_HUB_ADMINS", "").split(",") if u.strip()}
@@ -118,7 +119,7 @@ def _no_account(name: str) -> bool:
 
 # A learner of FEEDBEAST_HUB_LEARNERS with no account cannot log in, and JupyterHub prints a traceback for each at
 # start: one line first says who and what to do (not fatal: the rest of the room can start).
-_no_login = sorted(u for u in getattr(c.Authenticator, "allowed_users", ()) if _no_account(u.lower()))
+_no_login = sorted(u for u in _learners if _no_account(u.lower()))   # (an unset trait reads as a LazyConfigValue)
 if _no_login and os.environ.get("FEEDBEAST_HUB_CREATE_USERS") != "1":
     print(f"FEEDBEAST_HUB_LEARNERS names {', '.join(_no_login)}, with no account on this server: they cannot log in "
           f"(PAM logs in system users), and JupyterHub reports each below as 'does not exist on the system'. Create the "
