@@ -289,7 +289,8 @@ clean:
 
 ## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
 # PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is
-# not a make error unless STRICT=1; CI reads the status from `python -m feedbeast grade` itself.
+# not a make error unless STRICT=1 (STRICT=0 is as without it); CI reads the status from `python -m feedbeast grade`
+# itself.
 # LAB: a number (4, 04), a lab's name (04-mbarrier-ring or mbarrier-ring, .ipynb or not), a word only one lab's name
 # has (mbarrier) or a lab file's path, as reset-labs takes it.
 LAB ?=
@@ -298,7 +299,7 @@ grade: $(STAMP)
 	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 2; \
 	  nl=$$(printf '\n_'); IFS=$${nl%_}; set -f; set -- $$labs; set +f; unset IFS; fi; \
 	$(PYTHON) -m feedbeast grade "$$@"; status=$$?; \
-	if [ $$status -eq 2 ] && [ -z "$(STRICT)" ]; then \
+	if [ $$status -eq 2 ] && [ -z "$(filter-out 0,$(STRICT))" ]; then \
 	  echo "make grade: PARTIAL is no make error (STRICT=1 makes it one), and not ok: a bug that only the skipped \
 	checks catch may still be there; ok needs a GPU that runs them"; exit 0; fi; \
 	exit $$status
@@ -331,11 +332,15 @@ STRESS ?= 100
 stress: $(STAMP)
 	$(PYTHON) -m feedbeast stress --n $(STRESS)
 
-# make's variables are case-sensitive: "make grade lab=04" sets a variable nothing reads, and grades every lab. A
-# variable of this Makefile given on the command line in lower case (MAKEOVERRIDES holds them) stops make first.
+# make's variables are case-sensitive: "make grade lab=04" sets a variable nothing reads, and grades every lab; so does
+# "make reset-labs LABS=04", which resets every lab. A variable of this Makefile given on the command line
+# (MAKEOVERRIDES holds them) in lower case, or one S away from it (LABS, WHEEL), stops make first. Other names pass:
+# the command line also sets the environment of what make runs (FEEDBEAST_STRESS=5, CUDA_VISIBLE_DEVICES=1).
 CASED := LAB STRICT ENV CUDA WHEELS VENV PY SET COMPARE PYTHON3 REACH_CHECK BENCH STRESS SANITIZE_FLAGS \
-	GPU_CHECK_FLAGS LAB_FLAGS
+	GPU_CHECK_FLAGS LAB_FLAGS TEST_JOBS NB_TIMEOUT NB_STARTUP
+upper = $(shell echo '$(1)' | tr a-z A-Z)
+meant = $(firstword $(filter $(CASED),$(call upper,$(1)) $(patsubst %S,%,$(call upper,$(1))) $(call upper,$(1))S))
 $(foreach v,$(foreach a,$(MAKEOVERRIDES),$(if $(findstring =,$(a)),$(firstword $(subst =, ,$(a))))),$(if $(filter-out \
-	$(CASED),$(v)),$(if $(filter $(CASED),$(shell echo '$(v)' | tr a-z A-Z)),$(error make: $(v)=$($(v)) names no \
-	variable of this Makefile (make's variables are case-sensitive): it is $(shell echo '$(v)' | tr a-z A-Z)=$($(v)). \
+	$(CASED),$(v)),$(if $(call meant,$(v)),$(error make: $(v)=$($(v)) names no variable of this Makefile$(if $(filter \
+	$(CASED),$(call upper,$(v))), (make's variables are case-sensitive)): it is $(call meant,$(v))=$($(v)). \
 	Nothing was run))))

@@ -1,5 +1,6 @@
 """compile(): cubins without a GPU, resources, SASS, errors that show the line, the cache."""
 import dataclasses
+import re
 import sys
 
 import numpy as np
@@ -498,6 +499,26 @@ def test_an_error_inside_the_simulator_shows_the_learner_s_lines_not_its_threads
     full = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**env, "FEEDBEAST_TRACEBACK": "full"})
     assert "simulator/kernel.py" in full.stdout + full.stderr, full.stdout + full.stderr
+
+
+def test_a_cell_that_does_not_parse_shows_its_line_not_ipython_s_frames():
+    """The course's error handler takes every Exception, parse errors too: IPython then handed it the SyntaxError
+    of parsing the cell, and the notebook showed IPython's own frames (run_cell_async, ast_parse) above the cell's
+    line. A cell that does not parse shows as it does without the course: its line, the caret and the message. A
+    SyntaxError raised by code the cell runs (exec) still shows the cell's line that ran it."""
+    import subprocess
+    code = ("from IPython.core.interactiveshell import InteractiveShell\n"
+            "sh = InteractiveShell.instance()\n"
+            "sh.run_cell('%load_ext feedbeast')\n"
+            "r = sh.run_cell('def f(:\\n    pass')\n"
+            "print('RESULT', type(r.error_before_exec).__name__)\n"
+            "sh.run_cell('exec(\"x = (\")')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout + run.stderr)
+    parse, ran = out.split("RESULT SyntaxError")
+    assert "def f(:" in parse and "SyntaxError: invalid syntax" in parse, out
+    assert "interactiveshell.py" not in parse and "compilerop.py" not in parse, out
+    assert "exec(\"x = (\")" in ran and "SyntaxError" in ran, out
 
 
 def test_the_cache_and_nvrtc_read_the_same_characters(tmp_path, monkeypatch):

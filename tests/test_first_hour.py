@@ -1071,6 +1071,33 @@ def test_make_grade_takes_a_lab_as_reset_labs_does():
         assert "grading" not in r.stdout, r.stdout
 
 
+def test_a_path_names_that_file_never_the_lab_of_its_name(tmp_path):
+    """`make grade LAB=/tmp/nowhere/04-mbarrier-ring.ipynb` graded labs/04 (a path was matched by its file name),
+    and said "written since? save the notebook" about a file the learner never named; `LAB=solutions/01-*.ipynb`
+    graded labs/01. A path to a notebook that exists is that notebook; one that does not is refused; reset
+    restores only the labs of labs/."""
+    find = [sys.executable, "-m", "feedbeast.course.labs", "find", "solutions", "labs"]
+    for gone in (str(tmp_path / "04-mbarrier-ring.ipynb"), "lab/04-mbarrier-ring.ipynb"):
+        r = subprocess.run([*find, gone], cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 2 and r.stdout == "", r
+        assert f"no such file: {gone} (name a lab by its number, LAB=04, or give the path" in r.stderr, r.stderr
+    r = subprocess.run([*find, "solutions/01-tiled-transpose.ipynb", "05"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.split() == ["solutions/01-tiled-transpose.ipynb", "labs/05-tma-ring.ipynb"]
+    env = make_env()
+    r = subprocess.run(["make", "--no-print-directory", "grade", "ENV=current", f"PYTHON3={sys.executable}",
+                        f"LAB={tmp_path}/04-mbarrier-ring.ipynb"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "no such file" in r.stderr and "grading" not in r.stdout, r
+    (tmp_path / "labs").mkdir()
+    stray = tmp_path / "04-mbarrier-ring.ipynb"
+    stray.write_text("{}")
+    for where in (stray, tmp_path / "05-tma-ring.ipynb"):
+        r = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "reset", str(ROOT / "solutions"),
+                            str(tmp_path / "labs"), str(where)], capture_output=True, text=True)
+        assert r.returncode == 2 and f"{where} is {'not in' if where.exists() else 'no file, and not in'} " \
+            f"{tmp_path / 'labs'}/, the folder whose labs this restores" in r.stdout, r
+    assert stray.read_text() == "{}" and not list((tmp_path / "labs").iterdir())
+
+
 def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anything_runs(tmp_path):
     """`make reset-labs 04` would reset every lab and then find no target 04; `make grade lab=04` would grade all
     eleven. Both stop before anything runs and say what was meant (a copy of the labs, edited, is the learner's)."""
@@ -1089,7 +1116,9 @@ def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anyt
              ("grade", "lab=04"): "lab=04 names no variable of this Makefile (make's variables are case-sensitive): "
                                   "it is LAB=04",
              ("wheelhouse", "py=3.11"): "it is PY=3.11. Nothing was run",
-             ("test", "tests"): "tests is no target of this Makefile (make help lists them). Nothing was run"}
+             ("test", "tests"): "tests is no target of this Makefile (make help lists them). Nothing was run",
+             ("reset-labs", "LABS=04"): "LABS=04 names no variable of this Makefile: it is LAB=04. Nothing was run",
+             ("grade", "STRICTS=1"): "it is STRICT=1"}
     for words, said in cases.items():
         r = subprocess.run(["make", "--no-print-directory", *words, "ENV=current", f"PYTHON3={sys.executable}"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

@@ -271,6 +271,33 @@ def test_a_skip_the_notebook_makes_is_a_failed_check_and_a_check_s_own_failure_k
     assert roster.score(h) == round(100 * (1 / 3) / 2, 1) == roster.score(r.to_dict()), h["cells"]
 
 
+def test_a_notebook_whose_code_is_the_solution_s_is_said_to_be_and_a_failed_grade_names_the_file_s_save(tmp_path):
+    """The solutions sit beside the labs: a notebook whose own code is the solution's (comments and the solution's
+    markers aside) keeps its grade, with a note that the roster's CSV carries; the solution graded itself has no
+    such note. A failed grade says when the file it read was saved (a fix made in the browser may not be)."""
+    import csv
+    from feedbeast.course import roster
+    sols, lab = _tiny(tmp_path, TINY_CHECKS[:1], learner="x = 41")
+    copy = new([markdown("# Lab 05 · tiny"), "import os", "# my answer\nx = 42", markdown("## Check"), "pass"],
+               to=tmp_path / "labs/05-copy.ipynb")
+    reps = {p.stem: g.grade(p, solutions=sols, hazards=False, timeout=60) for p in (copy, lab, sols / "05-tiny.ipynb")}
+    said = "this notebook's own code is"
+    assert reps["05-copy"].copied and reps["05-copy"].status == "ok", str(reps["05-copy"])
+    assert any(n.startswith(said) and n.endswith("05-tiny.ipynb's, line for line") for n in reps["05-copy"].notes)
+    assert not reps["05-tiny"].copied and not any(said in n for n in reps["05-tiny"].notes), str(reps["05-tiny"])
+    wrong = reps["05-renamed"]
+    assert wrong.status == "failed" and not wrong.copied, str(wrong)
+    assert any(re.fullmatch(r"graded 05-renamed\.ipynb as saved at \d\d:\d\d:\d\d: changed since\? save it "
+                            r"\(File > Save\), then grade again", n) for n in wrong.notes), wrong.notes
+    assert not any("as saved at" in n for n in reps["05-copy"].notes)       # only where the grade failed
+    out = tmp_path / "r.csv"
+    roster.write_csv([{"learner": "bob", "labs": [reps["05-copy"].to_dict()]},
+                      {"learner": "ann", "labs": [wrong.to_dict()]}], out)
+    rows = {r["username"]: r for r in csv.DictReader(out.open())}
+    assert rows["bob"]["first failing check"] == "lab 05: the solution's code, line for line", rows
+    assert "solution's code" not in rows["ann"]["first failing check"], rows
+
+
 def test_hazards_env_and_hazardfound_is_a_failed_check_naming_the_rule(tmp_path):
     sols, lab = _tiny(tmp_path, TINY_CHECKS, learner="x = 7")
     rep = g.grade(lab, solutions=sols, hazards=True, timeout=60)

@@ -297,6 +297,24 @@ def test_a_home_the_hook_makes_belongs_to_the_learner(hub, tmp_path, monkeypatch
     assert oct(home.stat().st_mode & 0o777) == "0o700"
 
 
+def test_a_home_that_was_there_keeps_its_mode(hub, tmp_path, monkeypatch):
+    """The hook made every learner's home 0700 at each start, homes it had not made too: only the copy in it is
+    the course's to close (0700); a home the hook makes is 0700 and the learner's."""
+    if os.geteuid() != 0:
+        glob = hub["pre_spawn_hook"].__globals__
+        monkeypatch.setattr(glob["os"], "geteuid", lambda: 0)
+        monkeypatch.setattr(glob["os"], "lchown", lambda p, u, g: None)
+    home = tmp_path / "homes" / "nobody"
+    home.mkdir(parents=True)
+    home.chmod(0o751)
+    spawner = types.SimpleNamespace(user=types.SimpleNamespace(name="nobody"), home_dir=str(home), environment={},
+                                    log=types.SimpleNamespace(info=lambda *a: None))
+    for _ in range(2):          # the first start copies the course, the second finds it
+        hub["pre_spawn_hook"](spawner)
+        assert oct(home.stat().st_mode & 0o777) == "0o751"
+        assert oct((home / "feedbeast").stat().st_mode & 0o777) == "0o700"
+
+
 def test_a_stopped_server_gives_its_gpu_share_back(tmp_path, monkeypatch):
     """Two devices, two learners each: a fifth learner is refused while four servers run, and gets the share of a
     learner whose server stopped (JupyterHub's post_stop_hook). The learner who stopped comes back to the device

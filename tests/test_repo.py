@@ -363,7 +363,10 @@ def test_reset_selects_labs_by_number_name_or_path(tmp_path):
     labs.build(sol_dir, lab_dir)
     pick = lambda *w: [lab.name for _, lab in labs.select(sol_dir, lab_dir, w)]
     assert pick() == ["01-x.ipynb", "04-y.ipynb"]
-    assert pick("04") == pick("4") == pick("04-y.ipynb") == pick("04-y") == pick("labs/04-y.ipynb") == ["04-y.ipynb"]
+    assert pick("04") == pick("4") == pick("04-y.ipynb") == pick("04-y") == pick(str(lab_dir / "04-y.ipynb")) \
+        == ["04-y.ipynb"]
+    with pytest.raises(ValueError, match="solutions/04-y.ipynb is not in .*labs/, the folder whose labs"):
+        pick(str(sol_dir / "04-y.ipynb"))          # a path is that file, not the lab of its name
     assert pick("y") == pick("y.ipynb") == ["04-y.ipynb"]          # the name without its number
     assert pick("04", "01", "04") == ["04-y.ipynb", "01-x.ipynb"]
     with pytest.raises(ValueError, match="no lab '07': the labs are 01-x.ipynb, 04-y.ipynb"):

@@ -216,3 +216,48 @@ def test_a_merged_file_merged_again_keeps_every_server_s_reason():
     room, _ = merge([("server-a.json", a_c[:1]), ("server-b.json", b), ("server-c.json", a_c[1:])])
     alone, _ = merge([("room.json", room)])            # merged again: a's reason is about lab 04, graded on b
     assert alone[0]["error"] == "room.json: server-c.json: no lab notebook", alone[0]
+
+
+def test_one_notebook_that_failed_on_a_server_keeps_its_failure_over_a_partial_or_ok_elsewhere(tmp_path, capsys):
+    """hank's lab 00 (one notebook, one sha256) ran on a GPU server and failed; a server without a GPU could only
+    skip its launches (partial, which scores 100): the failure is kept, and said. A different notebook (a learner
+    who fixed it and handed it in on another server) still keeps the better grade."""
+    def lab(sha, **counts):
+        return {**_lab("00-copy-kernel", **counts), "sha256": sha}
+    gpu = _write(tmp_path / "gpu.json", [{"learner": "hank", "labs": [lab("aa", passed=3, failed=1)]},
+                                         {"learner": "ivy", "labs": [lab("bb", passed=3, failed=1)]}])
+    cpu = _write(tmp_path / "cpu.json", [{"learner": "hank", "labs": [lab("aa", passed=2, skipped=2)]},
+                                         {"learner": "ivy", "labs": [lab("cc", passed=2, skipped=2)]}])
+    for order in ((gpu, cpu), (cpu, gpu)):
+        out = tmp_path / f"room-{order[0].stem}.csv"
+        assert cli(["roster", "merge", "--csv", str(out), *map(str, order)]) == 0
+        rows = _rows(out)
+        assert (rows["hank"]["lab 00 status"], rows["hank"]["lab 00"]) == ("failed", "75.0"), order
+        assert rows["ivy"]["lab 00 status"] == "partial", order              # another notebook: the better grade
+        said = capsys.readouterr().out
+        assert f"hank: lab 00, the same notebook, failed in {gpu} and was partial in {cpu}: kept the failure" in said
+        assert "ivy: lab 00, the same" not in said
+
+
+def test_a_file_given_twice_or_twice_the_same_grades_is_refused(tmp_path, capsys):
+    a, b = _room(tmp_path)
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(a.read_bytes())
+    out = tmp_path / "room.csv"
+    assert cli(["roster", "merge", "--csv", str(out), str(a), str(a)]) == 2
+    assert f"{a} is given twice: give each server's --json file once; nothing was written" in capsys.readouterr().err
+    assert cli(["roster", "merge", "--csv", str(out), str(a), str(b), str(copy)]) == 2
+    assert f"{copy} is the same grades as {a}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_merge_runs_as_a_module_too(tmp_path):
+    import subprocess
+    import sys
+    a, b = _room(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "feedbeast.course.roster_merge", "--csv", str(tmp_path / "r.csv"),
+                        str(a), str(b)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "3 learners from 2 files" in r.stdout, r
+    r = subprocess.run([sys.executable, "-m", "feedbeast.course.roster_merge", "--csv", str(tmp_path / "s.csv"),
+                        str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no such file" in r.stderr, r

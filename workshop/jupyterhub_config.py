@@ -25,6 +25,8 @@
 #                           limits per learner through cgroups)
 #   FEEDBEAST_HUB_MEM       memory limit per learner with the systemd spawner (default 8G)
 #   FEEDBEAST_HUB_CREATE_USERS=1   create missing system users on first login (useradd)
+#   FEEDBEAST_HUB_STATE     the folder of the hub's own files: the kernelspec it hands the learners' servers
+#                           (share/jupyter) and the GPU shares (feedbeast-gpus*.json) (default: where the hub runs)
 import json
 import os
 import pwd
@@ -231,13 +233,15 @@ def home_of(spawner) -> Path:
 
 def copy_course(home: Path, owner=None) -> Path:
     """~/feedbeast: a copy of the course, made once (a restart keeps the learner's work), private. A home made
-    here (a user without one) is the learner's too: made by root, it would lock them out of it."""
+    here (a user without one) is the learner's too, mode 0700: made by root, it would lock them out of it. A home
+    that was there keeps its mode: the copy in it is 0700 either way."""
     dest = home / "feedbeast"
     if not dest.exists():
         if not home.exists():
             home.mkdir(parents=True)
             if owner is not None:
                 os.lchown(home, *owner)
+                os.chmod(home, 0o700)
         # Homes kept inside the checkout (a trial hub's, say): none is copied, least of all the one being filled,
         # which copytree would enter again and again until the disk is full, nor another learner's work
         mine = home.resolve()
@@ -251,8 +255,6 @@ def copy_course(home: Path, owner=None) -> Path:
                 for name in [root, *[os.path.join(root, n) for n in dirs + files]]:
                     os.lchown(name, *owner)
     os.chmod(dest, 0o700)
-    if owner is not None:
-        os.chmod(home, 0o700)
     return dest
 
 

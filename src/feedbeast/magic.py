@@ -201,6 +201,13 @@ def _through_simulator(tb) -> bool:
     return False
 
 
+def _while_parsing(tb) -> bool:
+    """Whether the error came from IPython parsing the cell (every frame IPython's), not from code the cell ran."""
+    import traceback
+    from pathlib import Path
+    return all("IPython" in Path(f.filename).parts for f in traceback.extract_tb(tb))
+
+
 def _notebook_error(shell, etype, evalue, tb, tb_offset=None):
     """How a notebook shows an error of the learner's Python. Raised inside a simulator (a Numba kernel's IndexError,
     a ring model's TypeError), it shows as the toolkit's own errors do: the learner's lines and the message, without
@@ -210,6 +217,9 @@ def _notebook_error(shell, etype, evalue, tb, tb_offset=None):
     import os
 
     from .errors import FULL_TRACEBACK, FeedbeastError, short_traceback
+    if issubclass(etype, SyntaxError) and _while_parsing(tb):
+        shell.showsyntaxerror()      # the cell's own line and caret, as IPython shows it without this handler
+        return
     if (not isinstance(evalue, FeedbeastError) and os.environ.get(FULL_TRACEBACK, "") != "full"
             and _through_simulator(tb)):
         lines = short_traceback(evalue)

@@ -143,6 +143,7 @@ class Report:
     cells: list = dataclasses.field(default_factory=list)
     untrusted: bool = False     # the notebook's code changed what the checks use, or wrote on their channel
     notes: list = dataclasses.field(default_factory=list)     # what the reader should know; no verdict
+    copied: bool = False        # the notebook's own code is the solution's, line for line (a note, no verdict)
 
     def _with(self, status):
         return [o for o in self.outcomes if o.status == status]
@@ -210,7 +211,7 @@ class Report:
                 "first_failure": self.first_failure,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
                 "checks": [o.to_dict() for o in self.outcomes], "cells": self.cells, "untrusted": self.untrusted,
-                "notes": self.notes}
+                "notes": self.notes, "copied": self.copied}
 
 
 # ---- which cells run -----------------------------------------------------------------------------------
@@ -235,6 +236,20 @@ def learner_part(nb) -> list:
             if pred(t):
                 return nb.cells[:i]
     return list(nb.cells)
+
+
+def _code_lines(cells, solution: bool = False) -> list[list[str]]:
+    """The code of each code cell, without blank lines and comments (labs.is_note); of a solution's, without its
+    BEGIN/END SOLUTION lines and the `LAB:` lines a lab is given: what a learner who copied it would have."""
+    from .labs import BEGIN, END, LAB_LINE, is_note
+    out = []
+    for c in cells:
+        if c.cell_type != "code":
+            continue
+        cuda = c.source.startswith("%%cuda")
+        out.append([x.strip() for x in c.source.splitlines() if not is_note(x, cuda)
+                    and not (solution and (BEGIN.match(x) or END.match(x) or LAB_LINE.match(x)))])
+    return out
 
 
 def check_part(nb) -> list:
@@ -1176,8 +1191,16 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     edited = [c.source.strip() for c in check_part(learner)] != [c.source.strip() for c in checks]
     notes = ["this notebook's check cells are not the lab's (changed, added or removed): the grade ran the lab's "
              "own, as it always does, so what they print in the notebook is not the grade"] if edited else []
+    # the solutions sit beside the labs: a notebook whose code is the solution's is said to be (the grade stands)
+    copied = (bool(job["given"]) and path.resolve() != Path(sol_path).resolve()
+              and _code_lines(mine) == _code_lines(sol_mine, solution=True))
+    if copied:
+        notes.append(f"this notebook's own code is {_shown(sol_path)}'s, line for line")
+    if not todo and any(o.status == "failed" for o in outcomes):    # a fix made in the browser and not yet saved
+        saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
+        notes.append(f"graded {path.name} as saved at {saved}: changed since? save it (File > Save), then grade again")
     return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit, setup, cells,
-                  untrusted, notes)
+                  untrusted, notes, copied)
 
 
 def _cell_tally(outcomes: list[Outcome], msgs: list[dict], n: int) -> list[dict]:

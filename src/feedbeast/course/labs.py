@@ -137,13 +137,18 @@ def stale(solutions, labs) -> list[str]:
 
 def select(solutions, labs, which) -> list[tuple[Path, Path]]:
     """The (solution, lab) pairs that `which` names: lab numbers ("4", "04"), names with or without their number and
-    .ipynb ("04-mbarrier-ring", "mbarrier-ring"), whole words of one lab's name ("mbarrier"), or paths of labs; all
-    when `which` is empty. A name that matches no lab is a ValueError listing the labs there are."""
+    .ipynb ("04-mbarrier-ring", "mbarrier-ring"), whole words of one lab's name ("mbarrier"), or paths of labs in
+    `labs`; all when `which` is empty. A name that matches no lab is a ValueError listing the labs there are; so is
+    a path into another folder (solutions/04-....ipynb is that file, not lab 04 of `labs`)."""
     every = list(pairs(solutions, labs))
     if not which:
         return every
     chosen = []
     for w in which:
+        if elsewhere(labs, w):     # a path names that file, never the lab of the same name in labs/
+            raise ValueError(f"{w} is {'not in' if Path(w).exists() else 'no file, and not in'} {labs}/, the "
+                             f"folder whose labs this restores: name the lab by its number ({_example(w)}) or its "
+                             f"path in {labs}/")
         name = Path(w).name
         bare = name.removesuffix(".ipynb")
         hits = [(s, l) for s, l in every        # 04-mbarrier-ring(.ipynb), mbarrier-ring, 4 or 04
@@ -157,6 +162,17 @@ def select(solutions, labs, which) -> list[tuple[Path, Path]]:
             raise ValueError(f"no lab {w!r}: the labs are {', '.join(l.name for _, l in every)}")
         chosen += [h for h in hits if h not in chosen]
     return chosen
+
+
+def elsewhere(labs, w: str) -> bool:
+    """Whether `w` is a path with a folder other than `labs` (solutions/04-....ipynb, /tmp/04-....ipynb): it names
+    that file, not the lab of its name."""
+    return Path(w).parent != Path(".") and Path(w).parent.resolve() != Path(labs).resolve()
+
+
+def _example(w: str) -> str:
+    n = re.match(r"(\d\d)-", Path(w).name)
+    return n[1] if n else "04"
 
 
 def on_disk(labs, lab: Path) -> list[Path]:
@@ -265,14 +281,25 @@ def main(argv=None):
             print(e)
             return 1
     elif cmd == "find":
+        # a notebook's path outside labs/ (solutions/04-....ipynb, the shell's expansion of a pattern) is graded as
+        # it is; one that does not exist is no lab's
+        given = [w for w in which if elsewhere(labs, w) and Path(w).is_file()]
+        missing = [w for w in which if elsewhere(labs, w) and not Path(w).is_file()]
+        if missing:
+            print(f"no such file: {', '.join(missing)} (name a lab by its number, LAB={_example(missing[0])}, or "
+                  f"give the path of a notebook that exists)", file=sys.stderr)
+            return 2
+        rest = [w for w in which if w not in given]
         try:
-            chosen = select(solutions, labs, which)
+            chosen = select(solutions, labs, rest) if rest or not which else []
         except ValueError as e:
             print(e, file=sys.stderr)
             return 2
-        by_path = {lab for w in which if "/" in w for _, lab in select(solutions, labs, [w])}
+        if given:
+            print(*given, sep="\n")
+        by_path = {lab for w in rest if "/" in w for _, lab in select(solutions, labs, [w])}
         for _, lab in chosen:
-            found = [lab] if lab in by_path or not which else on_disk(labs, lab)
+            found = [lab] if lab in by_path or not rest else on_disk(labs, lab)
             if not found:
                 print(none_left(labs, lab), file=sys.stderr)
                 return 2

@@ -216,8 +216,9 @@ def _size_key(name: str) -> tuple:
 
 
 def _recorder(r: dict) -> str:
-    """' by the lab's solution' for a record a solution notebook made (a lab's checks and benchmarks have its
-    names: the figures are the solution's, not the learner's kernel's), else ''."""
+    """' by the lab's solution, not this notebook's kernel' for a record a solution notebook made (a lab's checks and
+    benchmarks have its names: the figures are the solution's, not the learner's kernel's, which could not run
+    here), else ''."""
     nb = r.get("notebook")
     if r.get("name", "").startswith("ceiling/"):      # a same-run ceiling: any notebook measures the same copy
         by_solution = False
@@ -225,7 +226,7 @@ def _recorder(r: dict) -> str:
         by_solution = Path(nb).parent.name == "solutions"
     else:                 # a record from before records named their notebook: a lab's benchmark names
         by_solution = bool(re.match(r"lab\d\d/", r.get("name", "")))
-    return " by the lab's solution" if by_solution else ""
+    return " by the lab's solution, not this notebook's kernel" if by_solution else ""
 
 
 def recorded_bench(name: str) -> str | None:

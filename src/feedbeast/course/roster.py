@@ -71,6 +71,13 @@ ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({pyth
                "with --as-me (learners' code then runs with your rights)")
 
 
+def _say(text: str, stream=None) -> None:
+    """One write of whole lines: the graders' threads print too, and print() writes a line and its end apart."""
+    stream = stream or sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -235,9 +242,9 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
                               f"no lab notebook in {labs}")}
         drop, ids = _as_owner(labs) if as_owner else (None, None)
         if as_owner and ids is None and os.geteuid() == 0:
-            print(f"roster: note: {labs} belongs to root, so {name}'s labs are graded as root (their code runs with "
-                  f"root's rights): give the folder to the learner (chown -R <learner> {labs}) to grade them as "
-                  "themselves", file=sys.stderr)
+            _say(f"roster: note: {labs} belongs to root, so {name}'s labs are graded as root (their code runs with "
+                 f"root's rights): give the folder to the learner (chown -R <learner> {labs}) to grade them as "
+                 "themselves", sys.stderr)
         env = environment()             # (graded in a thread pool: read whole while another thread changes it)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if ids:
@@ -335,7 +342,9 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                 row += ["" if points is None else points, lab["status"]]   # "": no check ran, no grade to import
                 ok += lab["status"] == "ok"
             # a notebook not graded (a second notebook of a lab, a link): named in the row, not only on the screen
-            notes = "; ".join(why.split(": not graded")[0] + ": not graded" for why in d.get("refused", []))
+            notes = "; ".join([why.split(": not graded")[0] + ": not graded" for why in d.get("refused", [])]
+                              + [f"lab {lab['lab']}: the solution's code, line for line"   # the solutions are there
+                                 for lab in sorted(d.get("labs", []), key=lambda x: x["lab"]) if lab.get("copied")])
             w.writerow(row + [ok, "; ".join(x for x in (first_failing(d, labs), notes) if x)])
     return labs
 
@@ -582,10 +591,8 @@ def main(argv=None) -> int:
         for future in concurrent.futures.as_completed(futures):     # each learner's line as they are graded
             doc = done[id(future)] = future.result()
             statuses = ", ".join(f"{lab['lab']} {lab_status(lab)}" for lab in doc.get("labs", []))
-            print(f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} ({doc['seconds']:.0f} s)",
-                  flush=True)
-            for why in doc.get("refused", []):
-                print(f"  refused {why}", flush=True)
+            _say("\n".join([f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} "
+                            f"({doc['seconds']:.0f} s)", *(f"  refused {why}" for why in doc.get("refused", []))]))
         docs = [done[id(f)] for f in futures]
     for line in hints(docs):
         print(line, file=sys.stderr)

@@ -5,7 +5,10 @@
 Each input is the `--json` file of one roster run (one server). A learner is known by their username: the same
 name in several files is taken as one person, so give each learner one name on every server. For each lab the
 merge keeps the best grade any server gave it: ok before partial before failed, then the higher score; a lab graded
-on one server wins over the same lab handed in but not graded (`error`) on another. Each kept lab names the file it
+on one server wins over the same lab handed in but not graded (`error`) on another. One notebook (the same sha256)
+that failed on one server and not on another keeps its failure, and the merge says so: a check that failed ran
+and found a fault, where a partial grade only could not run some checks (no GPU there, or an older one), and an
+ok on another server is a race or a GPU that the fault does not show on. Each kept lab names the file it
 came from (`"server"` in the merged JSON), and the merge prints which learners it found in more than one file.
 Why a server could not grade a learner shows in their row only while a lab it left ungraded still is (the merged
 JSON keeps every server's reason, in `"errors"`).
@@ -21,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-from .roster import keep_previous, lab_number, note_lab, output_problem, score, write_csv
+from .roster import _count, keep_previous, lab_number, note_lab, output_problem, score, write_csv
 
 RANK = {"ok": 3, "partial": 2, "failed": 1}
 
@@ -54,11 +57,26 @@ def _rank(lab: dict) -> tuple:
     return RANK.get(lab.get("status"), 0), -1.0 if points is None else points
 
 
-def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, list[str]]]:
+def _same_notebook_failed(lab: dict, other: dict) -> bool:
+    """`lab` failed where `other`, the same notebook (its sha256), did not: the failure is what the notebook does."""
+    sha = lab.get("sha256")
+    return (bool(sha) and sha == other.get("sha256") and lab.get("status") == "failed" and not lab.get("setup")
+            and other.get("status") in ("ok", "partial"))
+
+
+def _better(lab: dict, kept: dict) -> bool:
+    if _same_notebook_failed(lab, kept):
+        return True
+    return not _same_notebook_failed(kept, lab) and _rank(lab) > _rank(kept)
+
+
+def merge(inputs: list[tuple[str, list[dict]]], said: list[str] | None = None
+          ) -> tuple[list[dict], dict[str, list[str]]]:
     """(source name, learners) pairs -> the merged learners (in order of first appearance) and, for each learner,
-    the sources they appear in."""
+    the sources they appear in. `said` gets a line for each notebook graded failed on one server and not on another."""
     merged: dict[str, dict] = {}
     sources: dict[str, list[str]] = {}
+    said = [] if said is None else said
     for src, docs in inputs:
         # a merge's output (room.json merged again): its notes already name their servers; decided for the whole
         # file, since a learner of it with no lab and no error shows nothing of it
@@ -72,7 +90,13 @@ def merge(inputs: list[tuple[str, list[dict]]]) -> tuple[list[dict], dict[str, l
                 i = next((k for k, x in enumerate(m["labs"]) if x.get("lab") == lab.get("lab")), None)
                 if i is None:
                     m["labs"].append(lab)
-                elif _rank(lab) > _rank(m["labs"][i]):
+                    continue
+                kept = m["labs"][i]
+                for bad, good in ((lab, kept), (kept, lab)):
+                    if _same_notebook_failed(bad, good):
+                        said.append(f"{name}: lab {lab.get('lab')}, the same notebook, failed in {bad['server']} and "
+                                    f"was {good.get('status')} in {good['server']}: kept the failure")
+                if _better(lab, kept):
                     m["labs"][i] = lab
             m["ungraded"] += d.get("ungraded", [])
             # what a server did not grade, and why (a notebook under another name, a second one of a lab): the
@@ -140,13 +164,23 @@ def main(argv=None) -> int:
             if out and any(Path(out).resolve() == p.resolve() for p in inputs):
                 raise MergeError(f"{out} is one of the inputs: write the merged grades to another file")
         named = [(str(p), load(p)) for p in inputs]
+        first: dict = {}        # every server's roster writes grades.json: one file given twice hides another
+        for p in inputs:
+            keys = (("path", p.resolve()), ("text", p.read_bytes()))
+            if twice := next((first[k] for k in keys if k in first), None):
+                raise MergeError(f"{p} is {'given twice' if twice == p else f'the same grades as {twice}'}: give "
+                                 "each server's --json file once")
+            first.update(dict.fromkeys(keys, p))
     except MergeError as e:
         print(f"roster merge: {e}; nothing was written", file=sys.stderr)
         return 2
     for out in filter(None, (args.csv, args.json)):     # an earlier merge's grades are kept, as the roster keeps its
         if kept := keep_previous(out):
             print(f"roster merge: kept the previous {Path(out).name} as {kept}")
-    docs, sources = merge(named)
+    said: list[str] = []
+    docs, sources = merge(named, said)
+    for line in said:
+        print(line)
     for name, where in sources.items():
         if len(where) > 1:
             doc = next(d for d in docs if d["learner"] == name)
@@ -155,6 +189,10 @@ def main(argv=None) -> int:
     cols = write_csv(docs, args.csv, sorted(set(args.labs)) if args.labs else None)
     if args.json:
         Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
-    print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {len(docs)} learners from {len(inputs)} files "
-          f"x labs {', '.join(cols)}")
+    print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {_count(len(docs), 'learner')} from "
+          f"{_count(len(inputs), 'file')} x labs {', '.join(cols)}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
