@@ -241,7 +241,7 @@ def test_a_check_cell_cut_short_never_scores_above_the_honest_wrong_answer(tmp_p
         assert (roster.score(without_cells["honest"]), roster.score(without_cells["cut"])) == (40.0, 50.0)
     assert roster.score({**h, "untrusted": True}) == 0.0    # the integrity check or the channel caught the notebook
     # tiny's learner notebook has a check cell of its own: the grade says it ran the lab's instead
-    assert h["notes"] == c["notes"] and h["notes"][0].startswith("this notebook's check cells are not the lab's")
+    assert h["notes"][0] == c["notes"][0] and h["notes"][0].startswith("this notebook's check cells are not the lab's")
 
 
 def test_a_skip_the_notebook_makes_is_a_failed_check_and_a_check_s_own_failure_keeps_its_cell_s_share(tmp_path):
@@ -296,6 +296,22 @@ def test_a_notebook_whose_code_is_the_solution_s_is_said_to_be_and_a_failed_grad
     rows = {r["username"]: r for r in csv.DictReader(out.open())}
     assert rows["bob"]["first failing check"] == "lab 05: the solution's code, line for line", rows
     assert "solution's code" not in rows["ann"]["first failing check"], rows
+
+
+def test_a_lab_as_given_scores_0_though_a_check_passes_on_it(tmp_path):
+    """Lab 06 as given passed two of its check cell's three checks (the register split and the resources an empty
+    kernel meets) and scored 66.7 in the roster. A notebook whose code is the lab's as given scores 0; one line of
+    the learner's own makes it theirs, scored by its cells again."""
+    from feedbeast.course import roster
+    given = g.grade(ROOT / "labs/06-warp-specialized-gemm.ipynb", timeout=300)
+    doc = given.to_dict()
+    assert given.status == "failed" and given.untouched and doc["untouched"], str(given)
+    assert given.passed and roster.score(doc) == 0.0, (str(given), doc["cells"])
+    assert roster.score({**doc, "untouched": False}) > 0      # what the cells alone gave it
+    mine = plant(ROOT / "labs/06-warp-specialized-gemm.ipynb", edit=lambda nb: nb.cells.insert(
+        next(i for i, c in enumerate(nb.cells) if c.cell_type == "code") + 1, code("my_tile = 64")),
+        to=tmp_path / "06-warp-specialized-gemm.ipynb")
+    assert not g.grade(mine, timeout=300, solutions=ROOT / "solutions").untouched
 
 
 def test_hazards_env_and_hazardfound_is_a_failed_check_naming_the_rule(tmp_path):
@@ -532,7 +548,8 @@ def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_pat
     assert {n: (r["lab 05"], r["lab 05 status"]) for n, r in rows.items()} == \
         {"ada": ("100.0", "ok"), "bob": ("50.0", "failed"), "cyd": ("0", "missing")}, rows
     assert rows["bob"]["first failing check"].startswith("lab 05: check cell 1") and \
-        "x is 7, expected 42" in rows["bob"]["first failing check"] and rows["ada"]["first failing check"] == "", rows
+        "x is 7, expected 42" in rows["bob"]["first failing check"], rows
+    assert rows["ada"]["first failing check"] == "lab 05: the solution's code, line for line", rows   # its copy
     docs = {d["learner"]: d for d in json.loads((tmp_path / "g.json").read_text())}
     assert "x is 7, expected 42" in json.dumps(docs["bob"]) and docs["cyd"]["refused"], docs["cyd"]
     assert code == 1     # cyd could not be graded

@@ -144,6 +144,7 @@ class Report:
     untrusted: bool = False     # the notebook's code changed what the checks use, or wrote on their channel
     notes: list = dataclasses.field(default_factory=list)     # what the reader should know; no verdict
     copied: bool = False        # the notebook's own code is the solution's, line for line (a note, no verdict)
+    untouched: bool = False     # the notebook's own code is the lab's as given: nothing of the learner's (scores 0)
 
     def _with(self, status):
         return [o for o in self.outcomes if o.status == status]
@@ -211,7 +212,7 @@ class Report:
                 "first_failure": self.first_failure,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
                 "checks": [o.to_dict() for o in self.outcomes], "cells": self.cells, "untrusted": self.untrusted,
-                "notes": self.notes, "copied": self.copied}
+                "notes": self.notes, "copied": self.copied, "untouched": self.untouched}
 
 
 # ---- which cells run -----------------------------------------------------------------------------------
@@ -250,6 +251,14 @@ def _code_lines(cells, solution: bool = False) -> list[list[str]]:
         out.append([x.strip() for x in c.source.splitlines() if not is_note(x, cuda)
                     and not (solution and (BEGIN.match(x) or END.match(x) or LAB_LINE.match(x)))])
     return out
+
+
+def _given_lines(solution_cells) -> list[list[str]]:
+    """_code_lines of the lab as given: the solution's cells as `make labs` writes them (labs.strip_source)."""
+    from types import SimpleNamespace
+    from .labs import strip_source
+    return _code_lines([SimpleNamespace(cell_type=c.cell_type, source=strip_source(c.source)) for c in solution_cells
+                        if "solution-only" not in c.get("metadata", {}).get("tags", [])])
 
 
 def check_part(nb) -> list:
@@ -1196,11 +1205,13 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
               and _code_lines(mine) == _code_lines(sol_mine, solution=True))
     if copied:
         notes.append(f"this notebook's own code is {_shown(sol_path)}'s, line for line")
+    # a check that passes on the lab as given (a register budget an empty kernel meets) earns nothing there
+    untouched = bool(job["given"]) and _code_lines(mine) == _given_lines(sol_mine)
     if not todo and any(o.status == "failed" for o in outcomes):    # a fix made in the browser and not yet saved
         saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
         notes.append(f"graded {path.name} as saved at {saved}: changed since? save it (File > Save), then grade again")
     return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit, setup, cells,
-                  untrusted, notes, copied)
+                  untrusted, notes, copied, untouched)
 
 
 def _cell_tally(outcomes: list[Outcome], msgs: list[dict], n: int) -> list[dict]:

@@ -290,8 +290,9 @@ def score(lab: dict) -> float | None:
     100 x passed / (passed + failed), each check with its count; a skipped check (it could not run on this machine)
     is left out, neither earned nor lost. A cell the notebook cut short (an error out of its own code, a hang, a
     cell never run: grade._cell_tally) scores 0: it ran only some of its checks, and a share of those would let a
-    notebook that stops a cell early score above the honest wrong answer. A notebook whose code changed what the checks use scores 0. A failed lab scores at most 99.9, so
-    it never ranks with or above a lab that did not fail. A report with no cells (written before the grader kept
+    notebook that stops a cell early score above the honest wrong answer. A notebook whose code changed what the
+    checks use scores 0, and so does one whose code is the lab's as given (a check that an empty kernel passes
+    earns nothing). A failed lab scores at most 99.9, so it never ranks with or above a lab that did not fail. A report with no cells (written before the grader kept
     them, or of a notebook that could not be read) is scored over its checks as a whole, counting at least one
     failure."""
     ran = {"passed": 0, "failed": 0}
@@ -302,7 +303,7 @@ def score(lab: dict) -> float | None:
         return 100.0 if ran["passed"] else None
     if not lab.get("cells"):
         return min(99.9, round(100.0 * ran["passed"] / (ran["passed"] + max(ran["failed"], 1)), 1))
-    if lab.get("untrusted"):
+    if lab.get("untrusted") or lab.get("untouched"):
         return 0.0
     shares = [0.0 if c["cut"] else c["passed"] / (c["passed"] + c["failed"])
               for c in lab["cells"] if c["cut"] or c["passed"] + c["failed"]]
