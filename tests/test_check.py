@@ -202,3 +202,19 @@ def test_tied_errors_are_named_from_the_first_and_a_complex_reference_is_refused
     assert [ln.split(":")[0].strip() for ln in res.detail.splitlines()] == [f"at ({i},)" for i in (0, 7, 14, 21, 28)]
     with pytest.raises(fb.CheckFailed, match="complex"):
         fb.check(np.zeros(1), np.array([1j]))
+
+
+def test_numpy_reads_a_device_array_as_a_host_copy_or_says_why_it_cannot():
+    """np.asarray(fb.empty(10)) was a 0-d object array, on every machine: numpy wrapped the object. It is the
+    values (a copy, as to_host()), or, without a GPU, to_host()'s error."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    dev = fb.to_device(x)
+    if fb.gpu() is None:
+        with pytest.raises(fb.FeedbeastError, match="no GPU on this machine: this array was never on a device"):
+            np.asarray(dev)
+    else:
+        got = np.asarray(dev)
+        assert got.shape == (2, 3) and got.dtype == np.float32 and (got == x).all()
+        assert np.asarray(dev, dtype=np.float64).dtype == np.float64
+        with pytest.raises(ValueError, match="only as a copy"):
+            np.asarray(dev, copy=False)

@@ -82,6 +82,14 @@ class DeviceArray:
     def __int__(self):
         return self.ptr or 0
 
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(a): a host copy (numpy would otherwise wrap the object in a 0-d object array, silently); on a
+        machine without a GPU, to_host()'s error."""
+        if copy is False:
+            raise ValueError("a DeviceArray's values reach numpy only as a copy (np.asarray, a.to_host())")
+        host = self.to_host()
+        return host if dtype is None else host.astype(dtype, copy=False)
+
     def copy_from(self, host: np.ndarray) -> "DeviceArray":
         host = np.ascontiguousarray(host)
         if host.shape != self.shape or host.dtype != self.dtype:

@@ -298,7 +298,8 @@ def find_solution(path: Path, solutions: Path | None = None, course=None) -> Pat
                             + (f" ({len(hits)} start with {m.group(1)}-)" if hits else
                                f": no lab {m.group(1)} in this course" if m else
                                ": a lab notebook's name starts with its lab's number, as in labs/ (00-copy-kernel"
-                               ".ipynb): save or copy it under such a name and grade that"))
+                               ".ipynb, or Colab's 'Copy of 00-copy-kernel.ipynb'): save or copy it under such a name "
+                               "and grade that"))
 
 
 def is_given(cell) -> bool:
