@@ -351,6 +351,20 @@ def test_a_notebook_with_no_check_is_not_ok():
     assert g.worst([0, 2, 0]) == 2 and g.worst([2, 1]) == 1 and g.worst([0]) == 0
 
 
+def test_a_wrong_command_line_exits_3_never_partial_s_2(capsys):
+    """argparse exits 2 on a wrong option, grade's PARTIAL, which make grade and a CI job let pass: a mistyped
+    command or option grades nothing and exits 3."""
+    from feedbeast.course.__main__ import main as cli
+    for argv in (["grade", "--bogus", "04"], ["grade"], ["grde", "04"]):
+        try:
+            code = cli(argv)
+        except SystemExit as e:
+            code = e.code
+        assert code == 3, (argv, code)
+    said = capsys.readouterr()
+    assert "unrecognized arguments: --bogus" in said.err and "unknown command 'grde'" in said.out
+
+
 def test_cli_expands_quoted_globs(tmp_path):
     shutil.copy(SOLUTION, tmp_path / "00-a.ipynb")
     assert g.expand([str(tmp_path / "00-*.ipynb")]) == [tmp_path / "00-a.ipynb"]

@@ -1,7 +1,8 @@
 """python -m feedbeast COMMAND ... (also python -m feedbeast.course COMMAND): the course's command line.
 
     grade labs/00-*.ipynb            grade lab notebooks with the labs' own checks (exit 0 ok, 1 failed,
-                                     2 partial: some checks cannot run here); --json for machines
+                                     2 partial: some checks cannot run here; 3: nothing graded, a wrong command
+                                     line); --json for machines
     roster --homes /home --csv grades.csv   grade every learner's labs on a workshop server, one CSV
     roster merge --csv room.csv a.json b.json   one CSV from the roster --json files of several servers
     sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck and the
@@ -19,6 +20,9 @@ from pathlib import Path
 
 # The course machinery's own packages (pyproject's extra `course`); the library runs without them.
 COURSE_PACKAGES = ("nbformat", "nbclient")
+# Nothing ran (an unknown command, a package missing): not grade's 2, PARTIAL, which make grade and CI read as "some
+# checks could not run here" and let pass.
+NOTHING_RAN = 3
 
 
 def main(argv=None) -> int:
@@ -32,7 +36,7 @@ def main(argv=None) -> int:
         print(f"the course's command line needs {e.name}, which this Python ({sys.executable}) lacks: the library "
               f"alone (pip install feedbeast) does not bring it. Install the course's extras: "
               f"{install_command('cu13,course', around(Path.cwd()))}, then run the command again.", file=sys.stderr)
-        return 2
+        return NOTHING_RAN
 
 
 def _run(argv: list) -> int:
@@ -80,7 +84,7 @@ def _run(argv: list) -> int:
             rest = [str(course / "solutions"), str(mine / "labs"), *rest]
         return run([cmd, *rest])
     print(f"unknown command {cmd!r}\n{__doc__}")
-    return 2
+    return NOTHING_RAN
 
 
 if __name__ == "__main__":

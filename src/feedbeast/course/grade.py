@@ -1680,10 +1680,18 @@ def worst(codes) -> int:
     return 1 if 1 in codes else 2 if 2 in codes else 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own exit status for a wrong command line is 2, grade's PARTIAL: a mistyped option in a CI job would
+    pass as "some checks could not run here". Here it is 3: nothing was graded."""
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(3, f"{self.prog}: error: {message}\n")
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m feedbeast grade",
-                                 description="Grade lab notebooks with the labs' own checks; exit 0 ok, "
-                                             "1 a check failed, 2 partial (some checks cannot run here).")
+    ap = _Parser(prog="python -m feedbeast grade",
+                 description="Grade lab notebooks with the labs' own checks; exit 0 ok, 1 a check failed, 2 partial "
+                             "(some checks cannot run here), 3 nothing graded (the command line was wrong).")
     ap.add_argument("notebooks", nargs="+", help="lab notebooks, glob patterns (labs/00-*.ipynb) or labs named as "
                                                  "make grade LAB= names them (03, 3, cp-async-rowsum)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
