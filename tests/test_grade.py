@@ -308,10 +308,25 @@ def test_a_lab_as_given_scores_0_though_a_check_passes_on_it(tmp_path):
     assert given.status == "failed" and given.untouched and doc["untouched"], str(given)
     assert given.passed and roster.score(doc) == 0.0, (str(given), doc["cells"])
     assert roster.score({**doc, "untouched": False}) > 0      # what the cells alone gave it
-    mine = plant(ROOT / "labs/06-warp-specialized-gemm.ipynb", edit=lambda nb: nb.cells.insert(
-        next(i for i, c in enumerate(nb.cells) if c.cell_type == "code") + 1, code("my_tile = 64")),
-        to=tmp_path / "06-warp-specialized-gemm.ipynb")
+    def write_one_line(nb):      # a line of code under the first TODO line: that part is the learner's now
+        c = next(c for c in nb.cells if c.cell_type == "code" and "TODO" in c.source)
+        lines = c.source.splitlines()
+        at = next(i for i, x in enumerate(lines) if "TODO" in x)
+        c.source = "\n".join(lines[:at + 1] + ["int mine = 1;" if c.source.startswith("%%cuda") else "mine = 1"]
+                             + lines[at + 1:])
+    mine = plant(ROOT / "labs/06-warp-specialized-gemm.ipynb", edit=write_one_line,
+                 to=tmp_path / "06-warp-specialized-gemm.ipynb")
     assert not g.grade(mine, timeout=300, solutions=ROOT / "solutions").untouched
+    # nothing written: a cell added, a line added to a cell the grade takes from the lab, or a TODO line deleted
+    sol = g.learner_part(read(ROOT / "solutions/06-warp-specialized-gemm.ipynb"))
+    lab = g.learner_part(read(ROOT / "labs/06-warp-specialized-gemm.ipynb"))
+    given = next(i for i, c in enumerate(lab) if c.cell_type == "code" and "TODO" not in c.source)
+    todo = next(i for i, c in enumerate(lab) if c.cell_type == "code" and "TODO" in c.source)
+    edits = [lab + [code("")], [code(c.source + "\nprint('mine')") if i == given else c for i, c in enumerate(lab)],
+             [code("\n".join(x for x in c.source.splitlines() if "TODO" not in x)) if i == todo else c
+              for i, c in enumerate(lab)]]
+    assert all(g._as_given(cells, sol) for cells in edits)
+    assert not g._as_given(sol, sol)
 
 
 def test_hazards_env_and_hazardfound_is_a_failed_check_naming_the_rule(tmp_path):

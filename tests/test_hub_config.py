@@ -313,6 +313,13 @@ def test_a_home_that_was_there_keeps_its_mode(hub, tmp_path, monkeypatch):
         hub["pre_spawn_hook"](spawner)
         assert oct(home.stat().st_mode & 0o777) == "0o751"
         assert oct((home / "feedbeast").stat().st_mode & 0o777) == "0o700"
+    # where the hub makes the accounts (adduser made this home, with its own mode), the first start closes it
+    made = tmp_path / "homes" / "new"
+    made.mkdir()
+    made.chmod(0o755)
+    monkeypatch.setenv("FEEDBEAST_HUB_CREATE_USERS", "1")
+    hub["pre_spawn_hook"](types.SimpleNamespace(user=spawner.user, home_dir=str(made), environment={}, log=spawner.log))
+    assert oct(made.stat().st_mode & 0o777) == "0o700"
 
 
 def test_a_stopped_server_gives_its_gpu_share_back(tmp_path, monkeypatch):

@@ -255,3 +255,18 @@ def test_the_summary_says_error_where_the_csv_does(tmp_path, monkeypatch, capsys
     assert rows["alice"]["lab 04 status"] == "error", rows
     view = roster.watch_lines({"alice": {"doc": {"learner": "alice", "labs": [broken]}}})
     assert "04:error" in view[0] and "failed" not in view[0], view
+
+
+def test_the_copy_a_roster_grades_keeps_the_time_the_learner_saved_it(tmp_path):
+    """A failed grade says when the file it read was saved; the roster grades a copy, which took the time of the
+    copy: every learner was told they saved "just now"."""
+    import os
+    labs, dest = tmp_path / "labs", tmp_path / "dest"
+    labs.mkdir()
+    dest.mkdir()
+    nb = labs / "04-mbarrier-ring.ipynb"
+    nb.write_text("{}")
+    os.utime(nb, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    copies, refused = roster._copy_labs(labs, dest, None, names=("04-mbarrier-ring.ipynb",))
+    assert copies == [dest / nb.name] and not refused
+    assert copies[0].stat().st_mtime_ns == 1_700_000_000_000_000_000

@@ -160,7 +160,7 @@ def test_cli_passes_lab_commands_through():
     r = subprocess.run([sys.executable, "-m", "feedbeast", "check"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0 and "in sync" in r.stdout, r.stdout + r.stderr
     r = subprocess.run([sys.executable, "-m", "feedbeast", "frobnicate"], capture_output=True, text=True)
-    assert r.returncode == 2
+    assert r.returncode == 3 and "unknown command 'frobnicate'" in r.stdout      # nothing ran: not PARTIAL's 2
 
 
 # ---- the book -----------------------------------------------------------------------------------------

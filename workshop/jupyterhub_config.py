@@ -231,17 +231,21 @@ def home_of(spawner) -> Path:
     return Path(home) if home else Path(pwd.getpwnam(spawner.user.name).pw_dir)
 
 
-def copy_course(home: Path, owner=None) -> Path:
+def copy_course(home: Path, owner=None, new_accounts: bool = False) -> Path:
     """~/feedbeast: a copy of the course, made once (a restart keeps the learner's work), private. A home made
-    here (a user without one) is the learner's too, mode 0700: made by root, it would lock them out of it. A home
-    that was there keeps its mode: the copy in it is 0700 either way."""
+    here (a user without one) is the learner's too, mode 0700: made by root, it would lock them out of it. So is a
+    home at the first start where the hub makes the accounts (new_accounts: adduser's mode may let others read
+    it, the learner's IPython history among it). Another home that was there keeps its mode: the copy in it is
+    0700 either way."""
     dest = home / "feedbeast"
     if not dest.exists():
-        if not home.exists():
+        made = not home.exists()
+        if made:
             home.mkdir(parents=True)
             if owner is not None:
                 os.lchown(home, *owner)
-                os.chmod(home, 0o700)
+        if owner is not None and (made or new_accounts):
+            os.chmod(home, 0o700)
         # Homes kept inside the checkout (a trial hub's, say): none is copied, least of all the one being filled,
         # which copytree would enter again and again until the disk is full, nor another learner's work
         mine = home.resolve()
@@ -267,7 +271,7 @@ def pre_spawn_hook(spawner):
             owner = (pw.pw_uid, pw.pw_gid) if pw.pw_uid != 0 else None
         except KeyError:
             owner = None
-    copy_course(home_of(spawner), owner)
+    copy_course(home_of(spawner), owner, new_accounts=os.environ.get("FEEDBEAST_HUB_CREATE_USERS") == "1")
     # `make grade` and `make reset-labs` in ~/feedbeast use the course's Python and install nothing (there is no
     # .venv there, and the room may be offline): FEEDBEAST_ENV=current with PYTHON3, and that Python first on PATH.
     # (Not ENV=current: an interactive POSIX sh runs the file that $ENV names.)

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 def _run(argv: list) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__)
-        return 0 if argv else 2
+        return 0 if argv else NOTHING_RAN
     cmd, rest = argv[0], argv[1:]
     if cmd == "grade":
         from .grade import main as run
@@ -78,7 +78,7 @@ def _run(argv: list) -> int:
                     course, mine = find(explicit=explicit), working(explicit)
                 except CourseNotFound as e:
                     print(e)
-                    return 2
+                    return NOTHING_RAN
             if cmd == "reset":       # a checkout whose labs/ was deleted gets its labs again
                 (mine / "labs").mkdir(exist_ok=True)
             rest = [str(course / "solutions"), str(mine / "labs"), *rest]

@@ -37,7 +37,8 @@ trusts"):
 6. Exit status: 0 every check ran and passed; 1 a check failed (or a cell raised, or nothing was checked);
    2 partial: nothing failed, but some checks could not run here (no GPU: compiled and SASS-checked,
    correctness not run). A batch exits with the worst of its notebooks (1 over 2 over 0); a notebook that
-   cannot be read is reported as failed and the others are still graded.
+   cannot be read is reported as failed and the others are still graded. 3: nothing was graded (a wrong
+   command line), never 2.
 
 The record names the notebook's sha256 and the toolkit's version. It is not a sandbox: see the guide.
 """
@@ -253,12 +254,20 @@ def _code_lines(cells, solution: bool = False) -> list[list[str]]:
     return out
 
 
-def _given_lines(solution_cells) -> list[list[str]]:
-    """_code_lines of the lab as given: the solution's cells as `make labs` writes them (labs.strip_source)."""
+def _as_given(cells, solution_cells) -> bool:
+    """Whether nothing of the learner's is in `cells`: every part the lab asks for is still unwritten (_todo's
+    parts; cells added or given cells edited write none), or the code, every cell's lines together, is the lab's as
+    `make labs` writes it (labs.strip_source), comments aside (a TODO line deleted writes nothing either)."""
+    from collections import Counter
     from types import SimpleNamespace
     from .labs import strip_source
-    return _code_lines([SimpleNamespace(cell_type=c.cell_type, source=strip_source(c.source)) for c in solution_cells
-                        if "solution-only" not in c.get("metadata", {}).get("tags", [])])
+    given = [SimpleNamespace(cell_type=c.cell_type, source=strip_source(c.source)) for c in solution_cells
+             if "solution-only" not in c.get("metadata", {}).get("tags", [])]
+    parts = _unwritten_parts(given, solution_cells)
+    if parts and sorted(t.strip() for _, t, _ in _unwritten_parts(cells, solution_cells)) == \
+            sorted(t.strip() for _, t, _ in parts):
+        return True
+    return Counter(x for c in _code_lines(cells) for x in c) == Counter(x for c in _code_lines(given) for x in c)
 
 
 def check_part(nb) -> list:
@@ -999,12 +1008,20 @@ class _Channel:
 
 
 def _todo(cells, solution_cells=()) -> str:
-    """The TODO lines left in the learner's graded cells with nothing of theirs under them, each named by place().
+    """The TODO lines left in the learner's graded cells with nothing of theirs under them, each named by place()
+    (_unwritten_parts)."""
+    from ..errors import unwritten
+    return unwritten(_unwritten_parts(cells, solution_cells))
+
+
+def _unwritten_parts(cells, solution_cells=()) -> list[tuple]:
+    """(place, the TODO line, its line) of each TODO line left in the learner's graded cells with nothing of theirs
+    under them.
     A TODO line kept above the learner's own code is not a part left unwritten: the checks grade that code. One
     with just what the lab gave under it (labs.given_parts of the solution's cells) is; so is one the lab did not
     write. A %%cuda cell that a later cell of the same --name replaces is not graded, nor its TODO lines; nor a
     TODO line in a Python function or class that a later cell defines again."""
-    from ..errors import TODO_MARK, unwritten
+    from ..errors import TODO_MARK
     from .labs import given_parts
     handed: dict[str, set] = {}
     for c in solution_cells:
@@ -1026,7 +1043,7 @@ def _todo(cells, solution_cells=()) -> str:
                                                                          c.source.startswith("%%cuda")):
                 where, line = place(cells, i, n)
                 parts.append((where, text, line))
-    return unwritten(parts)
+    return parts
 
 
 def _top_definitions(source: str) -> dict[str, tuple[int, int]]:
@@ -1202,12 +1219,12 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     notes = ["this notebook's check cells are not the lab's (changed, added or removed): the grade ran the lab's "
              "own, as it always does, so what they print in the notebook is not the grade"] if edited else []
     # the solutions sit beside the labs: a notebook whose code is the solution's is said to be (the grade stands)
-    copied = (bool(job["given"]) and path.resolve() != Path(sol_path).resolve()
+    copied = (bool(job["given"]) and path.resolve().parent.name != "solutions"     # a solution (a hub's copy too)
               and _code_lines(mine) == _code_lines(sol_mine, solution=True))
     if copied:
         notes.append(f"this notebook's own code is {_shown(sol_path)}'s, line for line")
     # a check that passes on the lab as given (a register budget an empty kernel meets) earns nothing there
-    untouched = bool(job["given"]) and _code_lines(mine) == _given_lines(sol_mine)
+    untouched = bool(job["given"]) and _as_given(mine, sol_mine)
     if not todo and any(o.status == "failed" for o in outcomes):    # a fix made in the browser and not yet saved
         saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
         notes.append(f"graded {path.name} as saved at {saved}: changed since? save it (File > Save), then grade again")

@@ -210,6 +210,8 @@ def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None, names=()) -> tu
         fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd, "rb") as src, open(dest / entry.name, "wb") as out:
             shutil.copyfileobj(src, out)
+            saved = os.fstat(src.fileno())
+        os.utime(dest / entry.name, ns=(saved.st_atime_ns, saved.st_mtime_ns))   # the grade says when it was saved
         copies.append(dest / entry.name)
     return copies, refused
 
@@ -345,7 +347,8 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
             # a notebook not graded (a second notebook of a lab, a link): named in the row, not only on the screen
             notes = "; ".join([why.split(": not graded")[0] + ": not graded" for why in d.get("refused", [])]
                               + [f"lab {lab['lab']}: the solution's code, line for line"   # the solutions are there
-                                 for lab in sorted(d.get("labs", []), key=lambda x: x["lab"]) if lab.get("copied")])
+                                 for lab in sorted(d.get("labs", []), key=lambda x: x["lab"])
+                                 if lab.get("copied") and lab["lab"] in labs])
             w.writerow(row + [ok, "; ".join(x for x in (first_failing(d, labs), notes) if x)])
     return labs
 
