@@ -78,7 +78,7 @@ def _run(argv: list) -> int:
                     course, mine = find(explicit=explicit), working(explicit)
                 except CourseNotFound as e:
                     print(e)
-                    return NOTHING_RAN
+                    return 2         # as build, check and reset say each of their refusals
             if cmd == "reset":       # a checkout whose labs/ was deleted gets its labs again
                 (mine / "labs").mkdir(exist_ok=True)
             rest = [str(course / "solutions"), str(mine / "labs"), *rest]
