@@ -307,6 +307,7 @@ def test_a_lab_as_given_scores_0_though_a_check_passes_on_it(tmp_path):
     doc = given.to_dict()
     assert given.status == "failed" and given.untouched and doc["untouched"], str(given)
     assert given.passed and roster.score(doc) == 0.0, (str(given), doc["cells"])
+    assert "note     nothing of yours is written yet: the checks that passed pass on the lab as given" in str(given)
     assert roster.score({**doc, "untouched": False}) > 0      # what the cells alone gave it
     def write_one_line(nb):      # a line of code under the first TODO line: that part is the learner's now
         c = next(c for c in nb.cells if c.cell_type == "code" and "TODO" in c.source)

@@ -1225,6 +1225,9 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         notes.append(f"this notebook's own code is {_shown(sol_path)}'s, line for line")
     # a check that passes on the lab as given (a register budget an empty kernel meets) earns nothing there
     untouched = bool(job["given"]) and _as_given(mine, sol_mine)
+    if untouched and any(o.status == "passed" for o in outcomes):
+        notes.append("nothing of yours is written yet: the checks that passed pass on the lab as given, and a "
+                     "workshop's roster scores this notebook 0")
     if not todo and any(o.status == "failed" for o in outcomes):    # a fix made in the browser and not yet saved
         saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
         notes.append(f"graded {path.name} as saved at {saved}: changed since? save it (File > Save), then grade again")
