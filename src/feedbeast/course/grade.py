@@ -240,18 +240,12 @@ def learner_part(nb) -> list:
     return list(nb.cells)
 
 
-def _code_lines(cells, solution: bool = False) -> list[list[str]]:
-    """The code of each code cell, without blank lines and comments (labs.is_note); of a solution's, without its
-    BEGIN/END SOLUTION lines and the `LAB:` lines a lab is given: what a learner who copied it would have."""
-    from .labs import BEGIN, END, LAB_LINE, is_note
-    out = []
-    for c in cells:
-        if c.cell_type != "code":
-            continue
-        cuda = c.source.startswith("%%cuda")
-        out.append([x.strip() for x in c.source.splitlines() if not is_note(x, cuda)
-                    and not (solution and (BEGIN.match(x) or END.match(x) or LAB_LINE.match(x)))])
-    return out
+def _code_lines(cells) -> list[list[str]]:
+    """The code of each code cell, without blank lines and comments (labs.is_note): a solution's BEGIN/END SOLUTION
+    and `LAB:` lines are comments too, so a learner who copied its code has the same lines."""
+    from .labs import is_note
+    return [[x.strip() for x in c.source.splitlines() if not is_note(x, c.source.startswith("%%cuda"))]
+            for c in cells if c.cell_type == "code"]
 
 
 def _as_given(cells, solution_cells) -> bool:
@@ -1220,7 +1214,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
              "own, as it always does, so what they print in the notebook is not the grade"] if edited else []
     # the solutions sit beside the labs: a notebook whose code is the solution's is said to be (the grade stands)
     copied = (bool(job["given"]) and path.resolve().parent.name != "solutions"     # a solution (a hub's copy too)
-              and _code_lines(mine) == _code_lines(sol_mine, solution=True))
+              and _code_lines(mine) == _code_lines(sol_mine))
     if copied:
         notes.append(f"this notebook's own code is {_shown(sol_path)}'s, line for line")
     # a check that passes on the lab as given (a register budget an empty kernel meets) earns nothing there
