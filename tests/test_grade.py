@@ -317,7 +317,19 @@ def test_a_lab_as_given_scores_0_though_a_check_passes_on_it(tmp_path):
                              + lines[at + 1:])
     mine = plant(ROOT / "labs/06-warp-specialized-gemm.ipynb", edit=write_one_line,
                  to=tmp_path / "06-warp-specialized-gemm.ipynb")
-    assert not g.grade(mine, timeout=300, solutions=ROOT / "solutions").untouched
+    one_line = g.grade(mine, timeout=300, solutions=ROOT / "solutions").to_dict()
+    assert not one_line["untouched"] and roster.score(one_line) > 0, one_line["cells"]   # its cells alone
+    # the roster grades the lab as given once and counts only the passes beyond it: the one line earns nothing
+    baseline = roster.given_baseline(["06"], ROOT / "solutions", 300, "off")
+    assert baseline == {"06": [0 if c["cut"] else c["passed"] for c in doc["cells"]]} and any(baseline["06"])
+    docs = [{"learner": "ann", "labs": [one_line]}]
+    assert roster.with_baseline(docs, lambda labs: baseline if labs == ["06"] else {}) == []
+    assert one_line["given_passed"] == baseline["06"] and roster.score(one_line) == 0.0, one_line
+    solved = {**one_line, "cells": [{**c, "passed": c["passed"] + c["failed"], "failed": 0} for c in one_line["cells"]]}
+    solved["cells"][-1]["failed"] = 1           # all but one check passed: the learner's passes still count
+    assert 0 < roster.score(solved) < 99.9 + 1e-9, solved["cells"]
+    assert roster.with_baseline([{"learner": "bo", "labs": [{**one_line, "given_passed": None}]}], lambda labs: {}) \
+        == ["06"]       # a lab as given that could not be graded: named for the roster's note
     # nothing written: a cell added, a line added to a cell the grade takes from the lab, or a TODO line deleted
     sol = g.learner_part(read(ROOT / "solutions/06-warp-specialized-gemm.ipynb"))
     lab = g.learner_part(read(ROOT / "labs/06-warp-specialized-gemm.ipynb"))

@@ -16,7 +16,8 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
 3. the JSON comes back on the process's standard output.
 
 CSV: one row per learner; for each lab a score (see score(): for a failed lab the mean over its check cells of
-100 x passed / (passed + failed), a cell cut short scoring 0, below 100 for every failed lab; empty when no check ran) and a status (ok, partial, failed; missing: no such notebook; error:
+100 x passed / (passed + failed), leaving out what the lab as given passes on this machine (graded once per run),
+a cell cut short scoring 0, below 100 for every failed lab; empty when no check ran) and a status (ok, partial, failed; missing: no such notebook; error:
 the learner could not be graded, e.g. the grader could not start as them). Columns: username, "lab NN",
 "lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
 "lab 04: name: why"; for an error row, why it could not be graded).
@@ -285,18 +286,67 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
         return doc
 
 
+def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards: str = "auto") -> dict[str, list]:
+    """{lab: how many checks of each check cell the lab as given passes here}: each lab written from its solution
+    (labs.lab_text, what `make labs` writes) into a fresh folder and graded on this machine as a learner's is. A
+    check that an empty kernel meets (lab 06's register split and resources) is no learner's doing, so score()
+    counts a failed lab's passes beyond these. A lab the grader could not grade (its own cells broke) is left out."""
+    from .labs import lab_text
+    with tempfile.TemporaryDirectory(prefix="fb-roster-given-") as tmp:
+        for sol in sorted(Path(solutions).glob("[0-9][0-9]-*.ipynb")):
+            if lab_of(sol) in labs:
+                (Path(tmp) / sol.name).write_text(lab_text(sol))
+        doc = grade_learner("(the labs as given)", Path(tmp), labs, timeout, solutions=solutions, as_owner=False,
+                            hazards=hazards)
+    return {lab["lab"]: [0 if c["cut"] else c["passed"] for c in lab["cells"]]
+            for lab in doc.get("labs", []) if lab.get("cells") and not lab.get("setup")}
+
+
+def with_baseline(docs: list[dict], baseline) -> list[str]:
+    """Give each failed lab of `docs` the passes of its lab as given (`baseline(labs)`, graded once for the labs
+    that some learner failed); the labs with none, named for a note."""
+    failed = sorted({lab["lab"] for d in docs for lab in d.get("labs", []) if lab.get("status") == "failed"
+                     and lab.get("cells") and not (lab.get("untrusted") or lab.get("untouched"))})
+    given = baseline(failed) if failed else {}
+    for d in docs:
+        for lab in d.get("labs", []):
+            if lab["lab"] in given and lab.get("status") == "failed" and len(lab.get("cells") or ()) == len(given[lab["lab"]]):
+                lab["given_passed"] = given[lab["lab"]]
+    return [n for n in failed if n not in given]
+
+
+def baseline_of(args):
+    """with_baseline's `baseline` for a run of the roster: each lab as given graded at most once per run (a live
+    view asks every round)."""
+    known: dict[str, list | None] = {}
+
+    def baseline(labs):
+        if todo := [n for n in labs if n not in known]:
+            got = given_baseline(todo, Path(args.solutions), args.timeout, args.hazards)
+            known.update({n: got.get(n) for n in todo})
+        return {n: known[n] for n in labs if known[n] is not None}
+    return baseline
+
+
+def _baseline_note(left: list[str]) -> str:
+    return (f"roster: note: lab {', '.join(left)} as given could not be graded here, so its failed labs are scored "
+            "without it: a check that the lab as given passes counts for them")
+
+
 def score(lab: dict) -> float | None:
     """A lab with no failed check scores 100 (ok, or partial: its status says some checks could not run), and None
     when no check ran at all (a lab whose every check needs a GPU the room lacks: nothing was measured, so no
     number). A failed lab scores the mean, over the lab's check cells that checked something here, of each cell's
     100 x passed / (passed + failed), each check with its count; a skipped check (it could not run on this machine)
-    is left out, neither earned nor lost. A cell the notebook cut short (an error out of its own code, a hang, a
-    cell never run: grade._cell_tally) scores 0: it ran only some of its checks, and a share of those would let a
-    notebook that stops a cell early score above the honest wrong answer. A notebook whose code changed what the
-    checks use scores 0, and so does one whose code is the lab's as given (a check that an empty kernel passes
-    earns nothing). A failed lab scores at most 99.9, so it never ranks with or above a lab that did not fail. A report with no cells (written before the grader kept
-    them, or of a notebook that could not be read) is scored over its checks as a whole, counting at least one
-    failure."""
+    is left out, neither earned nor lost. A check the lab as given passes on the same machine (`given_passed`,
+    with_baseline: a register budget an empty kernel meets) earns nothing: a cell's p0 such passes come off both
+    counts, and a cell with nothing left is left out. A cell the notebook cut short (an error out of its own code,
+    a hang, a cell never run: grade._cell_tally) scores 0: it ran only some of its checks, and a share of those
+    would let a notebook that stops a cell early score above the honest wrong answer. A notebook whose code changed
+    what the checks use scores 0, and so does one whose code is the lab's as given. A failed lab scores at most
+    99.9, so it never ranks with or above a lab that did not fail. A report with no cells (written before the
+    grader kept them, or of a notebook that could not be read) is scored over its checks as a whole, counting at
+    least one failure."""
     ran = {"passed": 0, "failed": 0}
     for c in lab.get("checks", []):
         if c["status"] in ran:
@@ -307,8 +357,15 @@ def score(lab: dict) -> float | None:
         return min(99.9, round(100.0 * ran["passed"] / (ran["passed"] + max(ran["failed"], 1)), 1))
     if lab.get("untrusted") or lab.get("untouched"):
         return 0.0
-    shares = [0.0 if c["cut"] else c["passed"] / (c["passed"] + c["failed"])
-              for c in lab["cells"] if c["cut"] or c["passed"] + c["failed"]]
+    given = lab.get("given_passed") or ()
+    if len(given) != len(lab["cells"]):     # none (graded alone, or an older JSON), or another version of the lab
+        given = [0] * len(lab["cells"])
+    shares = []
+    for c, p0 in zip(lab["cells"], given):
+        if c["cut"]:
+            shares.append(0.0)
+        elif c["passed"] + c["failed"] > p0:     # else every check it ran, the lab as given passes too: left out
+            shares.append(max(0, c["passed"] - p0) / (c["passed"] + c["failed"] - p0))
     return min(99.9, round(100.0 * sum(shares) / len(shares), 1)) if shares else 0.0
 
 
@@ -473,6 +530,7 @@ def _labs_span(labs) -> str:
 def watch(args, found) -> int:
     state: dict = {}
     rounds = 0
+    baseline, told = baseline_of(args), set()
 
     def grade_fn(name, labs, wanted):
         return grade_learner(name, labs, wanted, args.timeout, solutions=args.solutions, as_owner=not args.as_me,
@@ -483,6 +541,8 @@ def watch(args, found) -> int:
             found = learners(Path(args.homes), args.subdir) if not args.only else found
             graded = watch_round(found, state, grade_fn, args.jobs, args.labs)
             docs = [state[n]["doc"] for n in sorted(state)]
+            left = [n for n in with_baseline(docs, baseline) if n not in told]
+            told.update(left)
             write_csv(docs, args.csv, args.labs or None)
             if sys.stdout.isatty():
                 print("\x1b[2J\x1b[H", end="")
@@ -491,7 +551,7 @@ def watch(args, found) -> int:
             print(f"roster {time.strftime('%H:%M:%S')}: {_count(len(state), 'learner')}, {len(graded)} notebook(s) "
                   f"graded this round in {time.time() - t0:.0f} s" + ("; the last round" if last else
                                                                        f"; next round in {wait:.0f} s"))
-            print("\n".join(watch_lines(state) + hints(docs)), flush=True)
+            print("\n".join(watch_lines(state) + hints(docs) + ([_baseline_note(left)] if left else [])), flush=True)
             rounds += 1
             if args.rounds and rounds >= args.rounds:
                 return 0
@@ -600,6 +660,9 @@ def main(argv=None) -> int:
         docs = [done[id(f)] for f in futures]
     for line in hints(docs):
         print(line, file=sys.stderr)
+    # what the labs as given pass here earns a failed lab nothing: graded once, for the labs some learner failed
+    if left := with_baseline(docs, baseline_of(args)):
+        print(_baseline_note(left), file=sys.stderr)
     cols = write_csv(docs, args.csv, args.labs or None)
     if args.json:
         Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
