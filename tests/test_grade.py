@@ -594,6 +594,8 @@ def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_pat
     assert rows["ada"]["first failing check"] == "lab 05: the solution's code, line for line", rows   # its copy
     docs = {d["learner"]: d for d in json.loads((tmp_path / "g.json").read_text())}
     assert "x is 7, expected 42" in json.dumps(docs["bob"]) and docs["cyd"]["refused"], docs["cyd"]
+    # the lab as given, graded once for bob's failed lab: what it passes is no one's (here: nothing)
+    assert docs["bob"]["labs"][0]["given_passed"] == [0] * len(docs["bob"]["labs"][0]["cells"]), docs["bob"]
     assert code == 1     # cyd could not be graded
     # the live view: one round grades both, with the same verdicts
     assert roster.main(["--homes", str(homes), "--solutions", str(sols), "--only", "ada", "bob", "--jobs", "2",
