@@ -344,3 +344,13 @@ $(foreach v,$(foreach a,$(MAKEOVERRIDES),$(if $(findstring =,$(a)),$(firstword $
 	$(CASED),$(v)),$(if $(call meant,$(v)),$(error make: $(v)=$($(v)) names no variable of this Makefile$(if $(filter \
 	$(CASED),$(call upper,$(v))), (make's variables are case-sensitive)): it is $(call meant,$(v))=$($(v)). \
 	Nothing was run))))
+
+# A value no rule reads the same way stops make too: ENV=curent would make a whole .venv (1.2 GB, online), SET=notebok
+# the full bundle, CUDA=11 a missing requirements file, PY=3.1 a bundle pip cannot fill and then blames the index.
+oneof = $(if $(filter $(2),$($(1))),,$(error make: $(1)=$($(1)) is not one of $(3): $(4). Nothing was run))
+$(call oneof,ENV,venv current,venv current,ENV=current uses the Python you are in$(if $(FEEDBEAST_ENV), (FEEDBEAST_ENV \
+	sets it too)))
+$(call oneof,CUDA,12 13,12 13,the CUDA driver pins (requirements/cu12.txt, cu13.txt))
+$(call oneof,SET,full notebook,full notebook,what make wheelhouse bundles)
+$(if $(shell echo '$(PY)' | grep -Ex '3\.(1[1-9]|[2-9][0-9])'),,$(error make: PY=$(PY) is no Python version the \
+	course runs on (3.11 or newer, as 3.12): make wheelhouse fetches wheels for it. Nothing was run))

@@ -1125,6 +1125,17 @@ def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anyt
         assert r.returncode == 2 and said in r.stderr and r.stdout == "", (words, r.stdout, r.stderr)
         assert {p.name: p.read_bytes() for p in (tmp_path / "labs").glob("*.ipynb")} == before, words
         assert not (tmp_path / "labs/backup").exists(), words
+    # a value no rule reads as typed: ENV=curent would build a whole .venv online, SET=notebok the full bundle
+    values = {("grade", "LAB=04", "ENV=curent"): "ENV=curent is not one of venv current",
+              ("grade", "LAB=04", "CUDA=11"): "CUDA=11 is not one of 12 13",
+              ("wheelhouse", "SET=notebok"): "SET=notebok is not one of full notebook",
+              ("wheelhouse", "PY=3.1"): "PY=3.1 is no Python version the course runs on (3.11 or newer"}
+    for words, said in values.items():
+        r = subprocess.run(["make", "--no-print-directory", *words, f"PYTHON3={sys.executable}"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and said in r.stderr and "Nothing was run" in r.stderr and r.stdout == "", \
+            (words, r.stdout, r.stderr)
+        assert not (tmp_path / ".venv").exists() and not (tmp_path / "wheelhouse.new").exists(), words
     r = subprocess.run(["make", "--no-print-directory", "reset-labs", "LAB=04", "ENV=current",
                         f"PYTHON3={sys.executable}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)          # the same copy, asked as the README says: lab 04 alone, lab 03 kept

@@ -199,7 +199,7 @@ def test_batch_json_reports_a_missing_notebook_and_grades_the_others(tmp_path, c
     code = g.main(["--json", "--learner", "ada", "--solutions", str(sols), "--hazards", "off",
                    str(tmp_path / "labs/04-missing.ipynb"), str(lab)])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 1 and doc["exit"] == 1 and doc["learner"] == "ada"
+    assert code == 3 and doc["exit"] == 3 and doc["learner"] == "ada"     # a notebook named that is not there
     missing, tiny = doc["labs"]
     assert missing["status"] == "failed" and "cannot read" in missing["checks"][0]["message"]
     assert tiny["status"] == "ok" and tiny["exit"] == 0, tiny
@@ -320,7 +320,7 @@ def test_a_lab_as_given_scores_0_though_a_check_passes_on_it(tmp_path):
     one_line = g.grade(mine, timeout=300, solutions=ROOT / "solutions").to_dict()
     assert not one_line["untouched"] and roster.score(one_line) > 0, one_line["cells"]   # its cells alone
     # the roster grades the lab as given once and counts only the passes beyond it: the one line earns nothing
-    baseline = roster.given_baseline(["06"], ROOT / "solutions", 300, "off")
+    baseline = roster.given_baseline(["06"], ROOT / "solutions", 300, "auto")   # as g.grade: hazards where a GPU is
     assert baseline == {"06": [0 if c["cut"] else c["passed"] for c in doc["cells"]]} and any(baseline["06"])
     docs = [{"learner": "ann", "labs": [one_line]}]
     assert roster.with_baseline(docs, lambda labs: baseline if labs == ["06"] else {}) == []
@@ -383,7 +383,7 @@ def test_a_wrong_command_line_exits_3_never_partial_s_2(capsys):
     """argparse exits 2 on a wrong option, grade's PARTIAL, which make grade and a CI job let pass: a mistyped
     command or option grades nothing and exits 3."""
     from feedbeast.course.__main__ import main as cli
-    for argv in (["grade", "--bogus", "04"], ["grade"], ["grde", "04"]):
+    for argv in (["grade", "--bogus", "04"], ["grade"], ["grde", "04"], []):
         try:
             code = cli(argv)
         except SystemExit as e:
@@ -391,6 +391,7 @@ def test_a_wrong_command_line_exits_3_never_partial_s_2(capsys):
         assert code == 3, (argv, code)
     said = capsys.readouterr()
     assert "unrecognized arguments: --bogus" in said.err and "unknown command 'grde'" in said.out
+    assert said.out.count("no command given: name one of those below (nothing ran)") == 1, said.out
 
 
 def test_cli_expands_quoted_globs(tmp_path):
@@ -808,9 +809,14 @@ def test_a_lab_saved_under_another_lab_s_name_a_folder_and_an_empty_pattern_are_
     assert g.expand([str(folder)]) == [folder / SOLUTION.name]
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert g.main([str(empty) + "/", str(tmp_path / "none" / "*.ipynb")]) == 1
+    assert g.main([str(empty) + "/", str(tmp_path / "none" / "*.ipynb")]) == 3      # nothing graded: not FAILED
     out = capsys.readouterr().out
     assert "a folder with no lab notebook" in out and "no notebook matches this pattern" in out, out
+    assert "FAILED" not in out and out.count("  not graded: ") == 2, out
+    assert g.main([str(tmp_path / "labs/99-nope.ipynb"), str(wrong)]) == 1        # a failed grade outranks it
+    out = capsys.readouterr().out
+    assert f"not graded: no such file: {tmp_path}/labs/99-nope.ipynb (a lab is named by its path" in out, out
+    assert g.main([str(tmp_path / "labs/99-nope.ipynb")]) == 3 and g.worst([0, 3, 2]) == 3
 
 
 def test_a_cell_timed_with_percent_percent_time_is_still_the_learner_s_definitions(tmp_path):

@@ -386,6 +386,9 @@ def test_a_record_names_its_notebook_and_a_labs_skip_says_the_figures_are_the_so
     lab = str(fb.check(fb.Skipped("x", "launch gemv_ring"), None, name="gemv_ring 13x20"))
     assert ("gemv_ring 13x20 recorded on NVIDIA H100 80GB HBM3 by the lab's solution, not this notebook's kernel: "
             "passed") in lab, lab
+    other_size = str(fb.check(fb.Skipped("x", "launch gemv_ring"), None, name="gemv_ring 5x5"))   # the words in order
+    assert ("gemv_ring 5x5: no GPU run at this size; NVIDIA H100 80GB HBM3 ran 13x20 by the lab's solution, not this "
+            "notebook's kernel: passed") in other_size, other_size
     chapter = str(fb.check(fb.Skipped("x", "launch ring"), None, name="ring_rowsum 37x1000"))
     assert "ring_rowsum 37x1000 recorded on NVIDIA H100 80GB HBM3: passed" in chapter, chapter
     older = results._recorder({"name": "lab04/gemv_ring/stages=4"})        # a record from before records named theirs

@@ -89,12 +89,12 @@ def cublas_gemm(a, b, c, *, mode: str = "bf16"):
 @functools.lru_cache(maxsize=None)
 def matmul_rate(mode: str = "bf16", n: int = 8192):
     from .memory import bfloat16, empty, to_device, random
-    skip = needs_gpu(f"{mode} cuBLAS ceiling")
+    skip = needs_gpu(f"{mode} cuBLAS ceiling at n = {n}")   # two sizes in one cell: told apart
     if skip is not None:
         return with_recorded(skip, f"ceiling/cublas-{mode}/n={n}")
     if not cublas_available():
         return Skipped("needs cuBLAS (a CUDA toolkit or `pip install feedbeast[cublas]`), none found",
-                       f"{mode} cuBLAS ceiling")
+                       f"{mode} cuBLAS ceiling at n = {n}")
     dt = {"bf16": bfloat16, "fp16": np.float16, "fp32": np.float32, "tf32": np.float32}[mode]
     a, b = to_device(random((n, n), dt, seed=1)), to_device(random((n, n), dt, seed=2))
     c = empty((n, n), np.float32 if mode in ("fp32", "tf32") else dt, poison=False)

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
 def _run(argv: list) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(__doc__)
+        print(__doc__ if argv else f"no command given: name one of those below (nothing ran)\n{__doc__}")
         return 0 if argv else NOTHING_RAN
     cmd, rest = argv[0], argv[1:]
     if cmd == "grade":

@@ -202,9 +202,10 @@ class Report:
         return (f"  graded   sha256 {self.sha256 or '?'} of {Path(self.path).name}, feedbeast {self.toolkit or '?'}"
                 + (f", checks of {_shown(self.solution)}" if self.solution else ""))
 
-    def __str__(self):      # no record line for a file that could not be read: nothing of it was graded
+    def __str__(self):      # no record line where nothing of the file was graded: unread, or refused as a whole
+        graded = bool(self.sha256) and [o.name for o in self.outcomes] != ["notebook"]
         return "\n".join([o.line() for o in self.outcomes] + [f"  note     {n}" for n in self.notes]
-                         + [self.record_line()] * bool(self.sha256) + [self.summary()])
+                         + [self.record_line()] * graded + [self.summary()])
 
     def to_dict(self) -> dict:
         return {"notebook": self.path, "lab": self.lab, "solution": self.solution, "status": self.status,
@@ -1155,7 +1156,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     if chapter and not _lab_number(learner):
         return broken(f"this is chapter {chapter}'s notebook, not a lab (its title: "
                       f"{_first_heading(learner)[:60]!r}): the lab that goes with it is {sol_path.name} in labs/ "
-                      f"(make grade LAB={chapter})", sol_path)
+                      f"(make grade LAB={chapter}, or python -m feedbeast grade {chapter})", sol_path)
     mine_no, lab_no = _lab_number(learner), _lab_number(sol)
     if mine_no and lab_no and mine_no != lab_no:
         return broken(f"this notebook's title says lab {mine_no}, but its file name makes it lab {lab_no} "
@@ -1690,8 +1691,9 @@ def expand(patterns, course=None) -> list[Path]:
 
 
 def worst(codes) -> int:
+    """1 (a check failed) over 3 (a notebook named that is not there) over 2 (partial) over 0."""
     codes = list(codes)
-    return 1 if 1 in codes else 2 if 2 in codes else 0
+    return next((c for c in (1, 3, 2) if c in codes), 0)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -1718,16 +1720,20 @@ def main(argv=None) -> int:
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
                     help="FEEDBEAST_HAZARDS=1 for labs 03-09 and later labs using fb/ headers: auto = when a GPU is here")
     args = ap.parse_args(argv)
+    from .__main__ import NOTHING_RAN
     hazards = {"auto": None, "on": True, "off": False}[args.hazards]
-    reports = []
+    reports, codes = [], []
     for path in expand(args.notebooks, args.course):
         if not args.json:
             print(f"grading {path} ...", flush=True)
         rep = grade(path, timeout=args.timeout, solutions=args.solutions, hazards=hazards, course=args.course)
         reports.append(rep)
+        there = path.is_file()      # else nothing to grade: the command line named no notebook (no FAILED grade)
+        codes.append(rep.exit_code if there else NOTHING_RAN)
         if not args.json:
-            print(rep, flush=True)
-    status = worst(r.exit_code for r in reports)
+            print(rep if there else "  not graded: " + missing.get(str(path), f"no such file: {path} (a lab is named "
+                                                     "by its path, or by its number: grade 04)"), flush=True)
+    status = worst(codes)
     if args.json:
         print(json.dumps({"learner": args.learner, "exit": status, "labs": [r.to_dict() for r in reports]},
                          indent=1))

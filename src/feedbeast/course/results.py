@@ -298,7 +298,7 @@ def recorded_check(name: str) -> str | None:
         errors = [r for r in group if not isinstance(r.get("summary"), str)]
         worst = (f", relative error at most {max(r['rel_error'] for r in errors):.2e} (limit "
                  f"{max(r['tolerance'] for r in errors):.0e}; {where(group)})" if errors else f" ({where(group)})")
-        parts.append(f"{gpu}{by} ran {sizes}: {verdict}{worst}")
+        parts.append(f"{gpu} ran {sizes}{by}: {verdict}{worst}")
     return f"{name}: no GPU run at this size; " + "; ".join(parts) if parts else None
 
 
