@@ -17,12 +17,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .exit_status import NOTHING_RAN
+
 
 # The course machinery's own packages (pyproject's extra `course`); the library runs without them.
 COURSE_PACKAGES = ("nbformat", "nbclient")
-# Nothing ran (an unknown command, a package missing): not grade's 2, PARTIAL, which make grade and CI read as "some
-# checks could not run here" and let pass.
-NOTHING_RAN = 3
 
 
 def main(argv=None) -> int:

@@ -1720,7 +1720,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
                     help="FEEDBEAST_HAZARDS=1 for labs 03-09 and later labs using fb/ headers: auto = when a GPU is here")
     args = ap.parse_args(argv)
-    from .__main__ import NOTHING_RAN
+    from .exit_status import NOTHING_RAN
     hazards = {"auto": None, "on": True, "off": False}[args.hazards]
     reports, codes = [], []
     for path in expand(args.notebooks, args.course):
