@@ -347,10 +347,17 @@ $(foreach v,$(foreach a,$(MAKEOVERRIDES),$(if $(findstring =,$(a)),$(firstword $
 
 # A value no rule reads the same way stops make too: ENV=curent would make a whole .venv (1.2 GB, online), SET=notebok
 # the full bundle, CUDA=11 a missing requirements file, PY=3.1 a bundle pip cannot fill and then blames the index.
-oneof = $(if $(filter $(2),$($(1))),,$(error make: $(1)=$($(1)) is not one of $(3): $(4). Nothing was run))
-$(call oneof,ENV,venv current,venv current,ENV=current uses the Python you are in$(if $(FEEDBEAST_ENV), (FEEDBEAST_ENV \
-	sets it too)))
-$(call oneof,CUDA,12 13,12 13,the CUDA driver pins (requirements/cu12.txt, cu13.txt))
-$(call oneof,SET,full notebook,full notebook,what make wheelhouse bundles)
-$(if $(shell echo '$(PY)' | grep -Ex '3\.(1[1-9]|[2-9][0-9])'),,$(error make: PY=$(PY) is no Python version the \
-	course runs on (3.11 or newer, as 3.12): make wheelhouse fetches wheels for it. Nothing was run))
+# Values typed on the command line only (an exported CUDA=/usr/local/cuda is some other program's); PY and SET only
+# for the target that reads them.
+typed = $(filter command line,$(origin $(1)))
+oneof = $(if $(call typed,$(1)),$(if $(filter $(2),$($(1))),,$(error make: $(1)=$($(1)) is not one of $(2): $(3). \
+	Nothing was run)))
+$(call oneof,ENV,venv current,ENV=current uses the Python you are in)
+$(if $(filter-out venv current,$(ENV)),$(error make: FEEDBEAST_ENV=$(FEEDBEAST_ENV) in the environment is not one of \
+	venv current: unset it, or set it to current for the Python you are in. Nothing was run))
+$(call oneof,CUDA,12 13,the CUDA driver pins (requirements/cu12.txt, cu13.txt))
+ifneq ($(filter wheelhouse,$(MAKECMDGOALS)),)
+$(call oneof,SET,full notebook,what make wheelhouse bundles)
+$(if $(shell echo '$(PY)' | grep -Ex '3\.?(1[1-9]|[2-9][0-9])(\.[0-9]+)?'),,$(error make: PY=$(PY) is no Python version \
+	the course runs on (3.11 or newer, as 3.12): make wheelhouse fetches wheels for it. Nothing was run))
+endif

@@ -276,3 +276,65 @@ def test_a_notebook_the_roster_did_not_grade_is_named_in_the_learners_row(tmp_pa
     assert row["first failing check"] == ("00-copy-kernel-Copy1.ipynb: another notebook of lab 00: not graded; lab 03: "
                                           "2 notebooks (03-a.ipynb, 03-b.ipynb) and none named as the course names it: "
                                           "not graded"), row
+
+
+def _graded(cells, given=None):
+    """A failed lab's report: `cells` is, per check cell, [(status, name), ...]; `given` what the lab as given passes."""
+    lab = {"lab": "06", "status": "failed", "checks": [{"status": st, "name": n, "cell": i, "count": 1}
+                                                      for i, cell in enumerate(cells) for st, n in cell],
+           "cells": [{"passed": sum(st == "passed" for st, _ in cell), "failed": sum(st == "failed" for st, _ in cell),
+                      "skipped": 0, "cut": False} for cell in cells]}
+    if given is not None:
+        lab["given_passed"] = given
+    return lab
+
+
+def test_what_the_lab_as_given_passes_earns_nothing_and_breaking_a_check_never_raises_a_score():
+    """Lab 06 as given passes its register split and resource checks (an empty kernel meets them). Those passes earn
+    a failed lab nothing; a failure of them counts as any failure; a learner's own passes count."""
+    given = [["register split", "resources"], []]
+    one_line = [[("failed", "sass"), ("passed", "register split"), ("passed", "resources")], [("failed", "numbers")]]
+    assert roster.score(_graded(one_line)) == 33.3 and roster.score(_graded(one_line, given)) == 0.0
+    # their own SASS right and the split broken: the SASS earns its share, the split's failure counts
+    split = [[("passed", "sass"), ("failed", "register split"), ("passed", "resources")], [("failed", "numbers")]]
+    assert roster.score(_graded(split, given)) == 25.0       # cell 1: 1 of 2 (resources off both), cell 2: 0
+    # a check's failure that ends its cell early runs fewer checks: never above the honest wrong answer
+    early = [[("failed", "sass")], [("passed", "numbers")]]
+    honest = [[("failed", "sass"), ("passed", "register split"), ("passed", "resources")], [("passed", "numbers")]]
+    assert roster.score(_graded(early, given)) == roster.score(_graded(honest, given)) == 50.0
+    only_given = [[("passed", "register split"), ("passed", "resources")], [("failed", "numbers")]]
+    assert roster.score(_graded(only_given, given)) == 0.0    # a cell with nothing of theirs is left out
+    # no baseline (graded alone, an older JSON) or one of another version of the lab: scored without it
+    assert roster.score(_graded(one_line, [["resources"]])) == roster.score(_graded(one_line)) == 33.3
+
+
+def test_the_baseline_is_graded_once_a_cut_one_again_and_a_broken_one_loses_no_grade(monkeypatch, capsys):
+    import argparse
+    calls = []
+
+    def fake(labs, solutions, timeout, hazards):
+        calls.append(list(labs))
+        return {n: [["resources"], []] for n in labs if n != "04" or len(calls) > 1}   # 04 cut short the first time
+    monkeypatch.setattr(roster, "given_baseline", fake)
+    base = roster.baseline_of(argparse.Namespace(solutions="sols", timeout=60, hazards="off"))
+    docs = [{"learner": "ann", "labs": [{**_graded([[("passed", "resources")], [("failed", "x")]]), "lab": n}
+                                         for n in ("04", "06")]}]
+    assert roster.with_baseline(docs, base) == ["04"] and calls == [["04", "06"]]
+    assert "given_passed" not in docs[0]["labs"][0] and docs[0]["labs"][1]["given_passed"] == [["resources"], []]
+    assert roster.with_baseline(docs, base) == [] and calls == [["04", "06"], ["04"]]     # 04 again, 06 kept
+    assert roster.with_baseline(docs, base) == [] and len(calls) == 2
+    assert "grading lab 04, 06 as given, once" in capsys.readouterr().err
+
+    def broken(labs):
+        raise OSError("disk full")
+    fresh = [{"learner": "bo", "labs": [_graded([[("passed", "resources")], [("failed", "x")]])]}]
+    assert roster.with_baseline(fresh, broken) == ["06"] and "given_passed" not in fresh[0]["labs"][0]
+    assert "grading the labs as given failed (OSError: disk full)" in capsys.readouterr().err
+    assert roster.score(fresh[0]["labs"][0]) == 50.0
+
+
+def test_a_baseline_whose_grading_hung_or_died_is_not_known():
+    from feedbeast.course.grade import ended_early
+    assert ended_early("check cell 2 (x) ran past 60 s (a hung kernel?)")
+    assert ended_early("the check process ended before the checks did (exit status -9)\ntail")
+    assert not ended_early("NameError: name 'ring' is not defined") and not ended_early("")

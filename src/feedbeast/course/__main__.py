@@ -1,7 +1,7 @@
 """python -m feedbeast COMMAND ... (also python -m feedbeast.course COMMAND): the course's command line.
 
     grade labs/00-*.ipynb            grade lab notebooks with the labs' own checks (exit 0 ok, 1 failed,
-                                     2 partial: some checks cannot run here; 3: nothing graded, a wrong command
+                                     2 partial: some checks cannot run here; 3: nothing graded: a wrong command
                                      line); --json for machines
     roster --homes /home --csv grades.csv   grade every learner's labs on a workshop server, one CSV
     roster merge --csv room.csv a.json b.json   one CSV from the roster --json files of several servers

@@ -110,7 +110,8 @@ class Outcome:
         return f"  passed   {self.name}{times}" + (f": {self.message}" if self.message else "")
 
     def to_dict(self) -> dict:
-        return {"status": self.status, "name": self.name, "message": self.message, "count": self.count}
+        return {"status": self.status, "name": self.name, "message": self.message, "count": self.count,
+                "cell": self.cell}
 
 
 def lab_of(path) -> str:
@@ -146,6 +147,7 @@ class Report:
     notes: list = dataclasses.field(default_factory=list)     # what the reader should know; no verdict
     copied: bool = False        # the notebook's own code is the solution's, line for line (a note, no verdict)
     untouched: bool = False     # the notebook's own code is the lab's as given: nothing of the learner's (scores 0)
+    refused: bool = False       # not read, or refused whole before any check (a chapter, another lab's title)
 
     def _with(self, status):
         return [o for o in self.outcomes if o.status == status]
@@ -203,7 +205,7 @@ class Report:
                 + (f", checks of {_shown(self.solution)}" if self.solution else ""))
 
     def __str__(self):      # no record line where nothing of the file was graded: unread, or refused as a whole
-        graded = bool(self.sha256) and [o.name for o in self.outcomes] != ["notebook"]
+        graded = bool(self.sha256) and not self.refused
         return "\n".join([o.line() for o in self.outcomes] + [f"  note     {n}" for n in self.notes]
                          + [self.record_line()] * graded + [self.summary()])
 
@@ -960,10 +962,10 @@ def _strip_name(name: str, message: str) -> str:
 
 
 def _merge(outcomes: list[Outcome]) -> list[Outcome]:
-    """Identical outcomes (the same skip for two sizes) count once, with a multiplicity."""
+    """Identical outcomes of one cell (the same skip for two sizes) count once, with a multiplicity."""
     merged: dict = {}
     for o in outcomes:
-        key = (o.status, o.name, o.message)
+        key = (o.status, o.name, o.message, o.cell)
         if key in merged:
             merged[key].count += 1
         else:
@@ -1138,12 +1140,12 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         elif raw is not None and not isinstance(e, NotWellFormed):
             why = f"{why}\n{_not_a_notebook(path, raw)}"
         return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, toolkit=toolkit,
-                      sha256=hashlib.sha256(raw).hexdigest() if raw is not None else "")
+                      sha256=hashlib.sha256(raw).hexdigest() if raw is not None else "", refused=True)
     sha = hashlib.sha256(raw).hexdigest()
 
     def broken(why, sol=""):
         return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, str(sol), False,
-                      sha, toolkit)
+                      sha, toolkit, refused=True)
     try:
         sol_path = find_solution(path, solutions, course)
         sol = nbformat.read(sol_path, as_version=4)
@@ -1296,6 +1298,12 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
         if chan.forged:
             msgs.append({"t": "forged", "n": chan.forged})
     return msgs, error, proc.returncode
+
+
+def ended_early(error: str) -> bool:
+    """Whether a report's error says the check process hung or died before its last check cell (_run_checks)."""
+    return bool(re.search(r"\bran past \d+ s \(a hung kernel\?\)|^the check process ended before the checks did",
+                          error or ""))
 
 
 def _why_ended(status: int, killed: bool) -> str:
@@ -1728,15 +1736,18 @@ def main(argv=None) -> int:
             print(f"grading {path} ...", flush=True)
         rep = grade(path, timeout=args.timeout, solutions=args.solutions, hazards=hazards, course=args.course)
         reports.append(rep)
-        there = path.is_file()      # else nothing to grade: the command line named no notebook (no FAILED grade)
-        codes.append(rep.exit_code if there else NOTHING_RAN)
+        # nothing graded: no such file (the command line named no notebook), or one refused whole (a chapter, no
+        # course or solution found, not a notebook): no FAILED grade
+        graded = path.is_file() and not rep.refused
+        codes.append(rep.exit_code if graded else NOTHING_RAN)
         if not args.json:
-            print(rep if there else "  not graded: " + missing.get(str(path), f"no such file: {path} (a lab is named "
-                                                     "by its path, or by its number: grade 04)"), flush=True)
+            print(rep if graded else "  not graded: " + (rep.error if path.is_file() else missing.get(
+                str(path), f"no such file: {path} (a lab is named by its path, or by its number: grade 04)")),
+                flush=True)
     status = worst(codes)
     if args.json:
-        print(json.dumps({"learner": args.learner, "exit": status, "labs": [r.to_dict() for r in reports]},
-                         indent=1))
+        labs = [{**r.to_dict(), "exit": code} for r, code in zip(reports, codes)]
+        print(json.dumps({"learner": args.learner, "exit": status, "labs": labs}, indent=1))
     return status
 
 

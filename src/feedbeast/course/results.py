@@ -126,7 +126,12 @@ def course_results() -> Path | None:
     except CourseNotFound as e:
         if not _unfound_said:
             _unfound_said = True
-            print(f"({e}: so the GPU runs it records in results/ are not read here)")
+            # in a notebook: no command line to pass --course to; the kernel's environment names the course
+            where = str(e).split(": run from the checkout")[0].replace("say which with --course DIR",
+                                                                       "say which with FEEDBEAST_COURSE")
+            print(f"({where}: so the GPU runs it records in results/ are not read here; open the notebook from a "
+                  "clone of the course, or set os.environ['FEEDBEAST_COURSE'] to the clone's folder in a cell "
+                  "before this one)")
         return None
 
 
@@ -197,7 +202,8 @@ def plot_recorded(series: dict, *, field: str = "pct", xlabel: str = "", ylabel:
                 if rec.get(field) is not None:
                     lines.setdefault((label, rec.get("gpu", "?")), []).append((x, rec[field], rec.get("time", "")[:10]))
     if not lines:
-        print("no plot: nothing was timed here, and no GPU run recorded these benchmarks")
+        print("no plot: nothing was timed here, and " + ("no GPU run recorded these benchmarks" if _recorded_logs("bench")
+              else "no recorded GPU runs were found (no course checkout in reach: see the line above)"))
         return None
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(5.5, 3.2))

@@ -61,7 +61,7 @@ from pathlib import Path
 
 from ..isolated import environment
 from .coursedir import find as find_course
-from .grade import HAZARD_LABS, gist, lab_of
+from .grade import HAZARD_LABS, ended_early, gist, lab_of
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
 ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({python}): that interpreter and its "
@@ -287,10 +287,12 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
 
 
 def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards: str = "auto") -> dict[str, list]:
-    """{lab: how many checks of each check cell the lab as given passes here}: each lab written from its solution
-    (labs.lab_text, what `make labs` writes) into a fresh folder and graded on this machine as a learner's is. A
-    check that an empty kernel meets (lab 06's register split and resources) is no learner's doing, so score()
-    counts a failed lab's passes beyond these. A lab the grader could not grade (its own cells broke) is left out."""
+    """{lab: for each check cell, the names of the checks the lab as given passes here}: each lab written from its
+    solution (labs.lab_text, what `make labs` writes) into a fresh folder of the roster's own and graded on this
+    machine as a learner's is. A check that an empty kernel meets (lab 06's register split and resources) is no
+    learner's doing: score() does not count a failed lab's passes of these (a cell the lab as given breaks off
+    early still passed what it passed). A lab whose grading as given did not run to its end (its own cells broke, a
+    cell ran past the time limit, the process died) is left out: what its later cells pass is not known."""
     from .labs import lab_text
     with tempfile.TemporaryDirectory(prefix="fb-roster-given-") as tmp:
         for sol in sorted(Path(solutions).glob("[0-9][0-9]-*.ipynb")):
@@ -298,16 +300,23 @@ def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards
                 (Path(tmp) / sol.name).write_text(lab_text(sol))
         doc = grade_learner("(the labs as given)", Path(tmp), labs, timeout, solutions=solutions, as_owner=False,
                             hazards=hazards)
-    return {lab["lab"]: [0 if c["cut"] else c["passed"] for c in lab["cells"]]
-            for lab in doc.get("labs", []) if lab.get("cells") and not lab.get("setup")}
+    return {lab["lab"]: [sorted({c["name"] for c in lab["checks"] if c.get("cell") == i and c["status"] == "passed"})
+                         for i in range(len(lab["cells"]))]
+            for lab in doc.get("labs", []) if lab.get("cells") and not lab.get("setup")
+            and not ended_early(lab.get("error", ""))}
 
 
 def with_baseline(docs: list[dict], baseline) -> list[str]:
-    """Give each failed lab of `docs` the passes of its lab as given (`baseline(labs)`, graded once for the labs
-    that some learner failed); the labs with none, named for a note."""
+    """Give each failed lab of `docs` what its lab as given passes (`baseline(labs)`, asked for the labs that some
+    learner failed); the labs left without, for a note. A baseline that breaks loses no grade: those labs are
+    named, and scored as before."""
     failed = sorted({lab["lab"] for d in docs for lab in d.get("labs", []) if lab.get("status") == "failed"
                      and lab.get("cells") and not (lab.get("untrusted") or lab.get("untouched"))})
-    given = baseline(failed) if failed else {}
+    try:
+        given = baseline(failed) if failed else {}
+    except Exception as e:      # (the learners' grades are in hand: written whatever happens here)
+        _say(f"roster: grading the labs as given failed ({type(e).__name__}: {e})", sys.stderr)
+        given = {}
     for d in docs:
         for lab in d.get("labs", []):
             if lab["lab"] in given and lab.get("status") == "failed" and len(lab.get("cells") or ()) == len(given[lab["lab"]]):
@@ -316,15 +325,17 @@ def with_baseline(docs: list[dict], baseline) -> list[str]:
 
 
 def baseline_of(args):
-    """with_baseline's `baseline` for a run of the roster: each lab as given graded at most once per run (a live
-    view asks every round)."""
-    known: dict[str, list | None] = {}
+    """with_baseline's `baseline` for a run of the roster: each lab as given graded once per run, as soon as some
+    learner failed it; one whose grading as given was cut short is graded again when next asked (a live view asks
+    every round)."""
+    known: dict[str, list] = {}
 
     def baseline(labs):
         if todo := [n for n in labs if n not in known]:
-            got = given_baseline(todo, Path(args.solutions), args.timeout, args.hazards)
-            known.update({n: got.get(n) for n in todo})
-        return {n: known[n] for n in labs if known[n] is not None}
+            _say(f"roster: grading lab {', '.join(todo)} as given, once: the checks it passes earn a failed lab "
+                 "nothing", sys.stderr)
+            known.update(given_baseline(todo, Path(args.solutions), args.timeout, args.hazards))
+        return {n: known[n] for n in labs if n in known}
     return baseline
 
 
@@ -338,9 +349,9 @@ def score(lab: dict) -> float | None:
     when no check ran at all (a lab whose every check needs a GPU the room lacks: nothing was measured, so no
     number). A failed lab scores the mean, over the lab's check cells that checked something here, of each cell's
     100 x passed / (passed + failed), each check with its count; a skipped check (it could not run on this machine)
-    is left out, neither earned nor lost. A check the lab as given passes on the same machine (`given_passed`,
-    with_baseline: a register budget an empty kernel meets) earns nothing: a cell's p0 such passes come off both
-    counts, and a cell with nothing left is left out. A cell the notebook cut short (an error out of its own code,
+    is left out, neither earned nor lost. A pass of a check that the lab as given passes on the same machine
+    (`given_passed`, with_baseline: a register budget an empty kernel meets) earns nothing: it comes off both
+    counts (a failure of such a check still counts), and a cell with nothing left is left out. A cell the notebook cut short (an error out of its own code,
     a hang, a cell never run: grade._cell_tally) scores 0: it ran only some of its checks, and a share of those
     would let a notebook that stops a cell early score above the honest wrong answer. A notebook whose code changed
     what the checks use scores 0, and so does one whose code is the lab's as given. A failed lab scores at most
@@ -359,13 +370,15 @@ def score(lab: dict) -> float | None:
         return 0.0
     given = lab.get("given_passed") or ()
     if len(given) != len(lab["cells"]):     # none (graded alone, or an older JSON), or another version of the lab
-        given = [0] * len(lab["cells"])
+        given = [()] * len(lab["cells"])
     shares = []
-    for c, p0 in zip(lab["cells"], given):
+    for i, (c, names) in enumerate(zip(lab["cells"], given)):
+        free = sum(x.get("count", 1) for x in lab.get("checks", [])
+                   if x.get("cell") == i and x["status"] == "passed" and x["name"] in names)
         if c["cut"]:
             shares.append(0.0)
-        elif c["passed"] + c["failed"] > p0:     # else every check it ran, the lab as given passes too: left out
-            shares.append(max(0, c["passed"] - p0) / (c["passed"] + c["failed"] - p0))
+        elif c["passed"] + c["failed"] > free:      # else it passed only what the lab as given passes: left out
+            shares.append((c["passed"] - free) / (c["passed"] + c["failed"] - free))
     return min(99.9, round(100.0 * sum(shares) / len(shares), 1)) if shares else 0.0
 
 
@@ -530,7 +543,7 @@ def _labs_span(labs) -> str:
 def watch(args, found) -> int:
     state: dict = {}
     rounds = 0
-    baseline, told = baseline_of(args), set()
+    baseline = baseline_of(args)
 
     def grade_fn(name, labs, wanted):
         return grade_learner(name, labs, wanted, args.timeout, solutions=args.solutions, as_owner=not args.as_me,
@@ -541,8 +554,7 @@ def watch(args, found) -> int:
             found = learners(Path(args.homes), args.subdir) if not args.only else found
             graded = watch_round(found, state, grade_fn, args.jobs, args.labs)
             docs = [state[n]["doc"] for n in sorted(state)]
-            left = [n for n in with_baseline(docs, baseline) if n not in told]
-            told.update(left)
+            left = with_baseline(docs, baseline)     # (said every round: the screen is cleared)
             write_csv(docs, args.csv, args.labs or None)
             if sys.stdout.isatty():
                 print("\x1b[2J\x1b[H", end="")
@@ -660,12 +672,16 @@ def main(argv=None) -> int:
         docs = [done[id(f)] for f in futures]
     for line in hints(docs):
         print(line, file=sys.stderr)
+
+    def write():
+        if args.json:
+            Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
+        return write_csv(docs, args.csv, args.labs or None)
+    write()       # the grades first: stopped while the labs as given are graded, the run loses none of them
     # what the labs as given pass here earns a failed lab nothing: graded once, for the labs some learner failed
     if left := with_baseline(docs, baseline_of(args)):
         print(_baseline_note(left), file=sys.stderr)
-    cols = write_csv(docs, args.csv, args.labs or None)
-    if args.json:
-        Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
+    cols = write()
     print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {_count(len(docs), 'learner')} x labs "
           f"{', '.join(cols)}")
     return 0 if all(d.get("labs") and not any(lab.get("setup") for lab in d["labs"]) for d in docs) else 1
