@@ -1136,6 +1136,13 @@ def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anyt
         assert r.returncode == 2 and said in r.stderr and "Nothing was run" in r.stderr and r.stdout == "", \
             (words, r.stdout, r.stderr)
         assert not (tmp_path / ".venv").exists() and not (tmp_path / "wheelhouse.new").exists(), words
+    # an exported value is some other program's (CUDA=/usr/local/cuda); PY and SET only for the bundle; pip's forms
+    for words, exported in ((("-n", "grade", "LAB=04", "ENV=current"), {"CUDA": "/usr/local/cuda", "PY": "python3",
+                                                                         "SET": "x"}),
+                            (("-n", "wheelhouse", "PY=3.12.1", "SET=notebook"), {}), (("-n", "wheelhouse", "PY=312"), {})):
+        r = subprocess.run(["make", "--no-print-directory", *words, f"PYTHON3={sys.executable}"], cwd=tmp_path,
+                           env={**env, **exported}, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "Nothing was run" not in r.stderr, (words, r.stderr)
     r = subprocess.run(["make", "--no-print-directory", "reset-labs", "LAB=04", "ENV=current",
                         f"PYTHON3={sys.executable}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)          # the same copy, asked as the README says: lab 04 alone, lab 03 kept
