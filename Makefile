@@ -17,6 +17,18 @@ endif
 VENV    ?= .venv
 WHEELS  ?=
 SET     ?= full
+# From the environment only a value the rules read: an exported CUDA=/usr/local/cuda is some other program's
+# (typed on the command line, a value no rule reads stops make: see the end of this file)
+PY_FORM = 3\.?(1[1-9]|[2-9][0-9])(\.[0-9]+)?
+ifneq ($(origin CUDA),command line)
+CUDA := $(or $(filter 12 13,$(CUDA)),13)
+endif
+ifneq ($(origin SET),command line)
+SET := $(or $(filter full notebook,$(SET)),full)
+endif
+ifneq ($(origin PY),command line)
+PY := $(if $(shell echo '$(PY)' | grep -Ex '$(PY_FORM)'),$(PY),3.12)
+endif
 NB_TIMEOUT ?= 900
 # A notebook's kernel may take more than nbval's 60 s to answer when 8 workers compile on every core (seen on a
 # 16-core GPU machine: one chapter's 33 cells errored before they ran); a kernel that never answers still fails
@@ -347,7 +359,7 @@ $(foreach v,$(foreach a,$(MAKEOVERRIDES),$(if $(findstring =,$(a)),$(firstword $
 
 # A value no rule reads the same way stops make too: ENV=curent would make a whole .venv (1.2 GB, online), SET=notebok
 # the full bundle, CUDA=11 a missing requirements file, PY=3.1 a bundle pip cannot fill and then blames the index.
-# Values typed on the command line only (an exported CUDA=/usr/local/cuda is some other program's); PY and SET only
+# Values typed on the command line (the environment's are taken only when valid: see SET above); PY and SET only
 # for the target that reads them.
 typed = $(filter command line,$(origin $(1)))
 oneof = $(if $(call typed,$(1)),$(if $(filter $(2),$($(1))),,$(error make: $(1)=$($(1)) is not one of $(2): $(3). \
@@ -358,6 +370,6 @@ $(if $(filter-out venv current,$(ENV)),$(error make: FEEDBEAST_ENV=$(FEEDBEAST_E
 $(call oneof,CUDA,12 13,the CUDA driver pins (requirements/cu12.txt, cu13.txt))
 ifneq ($(filter wheelhouse,$(MAKECMDGOALS)),)
 $(call oneof,SET,full notebook,what make wheelhouse bundles)
-$(if $(shell echo '$(PY)' | grep -Ex '3\.?(1[1-9]|[2-9][0-9])(\.[0-9]+)?'),,$(error make: PY=$(PY) is no Python version \
+$(if $(shell echo '$(PY)' | grep -Ex '$(PY_FORM)'),,$(error make: PY=$(PY) is no Python version \
 	the course runs on (3.11 or newer, as 3.12): make wheelhouse fetches wheels for it. Nothing was run))
 endif

@@ -1137,12 +1137,17 @@ def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anyt
             (words, r.stdout, r.stderr)
         assert not (tmp_path / ".venv").exists() and not (tmp_path / "wheelhouse.new").exists(), words
     # an exported value is some other program's (CUDA=/usr/local/cuda); PY and SET only for the bundle; pip's forms
-    for words, exported in ((("-n", "grade", "LAB=04", "ENV=current"), {"CUDA": "/usr/local/cuda", "PY": "python3",
-                                                                         "SET": "x"}),
-                            (("-n", "wheelhouse", "PY=3.12.1", "SET=notebook"), {}), (("-n", "wheelhouse", "PY=312"), {})):
+    # (and read only when valid: the defaults otherwise, as an install into .venv shows)
+    for words, exported, reads in ((("-n", "grade", "LAB=04"), {"CUDA": "/usr/local/cuda", "PY": "python3", "SET": "x"},
+                                     "requirements/cu13.txt"),
+                                    (("-n", "grade", "LAB=04"), {"CUDA": "12"}, "requirements/cu12.txt"),
+                                    (("-n", "wheelhouse"), {"SET": "notebok", "PY": "python3"}, "-r requirements/hub.txt"),
+                                    (("-n", "wheelhouse", "PY=3.12.1", "SET=notebook"), {}, "notebook.txt"),
+                                    (("-n", "wheelhouse", "PY=312"), {}, "--python-version 312")):
         r = subprocess.run(["make", "--no-print-directory", *words, f"PYTHON3={sys.executable}"], cwd=tmp_path,
                            env={**env, **exported}, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0 and "Nothing was run" not in r.stderr, (words, r.stderr)
+        assert r.returncode == 0 and "Nothing was run" not in r.stderr and reads in r.stdout, (words, exported, r.stderr)
+        assert "cu/usr" not in r.stdout and "--python-version python3" not in r.stdout, (words, exported)
     r = subprocess.run(["make", "--no-print-directory", "reset-labs", "LAB=04", "ENV=current",
                         f"PYTHON3={sys.executable}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)          # the same copy, asked as the README says: lab 04 alone, lab 03 kept

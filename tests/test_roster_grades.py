@@ -323,7 +323,7 @@ def test_the_baseline_is_graded_once_a_cut_one_again_and_a_broken_one_loses_no_g
     assert "given_passed" not in docs[0]["labs"][0] and docs[0]["labs"][1]["given_passed"] == [["resources"], []]
     assert roster.with_baseline(docs, base) == [] and calls == [["04", "06"], ["04"]]     # 04 again, 06 kept
     assert roster.with_baseline(docs, base) == [] and len(calls) == 2
-    assert "grading lab 04, 06 as given, once" in capsys.readouterr().err
+    assert "grading lab 04, 06 as given: the checks it passes earn a failed lab nothing" in capsys.readouterr().err
 
     def broken(labs):
         raise OSError("disk full")
@@ -338,3 +338,33 @@ def test_a_baseline_whose_grading_hung_or_died_is_not_known():
     assert ended_early("check cell 2 (x) ran past 60 s (a hung kernel?)")
     assert ended_early("the check process ended before the checks did (exit status -9)\ntail")
     assert not ended_early("NameError: name 'ring' is not defined") and not ended_early("")
+
+
+def test_a_notebook_graded_as_nothing_or_broken_by_its_own_cells_is_an_error_and_never_in_the_baseline(tmp_path):
+    """The grader graded nothing of a notebook it could not read (exit 3, `refused`): the row says error, with no
+    score, never the learner's 0; a merge ranks any real grade above it; a lab whose own cells broke here (`setup`)
+    or that cannot be known here (None) is not graded as given again and again."""
+    from feedbeast.course import roster_merge
+    refused = {**_graded([[("failed", "notebook")]]), "refused": True, "sha256": "ab", "cells": []}
+    assert roster.lab_status(refused) == "error"
+    rows = _csv([{"learner": "bob", "labs": [refused]}], tmp_path)
+    assert (rows["bob"]["lab 06"], rows["bob"]["lab 06 status"]) == ("", "error"), rows
+    ok = {**_graded([[("passed", "x")]]), "status": "ok", "sha256": "ab"}
+    assert roster_merge._better(ok, refused) and not roster_merge._better(refused, ok)
+    calls = []
+
+    def fake(labs, *a):
+        calls.append(list(labs))
+        return {n: None for n in labs}       # e.g. the lab's own cells break on this machine
+    import argparse
+    base = roster.baseline_of(argparse.Namespace(solutions="s", timeout=1, hazards="off"))
+    import pytest
+    mp = pytest.MonkeyPatch()
+    mp.setattr(roster, "given_baseline", fake)
+    try:
+        setup = {**_graded([[("failed", "x")]]), "lab": "10", "setup": "a CUDA library not found"}
+        docs = [{"learner": "a", "labs": [_graded([[("failed", "x")]]), setup]}]
+        assert roster.with_baseline(docs, base) == ["06"] and roster.with_baseline(docs, base) == ["06"]
+        assert calls == [["06"]]          # once, and never the setup lab
+    finally:
+        mp.undo()

@@ -36,9 +36,9 @@ trusts"):
    process said it was done. A missing verdict is a failure, not a pass.
 6. Exit status: 0 every check ran and passed; 1 a check failed (or a cell raised, or nothing was checked);
    2 partial: nothing failed, but some checks could not run here (no GPU: compiled and SASS-checked,
-   correctness not run). A batch exits with the worst of its notebooks (1 over 2 over 0); a notebook that
-   cannot be read is reported as failed and the others are still graded. 3: nothing was graded (a wrong
-   command line), never 2.
+   correctness not run); 3: nothing was graded (a wrong command line; a notebook that is not there, cannot be
+   read or is no lab), never 2. A batch exits with the worst of its notebooks (1 over 3 over 2 over 0); the
+   others are still graded.
 
 The record names the notebook's sha256 and the toolkit's version. It is not a sandbox: see the guide.
 """
@@ -216,7 +216,7 @@ class Report:
                 "first_failure": self.first_failure,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
                 "checks": [o.to_dict() for o in self.outcomes], "cells": self.cells, "untrusted": self.untrusted,
-                "notes": self.notes, "copied": self.copied, "untouched": self.untouched}
+                "notes": self.notes, "copied": self.copied, "untouched": self.untouched, "refused": self.refused}
 
 
 # ---- which cells run -----------------------------------------------------------------------------------
@@ -1280,7 +1280,7 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
                 if msgs and msgs[-1]["t"] == "done":
                     break
                 if time.time() > deadline:
-                    error = f"{where} ran past {timeout} s (a hung kernel?)"
+                    error = HUNG.format(where=where, timeout=timeout)
                     break
         finally:
             os.close(r)
@@ -1293,17 +1293,21 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
         if not error and (not msgs or msgs[-1]["t"] != "done"):
             log.seek(0)
             tail = log.read().decode("utf-8", "replace").strip().splitlines()[-8:]
-            error = ("the check process ended before the checks did (" + _why_ended(proc.returncode, killed) + ")"
+            error = (DIED + " (" + _why_ended(proc.returncode, killed) + ")"
                      + ("\n" + "\n".join(tail) if tail else ""))
         if chan.forged:
             msgs.append({"t": "forged", "n": chan.forged})
     return msgs, error, proc.returncode
 
 
+HUNG = "{where} ran past {timeout} s (a hung kernel?)"       # _run_checks's errors: the checks did not all run
+DIED = "the check process ended before the checks did"
+
+
 def ended_early(error: str) -> bool:
     """Whether a report's error says the check process hung or died before its last check cell (_run_checks)."""
-    return bool(re.search(r"\bran past \d+ s \(a hung kernel\?\)|^the check process ended before the checks did",
-                          error or ""))
+    hung = re.escape(HUNG).replace(re.escape("{where}"), ".*").replace(re.escape("{timeout}"), r"\d+")
+    return bool(re.search(hung, error or "") or (error or "").startswith(DIED))
 
 
 def _why_ended(status: int, killed: bool) -> str:
@@ -1738,12 +1742,11 @@ def main(argv=None) -> int:
         reports.append(rep)
         # nothing graded: no such file (the command line named no notebook), or one refused whole (a chapter, no
         # course or solution found, not a notebook): no FAILED grade
-        graded = path.is_file() and not rep.refused
-        codes.append(rep.exit_code if graded else NOTHING_RAN)
+        codes.append(NOTHING_RAN if rep.refused else rep.exit_code)
         if not args.json:
-            print(rep if graded else "  not graded: " + (rep.error if path.is_file() else missing.get(
-                str(path), f"no such file: {path} (a lab is named by its path, or by its number: grade 04)")),
-                flush=True)
+            why = rep.error if path.exists() else missing.get(
+                str(path), f"no such file: {path} (a lab is named by its path, or by its number: grade 04)")
+            print(("  not graded: " + why.replace("\n", "\n              ")) if rep.refused else rep, flush=True)
     status = worst(codes)
     if args.json:
         labs = [{**r.to_dict(), "exit": code} for r, code in zip(reports, codes)]

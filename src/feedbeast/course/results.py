@@ -203,7 +203,7 @@ def plot_recorded(series: dict, *, field: str = "pct", xlabel: str = "", ylabel:
                     lines.setdefault((label, rec.get("gpu", "?")), []).append((x, rec[field], rec.get("time", "")[:10]))
     if not lines:
         print("no plot: nothing was timed here, and " + ("no GPU run recorded these benchmarks" if _recorded_logs("bench")
-              else "no recorded GPU runs were found (no course checkout in reach: see the line above)"))
+              else "no recorded GPU runs were found (no course checkout in reach: FEEDBEAST_COURSE names one)"))
         return None
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(5.5, 3.2))

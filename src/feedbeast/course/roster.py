@@ -291,8 +291,8 @@ def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards
     solution (labs.lab_text, what `make labs` writes) into a fresh folder of the roster's own and graded on this
     machine as a learner's is. A check that an empty kernel meets (lab 06's register split and resources) is no
     learner's doing: score() does not count a failed lab's passes of these (a cell the lab as given breaks off
-    early still passed what it passed). A lab whose grading as given did not run to its end (its own cells broke, a
-    cell ran past the time limit, the process died) is left out: what its later cells pass is not known."""
+    early still passed what it passed). None for a lab that cannot be graded here (its own cells broke, it could
+    not be read); a lab whose grading as given hung or died is left out, to be graded again."""
     from .labs import lab_text
     with tempfile.TemporaryDirectory(prefix="fb-roster-given-") as tmp:
         for sol in sorted(Path(solutions).glob("[0-9][0-9]-*.ipynb")):
@@ -300,17 +300,17 @@ def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards
                 (Path(tmp) / sol.name).write_text(lab_text(sol))
         doc = grade_learner("(the labs as given)", Path(tmp), labs, timeout, solutions=solutions, as_owner=False,
                             hazards=hazards)
-    return {lab["lab"]: [sorted({c["name"] for c in lab["checks"] if c.get("cell") == i and c["status"] == "passed"})
-                         for i in range(len(lab["cells"]))]
-            for lab in doc.get("labs", []) if lab.get("cells") and not lab.get("setup")
-            and not ended_early(lab.get("error", ""))}
+    return {lab["lab"]: None if not lab.get("cells") or lab.get("setup") or lab.get("refused") else
+            [sorted({c["name"] for c in lab["checks"] if c.get("cell") == i and c["status"] == "passed"})
+             for i in range(len(lab["cells"]))]
+            for lab in doc.get("labs", []) if not ended_early(lab.get("error", ""))}
 
 
 def with_baseline(docs: list[dict], baseline) -> list[str]:
     """Give each failed lab of `docs` what its lab as given passes (`baseline(labs)`, asked for the labs that some
     learner failed); the labs left without, for a note. A baseline that breaks loses no grade: those labs are
     named, and scored as before."""
-    failed = sorted({lab["lab"] for d in docs for lab in d.get("labs", []) if lab.get("status") == "failed"
+    failed = sorted({lab["lab"] for d in docs for lab in d.get("labs", []) if lab_status(lab) == "failed"
                      and lab.get("cells") and not (lab.get("untrusted") or lab.get("untouched"))})
     try:
         given = baseline(failed) if failed else {}
@@ -319,21 +319,22 @@ def with_baseline(docs: list[dict], baseline) -> list[str]:
         given = {}
     for d in docs:
         for lab in d.get("labs", []):
-            if lab["lab"] in given and lab.get("status") == "failed" and len(lab.get("cells") or ()) == len(given[lab["lab"]]):
+            if given.get(lab["lab"]) is not None and lab_status(lab) == "failed" \
+                    and len(lab.get("cells") or ()) == len(given[lab["lab"]]):
                 lab["given_passed"] = given[lab["lab"]]
-    return [n for n in failed if n not in given]
+    return [n for n in failed if given.get(n) is None]
 
 
 def baseline_of(args):
     """with_baseline's `baseline` for a run of the roster: each lab as given graded once per run, as soon as some
     learner failed it; one whose grading as given was cut short is graded again when next asked (a live view asks
     every round)."""
-    known: dict[str, list] = {}
+    known: dict[str, list | None] = {}      # None: not to be known on this machine (its own cells broke here)
 
     def baseline(labs):
         if todo := [n for n in labs if n not in known]:
-            _say(f"roster: grading lab {', '.join(todo)} as given, once: the checks it passes earn a failed lab "
-                 "nothing", sys.stderr)
+            _say(f"roster: grading lab {', '.join(todo)} as given: the checks it passes earn a failed lab nothing",
+                 sys.stderr)
             known.update(given_baseline(todo, Path(args.solutions), args.timeout, args.hazards))
         return {n: known[n] for n in labs if n in known}
     return baseline
@@ -384,8 +385,9 @@ def score(lab: dict) -> float | None:
 
 def lab_status(lab: dict) -> str:
     """A graded lab's status as the roster shows it, on the screen as in the CSV: error when the lab's own cells
-    broke in the learner's grader (nothing graded: the grader's failed would read as the learner's)."""
-    return "error" if lab.get("setup") else lab["status"]
+    broke in the learner's grader, or the grader graded nothing of the notebook (`refused`: it cannot be read, or is
+    no lab; the grader's exit 3): the grader's failed would read as the learner's wrong answer."""
+    return "error" if lab.get("setup") or lab.get("refused") else lab["status"]
 
 
 def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str]:
@@ -643,6 +645,7 @@ def main(argv=None) -> int:
         print(f"roster: --solutions {args.solutions} is not a folder: give the course checkout's solutions/",
               file=sys.stderr)
         return 2
+    args.solutions = str(Path(args.solutions).resolve())     # each learner is graded in a folder of its own
     if args.labs and (why := unknown_labs(args.labs, Path(args.solutions), found)):
         print(f"roster: {why}", file=sys.stderr)
         return 2
@@ -678,6 +681,9 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
         return write_csv(docs, args.csv, args.labs or None)
     write()       # the grades first: stopped while the labs as given are graded, the run loses none of them
+    if any(lab_status(lab) == "failed" for d in docs for lab in d.get("labs", [])):
+        print(f"roster: wrote {args.csv}: scores before the labs as given are graded (a run stopped now keeps "
+              "these)", file=sys.stderr)
     # what the labs as given pass here earns a failed lab nothing: graded once, for the labs some learner failed
     if left := with_baseline(docs, baseline_of(args)):
         print(_baseline_note(left), file=sys.stderr)

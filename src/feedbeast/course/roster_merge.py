@@ -51,7 +51,7 @@ def load(path) -> list[dict]:
 
 
 def _rank(lab: dict) -> tuple:
-    if lab.get("setup"):       # not graded (the lab's own cells broke on that server): any real grade ranks above
+    if lab.get("setup") or lab.get("refused"):   # not graded on that server: any real grade ranks above
         return -1, -1.0
     points = score(lab)
     return RANK.get(lab.get("status"), 0), -1.0 if points is None else points
@@ -61,6 +61,7 @@ def _same_notebook_failed(lab: dict, other: dict) -> bool:
     """`lab` failed where `other`, the same notebook (its sha256), did not: the failure is what the notebook does."""
     sha = lab.get("sha256")
     return (bool(sha) and sha == other.get("sha256") and lab.get("status") == "failed" and not lab.get("setup")
+            and not lab.get("refused")
             and other.get("status") in ("ok", "partial"))
 
 
