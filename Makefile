@@ -17,17 +17,23 @@ endif
 VENV    ?= .venv
 WHEELS  ?=
 SET     ?= full
-# From the environment only a value the rules read: an exported CUDA=/usr/local/cuda is some other program's
-# (typed on the command line, a value no rule reads stops make: see the end of this file)
+# From the environment only a value the rules read (an exported CUDA=/usr/local/cuda is some other program's, and is
+# passed on to what make runs as it was): the rules read CUDA_V, SET_V and PY_V. Typed on the command line, a value no
+# rule reads stops make (the end of this file).
 PY_FORM = 3\.?(1[1-9]|[2-9][0-9])(\.[0-9]+)?
-ifneq ($(origin CUDA),command line)
-CUDA := $(or $(filter 12 13,$(CUDA)),13)
+valid_py = $(shell echo '$(subst ',,$(1))' | grep -Ex '$(PY_FORM)')
+ifeq ($(origin CUDA),command line)
+CUDA_V := $(CUDA)
+else
+CUDA_V := $(or $(filter 12 13,$(CUDA)),13)
+$(if $(filter-out 12 13,$(CUDA)),$(if $(shell echo '$(subst ',,$(CUDA))' | grep -Ex '[0-9.]+'),$(warning make: CUDA=$(CUDA) \
+	in the environment is not one of 12 13: using 13 (make ... CUDA=12 for the CUDA 12 pins))))
 endif
-ifneq ($(origin SET),command line)
-SET := $(or $(filter full notebook,$(SET)),full)
-endif
-ifneq ($(origin PY),command line)
-PY := $(if $(shell echo '$(PY)' | grep -Ex '$(PY_FORM)'),$(PY),3.12)
+SET_V := $(if $(filter command line,$(origin SET)),$(SET),$(or $(filter full notebook,$(SET)),full))
+PY_V  := $(if $(filter command line,$(origin PY)),$(PY),$(if $(call valid_py,$(PY)),$(PY),3.12))
+ifneq ($(filter wheelhouse,$(MAKECMDGOALS)),)
+$(if $(filter-out $(SET),$(SET_V)),$(warning make: SET=$(SET) in the environment is not one of full notebook: using full))
+$(if $(filter-out $(PY),$(PY_V)),$(warning make: PY=$(PY) in the environment is no Python version: using 3.12))
 endif
 NB_TIMEOUT ?= 900
 # A notebook's kernel may take more than nbval's 60 s to answer when 8 workers compile on every core (seen on a
@@ -47,7 +53,7 @@ STAMP   := $(if $(WHEELS),bundle-into-current,current-has-course)
 PIP_ENV := PIP_BREAK_SYSTEM_PACKAGES=1
 else
 PYTHON  := $(VENV)/bin/python
-STAMP   := $(VENV)/.installed-cu$(CUDA)
+STAMP   := $(VENV)/.installed-cu$(CUDA_V)
 PIP_ENV :=
 # Without PYTHON3 given, a .venv that runs keeps the interpreter it was made from (made with PYTHON3=python3.12 for
 # a bundle, it is not made again by a later `make grade`, which offline could not). A .venv made by another Python than
@@ -63,7 +69,7 @@ $(shell rm -f $(VENV)/.installed-cu*)
 endif
 endif
 endif
-REQS    := requirements/base.txt requirements/cu$(CUDA).txt
+REQS    := requirements/base.txt requirements/cu$(CUDA_V).txt
 PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 # What an offline install from WHEELS can tell about its bundle when pip fails: a notebook bundle (make wheelhouse
 # SET=notebook) holds no JupyterLab and no hub, and a bundle holds one Python version's wheels.
@@ -135,13 +141,13 @@ KERNELSPEC = -m feedbeast.course.kernelspec >/dev/null
 
 # A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
 # A bundle holds the wheels of one Python version, so a failed offline install names the version.
-$(VENV)/.installed-cu$(CUDA): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
+$(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
 	@want=$$($(PYTHON3) -c '$(PYID)'); have=$$($(VENV)/bin/python -c '$(PYID)' 2>/dev/null || echo none); \
 	  if [ -e $(VENV) ] && [ "$$have" != "$$want" ]; then \
 	  echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again"; rm -rf $(VENV); fi
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
-	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA).txt -r requirements/build.txt -r requirements/lab.txt \
+	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt -r requirements/lab.txt \
 	  -r requirements/book.txt || { have=$$($(VENV)/bin/python -c '$(PYVER)'); \
 	  echo "make: pip could not install the pinned requirements into $(VENV) (Python $$have)$(if $(WHEELS),$(comma) from $(WHEELS_DIR)/)" >&2; \
 	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
@@ -220,21 +226,21 @@ set PIP_INDEX_URL to a local index that holds them all (a bundle of SET=full has
 wheelhouse:
 	rm -rf wheelhouse.new && mkdir -p wheelhouse.new
 	$(PYTHON3) -m pip wheel -q --no-deps -w wheelhouse.new . || $(NO_INDEX)
-ifeq ($(SET),notebook)
-	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
+ifeq ($(SET_V),notebook)
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY_V) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -r requirements/notebook.txt || $(NO_INDEX)
-	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY) \
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY_V) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 numba-cuda==0.30.4 || $(NO_INDEX)
 else
-	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY_V) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	  -r requirements/cu$(CUDA).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
+	  -r requirements/cu$(CUDA_V).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
 	  -r requirements/hub.txt || $(NO_INDEX)
-ifeq ($(CUDA),13)
+ifeq ($(CUDA_V),13)
 	@# compute-sanitizer's wheel serves only make sanitize: an index without it leaves it out, with a note.
 	@# Its wheels are tagged manylinux_2_25 only.
-	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY) \
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY_V) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 -r requirements/sanitize.txt || echo "compute-sanitizer's wheel is not in the bundle: make sanitize will use the \
 	compute-sanitizer of a CUDA toolkit on the offline host (PATH, CUDA_HOME, /usr/local/cuda)"
@@ -245,7 +251,7 @@ endif
 	else echo "no npm here: the workshop proxy is not in the bundle (make workshop will need npm)"; fi
 endif
 ifeq ($(COMPARE),1)
-	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY) \
+	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY_V) \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
 	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
 	  -r requirements/compare.txt
@@ -325,7 +331,7 @@ book: $(STAMP)
 # use the one found on the machine (PATH, $$CUDA_HOME, /usr/local/cuda).
 SANITIZE_FLAGS ?=
 sanitize: $(STAMP)
-ifeq ($(ENV)-$(CUDA),venv-13)
+ifeq ($(ENV)-$(CUDA_V),venv-13)
 	@$(PYTHON) -m pip install -q $(PIP_SRC) -r requirements/sanitize.txt || echo "make sanitize: compute-sanitizer's \
 	wheel could not be installed$(if $(WHEELS), from $(WHEELS_DIR)/): using the compute-sanitizer of a CUDA toolkit on this \
 	machine (PATH, CUDA_HOME, /usr/local/cuda)" >&2
@@ -370,6 +376,6 @@ $(if $(filter-out venv current,$(ENV)),$(error make: FEEDBEAST_ENV=$(FEEDBEAST_E
 $(call oneof,CUDA,12 13,the CUDA driver pins (requirements/cu12.txt, cu13.txt))
 ifneq ($(filter wheelhouse,$(MAKECMDGOALS)),)
 $(call oneof,SET,full notebook,what make wheelhouse bundles)
-$(if $(shell echo '$(PY)' | grep -Ex '$(PY_FORM)'),,$(error make: PY=$(PY) is no Python version \
-	the course runs on (3.11 or newer, as 3.12): make wheelhouse fetches wheels for it. Nothing was run))
+$(if $(call typed,PY),$(if $(call valid_py,$(PY)),,$(error make: PY=$(PY) is no Python version \
+	the course runs on (3.11 or newer, as 3.12): make wheelhouse fetches wheels for it. Nothing was run)))
 endif

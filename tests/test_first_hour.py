@@ -1148,6 +1148,10 @@ def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anyt
                            env={**env, **exported}, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "Nothing was run" not in r.stderr and reads in r.stdout, (words, exported, r.stderr)
         assert "cu/usr" not in r.stdout and "--python-version python3" not in r.stdout, (words, exported)
+    r = subprocess.run(["make", "--no-print-directory", "-n", "grade", "LAB=04", f"PYTHON3={sys.executable}"],
+                       cwd=tmp_path, env={**env, "CUDA": "11"}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "requirements/cu13.txt" in r.stdout and \
+        "CUDA=11 in the environment is not one of 12 13: using 13" in r.stderr, r.stderr     # a typo, said
     r = subprocess.run(["make", "--no-print-directory", "reset-labs", "LAB=04", "ENV=current",
                         f"PYTHON3={sys.executable}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)          # the same copy, asked as the README says: lab 04 alone, lab 03 kept

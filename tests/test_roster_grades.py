@@ -341,6 +341,7 @@ def test_a_baseline_whose_grading_hung_or_died_is_not_known():
 
 
 def test_a_notebook_graded_as_nothing_or_broken_by_its_own_cells_is_an_error_and_never_in_the_baseline(tmp_path):
+    import pytest
     """The grader graded nothing of a notebook it could not read (exit 3, `refused`): the row says error, with no
     score, never the learner's 0; a merge ranks any real grade above it; a lab whose own cells broke here (`setup`)
     or that cannot be known here (None) is not graded as given again and again."""
@@ -349,6 +350,20 @@ def test_a_notebook_graded_as_nothing_or_broken_by_its_own_cells_is_an_error_and
     assert roster.lab_status(refused) == "error"
     rows = _csv([{"learner": "bob", "labs": [refused]}], tmp_path)
     assert (rows["bob"]["lab 06"], rows["bob"]["lab 06 status"]) == ("", "error"), rows
+    refused["error"] = "cannot read the notebook: NotJSONError: not a whole notebook"
+    assert roster.first_failing({"labs": [refused]}) == "lab 06: not graded: cannot read the notebook: NotJSONError: " \
+        "not a whole notebook"
+    homes = tmp_path / "homes"
+    (homes / "bob" / "feedbeast" / "labs").mkdir(parents=True)
+    (tmp_path / "sols").mkdir()
+    mp0 = pytest.MonkeyPatch()
+    mp0.setattr(roster, "grade_learner", lambda name, *a, **k: {"learner": name, "exit": 3, "seconds": 0.0,
+                                                                "labs": [refused]})
+    try:        # a learner whose lab was graded as nothing: the roster's exit says not everyone was graded
+        assert roster.main(["--homes", str(homes), "--solutions", str(tmp_path / "sols"), "--as-me",
+                            "--csv", str(tmp_path / "r.csv")]) == 1
+    finally:
+        mp0.undo()
     ok = {**_graded([[("passed", "x")]]), "status": "ok", "sha256": "ab"}
     assert roster_merge._better(ok, refused) and not roster_merge._better(refused, ok)
     calls = []

@@ -286,7 +286,8 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
         return doc
 
 
-def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards: str = "auto") -> dict[str, list]:
+def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards: str = "auto"
+                   ) -> dict[str, list | None]:
     """{lab: for each check cell, the names of the checks the lab as given passes here}: each lab written from its
     solution (labs.lab_text, what `make labs` writes) into a fresh folder of the roster's own and graded on this
     machine as a learner's is. A check that an empty kernel meets (lab 06's register split and resources) is no
@@ -306,12 +307,17 @@ def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards
             for lab in doc.get("labs", []) if not ended_early(lab.get("error", ""))}
 
 
+def baseline_labs(docs: list[dict]) -> list[str]:
+    """The labs whose failed grades a baseline changes: failed, with cells, neither untrusted nor as given."""
+    return sorted({lab["lab"] for d in docs for lab in d.get("labs", []) if lab_status(lab) == "failed"
+                   and lab.get("cells") and not (lab.get("untrusted") or lab.get("untouched"))})
+
+
 def with_baseline(docs: list[dict], baseline) -> list[str]:
     """Give each failed lab of `docs` what its lab as given passes (`baseline(labs)`, asked for the labs that some
     learner failed); the labs left without, for a note. A baseline that breaks loses no grade: those labs are
     named, and scored as before."""
-    failed = sorted({lab["lab"] for d in docs for lab in d.get("labs", []) if lab_status(lab) == "failed"
-                     and lab.get("cells") and not (lab.get("untrusted") or lab.get("untouched"))})
+    failed = baseline_labs(docs)
     try:
         given = baseline(failed) if failed else {}
     except Exception as e:      # (the learners' grades are in hand: written whatever happens here)
@@ -357,7 +363,7 @@ def score(lab: dict) -> float | None:
     would let a notebook that stops a cell early score above the honest wrong answer. A notebook whose code changed
     what the checks use scores 0, and so does one whose code is the lab's as given. A failed lab scores at most
     99.9, so it never ranks with or above a lab that did not fail. A report with no cells (written before the
-    grader kept them, or of a notebook that could not be read) is scored over its checks as a whole, counting at
+    grader kept them; a notebook the grader could not read is an `error`, not scored) is scored over its checks as a whole, counting at
     least one failure."""
     ran = {"passed": 0, "failed": 0}
     for c in lab.get("checks", []):
@@ -430,8 +436,8 @@ def first_failing(doc: dict, labs=None) -> str:
     for lab in sorted(doc.get("labs", []), key=lambda x: x["lab"]):
         if labs is not None and lab["lab"] not in labs:
             continue
-        if lab.get("setup"):
-            return f"lab {lab['lab']}: not graded: {gist(lab['setup'])}"
+        if lab.get("setup") or lab.get("refused"):
+            return f"lab {lab['lab']}: not graded: {gist(lab.get('setup') or lab.get('error') or '')}"
         for c in lab.get("checks", []):
             if c["status"] == "failed":
                 why = gist(c.get("message") or "")
@@ -681,7 +687,7 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
         return write_csv(docs, args.csv, args.labs or None)
     write()       # the grades first: stopped while the labs as given are graded, the run loses none of them
-    if any(lab_status(lab) == "failed" for d in docs for lab in d.get("labs", [])):
+    if baseline_labs(docs):
         print(f"roster: wrote {args.csv}: scores before the labs as given are graded (a run stopped now keeps "
               "these)", file=sys.stderr)
     # what the labs as given pass here earns a failed lab nothing: graded once, for the labs some learner failed
@@ -690,7 +696,7 @@ def main(argv=None) -> int:
     cols = write()
     print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {_count(len(docs), 'learner')} x labs "
           f"{', '.join(cols)}")
-    return 0 if all(d.get("labs") and not any(lab.get("setup") for lab in d["labs"]) for d in docs) else 1
+    return 0 if all(d.get("labs") and not any(lab_status(lab) == "error" for lab in d["labs"]) for d in docs) else 1
 
 
 if __name__ == "__main__":
