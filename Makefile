@@ -20,6 +20,8 @@ SET     ?= full
 # From the environment only a value the rules read (an exported CUDA=/usr/local/cuda is some other program's, and is
 # passed on to what make runs as it was): the rules read CUDA_V, SET_V and PY_V. Typed on the command line, a value no
 # rule reads stops make (the end of this file).
+$(foreach v,CUDA_V SET_V PY_V,$(if $(filter command line,$(origin $(v))),$(error make: $(v) is this Makefile's own: \
+	give $(v:_V=)=$($(v)). Nothing was run)))
 PY_FORM = 3\.?(1[1-9]|[2-9][0-9])(\.[0-9]+)?
 valid_py = $(shell echo '$(subst ',,$(1))' | grep -Ex '$(PY_FORM)')
 ifeq ($(origin CUDA),command line)
@@ -32,7 +34,8 @@ endif
 SET_V := $(if $(filter command line,$(origin SET)),$(SET),$(or $(filter full notebook,$(SET)),full))
 PY_V  := $(if $(filter command line,$(origin PY)),$(PY),$(if $(call valid_py,$(PY)),$(PY),3.12))
 ifneq ($(filter wheelhouse,$(MAKECMDGOALS)),)
-$(if $(filter-out $(SET),$(SET_V)),$(warning make: SET=$(SET) in the environment is not one of full notebook: using full))
+$(if $(SET),$(if $(filter-out $(SET),$(SET_V)),$(warning make: SET=$(SET) in the environment is not one of full notebook: \
+	using full)))
 $(if $(filter-out $(PY),$(PY_V)),$(warning make: PY=$(PY) in the environment is no Python version: using 3.12))
 endif
 NB_TIMEOUT ?= 900

@@ -1129,7 +1129,8 @@ def test_a_word_after_the_target_or_a_lower_case_variable_is_refused_before_anyt
     values = {("grade", "LAB=04", "ENV=curent"): "ENV=curent is not one of venv current",
               ("grade", "LAB=04", "CUDA=11"): "CUDA=11 is not one of 12 13",
               ("wheelhouse", "SET=notebok"): "SET=notebok is not one of full notebook",
-              ("wheelhouse", "PY=3.1"): "PY=3.1 is no Python version the course runs on (3.11 or newer"}
+              ("wheelhouse", "PY=3.1"): "PY=3.1 is no Python version the course runs on (3.11 or newer",
+              ("grade", "LAB=04", "CUDA_V=11"): "CUDA_V is this Makefile's own: give CUDA=11"}
     for words, said in values.items():
         r = subprocess.run(["make", "--no-print-directory", *words, f"PYTHON3={sys.executable}"], cwd=tmp_path,
                            env=env, capture_output=True, text=True, timeout=120)
