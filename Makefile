@@ -24,15 +24,12 @@ $(foreach v,CUDA_V SET_V PY_V,$(if $(filter command line,$(origin $(v))),$(error
 	give $(v:_V=)=$($(v)). Nothing was run)))
 PY_FORM = 3\.?(1[1-9]|[2-9][0-9])(\.[0-9]+)?
 valid_py = $(shell echo '$(subst ',,$(1))' | grep -Ex '$(PY_FORM)')
-ifeq ($(origin CUDA),command line)
-CUDA_V := $(CUDA)
-else
-CUDA_V := $(or $(filter 12 13,$(CUDA)),13)
-$(if $(filter-out 12 13,$(CUDA)),$(if $(shell echo '$(subst ',,$(CUDA))' | grep -Ex '[0-9.]+'),$(warning make: CUDA=$(CUDA) \
-	in the environment is not one of 12 13: using 13 (make ... CUDA=12 for the CUDA 12 pins))))
-endif
-SET_V := $(if $(filter command line,$(origin SET)),$(SET),$(or $(filter full notebook,$(SET)),full))
-PY_V  := $(if $(filter command line,$(origin PY)),$(PY),$(if $(call valid_py,$(PY)),$(PY),3.12))
+typed = $(filter command line,$(origin $(1)))
+CUDA_V := $(if $(call typed,CUDA),$(CUDA),$(or $(filter 12 13,$(CUDA)),13))
+SET_V  := $(if $(call typed,SET),$(SET),$(or $(filter full notebook,$(SET)),full))
+PY_V   := $(if $(call typed,PY),$(PY),$(if $(call valid_py,$(PY)),$(PY),3.12))
+$(if $(filter-out $(CUDA),$(CUDA_V)),$(if $(shell echo '$(subst ',,$(CUDA))' | grep -Ex '[0-9.]+'),$(warning make: \
+	CUDA=$(CUDA) in the environment is not one of 12 13: using 13 (make ... CUDA=12 for the CUDA 12 pins))))
 ifneq ($(filter wheelhouse,$(MAKECMDGOALS)),)
 $(if $(SET),$(if $(filter-out $(SET),$(SET_V)),$(warning make: SET=$(SET) in the environment is not one of full notebook: \
 	using full)))
@@ -368,9 +365,8 @@ $(foreach v,$(foreach a,$(MAKEOVERRIDES),$(if $(findstring =,$(a)),$(firstword $
 
 # A value no rule reads the same way stops make too: ENV=curent would make a whole .venv (1.2 GB, online), SET=notebok
 # the full bundle, CUDA=11 a missing requirements file, PY=3.1 a bundle pip cannot fill and then blames the index.
-# Values typed on the command line (the environment's are taken only when valid: see SET above); PY and SET only
+# Values typed on the command line (the environment's are taken only when valid: CUDA_V above); PY and SET only
 # for the target that reads them.
-typed = $(filter command line,$(origin $(1)))
 oneof = $(if $(call typed,$(1)),$(if $(filter $(2),$($(1))),,$(error make: $(1)=$($(1)) is not one of $(2): $(3). \
 	Nothing was run)))
 $(call oneof,ENV,venv current,ENV=current uses the Python you are in)

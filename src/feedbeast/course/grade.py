@@ -68,6 +68,7 @@ import nbformat
 from ..errors import MISSING_CUDA_WHEELS, install_command   # what a Python without the CUDA wheels is told
 from ..isolated import environment   # a copy of os.environ that a thread's change does not break
 from ..magic import KERNEL_NAMES as KERNEL_DECL   # the kernels a %%cuda cell declares
+from .exit_status import NOTHING_RAN   # a notebook graded as nothing, as a wrong command line
 # places in a learner's notebook, as it names them
 from .notebook import at, binds_of, cuda_name, is_python, place, python_of
 
@@ -1705,7 +1706,7 @@ def expand(patterns, course=None) -> list[Path]:
 def worst(codes) -> int:
     """1 (a check failed) over 3 (a notebook named that is not there) over 2 (partial) over 0."""
     codes = list(codes)
-    return next((c for c in (1, 3, 2) if c in codes), 0)
+    return next((c for c in (1, NOTHING_RAN, 2) if c in codes), 0)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -1732,7 +1733,6 @@ def main(argv=None) -> int:
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
                     help="FEEDBEAST_HAZARDS=1 for labs 03-09 and later labs using fb/ headers: auto = when a GPU is here")
     args = ap.parse_args(argv)
-    from .exit_status import NOTHING_RAN
     hazards = {"auto": None, "on": True, "off": False}[args.hazards]
     reports, codes = [], []
     for path in expand(args.notebooks, args.course):
@@ -1743,10 +1743,12 @@ def main(argv=None) -> int:
         # nothing graded: no such file (the command line named no notebook), or one refused whole (a chapter, no
         # course or solution found, not a notebook): no FAILED grade
         codes.append(NOTHING_RAN if rep.refused else rep.exit_code)
-        if not args.json:
+        if not args.json and not rep.refused:
+            print(rep, flush=True)
+        elif not args.json:
             why = rep.error if path.exists() else missing.get(
                 str(path), f"no such file: {path} (a lab is named by its path, or by its number: grade 04)")
-            print(("  not graded: " + why.replace("\n", "\n              ")) if rep.refused else rep, flush=True)
+            print("  not graded: " + why.replace("\n", "\n              "), flush=True)
     status = worst(codes)
     if args.json:
         labs = [{**r.to_dict(), "exit": code} for r, code in zip(reports, codes)]

@@ -17,8 +17,9 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
 
 CSV: one row per learner; for each lab a score (see score(): for a failed lab the mean over its check cells of
 100 x passed / (passed + failed), leaving out what the lab as given passes on this machine (graded once per run),
-a cell cut short scoring 0, below 100 for every failed lab; empty when no check ran) and a status (ok, partial, failed; missing: no such notebook; error:
-the learner could not be graded, e.g. the grader could not start as them). Columns: username, "lab NN",
+a cell cut short scoring 0, below 100 for every failed lab; empty when no check ran) and a status (ok, partial,
+failed; missing: no such notebook; error: the learner or the notebook could not be graded, e.g. the grader could
+not start as them, or the notebook cannot be read). Columns: username, "lab NN",
 "lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
 "lab 04: name: why"; for an error row, why it could not be graded).
 Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise; 2 when nothing was graded
@@ -358,13 +359,13 @@ def score(lab: dict) -> float | None:
     100 x passed / (passed + failed), each check with its count; a skipped check (it could not run on this machine)
     is left out, neither earned nor lost. A pass of a check that the lab as given passes on the same machine
     (`given_passed`, with_baseline: a register budget an empty kernel meets) earns nothing: it comes off both
-    counts (a failure of such a check still counts), and a cell with nothing left is left out. A cell the notebook cut short (an error out of its own code,
-    a hang, a cell never run: grade._cell_tally) scores 0: it ran only some of its checks, and a share of those
-    would let a notebook that stops a cell early score above the honest wrong answer. A notebook whose code changed
-    what the checks use scores 0, and so does one whose code is the lab's as given. A failed lab scores at most
-    99.9, so it never ranks with or above a lab that did not fail. A report with no cells (written before the
-    grader kept them; a notebook the grader could not read is an `error`, not scored) is scored over its checks as a whole, counting at
-    least one failure."""
+    counts (a failure of such a check still counts), and a cell with nothing left is left out. A cell the notebook
+    cut short (an error out of its own code, a hang, a cell never run: grade._cell_tally) scores 0: it ran only
+    some of its checks, and a share of those would let a notebook that stops a cell early score above the honest
+    wrong answer. A notebook whose code changed what the checks use scores 0, and so does one whose code is the
+    lab's as given. A failed lab scores at most 99.9, so it never ranks with or above a lab that did not fail. A
+    report with no cells (written before the grader kept them; a notebook the grader could not read is an `error`,
+    not scored) is scored over its checks as a whole, counting at least one failure."""
     ran = {"passed": 0, "failed": 0}
     for c in lab.get("checks", []):
         if c["status"] in ran:
