@@ -307,3 +307,66 @@ def test_a_named_timeline_goes_to_the_results_log_and_comes_back_where_no_gpu_ra
     assert back.data == {"per_sm": 25.5} and back.gpu == "NVIDIA H200"
     assert re.fullmatch(r"block 0 of 132, recorded on NVIDIA H200 on 20\d\d-\d\d-\d\d, not timed here", back.title)
     assert trace.recorded_spans("ch06/cooperative trace", skipped) is skipped      # nothing recorded: the skip
+
+
+def test_a_hazard_report_goes_to_the_results_log_and_comes_back_beside_the_skip(h200_results, monkeypatch, src):
+    """Module.hazard_check hands each report a GPU gave to hooks.on_hazard (the course writes hazards.jsonl; not
+    under the sanitizer). Where the check cannot run, its skip is followed by that report, found by kernel, module
+    and defines (hazard_name): the planted variant's report never stands for the ring as written."""
+    import importlib
+    from feedbeast import hooks
+    from feedbeast.course import results
+    isolated = importlib.import_module("feedbeast.isolated")    # (fb.isolated is the function)
+    monkeypatch.setattr(hooks, "on_hazard", [results.append_hazard])
+    written = fb.compile(src, "sm_90a", defines={"STAGES": 2}, name="rowsum.cu")
+    planted = fb.compile(src, "sm_90a", defines={"STAGES": 2, "FENCE_AFTER_RELEASE": 1}, name="rowsum.cu")
+    assert planted.hazard_name("rowsum_ring") == "hazard check of rowsum_ring (rowsum.cu, FENCE_AFTER_RELEASE=1, STAGES=2)"
+
+    class Found:             # what the checker's Report offers the hook: its violations, ok and its text
+        def __init__(self, n, text):
+            self.violations, self.ok, self.text = [object()] * n, n == 0, text
+
+        def __str__(self):
+            return self.text
+    reports = {False: Found(0, "hazard check of rowsum_ring: 26029 events from 2 block(s), 0 violation(s)"),
+               True: Found(2, "hazard check of rowsum_ring: 27242 events from 2 block(s), 2 violation(s)\n"
+                              "missing-proxy-fence: 2 (a generic-proxy access and a later async-proxy access)")}
+    monkeypatch.setattr(hooks, "hazard_run",
+                        lambda k, *a, **kw: reports["FENCE_AFTER_RELEASE" in k.module.defines])
+    monkeypatch.setattr(hooks.mode, "sanitizer", True)
+    planted.hazard_check("rowsum_ring", 2, THREADS)
+    assert not (h200_results / "nvidia-h200" / "hazards.jsonl").exists()       # a sanitizer run records nothing
+    monkeypatch.setattr(hooks.mode, "sanitizer", False)
+    for mod in (written, planted):
+        assert mod.hazard_check("rowsum_ring", 2, THREADS) is reports["FENCE_AFTER_RELEASE" in mod.defines]
+    recs = results.load(h200_results / "nvidia-h200" / "hazards.jsonl")
+    assert [(r["name"], r["tool"], r["violations"], r["ok"], r["gpu"]) for r in recs] == [
+        (written.hazard_name("rowsum_ring"), "hazard check", 0, True, "NVIDIA H200"),
+        (planted.hazard_name("rowsum_ring"), "hazard check", 2, False, "NVIDIA H200")]
+
+    summary = "\n".join(results._hazards_summary(h200_results / "nvidia-h200" / "hazards.jsonl"))   # results.md's
+    assert f"- {planted.hazard_name('rowsum_ring')} (no notebook named): 2 reported; {reports[True].text.splitlines()[0]}" \
+        in summary.splitlines() and f"- {written.hazard_name('rowsum_ring')} (no notebook named): 0 reported" in summary
+
+    monkeypatch.setattr(hooks, "hazard_run", lambda k, *a, **kw: fb.Skipped("needs sm_90a, this machine has none",
+                                                                            f"hazard check of {k.name}"))
+    shown = str(planted.hazard_check("rowsum_ring", 2, THREADS))
+    assert re.fullmatch(r"skipped: hazard check of rowsum_ring: needs sm_90a, this machine has none; recorded on "
+                        r"NVIDIA H200 \(results/nvidia-h200/, 20\d\d-\d\d-\d\d\):\n" + re.escape(reports[True].text),
+                        shown), shown
+    shown = str(written.hazard_check("rowsum_ring", 2, THREADS))
+    assert shown.endswith("\n" + reports[False].text) and "missing-proxy-fence" not in shown
+    other = fb.compile(src, "sm_90a", defines={"STAGES": 4}, name="rowsum.cu")    # never checked on a GPU: the skip
+    assert str(other.hazard_check("rowsum_ring", 2, THREADS)) == \
+        "skipped: hazard check of rowsum_ring: needs sm_90a, this machine has none"
+
+    # a named racecheck: its count and summary recorded the same way, shown beside its skip; unnamed, only the skip
+    results.append_hazard({"name": "ch04/planted race", "tool": "racecheck", "violations": 0, "ok": True,
+                           "text": "racecheck: 0 hazards reported\n========= RACECHECK SUMMARY: 0 hazards displayed"})
+    monkeypatch.setattr(isolated, "find_sanitizer", lambda: None)
+    shown = str(fb.racecheck("pass", name="ch04/planted race"))
+    assert re.fullmatch(r"skipped: racecheck of ch04/planted race: needs compute-sanitizer .*; recorded on NVIDIA "
+                        r"H200 \(results/nvidia-h200/, 20\d\d-\d\d-\d\d\):\nracecheck: 0 hazards reported\n"
+                        r"========= RACECHECK SUMMARY: 0 hazards displayed", shown), shown
+    assert str(fb.racecheck("pass")) == ("skipped: racecheck: needs compute-sanitizer (a CUDA toolkit's bin/ on PATH, "
+                                         "or CUDA_HOME)")

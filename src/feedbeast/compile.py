@@ -279,13 +279,28 @@ class Module:
         return compile(self.source, None if self.any_gpu else self.arch, defines={**self.defines, **defines},
                        options=self.options, name=self.name, debug=True)
 
-    def hazard_check(self, kernel: str, grid, block, *args, shared: int = 0, cluster=None, **kw):
+    def hazard_check(self, kernel: str, grid, block, *args, shared: int = 0, cluster=None, name: str = "", **kw):
         """Run the hazard build of `kernel` once with these arguments and check its trace: a
-        feedbeast.hazards.Report (or a Skipped); .raise_if_any() raises HazardFound naming the rule."""
+        feedbeast.hazards.Report (or a Skipped); .raise_if_any() raises HazardFound naming the rule.
+        `name` (default: hazard_name) is what the check's report goes out as (hooks.on_hazard) where a GPU ran it,
+        and what a machine that cannot run it looks up to show that report beside its skip."""
         from . import hooks   # the checker is installed there (feedbeast/__init__): compile does not import it
+        from .skip import Skipped, with_recorded
         if hooks.hazard_run is None:
             raise FeedbeastError("no hazard checker is installed: import feedbeast (it installs feedbeast.hazards)")
-        return hooks.hazard_run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
+        name = name or self.hazard_name(kernel)
+        out = hooks.hazard_run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
+        if isinstance(out, Skipped):
+            return with_recorded(out, name, "hazard")
+        hooks.emit(hooks.on_hazard, {"name": name, "tool": "hazard check", "violations": len(out.violations),
+                                     "ok": out.ok, "text": str(out)})
+        return out
+
+    def hazard_name(self, kernel: str) -> str:
+        """'hazard check of k (ring.cu, STAGES=2)': the kernel, the module's name and its defines, which tell the
+        variants of one source apart."""
+        defines = ", ".join(f"{k}={v}" for k, v in sorted((self.defines or {}).items()))
+        return f"hazard check of {kernel} ({self.name}" + (f", {defines})" if defines else ")")
 
     @property
     def todo(self) -> str:

@@ -22,8 +22,11 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
                     results log (it keeps those made where a GPU is, outside make sanitize)
     on_profile      [f(Profile)] each table fb.profile reads: the results log
     on_trace        [f(Spans)] each named timeline measured here (feedbeast.trace.named): the results log
+    on_hazard       [f(record)] each hazard check Module.hazard_check ran and each named fb.racecheck, as a dict
+                    (name, tool, violations, ok, text): the results log (it keeps those run where a GPU is)
     recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line
-                    (str) for a bench ("bench") or a check or tally ("check"), the record (dict) of a profile
+                    (str) for a bench ("bench"), a check or tally ("check") or a hazard check or racecheck
+                    ("hazard": its report, after the line), the record (dict) of a profile
                     ("profile")
                     or of a timeline ("trace"),
                     each GPU's latest record (list of dicts) of a bench ("bench-records"); None when nothing was
@@ -64,6 +67,7 @@ on_bench: list = []
 on_check: list = []
 on_profile: list = []
 on_trace: list = []
+on_hazard: list = []
 recorded = None
 
 

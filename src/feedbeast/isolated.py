@@ -164,22 +164,26 @@ def count_reports(log: str, tool: str) -> int | None:
     return int(m[-1]) if m else None
 
 
-def racecheck(code: str, *, timeout: float = 300, **values):
+def racecheck(code: str, *, timeout: float = 300, name: str = "", **values):
     """Run `code` (as fb.isolated runs it: `fb`, `np` and the keyword values bound) in a child Python process under
     compute-sanitizer racecheck. Returns (hazards reported, the sanitizer's summary lines), or a Skipped: with
-    no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer)."""
+    no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer). With a `name` (not a
+    value for the code) the outcome goes out under it (hooks.on_hazard), and a skip shows what a GPU run recorded."""
     from .device import gpu
     from . import hooks
-    from .skip import Skipped
-    what = "racecheck"
+    from .skip import Skipped, with_recorded
+    what = f"racecheck of {name}" if name else "racecheck"
+
+    def skip(reason):
+        s = Skipped(reason, what)
+        return with_recorded(s, name, "hazard") if name else s
     if gpu() is None:
-        return Skipped("needs a GPU, this machine has none", what)
+        return skip("needs a GPU, this machine has none")
     if hooks.mode.sanitizer:
-        return Skipped("not run inside make sanitize (it runs its own racecheck)", what)
+        return skip("not run inside make sanitize (it runs its own racecheck)")
     san = find_sanitizer()
     if san is None:
-        return Skipped("needs compute-sanitizer (a CUDA toolkit's bin/ on PATH, or CUDA_HOME)", what)
-    from . import hooks
+        return skip("needs compute-sanitizer (a CUDA toolkit's bin/ on PATH, or CUDA_HOME)")
     # no hazard builds in the child: racecheck checks the kernel as written, not its traced build
     with runner_command(values, mode=dataclasses.replace(hooks.mode, hazards="")) as child:
         cmd = [san, "--tool", "racecheck", "--racecheck-report", "all", "--report-api-errors", "no",
@@ -188,4 +192,9 @@ def racecheck(code: str, *, timeout: float = 300, **values):
                            env=child_env())
     log = r.stdout + r.stderr
     summary = [ln.strip() for ln in log.splitlines() if "SUMMARY" in ln]
-    return count_reports(log, "racecheck"), summary
+    hazards = count_reports(log, "racecheck")
+    if name:
+        hooks.emit(hooks.on_hazard, {"name": name, "tool": "racecheck", "violations": hazards, "ok": hazards == 0,
+                                     "text": "\n".join([f"racecheck: {hazards} hazards reported" if hazards is not None
+                                                         else "racecheck: no summary in its output", *summary])})
+    return hazards, summary

@@ -53,6 +53,8 @@ def _recorded(kind: str, name: str) -> str | dict | list | None:
         return results.recorded_bench(name)
     if kind == "check":
         return results.recorded_check(name) if name != "check" else None
+    if kind == "hazard":
+        return results.recorded_hazard(name)
     if kind == "profile":
         return results.recorded_profile(name)
     if kind == "trace":
@@ -61,14 +63,16 @@ def _recorded(kind: str, name: str) -> str | dict | list | None:
         return results.recorded("bench", name)
     if kind == "peak":              # a resource's physical peak, as each GPU's latest benchmark bound by it gave it
         return results.recorded_peak(name)
-    raise ValueError(f"no recorded results of kind {kind!r}: bench, bench-records, check, peak, profile or trace")
+    raise ValueError(f"no recorded results of kind {kind!r}: bench, bench-records, check, hazard, peak, profile or "
+                     "trace")
 
 
 def install() -> None:
     """Install the course's hooks into the library (again: nothing is installed twice)."""
     verdicts.install()
     for sinks, f in ((hooks.on_bench, results.append), (hooks.on_check, results.append_check),
-                     (hooks.on_profile, results.append_profile), (hooks.on_trace, results.append_trace)):
+                     (hooks.on_profile, results.append_profile), (hooks.on_trace, results.append_trace),
+                     (hooks.on_hazard, results.append_hazard)):
         if f not in sinks:
             sinks.append(f)
     hooks.recorded = _recorded

@@ -1,13 +1,14 @@
 """The results log: every bench() result as one JSON line, with the GPU, versions and sizes; every check() and
-tally() on a GPU as one line of checks.jsonl beside it.
+tally() on a GPU as one line of checks.jsonl beside it, and every hazard check and named racecheck as one line of
+hazards.jsonl.
 
 By default it goes to ~/.cache/feedbeast/results/<gpu>/bench.jsonl; `make bench` points
 FEEDBEAST_RESULTS at the repository's results/ so a real GPU run is kept, with its summary table
 (results.md) and plot (results.png) written by `summarize`.
 
-On a machine that cannot run a step, what a GPU run recorded stands beside the skip: `recorded_bench(name)`
-and `recorded_check(name)` read the course's results/<gpu>/ folders (and FEEDBEAST_RESULTS') and give one line
-naming each GPU and its folder, e.g.
+On a machine that cannot run a step, what a GPU run recorded stands beside the skip: `recorded_bench(name)`,
+`recorded_check(name)` and `recorded_hazard(name)` read the course's results/<gpu>/ folders (and
+FEEDBEAST_RESULTS') and give one line naming each GPU and its folder (a hazard check's report after it), e.g.
 `recorded on NVIDIA H200: 3,877.3 GB/s = 91.3 % of copy (results/nvidia-h200/, 2026-11-29)`. A chapter's sweep
 that was not timed here is drawn from the same records, one line per GPU, by `plot_recorded`.
 """
@@ -66,6 +67,19 @@ def append_check(res) -> Path | None:
             {"rel_error": res.rel_error, "tolerance": res.tolerance, "n_bad": res.n_bad})
     return _append_line("checks.jsonl", {"name": res.name, "passed": res.passed, **what, "gpu": g.name,
                                          "cc": f"{g.cc[0]}.{g.cc[1]}"})
+
+
+def append_hazard(rec: dict) -> Path | None:
+    """A hazard check's or a named racecheck's outcome on this GPU (hooks.on_hazard), one line of hazards.jsonl:
+    its report's first 40 lines (nothing without a GPU, nothing under make sanitize, as for checks)."""
+    from .. import hooks
+    from ..device import gpu
+    g = gpu()
+    if g is None or hooks.mode.sanitizer:
+        return None
+    lines = str(rec.get("text", "")).splitlines()
+    text = "\n".join(lines[:40] + ([f"... and {len(lines) - 40} more lines"] if len(lines) > 40 else []))
+    return _append_line("hazards.jsonl", {**rec, "text": text, "gpu": g.name, "cc": f"{g.cc[0]}.{g.cc[1]}"})
 
 
 def append_profile(pr) -> Path:
@@ -166,8 +180,8 @@ def recorded_under(prefix: str) -> dict[str, dict]:
 
 
 def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
-    """The latest record of `name` per GPU in the course's results/ (and FEEDBEAST_RESULTS'), kind "bench" or
-    "checks"; with other_sizes, when there is none at this size, the latest record of each other size of the same
+    """The latest record of `name` per GPU in the course's results/ (and FEEDBEAST_RESULTS'), kind "bench",
+    "checks" or "hazards"; with other_sizes, when there is none at this size, the latest record of each other size of the same
     name per GPU (a CPU run's small sizes are never the GPU's: every size the GPU recorded is the evidence)."""
     exact, sized = {}, {}
     for path in _recorded_logs(kind):
@@ -308,6 +322,15 @@ def recorded_check(name: str) -> str | None:
     return f"{name}: no GPU run at this size; " + "; ".join(parts) if parts else None
 
 
+def recorded_hazard(name: str) -> str | None:
+    """'recorded on <GPU> (results/<gpu>/, <date>):' and the report that GPU's latest run of hazard check or
+    racecheck `name` gave, one GPU after another; None where none ran it."""
+    recs = [r for r in recorded("hazards", name) if isinstance(r.get("text"), str)]
+    parts = [f"recorded on {r.get('gpu', r['_folder'])}{_recorder(r)} (results/{r['_folder']}/"
+             + (f", {r['time'][:10]}" if isinstance(r.get("time"), str) else "") + f"):\n{r['text']}" for r in recs]
+    return "\n".join(parts) if parts else None
+
+
 def load(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
 
@@ -368,6 +391,19 @@ def _checks_summary(path: Path) -> list[str]:
     return out
 
 
+def _hazards_summary(path: Path) -> list[str]:
+    """results.md's section on hazards.jsonl: each hazard check's and named racecheck's latest verdict."""
+    if not path.exists():
+        return []
+    latest = {r["name"]: r for r in load(path) if isinstance(r, dict) and isinstance(r.get("name"), str)}
+    out = ["", "## Hazard checks and racechecks (hazards.jsonl: the latest report of each)", ""]
+    for name, r in sorted(latest.items()):
+        first = str(r.get("text", "")).splitlines()[:1]
+        out.append(f"- {name} ({r.get('notebook') or 'no notebook named'}): {r.get('violations')} reported"
+                   + (f"; {first[0]}" if first else ""))
+    return out
+
+
 def summarize(folder: Path) -> Path:
     """results.md (the latest result per name) and results.png (% of ceiling) for one GPU's folder."""
     import matplotlib
@@ -411,7 +447,7 @@ def summarize(folder: Path) -> Path:
                              if isinstance(v, (int, float)))
             stalls = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["stalls"].items(), key=lambda kv: -kv[1])[:4])
             lines.append(f"- **{r['name']}** ({r['kernel'][:60]}): {vals}; top stalls (warps per issue): {stalls}")
-    lines += _checks_summary(folder / "checks.jsonl")
+    lines += _checks_summary(folder / "checks.jsonl") + _hazards_summary(folder / "hazards.jsonl")
     (folder / "results.md").write_text("\n".join(lines) + "\n")
     # One row per family (a chapter's kernel or build over its sizes: "ch09/6-persist", "ch10/cublas"), one dot
     # per size, the family's median marked: a chapter records hundreds of sizes, too many for a bar each.
