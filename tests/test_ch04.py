@@ -3,6 +3,7 @@
 The kernel is read from the chapter's %%cuda cell, so the test and the book run the same code.
 GPU tests skip by name without an sm_90a GPU.
 """
+import json
 import re
 from pathlib import Path
 
@@ -370,3 +371,44 @@ def test_a_hazard_report_goes_to_the_results_log_and_comes_back_beside_the_skip(
                         r"========= RACECHECK SUMMARY: 0 hazards displayed", shown), shown
     assert str(fb.racecheck("pass")) == ("skipped: racecheck: needs compute-sanitizer (a CUDA toolkit's bin/ on PATH, "
                                          "or CUDA_HOME)")
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_named_racecheck_hands_its_count_and_the_code_s_exit_status_to_the_log(h200_results, monkeypatch, tmp_path,
+                                                                                status):
+    """fb.racecheck(name=...) hands its count, summary and verdict to hooks.on_hazard; code that failed under the
+    sanitizer is no clean run, whatever the count (a stand-in sanitizer prints racecheck's summary line)."""
+    import importlib
+    from feedbeast import hooks
+    from feedbeast.course import results
+    isolated = importlib.import_module("feedbeast.isolated")
+    san = tmp_path / "compute-sanitizer"
+    san.write_text("#!/bin/sh\necho '========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)'\n"
+                   f"exit {status}\n")
+    san.chmod(0o755)
+    monkeypatch.setattr(isolated, "find_sanitizer", lambda: str(san))
+    monkeypatch.setattr(hooks, "on_hazard", [results.append_hazard])
+    assert fb.racecheck("pass", name="planted") == (0, ["========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, "
+                                                        "0 warnings)"])
+    fb.racecheck("pass")                                        # unnamed: nothing recorded
+    (rec,) = results.load(h200_results / "nvidia-h200" / "hazards.jsonl")
+    assert (rec["name"], rec["tool"], rec["violations"], rec["ok"]) == ("planted", "racecheck", 0, status == 0)
+    assert rec["text"].splitlines()[0] == "racecheck: 0 hazards reported" + (
+        f"; the code under it exited with status {status}" if status else "")
+
+
+def test_a_hazard_record_the_reader_cannot_state_is_left_out_never_a_crash(h200_results):
+    """A hand-edited or foreign line of hazards.jsonl breaks neither a learner's skip nor results.md."""
+    from feedbeast.course import results
+    good = {"name": "hazard check of k (k.cu)", "tool": "hazard check", "violations": 1, "ok": False,
+            "text": "hazard check of k: 10 events from 1 block(s), 1 violation(s)", "gpu": "NVIDIA H200",
+            "time": "2026-12-02T00:00:00+00:00"}
+    lines = ["{oops", json.dumps([1, 2]), json.dumps(dict(good, name=None)), json.dumps(dict(good, text=7, gpu="GPU B")),
+             json.dumps(dict(good, violations=None, name="racecheck of r")), json.dumps(good)]
+    (h200_results / "nvidia-h200").mkdir()
+    (h200_results / "nvidia-h200" / "hazards.jsonl").write_text("\n".join(lines) + "\n")
+    assert results.recorded_hazard("hazard check of k (k.cu)") == (
+        "recorded on NVIDIA H200 (results/nvidia-h200/, 2026-12-02):\n" + good["text"])
+    assert results._hazards_summary(h200_results / "nvidia-h200" / "hazards.jsonl")[3:] == [
+        f"- hazard check of k (k.cu) (no notebook named): 1 reported; {good['text']}",
+        f"- racecheck of r (no notebook named): no count; {good['text']}"]

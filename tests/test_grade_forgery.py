@@ -448,6 +448,7 @@ def test_integrity_names_a_replaced_toolkit_function_and_a_rebound_given_name():
         fb.check = lambda *a, **k: None
         hooks.before_launch.append(print)
         hooks.on_verdict.append(print)
+        hooks.on_hazard.append(print)
         hooks.mode.sanitizer = True
         ns["fb"] = object()
         problems = "\n".join(g._integrity_problems(base, ns))
@@ -455,10 +456,12 @@ def test_integrity_names_a_replaced_toolkit_function_and_a_rebound_given_name():
         hazards.enabled, fb.check = real_enabled, real_check
         hooks.before_launch.remove(print)
         hooks.on_verdict.remove(print)
+        hooks.on_hazard.remove(print)
         hooks.mode.sanitizer = False
         ns["fb"] = fb
     for what in ("feedbeast.hazards.enabled was replaced", "feedbeast.check was replaced",
-                 "feedbeast.hooks.before_launch", "feedbeast.hooks.on_verdict", "feedbeast.hooks.mode",
+                 "feedbeast.hooks.before_launch", "feedbeast.hooks.on_verdict", "feedbeast.hooks.on_hazard",
+                 "feedbeast.hooks.mode",
                  "fb (which the lab gives or the grader binds) was rebound"):
         assert what in problems, problems
     assert g._integrity_problems(base, ns) == []

@@ -53,11 +53,13 @@ def test_the_course_installs_itself_where_feedbeast_hooks_names_it():
 
 def test_installing_twice_installs_once():
     course = importlib.import_module("feedbeast.course")
-    before = [list(hooks.on_verdict), list(hooks.on_bench), list(hooks.on_check), list(hooks.on_profile)]
+    before = [list(hooks.on_verdict), list(hooks.on_bench), list(hooks.on_check), list(hooks.on_profile),
+              list(hooks.on_trace), list(hooks.on_hazard)]
     launch = list(hooks.before_launch)
     course.install()
     course.install()
-    assert [hooks.on_verdict, hooks.on_bench, hooks.on_check, hooks.on_profile] == before
+    assert [hooks.on_verdict, hooks.on_bench, hooks.on_check, hooks.on_profile, hooks.on_trace, hooks.on_hazard] \
+        == before
     assert hooks.before_launch == launch and hooks.before_launch.count(course.hazards_from_environment) == 1
 
 

@@ -282,8 +282,8 @@ class Module:
     def hazard_check(self, kernel: str, grid, block, *args, shared: int = 0, cluster=None, name: str = "", **kw):
         """Run the hazard build of `kernel` once with these arguments and check its trace: a
         feedbeast.hazards.Report (or a Skipped); .raise_if_any() raises HazardFound naming the rule.
-        `name` (default: hazard_name) is what the check's report goes out as (hooks.on_hazard) where a GPU ran it,
-        and what a machine that cannot run it looks up to show that report beside its skip."""
+        Where a GPU ran it, the report is handed to hooks.on_hazard under `name` (default: hazard_name); where
+        none can, that name finds what a GPU run recorded, shown after the skip."""
         from . import hooks   # the checker is installed there (feedbeast/__init__): compile does not import it
         from .skip import Skipped, with_recorded
         if hooks.hazard_run is None:
@@ -292,14 +292,15 @@ class Module:
         out = hooks.hazard_run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
         if isinstance(out, Skipped):
             return with_recorded(out, name, "hazard")
-        hooks.emit(hooks.on_hazard, {"name": name, "tool": "hazard check", "violations": len(out.violations),
-                                     "ok": out.ok, "text": str(out)})
+        if hasattr(out, "violations"):        # a Report (another checker installed there may return other things)
+            hooks.emit(hooks.on_hazard, {"name": name, "tool": "hazard check", "violations": len(out.violations),
+                                         "ok": out.ok, "text": str(out)})
         return out
 
     def hazard_name(self, kernel: str) -> str:
         """'hazard check of k (ring.cu, STAGES=2)': the kernel, the module's name and its defines, which tell the
         variants of one source apart."""
-        defines = ", ".join(f"{k}={v}" for k, v in sorted((self.defines or {}).items()))
+        defines = ", ".join(f"{k}={v}" if v is not None else k for k, v in sorted((self.defines or {}).items()))
         return f"hazard check of {kernel} ({self.name}" + (f", {defines})" if defines else ")")
 
     @property

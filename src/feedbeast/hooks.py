@@ -10,7 +10,8 @@ Installed by the package itself (feedbeast/__init__.py), because a later stage o
 earlier one that must not import it:
     before_launch   [f(kernel, grid, block, args, shared, cluster)]  run by Kernel.launch and Kernel.bind before a
                     launch (feedbeast.hazards: the hazard build first, when asked for)
-    hazard_run      f(kernel, grid, block, *args, shared=, cluster=, **kw) -> report, behind Module.hazard_check
+    hazard_run      f(kernel, grid, block, *args, shared=, cluster=, **kw) -> a Report (.violations, .ok) or a
+                    Skipped, behind Module.hazard_check
     ceiling         f(which, size=None) -> BenchResult or Skipped: what bench(ceiling="copy") is compared with
                     (feedbeast.ceilings.ceiling, looked up when called)
 
@@ -23,10 +24,11 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
     on_profile      [f(Profile)] each table fb.profile reads: the results log
     on_trace        [f(Spans)] each named timeline measured here (feedbeast.trace.named): the results log
     on_hazard       [f(record)] each hazard check Module.hazard_check ran and each named fb.racecheck, as a dict
-                    (name, tool, violations, ok, text): the results log (it keeps those run where a GPU is)
+                    (name, tool, violations, ok, text): the results log (it keeps those run where a GPU is, outside
+                    make sanitize; the grader's check process keeps none)
     recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line
-                    (str) for a bench ("bench"), a check or tally ("check") or a hazard check or racecheck
-                    ("hazard": its report, after the line), the record (dict) of a profile
+                    (str) for a bench ("bench") or a check or tally ("check"), a line and the report after it (str)
+                    for a hazard check or racecheck ("hazard"), the record (dict) of a profile
                     ("profile")
                     or of a timeline ("trace"),
                     each GPU's latest record (list of dicts) of a bench ("bench-records"); None when nothing was

@@ -167,8 +167,9 @@ def count_reports(log: str, tool: str) -> int | None:
 def racecheck(code: str, *, timeout: float = 300, name: str = "", **values):
     """Run `code` (as fb.isolated runs it: `fb`, `np` and the keyword values bound) in a child Python process under
     compute-sanitizer racecheck. Returns (hazards reported, the sanitizer's summary lines), or a Skipped: with
-    no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer). With a `name` (not a
-    value for the code) the outcome goes out under it (hooks.on_hazard), and a skip shows what a GPU run recorded."""
+    no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer). With a `name`, the
+    outcome is handed to hooks.on_hazard under it, and a skip shows what a GPU run recorded under it. `name` and
+    `timeout` are this function's own: the code cannot be handed values of those names."""
     from .device import gpu
     from . import hooks
     from .skip import Skipped, with_recorded
@@ -193,8 +194,11 @@ def racecheck(code: str, *, timeout: float = 300, name: str = "", **values):
     log = r.stdout + r.stderr
     summary = [ln.strip() for ln in log.splitlines() if "SUMMARY" in ln]
     hazards = count_reports(log, "racecheck")
-    if name:
-        hooks.emit(hooks.on_hazard, {"name": name, "tool": "racecheck", "violations": hazards, "ok": hazards == 0,
-                                     "text": "\n".join([f"racecheck: {hazards} hazards reported" if hazards is not None
-                                                         else "racecheck: no summary in its output", *summary])})
+    if name:       # a child that failed checked less than its code: its count is no evidence of a clean run
+        head = (f"racecheck: {hazards} hazards reported" if hazards is not None
+                else "racecheck: no summary in its output")
+        if r.returncode:
+            head += f"; the code under it exited with status {r.returncode}"
+        hooks.emit(hooks.on_hazard, {"name": name, "tool": "racecheck", "violations": hazards,
+                                     "ok": hazards == 0 and r.returncode == 0, "text": "\n".join([head, *summary])})
     return hazards, summary

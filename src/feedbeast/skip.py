@@ -7,6 +7,8 @@ A `Skipped` prints `skipped: <what>: needs sm_90a, this machine has none`, is fa
 """
 from __future__ import annotations
 
+import html
+
 from . import hooks
 from .device import gpu, runs_on
 
@@ -25,8 +27,9 @@ class Skipped:
 
     __str__ = __repr__
 
-    def _repr_html_(self):
-        return f"<b>skipped</b>: {self.what + ': ' if self.what else ''}{self.reason}"
+    def _repr_html_(self):     # a recorded report after the reason keeps its lines and its source's < and &
+        text = html.escape(f"{self.what + ': ' if self.what else ''}{self.reason}")
+        return f'<div style="white-space: pre-wrap"><b>skipped</b>: {text}</div>'
 
     def raise_if_any(self):
         # A hazard check that could not run (hazard_check returns a Skipped then) has nothing to raise: the chained
@@ -36,7 +39,8 @@ class Skipped:
 
 def with_recorded(skip: Skipped, name: str, kind: str = "bench") -> Skipped:
     """The skip of step `name`, with what a GPU run recorded for it when a reader of recorded results is installed
-    (feedbeast.hooks.recorded): `kind` "bench" for a benchmark or a ceiling, "check" for a check or a tally."""
+    (feedbeast.hooks.recorded): `kind` "bench" for a benchmark or a ceiling, "check" for a check or a tally,
+    "hazard" for a hazard check or a named racecheck."""
     line = hooks.recorded_line(kind, name)
     if line and line not in skip.reason:     # once, however often the same skip is handed on
         skip.reason += f"; {line}"

@@ -181,8 +181,9 @@ def recorded_under(prefix: str) -> dict[str, dict]:
 
 def recorded(kind: str, name: str, other_sizes: bool = False) -> list[dict]:
     """The latest record of `name` per GPU in the course's results/ (and FEEDBEAST_RESULTS'), kind "bench",
-    "checks" or "hazards"; with other_sizes, when there is none at this size, the latest record of each other size of the same
-    name per GPU (a CPU run's small sizes are never the GPU's: every size the GPU recorded is the evidence)."""
+    "checks" or "hazards"; with other_sizes, when there is none at this size, the latest record of each other size
+    of the same name per GPU (a CPU run's small sizes are never the GPU's: every size the GPU recorded is the
+    evidence)."""
     exact, sized = {}, {}
     for path in _recorded_logs(kind):
         for line in path.read_text().splitlines():
@@ -395,12 +396,20 @@ def _hazards_summary(path: Path) -> list[str]:
     """results.md's section on hazards.jsonl: each hazard check's and named racecheck's latest verdict."""
     if not path.exists():
         return []
-    latest = {r["name"]: r for r in load(path) if isinstance(r, dict) and isinstance(r.get("name"), str)}
+    latest = {}
+    for line in path.read_text().splitlines():      # a line this reader cannot state is left out, never a crash
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and isinstance(r.get("name"), str):
+            latest[r["name"]] = r
     out = ["", "## Hazard checks and racechecks (hazards.jsonl: the latest report of each)", ""]
     for name, r in sorted(latest.items()):
+        n = r.get("violations")
         first = str(r.get("text", "")).splitlines()[:1]
-        out.append(f"- {name} ({r.get('notebook') or 'no notebook named'}): {r.get('violations')} reported"
-                   + (f"; {first[0]}" if first else ""))
+        out.append(f"- {name} ({r.get('notebook') or 'no notebook named'}): "
+                   + (f"{n} reported" if isinstance(n, int) else "no count") + (f"; {first[0]}" if first else ""))
     return out
 
 
