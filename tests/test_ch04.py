@@ -357,6 +357,14 @@ def test_a_hazard_report_goes_to_the_results_log_and_comes_back_beside_the_skip(
                         shown), shown
     shown = str(written.hazard_check("rowsum_ring", 2, THREADS))
     assert shown.endswith("\n" + reports[False].text) and "missing-proxy-fence" not in shown
+    assert "other code" not in shown
+    # the same kernel, module and defines, its source edited here: the record is of the course's code, and says so
+    edited = fb.compile(src + "\n// a learner's edit\n", "sm_90a", defines={"STAGES": 2}, name="rowsum.cu")
+    shown = str(edited.hazard_check("rowsum_ring", 2, THREADS))
+    assert re.fullmatch(r"skipped: hazard check of rowsum_ring: needs sm_90a, this machine has none; recorded on "
+                        r"NVIDIA H200 \(results/nvidia-h200/, 20\d\d-\d\d-\d\d\) for other code than this \(the "
+                        r"course's, before an edit here\): only a GPU run checks this code:\n"
+                        + re.escape(reports[False].text), shown), shown
     other = fb.compile(src, "sm_90a", defines={"STAGES": 4}, name="rowsum.cu")    # never checked on a GPU: the skip
     assert str(other.hazard_check("rowsum_ring", 2, THREADS)) == \
         "skipped: hazard check of rowsum_ring: needs sm_90a, this machine has none"
@@ -395,6 +403,37 @@ def test_a_named_racecheck_hands_its_count_and_the_code_s_exit_status_to_the_log
     assert (rec["name"], rec["tool"], rec["violations"], rec["ok"]) == ("planted", "racecheck", 0, status == 0)
     assert rec["text"].splitlines()[0] == "racecheck: 0 hazards reported" + (
         f"; the code under it exited with status {status}" if status else "")
+
+
+def test_a_named_isolated_run_is_recorded_and_shown_where_no_gpu_can_run_it(h200_results, monkeypatch):
+    """fb.isolated(name=...) hands what the child printed, or the error it raised, to hooks.on_hazard; without a GPU
+    it runs nothing and returns a skip followed by that record (chapter 04's hung ring), said to be of other code
+    when the code or the text handed to it differs; unnamed, it records nothing and runs as before."""
+    import feedbeast.device
+    from feedbeast import hooks
+    from feedbeast.course import results
+    monkeypatch.setattr(hooks, "on_hazard", [results.append_hazard])
+    hang = "raise fb.BarrierTimeout(f'block (0,0,0) thread 128 gave up waiting on barrier {src!r}')"
+    assert fb.isolated("print('the ring finished', n)", name="t/ok", n=3) == "the ring finished 3\n"
+    with pytest.raises(fb.BarrierTimeout, match=r"^block \(0,0,0\) thread 128 gave up waiting on barrier 'empty'$"):
+        fb.isolated(hang, name="t/hang", src="empty")
+    assert fb.isolated("print(2)") == "2\n"                            # unnamed: nothing recorded
+    recs = results.load(h200_results / "nvidia-h200" / "hazards.jsonl")
+    hung = "BarrierTimeout: block (0,0,0) thread 128 gave up waiting on barrier 'empty'"
+    assert [(r["name"], r["tool"], r["ok"], r["text"]) for r in recs] == [
+        ("t/ok", "fb.isolated", True, "the ring finished 3"), ("t/hang", "fb.isolated", False, hung)]
+    assert results._hazards_summary(h200_results / "nvidia-h200" / "hazards.jsonl")[3:] == [
+        f"- t/hang (no notebook named): raised; {hung}", "- t/ok (no notebook named): finished; the ring finished 3"]
+
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
+    shown = fb.isolated(hang, name="t/hang", src="empty")     # not run: it would raise
+    assert isinstance(shown, fb.Skipped) and re.fullmatch(
+        r"skipped: fb.isolated t/hang: needs a GPU, this machine has none; recorded on NVIDIA H200 "
+        r"\(results/nvidia-h200/, 20\d\d-\d\d-\d\d\):\n" + re.escape(hung), str(shown)), shown
+    assert " for other code than this " in str(fb.isolated(hang, name="t/hang", src="full"))
+    assert " for other code than this " in str(fb.isolated(hang + "  # edited", name="t/hang", src="empty"))
+    assert str(fb.isolated("raise SystemExit(5)", name="t/never")) == \
+        "skipped: fb.isolated t/never: needs a GPU, this machine has none"
 
 
 def test_a_hazard_record_the_reader_cannot_state_is_left_out_never_a_crash(h200_results):

@@ -282,19 +282,20 @@ class Module:
     def hazard_check(self, kernel: str, grid, block, *args, shared: int = 0, cluster=None, name: str = "", **kw):
         """Run the hazard build of `kernel` once with these arguments and check its trace: a
         feedbeast.hazards.Report (or a Skipped); .raise_if_any() raises HazardFound naming the rule.
-        Where a GPU ran it, the report is handed to hooks.on_hazard under `name` (default: hazard_name); where
-        none can, that name finds what a GPU run recorded, shown after the skip."""
+        Where a GPU ran it, the report is handed to hooks.on_hazard under `name` (default: hazard_name) with the
+        source's digest; where none can, that name finds what a GPU run recorded, shown after the skip (and said to be
+        of other code when the source differs from the one that ran)."""
         from . import hooks   # the checker is installed there (feedbeast/__init__): compile does not import it
-        from .skip import Skipped, with_recorded
+        from .skip import Skipped, source_digest, with_recorded
         if hooks.hazard_run is None:
             raise FeedbeastError("no hazard checker is installed: import feedbeast (it installs feedbeast.hazards)")
         name = name or self.hazard_name(kernel)
         out = hooks.hazard_run(self.kernel(kernel), grid, block, *args, shared=shared, cluster=cluster, **kw)
-        if isinstance(out, Skipped):
-            return with_recorded(out, name, "hazard")
+        if isinstance(out, Skipped):       # the digest: a record of the source before a learner's edit says so
+            return with_recorded(out, name, "hazard", source_digest(self.source))
         if hasattr(out, "violations"):        # a Report (another checker installed there may return other things)
             hooks.emit(hooks.on_hazard, {"name": name, "tool": "hazard check", "violations": len(out.violations),
-                                         "ok": out.ok, "text": str(out)})
+                                         "ok": out.ok, "text": str(out), "source": source_digest(self.source)})
         return out
 
     def hazard_name(self, kernel: str) -> str:

@@ -26,7 +26,9 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
     on_hazard       [f(record)] each hazard check Module.hazard_check ran and each named fb.racecheck, as a dict
                     (name, tool, violations, ok, text): the results log (it keeps those run where a GPU is, outside
                     make sanitize; the grader's check process keeps none)
-    recorded        f(kind, name): what a GPU run recorded for a step skipped here, shown beside the skip: one line
+    recorded        f(kind, name[, source=digest]): what a GPU run recorded for a step skipped here, shown beside the
+                    skip (with `source`, the digest of the code that step would have run: a record of other code says
+                    so): one line
                     (str) for a bench ("bench") or a check or tally ("check"), a line and the report after it (str)
                     for a hazard check or racecheck ("hazard"), the record (dict) of a profile
                     ("profile")
@@ -109,9 +111,13 @@ def skipped(name: str, reason: str = "") -> None:
     verdict(SKIPPED, name, reason)
 
 
-def recorded_line(kind: str, name: str):
-    """What a GPU run recorded for `name`, when a reader of recorded results is installed; else None."""
-    return recorded(kind, name) if recorded is not None else None
+def recorded_line(kind: str, name: str, source: str = ""):
+    """What a GPU run recorded for `name`, when a reader of recorded results is installed; else None. `source`: the
+    digest of the code the skipped step would have run (a hazard check's), so the reader can say when the record is
+    of other code."""
+    if recorded is None:
+        return None
+    return recorded(kind, name, source=source) if source else recorded(kind, name)
 
 
 def emit(sinks: list, result) -> None:

@@ -13,6 +13,9 @@ The code runs with `fb` (feedbeast) and `np` imported and the keyword values bou
 (they are pickled: strings, numbers, numpy arrays). It returns what the code printed. A feedbeast error
 raised there (BarrierTimeout, KernelFault, CheckFailed, ...) is raised here with the same type and message.
 
+`fb.isolated(code, name="ch04/hung ring", ...)` also records the outcome where a GPU runs it (hooks.on_hazard, as a
+hazard check's), and where none can, returns a Skipped followed by that record instead of running the code.
+
 Under `make sanitize` nothing runs and a Skipped is returned: compute-sanitizer follows child processes,
 so the deliberate hang or fault would be counted as a report against the notebook.
 
@@ -100,8 +103,36 @@ def child_env() -> dict:
     return env
 
 
-def isolated(code: str, *, timeout: float = 300, **values):
-    return run_child(code, values, timeout=timeout)
+def isolated(code: str, *, timeout: float = 300, name: str = "", **values):
+    """fb.isolated (run_child). With a `name`, its outcome (what the code printed, or the error it raised) is handed
+    to hooks.on_hazard under it, and without a GPU the code is not run: a Skipped shows what a GPU run recorded under
+    that name (a deliberate hang's BarrierTimeout, say). `name` and `timeout` cannot be handed to the code."""
+    if not name:
+        return run_child(code, values, timeout=timeout)
+    from . import hooks
+    from .device import gpu
+    from .skip import Skipped, with_recorded
+    digest = _code_digest(code, values)
+    if gpu() is None:
+        return with_recorded(Skipped("needs a GPU, this machine has none", f"fb.isolated {name}"), name, "hazard",
+                             digest)
+    try:
+        out = run_child(code, values, timeout=timeout)
+    except errors.FeedbeastError as e:
+        hooks.emit(hooks.on_hazard, {"name": name, "tool": "fb.isolated", "violations": None, "ok": False,
+                                     "text": f"{type(e).__name__}: {e}", "source": digest})
+        raise
+    if not isinstance(out, str):          # make sanitize's Skipped
+        return out
+    hooks.emit(hooks.on_hazard, {"name": name, "tool": "fb.isolated", "violations": None, "ok": True,
+                                 "text": out.rstrip("\n") or "(printed nothing)", "source": digest})
+    return out
+
+
+def _code_digest(code: str, values: dict) -> str:
+    """The digest of a child's code and the text it is handed (a kernel's source): what a record of it names."""
+    from .skip import source_digest
+    return source_digest(textwrap.dedent(code), *(f"{k}={v}" for k, v in sorted(values.items()) if isinstance(v, str)))
 
 
 def run_child(code: str, values: dict, *, timeout: float = 300, mode=None, what: str = "fb.isolated"):
@@ -174,10 +205,11 @@ def racecheck(code: str, *, timeout: float = 300, name: str = "", **values):
     from . import hooks
     from .skip import Skipped, with_recorded
     what = f"racecheck of {name}" if name else "racecheck"
+    digest = _code_digest(code, values)
 
     def skip(reason):
         s = Skipped(reason, what)
-        return with_recorded(s, name, "hazard") if name else s
+        return with_recorded(s, name, "hazard", digest) if name else s
     if gpu() is None:
         return skip("needs a GPU, this machine has none")
     if hooks.mode.sanitizer:
@@ -200,5 +232,6 @@ def racecheck(code: str, *, timeout: float = 300, name: str = "", **values):
         if r.returncode:
             head += f"; the code under it exited with status {r.returncode}"
         hooks.emit(hooks.on_hazard, {"name": name, "tool": "racecheck", "violations": hazards,
-                                     "ok": hazards == 0 and r.returncode == 0, "text": "\n".join([head, *summary])})
+                                     "ok": hazards == 0 and r.returncode == 0, "text": "\n".join([head, *summary]),
+                                     "source": digest})
     return hazards, summary

@@ -7,6 +7,7 @@ A `Skipped` prints `skipped: <what>: needs sm_90a, this machine has none`, is fa
 """
 from __future__ import annotations
 
+import hashlib
 import html
 
 from . import hooks
@@ -37,14 +38,21 @@ class Skipped:
         return self
 
 
-def with_recorded(skip: Skipped, name: str, kind: str = "bench") -> Skipped:
+def with_recorded(skip: Skipped, name: str, kind: str = "bench", source: str = "") -> Skipped:
     """The skip of step `name`, with what a GPU run recorded for it when a reader of recorded results is installed
     (feedbeast.hooks.recorded): `kind` "bench" for a benchmark or a ceiling, "check" for a check or a tally,
-    "hazard" for a hazard check or a named racecheck."""
-    line = hooks.recorded_line(kind, name)
+    "hazard" for a hazard check, a named racecheck or a named fb.isolated run (`source`: source_digest of the code it
+    would have run)."""
+    line = hooks.recorded_line(kind, name, source)
     if line and line not in skip.reason:     # once, however often the same skip is handed on
         skip.reason += f"; {line}"
     return skip
+
+
+def source_digest(*texts: str) -> str:
+    """16 hex digits of the code a recorded step ran (a kernel's source; a child's code and the text it was handed):
+    a skip of edited code is told that the record is of other code."""
+    return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
 
 
 def needs(arch: str | None, what: str = "", *, shared: int = 0) -> Skipped | None:

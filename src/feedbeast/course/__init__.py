@@ -48,13 +48,13 @@ def pin_hazards(on: bool) -> None:
     hooks.mode.hazards, hooks.mode.hazard_dump = ("check" if on else ""), ""
 
 
-def _recorded(kind: str, name: str) -> str | dict | list | None:
+def _recorded(kind: str, name: str, source: str = "") -> str | dict | list | None:
     if kind == "bench":
         return results.recorded_bench(name)
     if kind == "check":
         return results.recorded_check(name) if name != "check" else None
     if kind == "hazard":
-        return results.recorded_hazard(name)
+        return results.recorded_hazard(name, source)
     if kind == "profile":
         return results.recorded_profile(name)
     if kind == "trace":

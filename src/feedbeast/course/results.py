@@ -1,6 +1,6 @@
 """The results log: every bench() result as one JSON line, with the GPU, versions and sizes; every check() and
-tally() on a GPU as one line of checks.jsonl beside it, and every hazard check and named racecheck as one line of
-hazards.jsonl.
+tally() on a GPU as one line of checks.jsonl beside it, and every hazard check, named racecheck and named fb.isolated
+run as one line of hazards.jsonl.
 
 By default it goes to ~/.cache/feedbeast/results/<gpu>/bench.jsonl; `make bench` points
 FEEDBEAST_RESULTS at the repository's results/ so a real GPU run is kept, with its summary table
@@ -323,12 +323,18 @@ def recorded_check(name: str) -> str | None:
     return f"{name}: no GPU run at this size; " + "; ".join(parts) if parts else None
 
 
-def recorded_hazard(name: str) -> str | None:
-    """'recorded on <GPU> (results/<gpu>/, <date>):' and the report that GPU's latest run of hazard check or
-    racecheck `name` gave, one GPU after another; None where none ran it."""
+def recorded_hazard(name: str, source: str = "") -> str | None:
+    """'recorded on <GPU> (results/<gpu>/, <date>):' and the report that GPU's latest run of hazard check, racecheck
+    or fb.isolated run `name` gave, one GPU after another; None where none ran it. `source`: the digest of the code
+    the skipped step would run; a record of other code (the course's, where a learner edited it) says so."""
     recs = [r for r in recorded("hazards", name) if isinstance(r.get("text"), str)]
+
+    def of_other_code(r):
+        return bool(source) and isinstance(r.get("source"), str) and r["source"] != source
     parts = [f"recorded on {r.get('gpu', r['_folder'])}{_recorder(r)} (results/{r['_folder']}/"
-             + (f", {r['time'][:10]}" if isinstance(r.get("time"), str) else "") + f"):\n{r['text']}" for r in recs]
+             + (f", {r['time'][:10]}" if isinstance(r.get("time"), str) else "") + ")"
+             + (" for other code than this (the course's, before an edit here): only a GPU run checks this code"
+                if of_other_code(r) else "") + f":\n{r['text']}" for r in recs]
     return "\n".join(parts) if parts else None
 
 
@@ -393,7 +399,8 @@ def _checks_summary(path: Path) -> list[str]:
 
 
 def _hazards_summary(path: Path) -> list[str]:
-    """results.md's section on hazards.jsonl: each hazard check's and named racecheck's latest verdict."""
+    """results.md's section on hazards.jsonl: the latest verdict of each hazard check, named racecheck and named
+    fb.isolated run."""
     if not path.exists():
         return []
     latest = {}
@@ -404,12 +411,14 @@ def _hazards_summary(path: Path) -> list[str]:
             continue
         if isinstance(r, dict) and isinstance(r.get("name"), str):
             latest[r["name"]] = r
-    out = ["", "## Hazard checks and racechecks (hazards.jsonl: the latest report of each)", ""]
+    out = ["", "## Hazard checks, racechecks and isolated runs (hazards.jsonl: the latest report of each)", ""]
     for name, r in sorted(latest.items()):
         n = r.get("violations")
         first = str(r.get("text", "")).splitlines()[:1]
-        out.append(f"- {name} ({r.get('notebook') or 'no notebook named'}): "
-                   + (f"{n} reported" if isinstance(n, int) else "no count") + (f"; {first[0]}" if first else ""))
+        verdict = (f"{n} reported" if isinstance(n, int) else ("finished" if r.get("ok") is True else "raised")
+                   if r.get("tool") == "fb.isolated" else "no count")
+        out.append(f"- {name} ({r.get('notebook') or 'no notebook named'}): {verdict}"
+                   + (f"; {first[0]}" if first else ""))
     return out
 
 
