@@ -436,6 +436,24 @@ def test_a_named_isolated_run_is_recorded_and_shown_where_no_gpu_can_run_it(h200
         "skipped: fb.isolated t/never: needs a GPU, this machine has none"
 
 
+def test_the_chapter_s_recorded_hazard_reports_are_of_its_code_as_it_is(src):
+    """What a run without a GPU prints beside the chapter's hazard checks, racecheck and hung ring was recorded from
+    the chapter's code as it stands: each GPU folder's latest records of those names name the kernel's source digest
+    (an edit of the kernel without a new make bench would print 'for other code than this')."""
+    from feedbeast.skip import source_digest
+    latest = {}
+    for log in sorted((ROOT / "results").glob("*/hazards.jsonl")):
+        for rec in map(json.loads, log.read_text().splitlines()):
+            if rec.get("notebook") == "chapters/04-mbarrier.ipynb":
+                latest[log.parent.name, rec["name"]] = rec
+    names = {name for _, name in latest}
+    assert {"ch04/hung ring", "ch04/planted race", "hazard check of rowsum_ring (rowsum.cu, STAGES=2)",
+            "hazard check of rowsum_ring (rowsum.cu, FENCE_AFTER_RELEASE=1, STAGES=2)"} <= names, names
+    checks = [r for (_, name), r in latest.items() if name.startswith("hazard check of rowsum_ring")]
+    assert checks and all(r.get("source") == source_digest(src) for r in checks), [r.get("source") for r in checks]
+    assert all(isinstance(r.get("source"), str) for r in latest.values())
+
+
 def test_a_hazard_record_the_reader_cannot_state_is_left_out_never_a_crash(h200_results):
     """A hand-edited or foreign line of hazards.jsonl breaks neither a learner's skip nor results.md."""
     from feedbeast.course import results

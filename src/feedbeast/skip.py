@@ -51,8 +51,10 @@ def with_recorded(skip: Skipped, name: str, kind: str = "bench", source: str = "
 
 def source_digest(*texts: str) -> str:
     """16 hex digits of the code a recorded step ran (a kernel's source; a child's code and the text it was handed):
-    a skip of edited code is told that the record is of other code."""
-    return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+    a skip of edited code is told that the record is of other code. Blank lines at the ends and spaces at the ends
+    of lines do not count (a %%cuda cell's source ends in a newline, the same text read from the notebook file not)."""
+    norm = ("\n".join(ln.rstrip() for ln in t.strip("\n").splitlines()) for t in texts)
+    return hashlib.sha256("\0".join(norm).encode()).hexdigest()[:16]
 
 
 def needs(arch: str | None, what: str = "", *, shared: int = 0) -> Skipped | None:
