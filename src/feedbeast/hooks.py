@@ -23,14 +23,15 @@ Installed by the course machinery (feedbeast.course.install), never by the libra
                     results log (it keeps those made where a GPU is, outside make sanitize)
     on_profile      [f(Profile)] each table fb.profile reads: the results log
     on_trace        [f(Spans)] each named timeline measured here (feedbeast.trace.named): the results log
-    on_hazard       [f(record)] each hazard check Module.hazard_check ran and each named fb.racecheck, as a dict
-                    (name, tool, violations, ok, text): the results log (it keeps those run where a GPU is, outside
+    on_hazard       [f(record)] each hazard check Module.hazard_check ran, each named fb.racecheck and each named
+                    fb.isolated run, as a dict (name, tool, violations, ok, text, source: the digest of the code that
+                    ran, feedbeast.skip.source_digest): the results log (it keeps those run where a GPU is, outside
                     make sanitize; the grader's check process keeps none)
     recorded        f(kind, name[, source=digest]): what a GPU run recorded for a step skipped here, shown beside the
                     skip (with `source`, the digest of the code that step would have run: a record of other code says
                     so): one line
                     (str) for a bench ("bench") or a check or tally ("check"), a line and the report after it (str)
-                    for a hazard check or racecheck ("hazard"), the record (dict) of a profile
+                    for a hazard check, racecheck or named fb.isolated run ("hazard"), the record (dict) of a profile
                     ("profile")
                     or of a timeline ("trace"),
                     each GPU's latest record (list of dicts) of a bench ("bench-records"); None when nothing was
