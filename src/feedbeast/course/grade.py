@@ -102,7 +102,7 @@ class Outcome:
         self.name, self.message = (_CONTROL.sub("", ANSI.sub("", str(t))) for t in (self.name, self.message))
 
     def line(self) -> str:
-        times = f" (x{self.count})" if self.count > 1 else ""
+        times = f" ({self.count} times)" if self.count > 1 else ""      # not "(x2)": read as part of a name
         if self.status == "skipped":
             return f"  skipped  {self.name}{times}: {self.message}"
         if self.status == "failed":

@@ -236,10 +236,10 @@ def _size_key(name: str) -> tuple:
     return (math.prod(sizes), sizes)
 
 
-def _recorder(r: dict) -> str:
-    """' by the lab's solution, not this notebook's kernel' for a record a solution notebook made (a lab's checks and
-    benchmarks have its names: the figures are the solution's, not the learner's kernel's, which could not run
-    here), else ''."""
+def _recorder(r: dict, short: bool = False) -> str:
+    """' by the lab's solution, not this notebook's kernel' (short: ' by the lab's solution') for a record a solution
+    notebook made (a lab's checks and benchmarks have its names: the figures are the solution's, not the learner's
+    kernel's, which could not run here), else ''."""
     nb = r.get("notebook")
     if r.get("name", "").startswith("ceiling/"):      # a same-run ceiling: any notebook measures the same copy
         by_solution = False
@@ -247,7 +247,7 @@ def _recorder(r: dict) -> str:
         by_solution = Path(nb).parent.name == "solutions"
     else:                 # a record from before records named their notebook: a lab's benchmark names
         by_solution = bool(re.match(r"lab\d\d/", r.get("name", "")))
-    return " by the lab's solution, not this notebook's kernel" if by_solution else ""
+    return (" by the lab's solution" + ("" if short else ", not this notebook's kernel")) if by_solution else ""
 
 
 def recorded_bench(name: str) -> str | None:
@@ -298,19 +298,23 @@ def recorded_check(name: str) -> str | None:
         times = [r["time"][:10] for r in group if isinstance(r.get("time"), str)]
         return f"results/{group[-1]['_folder']}/" + (f", {max(times)}" if times else "")
 
+    # A lab's check recorded by its solution: first say that the learner's kernel was not checked at all, so that
+    # the solution's "passed" is never read as the learner's
+    lead = ("NOT CHECKED: this notebook's kernel did not run here, so nothing says it is correct (a GPU that runs "
+            "it grades it). For comparison, " if any(_recorder(r) for r in recs) else "")
     if recs and recs[0]["name"] == name:
         parts = []
         for r in recs:
-            who, verdict = f"{r.get('gpu', r['_folder'])}{_recorder(r)}", "passed" if r["passed"] else "FAILED"
+            who, verdict = f"{r.get('gpu', r['_folder'])}{_recorder(r, bool(lead))}", "passed" if r["passed"] else "FAILED"
             if isinstance(r.get("summary"), str):                                                 # a tally()
                 parts.append(f"{who}: {verdict}, {r['summary']} ({where([r])})")
             else:                                                                                  # a check()
                 parts.append(f"{who}: {verdict}, relative error {r['rel_error']:.2e} (limit {r['tolerance']:.0e}; "
                              f"{where([r])})")
-        return f"{name} recorded on " + "; on ".join(parts)
+        return f"{lead}{name} recorded on " + "; on ".join(parts)
     by_gpu: dict = {}
     for r in recs:
-        by_gpu.setdefault((r.get("gpu", r["_folder"]), _recorder(r)), []).append(r)
+        by_gpu.setdefault((r.get("gpu", r["_folder"]), _recorder(r, bool(lead))), []).append(r)
     parts = []
     for (gpu, by), group in by_gpu.items():
         sizes = ", ".join(" ".join(_SIZE.findall(r["name"])) or r["name"] for r in group)
@@ -320,7 +324,7 @@ def recorded_check(name: str) -> str | None:
         worst = (f", relative error at most {max(r['rel_error'] for r in errors):.2e} (limit "
                  f"{max(r['tolerance'] for r in errors):.0e}; {where(group)})" if errors else f" ({where(group)})")
         parts.append(f"{gpu} ran {sizes}{by}: {verdict}{worst}")
-    return f"{name}: no GPU run at this size; " + "; ".join(parts) if parts else None
+    return f"{lead}{name}: no GPU run at this size; " + "; ".join(parts) if parts else None
 
 
 def recorded_hazard(name: str, source: str = "") -> str | None:

@@ -456,7 +456,10 @@ class RingModel:
             if st is None:
                 raise _Bug(MBARRIER_MISUSE, f"wait on {self.bar_names[op[1]]} before init")
             if notes is not None:
-                notes.append(f"(passes: {self.bar_names[op[1]]} is in a phase of parity {st[1]})")
+                # a parity wait passes when the phase of that parity has completed: the one before the current
+                # phase (PTX ISA, mbarrier.test_wait/try_wait .parity); a fresh barrier is in phase 0
+                notes.append(f"(passes at once: {self.bar_names[op[1]]} is in a phase of parity {st[1]}, so the "
+                             f"phase of parity {1 - st[1]} before it counts as completed)")
         elif code == _ARRIVE:
             bars = self._bar(bars, op[1], bar_arrive, op[2], notes)
         elif code == _EXPECT:
