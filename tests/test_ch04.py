@@ -3,7 +3,9 @@
 The kernel is read from the chapter's %%cuda cell, so the test and the book run the same code.
 GPU tests skip by name without an sm_90a GPU.
 """
+import dataclasses
 import json
+import types
 import re
 from pathlib import Path
 
@@ -362,16 +364,24 @@ def test_a_hazard_report_goes_to_the_results_log_and_comes_back_beside_the_skip(
     edited = fb.compile(src + "\n// a learner's edit\n", "sm_90a", defines={"STAGES": 2}, name="rowsum.cu")
     shown = str(edited.hazard_check("rowsum_ring", 2, THREADS))
     assert re.fullmatch(r"skipped: hazard check of rowsum_ring: needs sm_90a, this machine has none; recorded on "
-                        r"NVIDIA H200 \(results/nvidia-h200/, 20\d\d-\d\d-\d\d\) for other code than this \(the "
-                        r"course's, before an edit here\): only a GPU run checks this code:\n"
+                        r"NVIDIA H200 \(results/nvidia-h200/, 20\d\d-\d\d-\d\d\) from other code than this \(the "
+                        r"course's code as it was then\): only a GPU run checks this code:\n"
                         + re.escape(reports[False].text), shown), shown
+    # a record that names no code (written before records had digests) is not taken for this code's either
+    results.append_hazard({"name": "hazard check of rowsum_ring (rowsum.cu, STAGES=3)", "tool": "hazard check",
+                           "violations": 0, "ok": True, "text": "0 violation(s)"})
+    shown = str(fb.compile(src, "sm_90a", defines={"STAGES": 3}, name="rowsum.cu").hazard_check("rowsum_ring", 2,
+                                                                                                THREADS))
+    assert ") from other code than this (code the record does not identify): only a GPU run checks this code:\n" \
+        "0 violation(s)" in shown, shown
     other = fb.compile(src, "sm_90a", defines={"STAGES": 4}, name="rowsum.cu")    # never checked on a GPU: the skip
     assert str(other.hazard_check("rowsum_ring", 2, THREADS)) == \
         "skipped: hazard check of rowsum_ring: needs sm_90a, this machine has none"
 
     # a named racecheck: its count and summary recorded the same way, shown beside its skip; unnamed, only the skip
     results.append_hazard({"name": "ch04/planted race", "tool": "racecheck", "violations": 0, "ok": True,
-                           "text": "racecheck: 0 hazards reported\n========= RACECHECK SUMMARY: 0 hazards displayed"})
+                           "text": "racecheck: 0 hazards reported\n========= RACECHECK SUMMARY: 0 hazards displayed",
+                           "source": isolated._code_digest("pass", {})})
     monkeypatch.setattr(isolated, "find_sanitizer", lambda: None)
     shown = str(fb.racecheck("pass", name="ch04/planted race"))
     assert re.fullmatch(r"skipped: racecheck of ch04/planted race: needs compute-sanitizer .*; recorded on NVIDIA "
@@ -412,7 +422,9 @@ def test_a_named_isolated_run_is_recorded_and_shown_where_no_gpu_can_run_it(h200
     import feedbeast.device
     from feedbeast import hooks
     from feedbeast.course import results
+    import feedbeast.skip
     monkeypatch.setattr(hooks, "on_hazard", [results.append_hazard])
+    monkeypatch.setattr(feedbeast.skip, "gpu", lambda: feedbeast.device.gpu())    # what fb.needs asks: the same GPU
     hang = "raise fb.BarrierTimeout(f'block (0,0,0) thread 128 gave up waiting on barrier {src!r}')"
     assert fb.isolated("print('the ring finished', n)", name="t/ok", n=3) == "the ring finished 3\n"
     with pytest.raises(fb.BarrierTimeout, match=r"^block \(0,0,0\) thread 128 gave up waiting on barrier 'empty'$"):
@@ -425,15 +437,29 @@ def test_a_named_isolated_run_is_recorded_and_shown_where_no_gpu_can_run_it(h200
     assert results._hazards_summary(h200_results / "nvidia-h200" / "hazards.jsonl")[3:] == [
         f"- t/hang (no notebook named): raised; {hung}", "- t/ok (no notebook named): finished; the ring finished 3"]
 
+    h200 = feedbeast.device.gpu()
     monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
     shown = fb.isolated(hang, name="t/hang", src="empty")     # not run: it would raise
     assert isinstance(shown, fb.Skipped) and re.fullmatch(
         r"skipped: fb.isolated t/hang: needs a GPU, this machine has none; recorded on NVIDIA H200 "
         r"\(results/nvidia-h200/, 20\d\d-\d\d-\d\d\):\n" + re.escape(hung), str(shown)), shown
-    assert " for other code than this " in str(fb.isolated(hang, name="t/hang", src="full"))
-    assert " for other code than this " in str(fb.isolated(hang + "  # edited", name="t/hang", src="empty"))
+    assert " from other code than this " in str(fb.isolated(hang, name="t/hang", src="full"))
+    assert " from other code than this " in str(fb.isolated(hang + "  # edited", name="t/hang", src="empty"))
+    assert " from other code than this " in str(fb.isolated(hang, name="t/hang", src="empty", n=2))   # a value
     assert str(fb.isolated("raise SystemExit(5)", name="t/never")) == \
         "skipped: fb.isolated t/never: needs a GPU, this machine has none"
+
+    # a GPU that is not the arch the code needs, or make sanitize: nothing runs, the record is shown, none is written
+    a100 = dataclasses.replace(h200, name="NVIDIA A100-SXM4-80GB", cc=(8, 0))
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: a100)
+    shown = str(fb.isolated(hang, name="t/hang", arch="sm_90a", src="empty"))
+    assert shown.startswith("skipped: fb.isolated t/hang: needs sm_90a, this machine has sm_80; recorded on NVIDIA "
+                            "H200 "), shown
+    monkeypatch.setattr(hooks.mode, "sanitizer", True)
+    monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: h200)
+    shown = str(fb.isolated("raise SystemExit(5)", name="t/hang", src="empty"))
+    assert shown.startswith("skipped: fb.isolated t/hang: not run under compute-sanitizer") and hung in shown, shown
+    assert len(results.load(h200_results / "nvidia-h200" / "hazards.jsonl")) == 2
 
 
 def test_the_chapter_s_recorded_hazard_reports_are_of_its_code_as_it_is(src):
@@ -451,7 +477,24 @@ def test_the_chapter_s_recorded_hazard_reports_are_of_its_code_as_it_is(src):
             "hazard check of rowsum_ring (rowsum.cu, FENCE_AFTER_RELEASE=1, STAGES=2)"} <= names, names
     checks = [r for (_, name), r in latest.items() if name.startswith("hazard check of rowsum_ring")]
     assert checks and all(r.get("source") == source_digest(src) for r in checks), [r.get("source") for r in checks]
-    assert all(isinstance(r.get("source"), str) for r in latest.values())
+    # the named racecheck and isolated run: their code and the values the chapter hands them, as the cells hold them
+    import ast
+    import importlib
+    isolated = importlib.import_module("feedbeast.isolated")
+    ns = {**CHAPTER.definitions("x_h", "rows_h", "cols_h", np=np, fb=fb), "rowsum_mod": types.SimpleNamespace(source=src)}
+    digests = {}
+    trees = [ast.parse(c.source) for c in CHAPTER.cells if c.cell_type == "code" and not c.source.startswith("%")]
+    for call in (n for tree in trees for n in ast.walk(tree)
+                 if isinstance(n, ast.Call) and getattr(n.func, "attr", "") in ("racecheck", "isolated")):
+        kw = {k.arg: k.value for k in call.keywords}
+        if "name" in kw:
+            values = {k: eval(compile(ast.Expression(v), "cell", "eval"), ns) for k, v in kw.items()
+                      if k not in ("name", "arch", "timeout")}
+            digests[kw["name"].value] = isolated._code_digest(call.args[0].value, values)
+    assert set(digests) == {"ch04/planted race", "ch04/hung ring"}, digests
+    for (_, name), r in latest.items():
+        if name in digests:
+            assert r.get("source") == digests[name], (name, r.get("source"), digests[name])
 
 
 def test_a_hazard_record_the_reader_cannot_state_is_left_out_never_a_crash(h200_results):

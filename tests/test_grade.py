@@ -1014,3 +1014,10 @@ def test_a_check_process_that_ends_early_is_told_apart_by_how(monkeypatch, tmp_p
     monkeypatch.setattr(g.subprocess, "Popen", ends)
     msgs, error, status = g._run_checks({}, dict(__import__("os").environ), tmp_path, 30)
     assert msgs == [] and error.startswith("the check process ended before the checks did (" + says), error
+
+
+def test_a_repeated_outcome_says_how_many_times_apart_from_its_name():
+    # "launch copy_x2 (x2)" read as part of the kernel's name: the count is said in words
+    assert g.Outcome("skipped", "launch copy_x2", "needs a GPU", count=2).line() == \
+        "  skipped  launch copy_x2 (2 times): needs a GPU"
+    assert g.Outcome("passed", "launch copy_x2").line() == "  passed   launch copy_x2"

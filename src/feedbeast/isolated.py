@@ -13,8 +13,9 @@ The code runs with `fb` (feedbeast) and `np` imported and the keyword values bou
 (they are pickled: strings, numbers, numpy arrays). It returns what the code printed. A feedbeast error
 raised there (BarrierTimeout, KernelFault, CheckFailed, ...) is raised here with the same type and message.
 
-`fb.isolated(code, name="ch04/hung ring", ...)` also records the outcome where a GPU runs it (hooks.on_hazard, as a
-hazard check's), and where none can, returns a Skipped followed by that record instead of running the code.
+`fb.isolated(code, name="ch04/hung ring", arch="sm_90a", ...)` also records the outcome where a GPU runs it
+(hooks.on_hazard, as a hazard check's), and where none can (or not that arch), returns a Skipped followed by that
+record instead of running the code.
 
 Under `make sanitize` nothing runs and a Skipped is returned: compute-sanitizer follows child processes,
 so the deliberate hang or fault would be counted as a report against the notebook.
@@ -103,36 +104,56 @@ def child_env() -> dict:
     return env
 
 
-def isolated(code: str, *, timeout: float = 300, name: str = "", **values):
-    """fb.isolated (run_child). With a `name`, its outcome (what the code printed, or the error it raised) is handed
-    to hooks.on_hazard under it, and without a GPU the code is not run: a Skipped shows what a GPU run recorded under
-    that name (a deliberate hang's BarrierTimeout, say). `name` and `timeout` cannot be handed to the code."""
-    if not name:
-        return run_child(code, values, timeout=timeout)
+def isolated(code: str, *, timeout: float = 300, name: str = "", arch: str | None = None, **values):
+    """fb.isolated (run_child). `arch`: the arch the code's kernels need (fb.needs); where this machine cannot run
+    them, nothing runs and a Skipped says why. With a `name`, the outcome (what the code printed, or the error it
+    raised) is handed to hooks.on_hazard under it, and where the code does not run (no GPU, not the `arch`, make
+    sanitize) the Skipped shows what a GPU run recorded under that name (a deliberate hang's BarrierTimeout, say).
+    `name`, `arch` and `timeout` cannot be handed to the code."""
     from . import hooks
-    from .device import gpu
-    from .skip import Skipped, with_recorded
+    from .skip import Skipped, needs, needs_gpu, with_recorded
+    what = f"fb.isolated {name}" if name else "fb.isolated"
     digest = _code_digest(code, values)
-    if gpu() is None:
-        return with_recorded(Skipped("needs a GPU, this machine has none", f"fb.isolated {name}"), name, "hazard",
-                             digest)
+
+    def recorded(skip):
+        return with_recorded(skip, name, "hazard", digest) if name else skip
+    cannot = needs(arch, what) if arch else needs_gpu(what) if name else None
+    if cannot is not None:
+        return recorded(cannot)
+    if hooks.mode.sanitizer:
+        return recorded(Skipped("not run under compute-sanitizer (it would count the deliberate failure as a "
+                                "report)", what))
     try:
         out = run_child(code, values, timeout=timeout)
     except errors.FeedbeastError as e:
-        hooks.emit(hooks.on_hazard, {"name": name, "tool": "fb.isolated", "violations": None, "ok": False,
-                                     "text": f"{type(e).__name__}: {e}", "source": digest})
+        if name:
+            hooks.emit(hooks.on_hazard, {"name": name, "tool": "fb.isolated", "violations": None, "ok": False,
+                                         "text": f"{type(e).__name__}: {e}", "source": digest})
         raise
-    if not isinstance(out, str):          # make sanitize's Skipped
-        return out
-    hooks.emit(hooks.on_hazard, {"name": name, "tool": "fb.isolated", "violations": None, "ok": True,
-                                 "text": out.rstrip("\n") or "(printed nothing)", "source": digest})
+    if name:
+        hooks.emit(hooks.on_hazard, {"name": name, "tool": "fb.isolated", "violations": None, "ok": True,
+                                     "text": out.rstrip("\n") or "(printed nothing)", "source": digest})
     return out
 
 
 def _code_digest(code: str, values: dict) -> str:
-    """The digest of a child's code and the text it is handed (a kernel's source): what a record of it names."""
+    """The digest of a child's code and the values it is handed (a kernel's source, sizes, arrays by shape, dtype
+    and bytes): what a record of it names."""
+    import hashlib
     from .skip import source_digest
-    return source_digest(textwrap.dedent(code), *(f"{k}={v}" for k, v in sorted(values.items()) if isinstance(v, str)))
+
+    def text(v):
+        if isinstance(v, str):
+            return v
+        if isinstance(v, (bool, int, float, type(None))):
+            return repr(v)
+        try:                           # a numpy array (or what converts to one): its shape, dtype and bytes
+            import numpy as np
+            a = np.ascontiguousarray(v)
+            return f"{a.shape} {a.dtype} {hashlib.sha256(a.tobytes()).hexdigest()}"
+        except Exception:
+            return type(v).__name__
+    return source_digest(textwrap.dedent(code), *(f"{k}={text(v)}" for k, v in sorted(values.items())))
 
 
 def run_child(code: str, values: dict, *, timeout: float = 300, mode=None, what: str = "fb.isolated"):
@@ -195,15 +216,17 @@ def count_reports(log: str, tool: str) -> int | None:
     return int(m[-1]) if m else None
 
 
-def racecheck(code: str, *, timeout: float = 300, name: str = "", **values):
+def racecheck(code: str, *, timeout: float = 300, name: str = "", arch: str | None = None, **values):
     """Run `code` (as fb.isolated runs it: `fb`, `np` and the keyword values bound) in a child Python process under
     compute-sanitizer racecheck. Returns (hazards reported, the sanitizer's summary lines), or a Skipped: with
     no GPU, no compute-sanitizer, or inside `make sanitize` (a sanitizer inside a sanitizer). With a `name`, the
-    outcome is handed to hooks.on_hazard under it, and a skip shows what a GPU run recorded under it. `name` and
-    `timeout` are this function's own: the code cannot be handed values of those names."""
+    outcome is handed to hooks.on_hazard under it, and a skip shows what a GPU run recorded under it. `arch`: the
+    arch the code's kernels need (fb.needs); where this machine cannot run them, a Skipped (a kernel that could not
+    launch is no clean run). `name`, `arch` and `timeout` are this function's own: the code cannot be handed values
+    of those names."""
     from .device import gpu
     from . import hooks
-    from .skip import Skipped, with_recorded
+    from .skip import Skipped, needs, with_recorded
     what = f"racecheck of {name}" if name else "racecheck"
     digest = _code_digest(code, values)
 
@@ -212,6 +235,9 @@ def racecheck(code: str, *, timeout: float = 300, name: str = "", **values):
         return with_recorded(s, name, "hazard", digest) if name else s
     if gpu() is None:
         return skip("needs a GPU, this machine has none")
+    cannot = needs(arch, what) if arch else None
+    if cannot is not None:
+        return with_recorded(cannot, name, "hazard", digest) if name else cannot
     if hooks.mode.sanitizer:
         return skip("not run inside make sanitize (it runs its own racecheck)")
     san = find_sanitizer()

@@ -70,8 +70,9 @@ def append_check(res) -> Path | None:
 
 
 def append_hazard(rec: dict) -> Path | None:
-    """A hazard check's or a named racecheck's outcome on this GPU (hooks.on_hazard), one line of hazards.jsonl:
-    its report's first 40 lines (nothing without a GPU, nothing under make sanitize, as for checks)."""
+    """A hazard check's, a named racecheck's or a named fb.isolated run's outcome on this GPU (hooks.on_hazard), one
+    line of hazards.jsonl: its report's first 40 lines (nothing without a GPU, nothing under make sanitize, as for
+    checks)."""
     from .. import hooks
     from ..device import gpu
     g = gpu()
@@ -333,12 +334,15 @@ def recorded_hazard(name: str, source: str = "") -> str | None:
     the skipped step would run; a record of other code (the course's, where a learner edited it) says so."""
     recs = [r for r in recorded("hazards", name) if isinstance(r.get("text"), str)]
 
-    def of_other_code(r):
-        return bool(source) and isinstance(r.get("source"), str) and r["source"] != source
+    def of_what(r):           # said only where the record is not known to be of this code
+        if not source or r.get("source") == source:
+            return ""
+        whose = ("the lab's solution" if _recorder(r) else "the course's code as it was then") \
+            if isinstance(r.get("source"), str) else "code the record does not identify"
+        return f" from other code than this ({whose}): only a GPU run checks this code"
     parts = [f"recorded on {r.get('gpu', r['_folder'])}{_recorder(r)} (results/{r['_folder']}/"
-             + (f", {r['time'][:10]}" if isinstance(r.get("time"), str) else "") + ")"
-             + (" for other code than this (the course's, before an edit here): only a GPU run checks this code"
-                if of_other_code(r) else "") + f":\n{r['text']}" for r in recs]
+             + (f", {r['time'][:10]}" if isinstance(r.get("time"), str) else "") + ")" + of_what(r)
+             + f":\n{r['text']}" for r in recs]
     return "\n".join(parts) if parts else None
 
 

@@ -457,9 +457,10 @@ class RingModel:
                 raise _Bug(MBARRIER_MISUSE, f"wait on {self.bar_names[op[1]]} before init")
             if notes is not None:
                 # a parity wait passes when the phase of that parity has completed: the one before the current
-                # phase (PTX ISA, mbarrier.test_wait/try_wait .parity); a fresh barrier is in phase 0
-                notes.append(f"(passes at once: {self.bar_names[op[1]]} is in a phase of parity {st[1]}, so the "
-                             f"phase of parity {1 - st[1]} before it counts as completed)")
+                # phase (PTX ISA, mbarrier.test_wait/try_wait .parity); a fresh barrier is in phase 0, and a wait
+                # for parity 1 on it passes at once
+                notes.append(f"(passes: {self.bar_names[op[1]]} is in a phase of parity {st[1]}, and a wait for "
+                             f"parity {1 - st[1]} passes from the start of that phase; on a fresh barrier, at once)")
         elif code == _ARRIVE:
             bars = self._bar(bars, op[1], bar_arrive, op[2], notes)
         elif code == _EXPECT:
