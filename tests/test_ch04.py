@@ -465,7 +465,7 @@ def test_a_named_isolated_run_is_recorded_and_shown_where_no_gpu_can_run_it(h200
 def test_the_chapter_s_recorded_hazard_reports_are_of_its_code_as_it_is(src):
     """What a run without a GPU prints beside the chapter's hazard checks, racecheck and hung ring was recorded from
     the chapter's code as it stands: each GPU folder's latest records of those names name the kernel's source digest
-    (an edit of the kernel without a new make bench would print 'for other code than this')."""
+    (an edit of the kernel without a new make bench would print 'from other code than this')."""
     from feedbeast.skip import source_digest
     latest = {}
     for log in sorted((ROOT / "results").glob("*/hazards.jsonl")):
