@@ -50,7 +50,7 @@ def with_recorded(skip: Skipped, name: str, kind: str = "bench", source: str = "
 
 
 def source_digest(*texts: str) -> str:
-    """16 hex digits of the code a recorded step ran (a kernel's source; a child's code and the text it was handed):
+    """16 hex digits of the code a recorded step ran (a kernel's source; a child's code and its values as text):
     a skip of edited code is told that the record is of other code. Blank lines at the ends and spaces at the ends
     of lines do not count (a %%cuda cell's source ends in a newline, the same text read from the notebook file not)."""
     norm = ("\n".join(ln.rstrip() for ln in t.strip("\n").splitlines()) for t in texts)

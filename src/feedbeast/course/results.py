@@ -306,7 +306,8 @@ def recorded_check(name: str) -> str | None:
     if recs and recs[0]["name"] == name:
         parts = []
         for r in recs:
-            who, verdict = f"{r.get('gpu', r['_folder'])}{_recorder(r, bool(lead))}", "passed" if r["passed"] else "FAILED"
+            who = f"{r.get('gpu', r['_folder'])}{_recorder(r, bool(lead))}"
+            verdict = "passed" if r["passed"] else "FAILED"
             if isinstance(r.get("summary"), str):                                                 # a tally()
                 parts.append(f"{who}: {verdict}, {r['summary']} ({where([r])})")
             else:                                                                                  # a check()
@@ -423,8 +424,12 @@ def _hazards_summary(path: Path) -> list[str]:
     for name, r in sorted(latest.items()):
         n = r.get("violations")
         first = str(r.get("text", "")).splitlines()[:1]
-        verdict = (f"{n} reported" if isinstance(n, int) else ("finished" if r.get("ok") is True else "raised")
-                   if r.get("tool") == "fb.isolated" else "no count")
+        if isinstance(n, int):
+            verdict = f"{n} reported"
+        elif r.get("tool") == "fb.isolated":          # an isolated run counts nothing: it finished or it raised
+            verdict = "finished" if r.get("ok") is True else "raised"
+        else:
+            verdict = "no count"
         out.append(f"- {name} ({r.get('notebook') or 'no notebook named'}): {verdict}"
                    + (f"; {first[0]}" if first else ""))
     return out
