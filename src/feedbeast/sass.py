@@ -263,6 +263,10 @@ SOURCE_OF = {
     "USETMAXREG.DEALLOC": "setmaxnreg.dec (fb::setmaxnreg_dec<N>)",
     "USETMAXREG.TRY_ALLOC": "setmaxnreg.inc (fb::setmaxnreg_inc<N>)",
     "HGMMA": "wgmma.mma_async (fb::wgmma::mma)",
+    "HMMA.16816.F32": "mma.sync.aligned.m16n8k16 with f16 operands, f32 sums (fb::decode::mma_f16)",
+    "HMMA.16816.F32.BF16": "mma.sync.aligned.m16n8k16 with bf16 operands, f32 sums (fb::decode::mma_bf16, "
+                           "fb::mma_bf16_16816)",
+    "F2FP.F16.E4M3.UNPACK_B": "cvt.rn.f16x2.e4m3x2, two fp8 e4m3 values to two halves (fb::decode::e4m3x2_to_f16x2)",
     "BAR": "a block barrier (__syncthreads(), cuda.syncthreads())",
     "LDS": "a load from shared memory", "STS": "a store to shared memory",
     "LDG": "a load from global memory", "STG": "a store to global memory",
