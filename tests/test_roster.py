@@ -270,3 +270,19 @@ def test_the_copy_a_roster_grades_keeps_the_time_the_learner_saved_it(tmp_path):
     copies, refused = roster._copy_labs(labs, dest, None, names=("04-mbarrier-ring.ipynb",))
     assert copies == [dest / nb.name] and not refused
     assert copies[0].stat().st_mtime_ns == 1_700_000_000_000_000_000
+
+
+def test_the_csv_quotes_no_formula_a_learner_named(tmp_path):
+    """The CSV's last column quotes the names of notebooks a learner made; a name that starts with = (or +, -, @)
+    would be a formula in the spreadsheet the instructor opens it with. Such a cell gets a leading '; the lab's
+    scores stay numbers."""
+    doc = {"learner": "frank", "labs": [{"lab": "00", "status": "ok", "checks": [
+        {"status": "passed", "name": "copy", "message": ""}]}],
+        "refused": ['=HYPERLINK("http://x","y").ipynb: not a lab (no NN- number in its name): not graded']}
+    roster.write_csv([doc], tmp_path / "g.csv")
+    assert (tmp_path / "g.csv").stat().st_mode & 0o777 == 0o600      # the room's grades: the owner's alone
+    rows = list(csv.DictReader((tmp_path / "g.csv").open()))
+    assert rows[0]["first failing check"].startswith("'=HYPERLINK("), rows
+    assert rows[0]["lab 00"] == "100.0" and rows[0]["username"] == "frank", rows
+    assert [roster.spreadsheet_safe(x) for x in ("+1", "-x", "@a", "\tb", "lab 04: x", 3, -1.5)] == \
+        ["'+1", "'-x", "'@a", "'\tb", "lab 04: x", 3, -1.5]

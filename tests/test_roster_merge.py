@@ -261,3 +261,22 @@ def test_the_merge_runs_as_a_module_too(tmp_path):
     r = subprocess.run([sys.executable, "-m", "feedbeast.course.roster_merge", "--csv", str(tmp_path / "s.csv"),
                         str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "no such file" in r.stderr, r
+
+
+def test_latest_takes_a_regrade_worse_or_better_and_keeps_the_other_labs(tmp_path, capsys):
+    """A room graded, then one learner regraded alone (`roster --only`): with --latest the later file's lab wins even
+    where it graded worse (the learner broke a lab that passed), and every lab it does not hold stays as it was;
+    without --latest the better grade stays."""
+    room = _write(tmp_path / "room.json", [
+        {"learner": "alice", "labs": [_lab("03-cp-async-rowsum", passed=3), _lab("04-mbarrier-ring", passed=3)]},
+        {"learner": "bob", "labs": [_lab("03-cp-async-rowsum", passed=1, failed=1)]}])
+    again = _write(tmp_path / "alice.json", [{"learner": "alice", "labs": [_lab("03-cp-async-rowsum", passed=1,
+                                                                                failed=2)]}])
+    latest, best = tmp_path / "latest.csv", tmp_path / "best.csv"
+    assert cli(["roster", "merge", "--latest", "--csv", str(latest), str(room), str(again)]) == 0
+    assert cli(["roster", "merge", "--csv", str(best), str(room), str(again)]) == 0
+    rows = _rows(latest)
+    assert (rows["alice"]["lab 03"], rows["alice"]["lab 03 status"]) == ("33.3", "failed"), rows   # the regrade
+    assert rows["alice"]["lab 04 status"] == "ok" and rows["bob"]["lab 03 status"] == "failed", rows
+    assert _rows(best)["alice"]["lab 03 status"] == "ok"                                           # the best
+    assert f"alice: in {room}, {again}; kept lab 03 from {again}, lab 04 from {room}" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """The safety net on a CPU: stress helpers, the sanitizer sweep's skip path and parser, the book build."""
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -114,15 +115,37 @@ def test_sanitizer_log_parsing():
     assert sanitize.count_reports("Traceback ...", "memcheck") is None
 
 
-def test_sanitize_without_a_gpu_prints_skips_and_exits_0(monkeypatch, capsys, tmp_path):
+def test_sanitize_without_a_gpu_prints_skips_and_exits_partial(monkeypatch, capsys, tmp_path):
+    """No GPU: every pair skipped, a last line that says nothing was checked, and grade's PARTIAL status (2), not
+    0, which a script would read as a clean sweep; --strict makes it a failure (1)."""
     import feedbeast.device
     monkeypatch.setattr(feedbeast.device, "gpu", lambda index=0: None)
-    assert sanitize.main(["chapters", "solutions", "--logs", str(tmp_path)]) == 0
+    assert sanitize.main(["chapters", "solutions", "--logs", str(tmp_path)]) == 2
     out = capsys.readouterr().out
     n = len(sanitize.notebooks([ROOT / "chapters", ROOT / "solutions"]))
     assert out.count("skipped: no GPU: ") == len(sanitize.TOOLS) * n
     assert "| notebook | memcheck | racecheck | synccheck | hazards |" in out
+    assert out.rstrip().splitlines()[-1].startswith("sanitize: NOT CHECKED: nothing ran under the tools here"), out
     assert sanitize.main(["chapters", "--strict", "--logs", str(tmp_path)]) == 1
+
+
+def test_make_sanitize_without_a_gpu_says_nothing_was_checked(tmp_path):
+    """make sanitize on a machine without a GPU: exit 0 (a skip is no make error) with a line that says the skips
+    are no pass; with STRICT=1 make fails."""
+    import shutil
+    import subprocess
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    env["CUDA_VISIBLE_DEVICES"] = ""       # no GPU, also on a machine with one
+    py = f"PYTHON3={sys.executable}"
+    base = ["make", "-s", "-C", str(ROOT), "sanitize", "ENV=current", py,
+            f"SANITIZE_FLAGS=--tools hazards --logs {tmp_path}"]
+    r = subprocess.run(base, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "sanitize: NOT CHECKED" in r.stdout and "make sanitize: a skip is no make error" in r.stdout, r.stdout
+    r = subprocess.run(base + ["STRICT=1"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode != 0, r.stdout + r.stderr
 
 
 def test_sanitize_and_stress_outside_a_checkout_say_where_to_run(monkeypatch, capsys, tmp_path):

@@ -29,6 +29,8 @@ folder of --csv or --json).
 A folder under --homes without `<subdir>` (a learner whose server never started, a system account) gets no row:
 the roster names each such folder in a note. An existing --csv or --json file is kept, renamed beside it
 (grades.csv -> grades.20261128-171500.csv), before anything is written: a second run never loses the first's.
+Both are created readable by their owner alone (0600): they hold every learner's grades. A CSV cell that a
+spreadsheet would read as a formula (a notebook's name the learner chose, quoted) starts with ' (spreadsheet_safe).
 
 A room on several servers: run the roster with --json on each, then merge the files into one CSV
 (feedbeast.course.roster_merge, which `python -m feedbeast roster merge` runs):
@@ -170,6 +172,17 @@ def keep_previous(path: str) -> Path | None:
         kept = p.with_name(f"{p.stem}.{stamp}-{n}{p.suffix}")
     p.rename(kept)
     return kept
+
+
+def private(path, flags):
+    """open()'s opener for a grades file: created readable by its owner alone (0600), since it names every learner
+    with a grade (an existing file keeps its mode)."""
+    return os.open(path, flags, 0o600)
+
+
+def write_private(path, text: str) -> None:
+    with open(path, "w", opener=private) as f:
+        f.write(text)
 
 
 def is_lab(name: str) -> bool:
@@ -397,12 +410,19 @@ def lab_status(lab: dict) -> str:
     return "error" if lab.get("setup") or lab.get("refused") else lab["status"]
 
 
+def spreadsheet_safe(value):
+    """A CSV cell that a spreadsheet shows as text: a string that starts with =, +, -, @, a tab or a carriage
+    return is a formula to Excel, LibreOffice and Google Sheets (OWASP, "CSV Injection"), and a learner names the
+    files whose names the last column quotes. Such a string gets a leading ' (shown by none of them); numbers pass."""
+    return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
 def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str]:
-    """One row per learner; returns the lab numbers used as columns."""
+    """One row per learner; returns the lab numbers used as columns. Text cells pass spreadsheet_safe."""
     if labs is None:        # the course's labs only: a notebook graded under another name (an older JSON) is no column
         labs = sorted(n for n in {lab["lab"] for d in docs for lab in d.get("labs", [])}
                       | {n for d in docs for n in d.get("ungraded", [])} if re.fullmatch(r"\d\d", n))
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", opener=private) as f:
         w = csv.writer(f)
         w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")]
                    + ["labs ok", "first failing check"])
@@ -428,7 +448,7 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                               + [f"lab {lab['lab']}: the solution's code, line for line"   # the solutions are there
                                  for lab in sorted(d.get("labs", []), key=lambda x: x["lab"])
                                  if lab.get("copied") and lab["lab"] in labs])
-            w.writerow(row + [ok, "; ".join(x for x in (first_failing(d, labs), notes) if x)])
+            w.writerow([spreadsheet_safe(x) for x in row + [ok, "; ".join(x for x in (first_failing(d, labs), notes) if x)]])
     return labs
 
 
@@ -685,7 +705,7 @@ def main(argv=None) -> int:
 
     def write():
         if args.json:
-            Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
+            write_private(args.json, json.dumps(docs, indent=1) + "\n")
         return write_csv(docs, args.csv, args.labs or None)
     write()       # the grades first: stopped while the labs as given are graded, the run loses none of them
     if baseline_labs(docs):

@@ -12,6 +12,8 @@ ok on another server is a race or a GPU that the fault does not show on. Each ke
 came from (`"server"` in the merged JSON), and the merge prints which learners it found in more than one file.
 Why a server could not grade a learner shows in their row only while a lab it left ungraded still is (the merged
 JSON keeps every server's reason, in `"errors"`).
+With --latest the inputs are one room graded again (a learner regraded with `roster --only` after a fix): for each
+learner and lab the file given last wins, its grade better or worse than before.
 The CSV is the roster's own (`roster.write_csv`): the same columns, scores and statuses. As the roster does, the
 merge checks where it writes before reading anything, and keeps an existing --csv or --json file, renamed beside it
 (room.csv -> room.20261128-171500.csv).
@@ -24,7 +26,7 @@ import re
 import sys
 from pathlib import Path
 
-from .roster import _count, keep_previous, lab_number, note_lab, output_problem, score, write_csv
+from .roster import _count, keep_previous, lab_number, note_lab, output_problem, score, write_csv, write_private
 
 RANK = {"ok": 3, "partial": 2, "failed": 1}
 
@@ -71,10 +73,11 @@ def _better(lab: dict, kept: dict) -> bool:
     return not _same_notebook_failed(kept, lab) and _rank(lab) > _rank(kept)
 
 
-def merge(inputs: list[tuple[str, list[dict]]], said: list[str] | None = None
+def merge(inputs: list[tuple[str, list[dict]]], said: list[str] | None = None, latest: bool = False
           ) -> tuple[list[dict], dict[str, list[str]]]:
     """(source name, learners) pairs -> the merged learners (in order of first appearance) and, for each learner,
-    the sources they appear in. `said` gets a line for each notebook graded failed on one server and not on another."""
+    the sources they appear in. `said` gets a line for each notebook graded failed on one server and not on another.
+    latest: a lab in a later input replaces the same lab of an earlier one (a regrade), instead of the better."""
     merged: dict[str, dict] = {}
     sources: dict[str, list[str]] = {}
     said = [] if said is None else said
@@ -93,6 +96,9 @@ def merge(inputs: list[tuple[str, list[dict]]], said: list[str] | None = None
                     m["labs"].append(lab)
                     continue
                 kept = m["labs"][i]
+                if latest:
+                    m["labs"][i] = lab
+                    continue
                 for bad, good in ((lab, kept), (kept, lab)):
                     if _same_notebook_failed(bad, good):
                         said.append(f"{name}: lab {lab.get('lab')}, the same notebook, failed in {bad['server']} and "
@@ -156,6 +162,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the merged learners, every check, here")
     ap.add_argument("--labs", nargs="*", default=None, type=lab_number,
                     help="lab numbers to put in the CSV, 4 or 04 (default: every lab in the inputs)")
+    ap.add_argument("--latest", action="store_true",
+                    help="a regrade: for each learner and lab the file given last wins (default: the best grade)")
     args = ap.parse_args(_labs_last(sys.argv[1:] if argv is None else list(argv)))
     inputs = [Path(p) for p in args.inputs]
     try:
@@ -179,7 +187,7 @@ def main(argv=None) -> int:
         if kept := keep_previous(out):
             print(f"roster merge: kept the previous {Path(out).name} as {kept}")
     said: list[str] = []
-    docs, sources = merge(named, said)
+    docs, sources = merge(named, said, latest=args.latest)
     for line in said:
         print(line)
     for name, where in sources.items():
@@ -189,7 +197,7 @@ def main(argv=None) -> int:
             print(f"{name}: in {', '.join(where)}; kept {kept or 'no graded lab'}")
     cols = write_csv(docs, args.csv, sorted(set(args.labs)) if args.labs else None)
     if args.json:
-        Path(args.json).write_text(json.dumps(docs, indent=1) + "\n")
+        write_private(args.json, json.dumps(docs, indent=1) + "\n")
     print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {_count(len(docs), 'learner')} from "
           f"{_count(len(inputs), 'file')} x labs {', '.join(cols)}")
     return 0
