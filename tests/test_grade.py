@@ -1021,3 +1021,21 @@ def test_a_repeated_outcome_says_how_many_times_apart_from_its_name():
     assert g.Outcome("skipped", "launch copy_x2", "needs a GPU", count=2).line() == \
         "  skipped  launch copy_x2 (2 times): needs a GPU"
     assert g.Outcome("passed", "launch copy_x2").line() == "  passed   launch copy_x2"
+
+
+def test_code_no_check_reads_is_not_run_and_the_report_names_what_it_would_have_changed(tmp_path):
+    """Top-level statements that no check reads are never run; those that would change what the checks use (the
+    toolkit, the environment) are named in the report's notes for the instructor, with their lines. The grade is
+    the same as without them, and the lab's own setup cells, which every notebook has, give no such note."""
+    def before_check(nb):
+        i = next(k for k, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
+        nb.cells[i:i] = [code("fb.check = lambda *a, **k: 'passed'\nimport os\nos.environ['FEEDBEAST_X'] = '1'\n"
+                              "import matplotlib.pyplot as plt\nprint('copy: passed')")]
+    forged = g.grade(plant(SOLUTION, edit=before_check, to=tmp_path / SOLUTION.name), timeout=300)
+    plain = g.grade(SOLUTION, timeout=300)
+    said = [n for n in forged.notes if n.startswith("not run by the grader, since no check reads it")]
+    assert len(said) == 3 and "line 1: it changes fb in place: fb.check = lambda" in said[0], forged.notes
+    assert "os.environ['FEEDBEAST_X'] = '1'" in said[2] and not any("matplotlib" in n for n in said), said
+    assert forged.status == plain.status and [o.line() for o in forged.outcomes] == \
+        [o.line() for o in plain.outcomes], (str(forged), str(plain))
+    assert not any("not run by the grader" in n for n in plain.notes), plain.notes

@@ -615,6 +615,7 @@ def test_untouched_solution_passes_grading(graded, lab):
     rep = graded(lab)
     assert not rep.failed and not rep.error, str(rep)
     assert rep.passed, str(rep)
+    assert not [n for n in rep.notes if n.startswith("not run by the grader")], rep.notes   # nothing of its own
     if _needs(lab) is not None and lab not in ("01", "02"):
         # No launch: partial (exit 2). The correctness checks are skipped (named), none of them passed.
         assert rep.status == "partial", str(rep)

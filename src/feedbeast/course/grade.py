@@ -753,9 +753,10 @@ class _CheckChild:
             cuda_ns.update(new)
         return cuda_ns
 
-    def definitions(self, nb, needs, protected: set, kernels: dict, theirs=()):
+    def definitions(self, nb, needs, protected: set, kernels: dict, theirs=(), given_cells=()):
         """The learner's definitions that the checks read, refused when they could reach the checks' state.
-        kernels: what the lab's %%cuda cells define ({name: --name}), which only those cells may define."""
+        kernels: what the lab's %%cuda cells define ({name: --name}), which only those cells may define.
+        given_cells: the sources of the lab's given cells (run instead of the learner's copies of them)."""
         import contextlib
         import types
         from .notebook import refusals
@@ -794,6 +795,27 @@ class _CheckChild:
                           else ast.unparse(s.node).splitlines()[0])
                 self.fail(at(nb.cells, s.pos[0], min(lines)),
                           f"not run by the grader: {'; '.join(why)}:\n    {quoted[:120]}")
+        # what the checks do not read is never run; a statement of it that would be refused (it rebinds what the lab
+        # gives, changes the toolkit, reaches the process's state) goes to the report as a note: the instructor's
+        # to read, no failure (imports alone are left out: a notebook's own plots import matplotlib)
+        chosen = {s.pos for s in stmts}
+        lab_own = set()     # the lab's given statements: the learner's copies of them are the lab's, not theirs
+        for src in given_cells:
+            try:
+                lab_own |= {ast.dump(n) for n in ast.parse(python_of(src)).body}
+            except SyntaxError:
+                pass
+        for s in nb.statements():
+            lines = []
+            own = s.pos not in chosen and ast.dump(s.node) not in lab_own
+            why = refusals(s.node, protected, modules, lines, theirs) if own else []
+            kept = [(w, n) for w, n in zip(why, lines) if not w.startswith("it imports")]
+            if kept:
+                src = nb.cells[s.pos[0]].source.splitlines()
+                first = min(n for _, n in kept)
+                quoted = src[first - 1].strip() if 0 < first <= len(src) else ast.unparse(s.node).splitlines()[0]
+                self.send({"t": "ignored", "name": at(nb.cells, s.pos[0], first),
+                           "message": "; ".join(w for w, _ in kept), "line": quoted[:120]})
         if refused:
             return
         try:
@@ -924,7 +946,8 @@ def _harness(fd: int) -> int:
     cuda_ns = child.kernels(nb, job["cuda"], given)
     ns.update(cuda_ns)
     base["state"] = {k: st for k, v in cuda_ns.items() if (st := kernel_state(v)) is not None}
-    child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"], job.get("theirs", ()))
+    child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"], job.get("theirs", ()),
+                      [src for _, src in job["given"]])
     from .notebook import BUILTIN_NAMES
     problems = _integrity_problems(base, ns) + [
         f"the Python builtin {k} was rebound" for k in sorted(BUILTIN_NAMES - given)
@@ -1229,6 +1252,12 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     if untouched and any(o.status == "passed" for o in outcomes):
         notes.append("nothing of yours is written yet: the checks that passed pass on the lab as given, and a "
                      "workshop's roster scores this notebook 0")
+    ignored = [m for m in msgs if m.get("t") == "ignored"]
+    for m in ignored[:5]:    # code no check reads, which the grader would have refused: never run, said
+        notes.append(f"not run by the grader, since no check reads it, and refused if one did: {m['name']}: "
+                     f"{m['message']}: {m['line']}")
+    if len(ignored) > 5:
+        notes.append(f"and {len(ignored) - 5} more such statements")
     if not todo and any(o.status == "failed" for o in outcomes):    # a fix made in the browser and not yet saved
         saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
         notes.append(f"graded {path.name} as saved at {saved}: changed since? save it (File > Save), then grade again")

@@ -311,6 +311,10 @@ class Notebook:
             if binds or amends:
                 self._stmts.append(_Stmt((i, j), node, frozenset(binds), frozenset(amends), *_reads(node)))
 
+    def statements(self) -> list[_Stmt]:
+        """The top-level statements that bind or change a name, in notebook order (those plan() chooses from)."""
+        return list(self._stmts)
+
     def names(self) -> list[str]:
         """Every top-level name a def, class, assignment or import of the notebook binds."""
         return sorted({n for s in self._stmts for n in s.binds})
