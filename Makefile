@@ -329,8 +329,8 @@ grade: $(STAMP)
 book: $(STAMP)
 	$(PYTHON) book/build.py --out _book
 
-## make sanitize   chapters and solutions under compute-sanitizer memcheck, racecheck, synccheck and the hazard checker
-#                  [STRICT=1]: a skip (no GPU, no compute-sanitizer) is a make error; without it, a line that says so
+## make sanitize [STRICT=1]  chapters and solutions under compute-sanitizer memcheck, racecheck, synccheck and the
+##                  hazard checker; a tool that cannot run here is NOT CHECKED (a make error with STRICT=1)
 # compute-sanitizer comes as a wheel (requirements/sanitize.txt) for CUDA 13; ENV=current and CUDA=12
 # use the one found on the machine (PATH, $$CUDA_HOME, /usr/local/cuda).
 SANITIZE_FLAGS ?=
