@@ -199,7 +199,7 @@ struct Shape {
 // stamps (or null): [0] gets the earliest block start, [1] the latest block end (%globaltimer, ns).
 // Rows: weight rows per block, 128 or 64 (the weight tensor map's box is Rows / TokenBlocks x 128 bytes);
 // Math::stage gets the accumulators of Rows / 64 tiles (m16 per warp with mma.sync, m64 per warpgroup with wgmma).
-// Prefetch: weight stages requested into the L2 (cp.async.bulk.prefetch, one per box) ahead of the ring: once the
+// Prefetch: weight stages requested into the L2 (cp.async.bulk.prefetch.tensor, one per box) ahead of the ring: once the
 // ring's first Stages loads are issued, the next Prefetch stages; then stage it + Prefetch with each load of stage
 // it. With Pdl the first of them go before griddepcontrol.wait too.
 // TokenBlocks 2: the tokens are split over two blocks (grid z) that share each weight tile. They are in one cluster,

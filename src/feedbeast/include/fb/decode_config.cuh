@@ -22,7 +22,7 @@
 #define MMA 0         // 0: mma.sync per warp (each warp loads every token), 1: wgmma per warpgroup (tokens read once)
 #endif
 #ifndef PF
-#define PF 0          // weight stages requested into the L2 ahead of the ring (cp.async.bulk.prefetch); 0: none
+#define PF 0          // weight stages requested into the L2 ahead of the ring (cp.async.bulk.prefetch.tensor); 0: none
 #endif
 #ifndef TOKEN_BLOCKS
 #define TOKEN_BLOCKS 1  // 2: the tokens split over two blocks that share each weight tile by TMA multicast
