@@ -74,7 +74,8 @@ def _run(argv: list) -> int:
                 course = mine = Path(".")     # the folders here, course checkout or not
             else:
                 try:   # the labs of the checkout worked in (a learner's copy on a hub), the course's solutions
-                    course, mine = find(explicit=explicit), working(explicit)
+                    # reset is a learner's own command: the checkout one level below counts, as for grade
+                    course, mine = find(explicit=explicit, below=cmd == "reset"), working(explicit)
                 except CourseNotFound as e:
                     print(e)
                     return 2         # as build, check and reset say each of their refusals

@@ -1233,8 +1233,13 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         o.message = TODO_SENTENCE.sub("", o.message).strip() or o.message
     if todo:    # what JupyterLab has not saved yet (it autosaves every 2 minutes) is not in the file read here
         saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
+        # the course's own copy of a lab, as given: a learner who works in a copy elsewhere (a hosted notebook's
+        # Drive copy) graded this one by its number
+        elsewhere = ("; or is yours a copy kept elsewhere (a hosted notebook's in Drive)? grade that file by its path"
+                     if untouched_lab(path, mine, sol_mine) else "")
         outcomes.insert(0, Outcome("failed", "your part", f"{todo.strip()}\n(read from {path.name} as saved at "
-                                   f"{saved}: written since? save the notebook, File > Save, then grade again)"))
+                                   f"{saved}: written since? save the notebook, File > Save, then grade again"
+                                   f"{elsewhere})"))
     hz = any((o.name.startswith(HAZARD_VERDICT) and o.cell >= 0 and o.status == "passed")
              or "HazardFound" in o.message for o in outcomes)    # "hazard builds on": only from verdicts
     setup = next((m["message"] for m in msgs if m.get("t") == "learner" and m.get("setup")), "")
@@ -1263,6 +1268,13 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         notes.append(f"graded {path.name} as saved at {saved}: changed since? save it (File > Save), then grade again")
     return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit, setup, cells,
                   untrusted, notes, copied, untouched)
+
+
+def untouched_lab(path: Path, mine, sol_mine) -> bool:
+    """The notebook is the lab as given, in the labs/ folder of a course checkout: the course's own copy."""
+    from .coursedir import is_course
+    return (path.resolve().parent.name == "labs" and is_course(path.resolve().parent.parent)
+            and _as_given(mine, sol_mine))
 
 
 def _cell_tally(outcomes: list[Outcome], msgs: list[dict], n: int) -> list[dict]:
