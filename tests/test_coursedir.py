@@ -57,3 +57,21 @@ def test_the_package_finds_no_course_by_its_own_location():
     for f in files:
         text = f.read_text()
         assert not re.search(r"parents\[[23]\]", text), f"{f.name} finds the course from its own file"
+
+
+def test_reset_from_the_folder_above_a_clone_restores_the_clone_s_lab(tmp_path, monkeypatch, capsys):
+    """A hosted notebook's working folder (Colab's /content) holds the clone one level below: `grade 00` finds it
+    there, and so must `reset 00`, restoring the clone's labs/00 from its solution (the learner's kept in backup)."""
+    import shutil
+    from feedbeast.course.__main__ import main
+    clone = tmp_path / "content" / "feedbeast"
+    (clone / "labs").mkdir(parents=True)
+    (clone / "chapters").mkdir()
+    shutil.copytree(ROOT / "solutions", clone / "solutions")
+    mine = clone / "labs" / "00-copy-kernel.ipynb"
+    mine.write_text((ROOT / "labs" / "00-copy-kernel.ipynb").read_text().replace("TODO: your code here", "my work"))
+    monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
+    monkeypatch.chdir(tmp_path / "content")
+    assert main(["reset", "00"]) == 0, capsys.readouterr()
+    assert mine.read_text() == (ROOT / "labs" / "00-copy-kernel.ipynb").read_text()
+    assert "my work" in next((clone / "labs" / "backup").glob("00-copy-kernel.*.ipynb")).read_text()

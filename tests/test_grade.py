@@ -1026,16 +1026,36 @@ def test_a_repeated_outcome_says_how_many_times_apart_from_its_name():
 def test_code_no_check_reads_is_not_run_and_the_report_names_what_it_would_have_changed(tmp_path):
     """Top-level statements that no check reads are never run; those that would change what the checks use (the
     toolkit, the environment) are named in the report's notes for the instructor, with their lines. The grade is
-    the same as without them, and the lab's own setup cells, which every notebook has, give no such note."""
-    def before_check(nb):
+    the same as without them. No note for an import, for scratch code that uses a name the checks bind (n), or for
+    the lab's own setup cell as an older course wrote it (matched by its cell id)."""
+    def edit(nb):
         i = next(k for k, c in enumerate(nb.cells) if g._is_check(g._heading(c)))
         nb.cells[i:i] = [code("fb.check = lambda *a, **k: 'passed'\nimport os\nos.environ['FEEDBEAST_X'] = '1'\n"
-                              "import matplotlib.pyplot as plt\nprint('copy: passed')")]
-    forged = g.grade(plant(SOLUTION, edit=before_check, to=tmp_path / SOLUTION.name), timeout=300)
+                              "import matplotlib.pyplot as plt\nn = 1 << 10\nprint('copy: passed')")]
+        setup = next(c for c in nb.cells if c.get("id") == "course-setup")
+        setup.source = "import os, pathlib  # an older setup cell\nhere = pathlib.Path.cwd(); os.environ.setdefault('X', '1')"
+    forged = g.grade(plant(SOLUTION, edit=edit, to=tmp_path / SOLUTION.name), timeout=300)
     plain = g.grade(SOLUTION, timeout=300)
     said = [n for n in forged.notes if n.startswith("not run by the grader, since no check reads it")]
-    assert len(said) == 3 and "line 1: it changes fb in place: fb.check = lambda" in said[0], forged.notes
-    assert "os.environ['FEEDBEAST_X'] = '1'" in said[2] and not any("matplotlib" in n for n in said), said
+    assert len(said) == 2, forged.notes
+    assert "line 1: it changes fb in place: fb.check = lambda" in said[0], said
+    assert "line 3: " in said[1] and "os.environ['FEEDBEAST_X'] = '1'" in said[1], said
     assert forged.status == plain.status and [o.line() for o in forged.outcomes] == \
         [o.line() for o in plain.outcomes], (str(forged), str(plain))
     assert not any("not run by the grader" in n for n in plain.notes), plain.notes
+
+
+def test_the_course_s_untouched_lab_points_a_hosted_learner_to_their_copy(tmp_path):
+    """`grade 00` grades the checkout's labs/00: where that is untouched, a learner working in a copy elsewhere
+    (Colab's copy in Drive) graded the wrong file, and the grade says how to grade theirs; a copy elsewhere, as
+    given, is told only to save."""
+    course_lab = ROOT / "labs" / "00-copy-kernel.ipynb"
+    here = g.grade(course_lab, timeout=300)
+    copy = tmp_path / "Copy of 00-copy-kernel.ipynb"
+    shutil.copy(course_lab, copy)
+    there = g.grade(copy, timeout=300, course=ROOT)
+    part = [o.message for o in here.failed if o.name == "your part"]
+    assert part and "a copy kept elsewhere (a hosted notebook's in Drive)? grade that file by its path" in part[0], \
+        str(here)
+    assert not any("copy kept elsewhere" in o.message for o in there.failed), str(there)
+    assert any(o.name == "your part" for o in there.failed), str(there)

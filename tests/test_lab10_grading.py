@@ -73,6 +73,8 @@ def test_solution_fails_nothing(graded):
 def test_quantization_bug_fails_without_a_gpu(graded, bug):
     rep = graded[bug]
     assert rep.failed and _numbers_failed(rep), str(rep)
+    # the quantize checks and the SASS checks are separate cells: a wrong quantize hides no SASS verdict
+    assert any(o.name.startswith("SASS of kernel gemv_fp8") for o in rep.passed), str(rep)
 
 
 def test_gpu_solution_runs_the_kernel_checks(gpu90, graded):

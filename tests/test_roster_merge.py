@@ -280,3 +280,10 @@ def test_latest_takes_a_regrade_worse_or_better_and_keeps_the_other_labs(tmp_pat
     assert rows["alice"]["lab 04 status"] == "ok" and rows["bob"]["lab 03 status"] == "failed", rows
     assert _rows(best)["alice"]["lab 03 status"] == "ok"                                           # the best
     assert f"alice: in {room}, {again}; kept lab 03 from {again}, lab 04 from {room}" in capsys.readouterr().out
+    # a regrade that could not grade the lab (its grader broke there) keeps the earlier grade, and says so
+    broken = _write(tmp_path / "broken.json", [{"learner": "alice", "labs": [
+        {**_lab("04-mbarrier-ring", failed=1), "setup": "OSError: libnvrtc.so.13 not found"}]}])
+    kept = tmp_path / "kept.csv"
+    assert cli(["roster", "merge", "--latest", "--csv", str(kept), str(room), str(broken)]) == 0
+    assert _rows(kept)["alice"]["lab 04 status"] == "ok"
+    assert f"alice: lab 04 was not graded in {broken}: kept the grade of {room}" in capsys.readouterr().out

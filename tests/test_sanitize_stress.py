@@ -146,6 +146,13 @@ def test_make_sanitize_without_a_gpu_says_nothing_was_checked(tmp_path):
     assert "sanitize: NOT CHECKED" in r.stdout and "make sanitize: a skip is no make error" in r.stdout, r.stdout
     r = subprocess.run(base + ["STRICT=1"], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode != 0, r.stdout + r.stderr
+    # a mistyped tool is a wrong command line (3, nothing ran), never the 2 that make lets pass
+    r = subprocess.run(base[:-1] + [f"SANITIZE_FLAGS=--tools memchek --logs {tmp_path}"], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode != 0 and "unknown tool memchek" in r.stderr, r.stdout + r.stderr
+    with pytest.raises(SystemExit) as e:
+        sanitize.main(["chapters", "--tools", "memchek"])
+    assert e.value.code == 3
 
 
 def test_sanitize_and_stress_outside_a_checkout_say_where_to_run(monkeypatch, capsys, tmp_path):

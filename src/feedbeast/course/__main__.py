@@ -5,12 +5,13 @@
                                      line); --json for machines
     roster --homes /home --csv grades.csv   grade every learner's labs on a workshop server, one CSV
     roster merge --csv room.csv a.json b.json   one CSV from the roster --json files of several servers
+                                     (--latest: a regrade, the file given last wins)
     sanitize [chapters solutions]    notebooks under compute-sanitizer memcheck, racecheck, synccheck and the
-                                     hazard checker
+                                     hazard checker (exit 2: a tool could not run here, NOT CHECKED)
     stress [--n 100]                 the GPU tests with random ragged sizes and repeated runs
     build | check | reset [solutions labs]   generate, verify or restore labs/ (feedbeast.course.labs)
     reset 04 [05 ...]                restore only these labs (a number, a name or a lab's path) of the course
-                                     checkout here (or --course DIR)
+                                     checkout here, or one folder below (or --course DIR)
 """
 from __future__ import annotations
 

@@ -44,7 +44,6 @@ The record names the notebook's sha256 and the toolkit's version. It is not a sa
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import builtins
 import collections
@@ -68,7 +67,7 @@ import nbformat
 from ..errors import MISSING_CUDA_WHEELS, install_command   # what a Python without the CUDA wheels is told
 from ..isolated import environment   # a copy of os.environ that a thread's change does not break
 from ..magic import KERNEL_NAMES as KERNEL_DECL   # the kernels a %%cuda cell declares
-from .exit_status import NOTHING_RAN   # a notebook graded as nothing, as a wrong command line
+from .exit_status import NOTHING_RAN, Parser   # a notebook graded as nothing, as a wrong command line
 # places in a learner's notebook, as it names them
 from .notebook import at, binds_of, cuda_name, is_python, place, python_of
 
@@ -753,10 +752,11 @@ class _CheckChild:
             cuda_ns.update(new)
         return cuda_ns
 
-    def definitions(self, nb, needs, protected: set, kernels: dict, theirs=(), given_cells=()):
+    def definitions(self, nb, needs, protected: set, kernels: dict, theirs=(), given_cells=(), given_ids=()):
         """The learner's definitions that the checks read, refused when they could reach the checks' state.
         kernels: what the lab's %%cuda cells define ({name: --name}), which only those cells may define.
-        given_cells: the sources of the lab's given cells (run instead of the learner's copies of them)."""
+        given_cells, given_ids: the sources and cell ids of the lab's given cells (the grader runs the lab's own, not
+        the learner's copies of them, which may be of another version of the course)."""
         import contextlib
         import types
         from .notebook import refusals
@@ -795,9 +795,11 @@ class _CheckChild:
                           else ast.unparse(s.node).splitlines()[0])
                 self.fail(at(nb.cells, s.pos[0], min(lines)),
                           f"not run by the grader: {'; '.join(why)}:\n    {quoted[:120]}")
-        # what the checks do not read is never run; a statement of it that would be refused (it rebinds what the lab
-        # gives, changes the toolkit, reaches the process's state) goes to the report as a note: the instructor's
-        # to read, no failure (imports alone are left out: a notebook's own plots import matplotlib)
+        # what the checks do not read is never run; a statement of it that would change what the checks use (the
+        # toolkit or a module in place, the process's state, files, a builtin, a name the lab gives) goes to the
+        # report as a note: the instructor's to read, no failure. Left out: imports (a notebook's plots import
+        # matplotlib, and `import os` binds what the setup cell binds), names the checks bind for themselves (scratch
+        # code may use n or w), and the lab's own given cells
         chosen = {s.pos for s in stmts}
         lab_own = set()     # the lab's given statements: the learner's copies of them are the lab's, not theirs
         for src in given_cells:
@@ -805,11 +807,15 @@ class _CheckChild:
                 lab_own |= {ast.dump(n) for n in ast.parse(python_of(src)).body}
             except SyntaxError:
                 pass
+        shared = ("it changes ", "it reaches .", "it declares ", "it rebinds the Python builtin", "it uses ")
         for s in nb.statements():
             lines = []
-            own = s.pos not in chosen and ast.dump(s.node) not in lab_own
-            why = refusals(s.node, protected, modules, lines, theirs) if own else []
-            kept = [(w, n) for w, n in zip(why, lines) if not w.startswith("it imports")]
+            own = (s.pos not in chosen and ast.dump(s.node) not in lab_own
+                   and nb.cells[s.pos[0]].get("id") not in set(given_ids))
+            why = refusals(s.node, protected, modules, lines) if own else []
+            plain = isinstance(s.node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.FunctionDef, ast.ClassDef))
+            kept = [(w, n) for w, n in zip(why, lines)
+                    if w.startswith(shared) or (plain and w.startswith("it rebinds "))]
             if kept:
                 src = nb.cells[s.pos[0]].source.splitlines()
                 first = min(n for _, n in kept)
@@ -947,7 +953,7 @@ def _harness(fd: int) -> int:
     ns.update(cuda_ns)
     base["state"] = {k: st for k, v in cuda_ns.items() if (st := kernel_state(v)) is not None}
     child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"], job.get("theirs", ()),
-                      [src for _, src in job["given"]])
+                      [src for _, src in job["given"]], job.get("given_ids", ()))
     from .notebook import BUILTIN_NAMES
     problems = _integrity_problems(base, ns) + [
         f"the Python builtin {k} was rebound" for k in sorted(BUILTIN_NAMES - given)
@@ -1196,6 +1202,8 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     job = {"solution": str(sol_path.resolve()), "learner": str(path.resolve()), "upto": len(mine),
            # a solution without BEGIN SOLUTION regions marks nothing as given: then all comes from the learner
            "given": [(i, c.source) for i, c in enumerate(sol_mine) if is_given(c)]
+           if any("BEGIN SOLUTION" in c.source for c in sol_mine) else [],
+           "given_ids": [c.get("id") for c in sol_mine if is_given(c) and c.get("id")]
            if any("BEGIN SOLUTION" in c.source for c in sol_mine) else [],
            # (--name, the solution's magic line): the learner's kernel text is compiled with the lab's flags
            "cuda": [(n, c.source.partition("\n")[0]) for c in sol_mine
@@ -1753,16 +1761,8 @@ def worst(codes) -> int:
     return next((c for c in (1, NOTHING_RAN, 2) if c in codes), 0)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's own exit status for a wrong command line is 2, grade's PARTIAL: a mistyped option in a CI job would
-    pass as "some checks could not run here". Here it is 3: nothing was graded."""
-    def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(3, f"{self.prog}: error: {message}\n")
-
-
 def main(argv=None) -> int:
-    ap = _Parser(prog="python -m feedbeast grade",
+    ap = Parser(prog="python -m feedbeast grade",
                  description="Grade lab notebooks with the labs' own checks; exit 0 ok, 1 a check failed, 2 partial "
                              "(some checks cannot run here), 3 nothing graded (the command line was wrong).")
     ap.add_argument("notebooks", nargs="+", help="lab notebooks, glob patterns (labs/00-*.ipynb) or labs named as "

@@ -13,7 +13,8 @@ came from (`"server"` in the merged JSON), and the merge prints which learners i
 Why a server could not grade a learner shows in their row only while a lab it left ungraded still is (the merged
 JSON keeps every server's reason, in `"errors"`).
 With --latest the inputs are one room graded again (a learner regraded with `roster --only` after a fix): for each
-learner and lab the file given last wins, its grade better or worse than before.
+learner and lab the file given last wins, its grade better or worse than before, unless it could not grade the lab
+(`error`) where an earlier file did: then the earlier grade stays, and the merge says so.
 The CSV is the roster's own (`roster.write_csv`): the same columns, scores and statuses. As the roster does, the
 merge checks where it writes before reading anything, and keeps an existing --csv or --json file, renamed beside it
 (room.csv -> room.20261128-171500.csv).
@@ -96,8 +97,12 @@ def merge(inputs: list[tuple[str, list[dict]]], said: list[str] | None = None, l
                     m["labs"].append(lab)
                     continue
                 kept = m["labs"][i]
-                if latest:
-                    m["labs"][i] = lab
+                if latest:       # a regrade wins, unless that run could not grade the lab and the earlier one did
+                    if (lab.get("setup") or lab.get("refused")) and not (kept.get("setup") or kept.get("refused")):
+                        said.append(f"{name}: lab {lab.get('lab')} was not graded in {src}: kept the grade of "
+                                    f"{kept['server']}")
+                    else:
+                        m["labs"][i] = lab
                     continue
                 for bad, good in ((lab, kept), (kept, lab)):
                     if _same_notebook_failed(bad, good):

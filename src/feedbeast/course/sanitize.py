@@ -33,7 +33,6 @@ With --strict (or FEEDBEAST_SANITIZE_STRICT=1), which the GPU CI uses, a skip fa
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -41,6 +40,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from .exit_status import NOTHING_RAN, Parser
 
 PARTIAL = 2     # as grade's: nothing failed, but some checks could not run here
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
@@ -208,9 +209,10 @@ def main(argv=None) -> int:
     if argv[:1] == ["run"]:
         if len(argv) != 2:
             print("usage: python -m feedbeast.course.sanitize run NOTEBOOK")
-            return 2
+            return NOTHING_RAN
         return run(argv[1])
-    ap = argparse.ArgumentParser(prog="python -m feedbeast sanitize",
+    # a wrong command line exits NOTHING_RAN, not argparse's 2, which make sanitize reads as PARTIAL and lets pass
+    ap = Parser(prog="python -m feedbeast sanitize",
                                  description="Run notebooks under compute-sanitizer tools.")
     ap.add_argument("paths", nargs="*", default=["chapters", "solutions"])
     ap.add_argument("--tools", default=",".join(TOOLS), help="comma-separated (default: all four)")
