@@ -1763,8 +1763,8 @@ def worst(codes) -> int:
 
 def main(argv=None) -> int:
     ap = Parser(prog="python -m feedbeast grade",
-                 description="Grade lab notebooks with the labs' own checks; exit 0 ok, 1 a check failed, 2 partial "
-                             "(some checks cannot run here), 3 nothing graded (the command line was wrong).")
+                description="Grade lab notebooks with the labs' own checks; exit 0 ok, 1 a check failed, 2 partial "
+                            "(some checks cannot run here), 3 nothing graded (the command line was wrong).")
     ap.add_argument("notebooks", nargs="+", help="lab notebooks, glob patterns (labs/00-*.ipynb) or labs named as "
                                                  "make grade LAB= names them (03, 3, cp-async-rowsum)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")

@@ -448,7 +448,8 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                               + [f"lab {lab['lab']}: the solution's code, line for line"   # the solutions are there
                                  for lab in sorted(d.get("labs", []), key=lambda x: x["lab"])
                                  if lab.get("copied") and lab["lab"] in labs])
-            w.writerow([spreadsheet_safe(x) for x in row + [ok, "; ".join(x for x in (first_failing(d, labs), notes) if x)]])
+            last = "; ".join(x for x in (first_failing(d, labs), notes) if x)
+            w.writerow([spreadsheet_safe(x) for x in row + [ok, last]])
     return labs
 
 

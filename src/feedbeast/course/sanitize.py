@@ -212,8 +212,7 @@ def main(argv=None) -> int:
             return NOTHING_RAN
         return run(argv[1])
     # a wrong command line exits NOTHING_RAN, not argparse's 2, which make sanitize reads as PARTIAL and lets pass
-    ap = Parser(prog="python -m feedbeast sanitize",
-                                 description="Run notebooks under compute-sanitizer tools.")
+    ap = Parser(prog="python -m feedbeast sanitize", description="Run notebooks under compute-sanitizer tools.")
     ap.add_argument("paths", nargs="*", default=["chapters", "solutions"])
     ap.add_argument("--tools", default=",".join(TOOLS), help="comma-separated (default: all four)")
     ap.add_argument("--strict", action="store_true", default=os.environ.get("FEEDBEAST_SANITIZE_STRICT") == "1",
