@@ -92,6 +92,8 @@ def test_the_source_itself_or_no_checkout_says_nothing(tmp_path, monkeypatch):
     assert freshness.warning(Path(feedbeast.__file__).resolve().parent, near=ROOT) is None
     monkeypatch.chdir(tmp_path)
     assert freshness.warning(course / "src/feedbeast", near=course) is None          # an editable install
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path / "empty")
     assert freshness.warning(tmp_path / "elsewhere") is None                          # no checkout in sight
     (tmp_path / "bare" / "chapters").mkdir(parents=True)
     (tmp_path / "bare" / "solutions").mkdir()
@@ -178,3 +180,19 @@ def test_an_unreadable_pin_file_does_not_stop_the_import(tmp_path, monkeypatch):
     (tmp_path / "requirements" / "cu13.txt").write_bytes(b"cuda-toolkit[nvrtc]==13.0.2\n# caf\xe9\n")
     monkeypatch.chdir(tmp_path)
     assert freshness.warn_if_stale() is None
+
+
+def test_a_hosted_notebook_s_folder_compares_with_the_clone_below_it(tmp_path, monkeypatch):
+    """Colab runs a notebook in /content with the clone in /content/feedbeast: after a pull there, the installed
+    copy (the setup cell's wheel install) differs from the clone's source, and that is said, as it is from inside
+    the clone; with two checkouts below, neither is taken."""
+    content = tmp_path / "content"
+    clone = _checkout(content / "feedbeast")
+    installed = tmp_path / "site-packages/feedbeast"
+    shutil.copytree(clone / "src/feedbeast", installed)
+    (clone / "src/feedbeast/__init__.py").write_text("VERSION = 3\n")        # the pull
+    monkeypatch.chdir(content)
+    said = freshness.warning(installed)
+    assert said and "__init__.py" in said and "install it again" in said, said
+    _checkout(content / "another")
+    assert freshness.warning(installed) is None

@@ -69,6 +69,16 @@ def find(near=None, explicit=None, below: bool = False) -> Path:
                          f"{also}: run from the checkout, or pass --course DIR (or set FEEDBEAST_COURSE)")
 
 
+def around_or_below(folder) -> Path | None:
+    """The checkout at or above `folder`, else the one checkout one level below it (a hosted notebook's working
+    folder, Colab's /content, with the clone in it); None when there is none, or several below."""
+    found = around(folder)
+    if found is None:
+        below = _below(Path(folder))
+        found = below[0] if len(below) == 1 else None
+    return found
+
+
 def _below(folder: Path) -> list[Path]:
     """The checkouts one level below `folder` (a folder that cannot be read is passed over)."""
     out = []

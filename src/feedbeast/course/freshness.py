@@ -5,8 +5,8 @@ into site-packages. Pulling a newer course changes the checkout's src/feedbeast,
 then compile the new kernels against the old headers: they fail with errors that name neither. The other way round,
 a workshop learner's copy of the course is made once, and the course installed for everyone (often the source of
 the instructor's checkout, installed editable) may be updated after. When the course's hooks are installed, the
-running package is compared with the source of the checkout at or above the working directory (a notebook runs in
-its own folder; FEEDBEAST_COURSE, which a workshop points at the shared course, only tells a learner's copy from
+running package is compared with the source of the checkout at or above the working directory, or the one checkout
+one folder below it (a notebook runs in its own folder; a hosted one in the folder that holds the clone; FEEDBEAST_COURSE, which a workshop points at the shared course, only tells a learner's copy from
 the course), and a difference is said once on stderr, with the files and what to do. This checkout's own editable
 install (`make lab`, `make test`) is that source: nothing to compare.
 """
@@ -39,9 +39,9 @@ def differing_files(installed: Path, source: Path) -> list[str]:
 
 def warning(installed: Path, near=None) -> str | None:
     """What to say when `installed` (the running package's folder) differs from the source of the course checkout
-    at or above `near` (default: the working directory); None when it is that source, equals it, or no checkout
-    with a src/feedbeast is there."""
-    course = coursedir.around(near if near is not None else Path.cwd())
+    at or above `near` (default: the working directory), or the one below it; None when it is that source, equals
+    it, or no checkout with a src/feedbeast is there."""
+    course = coursedir.around_or_below(near if near is not None else Path.cwd())
     if course is None or not (course / "src" / "feedbeast").is_dir():
         return None
     source, installed = (course / "src" / "feedbeast").resolve(), installed.resolve()
@@ -71,7 +71,7 @@ def toolchain_warning(near=None, version=None) -> str | None:
     (requirements/cu13.txt, cu12.txt: the compiler the chapters' SASS, registers and counts were read with); None
     when it is, or when there is no checkout or no NVRTC to ask. `version`: (major, minor), else this NVRTC's."""
     import re
-    course = coursedir.around(near if near is not None else Path.cwd())
+    course = coursedir.around_or_below(near if near is not None else Path.cwd())
     if course is None:
         return None
     pins = {}
