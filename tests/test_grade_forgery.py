@@ -1085,7 +1085,8 @@ def test_lab_10s_helpers_are_the_lab_s_own(tmp_path):
     assert "TODO" not in cell.source and "def prepare_fp8" in cell.source and "def dequantize" in cell.source
     assert g.is_given(next(c for c in nbm.read(ROOT / "solutions/10-fp8-gemv.ipynb").cells
                            if c.cell_type == "code" and "TOKENS = (8, 16, 32, 64)" in c.source))
-    stub = [("    # TODO: your code here: per-row scales (a row of zeros gets scale 1) and the e4m3 codes of w / scale\n"
+    stub = [("    # TODO: your code here: per-row scales (a row of zeros gets scale 1) and the e4m3 codes of w / scale "
+             "(hint 3)\n"
              "    scale = np.ones(w.shape[0], np.float32)\n    w8 = np.zeros(w.shape, ml_dtypes.float8_e4m3fn)\n",
              "    amax = np.abs(w).max(axis=1)\n"
              "    scale = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)\n"

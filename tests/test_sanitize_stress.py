@@ -156,16 +156,16 @@ def test_make_sanitize_without_a_gpu_says_nothing_was_checked(tmp_path):
 
 
 def test_sanitize_and_stress_outside_a_checkout_say_where_to_run(monkeypatch, capsys, tmp_path):
-    """Run outside the course: sanitize's default folders are not there (not a table of skips that exits 0), and
-    stress, whose tests are the checkout's, names the missing checkout; inside a folder of the checkout, stress runs
-    pytest in the checkout."""
+    """Run outside the course: sanitize's default folders are not there (nothing ran: exit 3, not a table of skips),
+    and stress, whose tests are the checkout's, names the missing checkout; inside a folder of the checkout, stress
+    runs pytest in the checkout."""
     import subprocess
     from feedbeast.course import stress_run
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FEEDBEAST_COURSE", raising=False)
     with pytest.raises(SystemExit) as e:
         sanitize.main(["--logs", str(tmp_path / "logs")])
-    assert e.value.code == 2 and "no chapters and no solutions here" in capsys.readouterr().err
+    assert e.value.code == 3 and "no chapters and no solutions here" in capsys.readouterr().err
     calls = []
     monkeypatch.setattr(subprocess, "call", lambda cmd, **kw: calls.append(kw["cwd"]) or 0)
     assert stress_run.main(["--n", "1"]) == 2 and not calls
