@@ -808,10 +808,11 @@ class _CheckChild:
             except SyntaxError:
                 pass
         shared = ("it changes ", "it reaches .", "it declares ", "it rebinds the Python builtin", "it uses ")
+        given_ids = set(given_ids)
         for s in nb.statements():
             lines = []
             own = (s.pos not in chosen and ast.dump(s.node) not in lab_own
-                   and nb.cells[s.pos[0]].get("id") not in set(given_ids))
+                   and nb.cells[s.pos[0]].get("id") not in given_ids)
             why = refusals(s.node, protected, modules, lines) if own else []
             plain = isinstance(s.node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.FunctionDef, ast.ClassDef))
             kept = [(w, n) for w, n in zip(why, lines)
@@ -1199,12 +1200,11 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
                       sol_path)
     sol_mine = learner_part(sol)
     mine = learner_part(learner)
+    # a solution without BEGIN SOLUTION regions marks nothing as given: then all comes from the learner
+    given = [c for c in sol_mine if is_given(c)] if any("BEGIN SOLUTION" in c.source for c in sol_mine) else []
     job = {"solution": str(sol_path.resolve()), "learner": str(path.resolve()), "upto": len(mine),
-           # a solution without BEGIN SOLUTION regions marks nothing as given: then all comes from the learner
-           "given": [(i, c.source) for i, c in enumerate(sol_mine) if is_given(c)]
-           if any("BEGIN SOLUTION" in c.source for c in sol_mine) else [],
-           "given_ids": [c.get("id") for c in sol_mine if is_given(c) and c.get("id")]
-           if any("BEGIN SOLUTION" in c.source for c in sol_mine) else [],
+           "given": [(i, c.source) for i, c in enumerate(sol_mine) if any(c is x for x in given)],
+           "given_ids": [c.get("id") for c in given if c.get("id")],
            # (--name, the solution's magic line): the learner's kernel text is compiled with the lab's flags
            "cuda": [(n, c.source.partition("\n")[0]) for c in sol_mine
                     if c.cell_type == "code" and c.source.startswith("%%cuda") for n in [cuda_name(c.source)] if n],
@@ -1235,6 +1235,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     cells = _cell_tally(outcomes, msgs, len(job["checks"]))
     untrusted = any(o.status == "failed" and o.name in ("integrity", "verdicts") for o in outcomes)
     todo = _todo(mine, sol_mine)
+    untouched = bool(job["given"]) and _as_given(mine, sol_mine)
     # the lab as given, or a TODO line left: that first, once. The checks' own copies of it are dropped, and so are
     # they when every TODO line left stands above the learner's own code (the checks read the line, not the code)
     for o in outcomes:
@@ -1244,7 +1245,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         # the course's own copy of a lab, as given: a learner who works in a copy elsewhere (a hosted notebook's
         # Drive copy) graded this one by its number
         elsewhere = ("; or is yours a copy kept elsewhere (a hosted notebook's in Drive)? grade that file by its path"
-                     if untouched_lab(path, mine, sol_mine) else "")
+                     if untouched and in_course_labs(path) else "")
         outcomes.insert(0, Outcome("failed", "your part", f"{todo.strip()}\n(read from {path.name} as saved at "
                                    f"{saved}: written since? save the notebook, File > Save, then grade again"
                                    f"{elsewhere})"))
@@ -1261,7 +1262,6 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     if copied:
         notes.append(f"this notebook's own code is {_shown(sol_path)}'s, line for line")
     # a check that passes on the lab as given (a register budget an empty kernel meets) earns nothing there
-    untouched = bool(job["given"]) and _as_given(mine, sol_mine)
     if untouched and any(o.status == "passed" for o in outcomes):
         notes.append("nothing of yours is written yet: the checks that passed pass on the lab as given, and a "
                      "workshop's roster scores this notebook 0")
@@ -1278,11 +1278,10 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
                   untrusted, notes, copied, untouched)
 
 
-def untouched_lab(path: Path, mine, sol_mine) -> bool:
-    """The notebook is the lab as given, in the labs/ folder of a course checkout: the course's own copy."""
+def in_course_labs(path: Path) -> bool:
+    """The notebook lies in the labs/ folder of a course checkout: the course's own copy of a lab."""
     from .coursedir import is_course
-    return (path.resolve().parent.name == "labs" and is_course(path.resolve().parent.parent)
-            and _as_given(mine, sol_mine))
+    return path.resolve().parent.name == "labs" and is_course(path.resolve().parent.parent)
 
 
 def _cell_tally(outcomes: list[Outcome], msgs: list[dict], n: int) -> list[dict]:
