@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from feedbeast.course import gpu_devices
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "workshop" / "jupyterhub_config.py"
 
@@ -219,14 +221,14 @@ def test_the_learners_image_leaves_out_what_the_hub_copy_leaves_out(hub, tmp_pat
     assert "COPY . /opt/feedbeast/course" in (ROOT / "workshop/k8s/Dockerfile").read_text()
 
 
-def test_a_server_that_mixes_mig_and_whole_gpus_shares_out_both(hub):
+def test_a_server_that_mixes_mig_and_whole_gpus_shares_out_both():
     listing = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\n"
                "  MIG 3g.40gb     Device  0: (UUID: MIG-1111)\n"
                "  MIG 3g.40gb     Device  1: (UUID: MIG-2222)\n"
                "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)\n"
                "GPU 2: NVIDIA H100 80GB HBM3 (UUID: GPU-cccc)\n")
-    assert hub["devices_of"](listing) == ["MIG-1111", "MIG-2222", "1", "2"]
-    assert hub["devices_of"]("GPU 0: NVIDIA H200 (UUID: GPU-dddd)\n") == ["0"]
+    assert gpu_devices.devices_of(listing) == ["MIG-1111", "MIG-2222", "1", "2"]
+    assert gpu_devices.devices_of("GPU 0: NVIDIA H200 (UUID: GPU-dddd)\n") == ["0"]
 
 
 def test_the_kubernetes_learners_know_where_the_course_is():

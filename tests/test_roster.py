@@ -6,11 +6,13 @@ regraded), that a round over 30 learners with a few changes ends well within a m
 and the CSV say about each learner.
 """
 import csv
+import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
-from feedbeast.course import roster
+from feedbeast.course import gpu_devices, roster
 from feedbeast.course.notebook import code, markdown, new
 
 
@@ -286,3 +288,65 @@ def test_the_csv_quotes_no_formula_a_learner_named(tmp_path):
     assert rows[0]["lab 00"] == "100.0" and rows[0]["username"] == "frank", rows
     assert [roster.spreadsheet_safe(x) for x in ("+1", "-x", "@a", "\tb", "lab 04: x", 3, -1.5)] == \
         ["'+1", "'-x", "'@a", "'\tb", "lab 04: x", 3, -1.5]
+
+
+def test_the_gradings_are_spread_over_the_gpus_each_on_its_own(tmp_path, monkeypatch, capsys):
+    """--jobs 4 on a server of two GPUs: each grading's process sees one GPU (CUDA_VISIBLE_DEVICES), two gradings
+    on each at most at once, and the roster's lines say which GPU graded whom."""
+    import threading
+    homes, sols, _ = _room(tmp_path, monkeypatch)
+    for name in ("dan", "fay", "gus"):
+        (homes / name / "feedbeast" / "labs").mkdir(parents=True)
+        (homes / name / "feedbeast" / "labs" / "04-mbarrier-ring.ipynb").write_text("{}")
+    seen, running, lock, worst = [], {}, threading.Lock(), {}
+
+    def grade(name, labs, wanted=None, *a, device=None, **k):
+        with lock:
+            running[device] = running.get(device, 0) + 1
+            worst[device] = max(worst.get(device, 0), running[device])
+            seen.append((name, device))
+        time.sleep(0.05)
+        with lock:
+            running[device] -= 1
+        return {"learner": name, "exit": 0, "seconds": 1.0, "device": device, "labs": [
+            {"lab": "04", "status": "ok", "checks": [{"status": "passed", "name": "x", "count": 1}]}]}
+    monkeypatch.setattr(roster, "grade_learner", grade)
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: "GPU 0: NVIDIA H200 (UUID: GPU-a)\nGPU 1: NVIDIA H200 (UUID: GPU-b)\n")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--jobs", "4") == 0
+    assert sorted(d for _, d in seen) == ["0", "0", "0", "1", "1", "1"], seen
+    assert max(worst.values()) <= 2, worst
+    out = capsys.readouterr()
+    assert "4 gradings at once on GPU 0, 1 (2 at most on each)" in out.err, out.err
+    assert any(line.startswith("alice: 04 ok (GPU ") for line in out.out.splitlines()), out.out
+    # CUDA_VISIBLE_DEVICES set for the roster: only those; --gpus names its own; a GPU the server lacks is refused
+    seen.clear()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--jobs", "2") == 0
+    assert {d for _, d in seen} == {"1"}, seen
+    seen.clear()
+    assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--gpus", "0") == 0
+    assert {d for _, d in seen} == {"0"}, seen
+    seen.clear()
+    assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--gpus", "0,7") == 2
+    assert "--gpus 7: this server's GPUs are 0, 1 (nvidia-smi -L)" in capsys.readouterr().err and seen == []
+
+
+def test_a_job_on_a_gpu_gets_that_gpu_alone(tmp_path, monkeypatch):
+    """The grader's process is started with CUDA_VISIBLE_DEVICES set to the slot's GPU, and its report says it."""
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    (labs / "04-mbarrier-ring.ipynb").write_text("{}")
+    sols = tmp_path / "solutions"
+    sols.mkdir()
+    (sols / "04-mbarrier-ring.ipynb").write_text("{}")
+    envs = []
+
+    def run(cmd, env=None, **k):
+        envs.append(env.get("CUDA_VISIBLE_DEVICES"))
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"exit": 0, "labs": []}), stderr="")
+    monkeypatch.setattr(roster.subprocess, "run", run)
+    doc = roster.grade_learner("alice", labs, solutions=sols, as_owner=False, device="MIG-1111")
+    assert envs == ["MIG-1111"] and doc["device"] == "MIG-1111", (envs, doc)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert "device" not in roster.grade_learner("alice", labs, solutions=sols, as_owner=False) and envs[-1] == "3"

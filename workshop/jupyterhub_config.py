@@ -31,11 +31,11 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from feedbeast.course import kernelspec   # the kernel "Feeding the Beast", as make install writes it
+from feedbeast.course.gpu_devices import listed, split
 
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 
@@ -158,27 +158,9 @@ os.chmod(KERNELS, 0o755)
 
 
 def gpu_devices():
-    """The devices to share out: FEEDBEAST_HUB_GPUS, else nvidia-smi -L: each GPU's MIG instances, or the GPU
-    itself where it has none (a server may mix the two)."""
+    """The devices to share out: FEEDBEAST_HUB_GPUS, else what nvidia-smi -L lists (gpu_devices.listed)."""
     given = os.environ.get("FEEDBEAST_HUB_GPUS")
-    if given is not None:
-        return [d.strip() for d in given.split(",") if d.strip()]
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return devices_of(out)
-
-
-def devices_of(listing: str) -> list[str]:
-    """`nvidia-smi -L`'s lines as devices: a GPU's index, or its MIG instances' UUIDs (listed under it) instead."""
-    gpus: list[tuple[str, list[str]]] = []
-    for ln in listing.splitlines():
-        if ln.startswith("GPU "):
-            gpus.append((ln.split(":")[0].split()[1], []))
-        elif "MIG" in ln and "UUID:" in ln and gpus:
-            gpus[-1][1].append(ln.split("UUID:")[1].strip(" )"))
-    return [d for index, migs in gpus for d in (migs or [index])]
+    return split(given) if given is not None else listed()
 
 
 STATE = Path(os.environ.get("FEEDBEAST_HUB_STATE", Path.cwd())).resolve()

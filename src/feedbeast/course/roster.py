@@ -37,6 +37,9 @@ A room on several servers: run the roster with --json on each, then merge the fi
 
     python -m feedbeast roster merge --csv room.csv --json room.json server-a.json server-b.json
 
+On a server of several GPUs the --jobs are spread over them (--gpus, default: CUDA_VISIBLE_DEVICES's, else every
+one nvidia-smi -L lists), each grading's process seeing its GPU alone.
+
 Live view during a workshop (who is stuck, and on what):
 
     sudo python -m feedbeast roster --homes /home --csv grades.csv --watch 30 --jobs 4
@@ -64,6 +67,7 @@ from pathlib import Path
 
 from ..isolated import environment
 from .coursedir import find as find_course
+from .gpu_devices import Slots, in_reach, split, unknown as unknown_gpus
 from .grade import HAZARD_LABS, ended_early, gist, lab_of
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
@@ -246,8 +250,10 @@ def _as_owner(folder: Path):
 
 
 def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learner_timeout: int = 3600,
-                  solutions: Path | None = None, as_owner: bool = True, hazards: str = "auto") -> dict:
-    """Grade one learner in a fresh process; the JSON document of `feedbeast grade --json`."""
+                  solutions: Path | None = None, as_owner: bool = True, hazards: str = "auto",
+                  device: str | None = None) -> dict:
+    """Grade one learner in a fresh process; the JSON document of `feedbeast grade --json`. `device`: the GPU
+    (CUDA_VISIBLE_DEVICES's name of it) that process runs on; None leaves the environment's choice."""
     solutions = Path(solutions) if solutions else find_course() / "solutions"
     with tempfile.TemporaryDirectory(prefix=f"fb-roster-{name}-") as tmp:
         tmp = Path(tmp)
@@ -264,6 +270,8 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
                  "themselves", sys.stderr)
         env = environment()             # (graded in a thread pool: read whole while another thread changes it)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
         if ids:
             for p in [tmp, *copies]:
                 os.chown(p, *ids)
@@ -294,14 +302,16 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
             doc["ungraded"] = sorted({lab_of(c) for c in copies})
         doc["learner"] = name
         doc["seconds"] = round(time.time() - t0, 1)
+        if device is not None:
+            doc["device"] = device
         doc["refused"] = refused
         for lab in doc.get("labs", []):   # the copy's path means nothing to the reader: the learner's
             lab["notebook"] = str(labs / Path(lab["notebook"]).name)
         return doc
 
 
-def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards: str = "auto"
-                   ) -> dict[str, list | None]:
+def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards: str = "auto",
+                   device: str | None = None) -> dict[str, list | None]:
     """{lab: for each check cell, the names of the checks the lab as given passes here}: each lab written from its
     solution (labs.lab_text, what `make labs` writes) into a fresh folder of the roster's own and graded on this
     machine as a learner's is. A check that an empty kernel meets (lab 06's register split and resources) is no
@@ -314,7 +324,7 @@ def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards
             if lab_of(sol) in labs:
                 (Path(tmp) / sol.name).write_text(lab_text(sol))
         doc = grade_learner("(the labs as given)", Path(tmp), labs, timeout, solutions=solutions, as_owner=False,
-                            hazards=hazards)
+                            hazards=hazards, device=device)
     return {lab["lab"]: None if not lab.get("cells") or lab.get("setup") or lab.get("refused") else
             [sorted({c["name"] for c in lab["checks"] if c.get("cell") == i and c["status"] == "passed"})
              for i in range(len(lab["cells"]))]
@@ -345,7 +355,7 @@ def with_baseline(docs: list[dict], baseline) -> list[str]:
     return [n for n in failed if given.get(n) is None]
 
 
-def baseline_of(args):
+def baseline_of(args, slots: Slots):
     """with_baseline's `baseline` for a run of the roster: each lab as given graded once per run, as soon as some
     learner failed it; one whose grading as given was cut short is graded again when next asked (a live view asks
     every round)."""
@@ -355,7 +365,8 @@ def baseline_of(args):
         if todo := [n for n in labs if n not in known]:
             _say(f"roster: grading lab {', '.join(todo)} as given: the checks it passes earn a failed lab nothing",
                  sys.stderr)
-            known.update(given_baseline(todo, Path(args.solutions), args.timeout, args.hazards))
+            with slots.one() as device:
+                known.update(given_baseline(todo, Path(args.solutions), args.timeout, args.hazards, device))
         return {n: known[n] for n in labs if n in known}
     return baseline
 
@@ -570,14 +581,15 @@ def _labs_span(labs) -> str:
     return f"{n[0]:02d}-{n[-1]:02d}" if n == list(range(n[0], n[-1] + 1)) else ", ".join(f"{x:02d}" for x in n)
 
 
-def watch(args, found) -> int:
+def watch(args, found, slots: Slots) -> int:
     state: dict = {}
     rounds = 0
-    baseline = baseline_of(args)
+    baseline = baseline_of(args, slots)
 
     def grade_fn(name, labs, wanted):
-        return grade_learner(name, labs, wanted, args.timeout, solutions=args.solutions, as_owner=not args.as_me,
-                             hazards=args.hazards)
+        with slots.one() as device:
+            return grade_learner(name, labs, wanted, args.timeout, solutions=args.solutions,
+                                 as_owner=not args.as_me, hazards=args.hazards, device=device)
     try:
         while True:
             t0 = time.time()
@@ -622,6 +634,10 @@ def main(argv=None) -> int:
                          "whose kernels include an fb/ header (auto: when a GPU is here)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="learners graded at once (each in its own process; on a GPU up to 2 GB of host memory each)")
+    ap.add_argument("--gpus", default=None, metavar="LIST",
+                    help="GPUs to spread the gradings over, as CUDA_VISIBLE_DEVICES names them: 0,1 or "
+                         "MIG-<uuid>,MIG-<uuid> (default: CUDA_VISIBLE_DEVICES's where it is set, else every GPU "
+                         "or MIG instance nvidia-smi -L lists; job i runs on the (i mod n)th)")
     ap.add_argument("--as-me", action="store_true",
                     help="grade as the user running the roster (root under sudo) instead of as each learner: "
                          "learners' code then runs with that user's rights (not recommended)")
@@ -674,6 +690,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     args.solutions = str(Path(args.solutions).resolve())     # each learner is graded in a folder of its own
+    if args.gpus is not None and (why := unknown_gpus(split(args.gpus))):
+        print(f"roster: --gpus {why}; nothing was graded", file=sys.stderr)
+        return 2
     if args.labs and (why := unknown_labs(args.labs, Path(args.solutions), found)):
         print(f"roster: {why}", file=sys.stderr)
         return 2
@@ -685,12 +704,20 @@ def main(argv=None) -> int:
         print("roster: no GPU in reach here: every launch is skipped, so a lab with the right SASS and wrong numbers "
               "grades partial and scores 100, as a solved one does; grade on the room's GPUs for ok",
               file=sys.stderr)
+    slots = Slots(split(args.gpus) if args.gpus is not None else in_reach(), args.jobs)
+    if len(slots.devices) > 1:
+        used = slots.used(args.jobs)
+        print(f"roster: {_count(max(1, args.jobs), 'grading')} at once on GPU {', '.join(used)}"
+              + (f" ({-(-max(1, args.jobs) // len(used))} at most on each)" if args.jobs > len(used) else "")
+              + (f"; --jobs {len(slots.devices)} would use all {len(slots.devices)}" if len(used) < len(slots.devices)
+                 else ""), file=sys.stderr)
     if args.watch:
-        return watch(args, found)
+        return watch(args, found, slots)
 
     def one(item):
-        return grade_learner(item[0], item[1], args.labs, args.timeout, solutions=args.solutions,
-                             as_owner=not args.as_me, hazards=args.hazards)
+        with slots.one() as device:
+            return grade_learner(item[0], item[1], args.labs, args.timeout, solutions=args.solutions,
+                                 as_owner=not args.as_me, hazards=args.hazards, device=device)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         done = {}
@@ -698,8 +725,9 @@ def main(argv=None) -> int:
         for future in concurrent.futures.as_completed(futures):     # each learner's line as they are graded
             doc = done[id(future)] = future.result()
             statuses = ", ".join(f"{lab['lab']} {lab_status(lab)}" for lab in doc.get("labs", []))
+            on = f"GPU {doc['device']}, " if len(slots.devices) > 1 and "device" in doc else ""
             _say("\n".join([f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} "
-                            f"({doc['seconds']:.0f} s)", *(f"  refused {why}" for why in doc.get("refused", []))]))
+                            f"({on}{doc['seconds']:.0f} s)", *(f"  refused {why}" for why in doc.get("refused", []))]))
         docs = [done[id(f)] for f in futures]
     for line in hints(docs):
         print(line, file=sys.stderr)
@@ -713,7 +741,7 @@ def main(argv=None) -> int:
         print(f"roster: wrote {args.csv}: scores before the labs as given are graded (a run stopped now keeps "
               "these)", file=sys.stderr)
     # what the labs as given pass here earns a failed lab nothing: graded once, for the labs some learner failed
-    if left := with_baseline(docs, baseline_of(args)):
+    if left := with_baseline(docs, baseline_of(args, slots)):
         print(_baseline_note(left), file=sys.stderr)
     cols = write()
     print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {_count(len(docs), 'learner')} x labs "
