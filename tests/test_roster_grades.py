@@ -19,6 +19,7 @@ import pytest
 
 from feedbeast.course import roster
 from feedbeast.course.grade import HAZARD_LABS, Outcome, Report
+from feedbeast.course.gpu_devices import Slots
 
 
 def _lab(name: str, passed: int = 0, failed: int = 0, skipped: int = 0, error: str = "") -> dict:
@@ -312,11 +313,12 @@ def test_the_baseline_is_graded_once_a_cut_one_again_and_a_broken_one_loses_no_g
     import argparse
     calls = []
 
-    def fake(labs, solutions, timeout, hazards):
+    def fake(labs, solutions, timeout, hazards, device):
+        assert device is None                 # no GPU named: the grading's environment stays as it is
         calls.append(list(labs))
         return {n: [["resources"], []] for n in labs if n != "04" or len(calls) > 1}   # 04 cut short the first time
     monkeypatch.setattr(roster, "given_baseline", fake)
-    base = roster.baseline_of(argparse.Namespace(solutions="sols", timeout=60, hazards="off"))
+    base = roster.baseline_of(argparse.Namespace(solutions="sols", timeout=60, hazards="off"), Slots([], 1))
     docs = [{"learner": "ann", "labs": [{**_graded([[("passed", "resources")], [("failed", "x")]]), "lab": n}
                                          for n in ("04", "06")]}]
     assert roster.with_baseline(docs, base) == ["04"] and calls == [["04", "06"]]

@@ -355,11 +355,12 @@ def with_baseline(docs: list[dict], baseline) -> list[str]:
     return [n for n in failed if given.get(n) is None]
 
 
-def baseline_of(args, slots: Slots):
+def baseline_of(args, slots: Slots | None = None):
     """with_baseline's `baseline` for a run of the roster: each lab as given graded once per run, as soon as some
     learner failed it; one whose grading as given was cut short is graded again when next asked (a live view asks
     every round)."""
     known: dict[str, list | None] = {}      # None: not to be known on this machine (its own cells broke here)
+    slots = slots or Slots([], 1)
 
     def baseline(labs):
         if todo := [n for n in labs if n not in known]:
