@@ -145,7 +145,9 @@ $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.t
 	@want=$$($(PYTHON3) -c '$(PYID)'); have=$$($(VENV)/bin/python -c '$(PYID)' 2>/dev/null || echo none); \
 	  if [ -e $(VENV) ] && [ "$$have" != "$$want" ]; then \
 	  echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again"; rm -rf $(VENV); fi
-	$(PYTHON3) -m venv $(VENV)
+	@# Debian and Ubuntu keep venv's pip (ensurepip) in a package of its own: a venv made without it has no pip
+	$(PYTHON3) -m venv $(VENV) || { rm -rf $(VENV); echo "make: $(PYTHON3) could not make $(VENV): where the OS \
+	packs venv apart (Debian, Ubuntu), install it (sudo apt install python3-venv) and run make again" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt -r requirements/lab.txt \
 	  -r requirements/book.txt || { have=$$($(VENV)/bin/python -c '$(PYVER)'); \
@@ -251,7 +253,9 @@ endif
 	@if command -v npm >/dev/null; then \
 	  npm ci --prefix workshop --no-audit --no-fund --loglevel=error && mkdir -p wheelhouse.new/workshop && \
 	  tar -czf wheelhouse.new/workshop/node_modules.tar.gz -C workshop node_modules; \
-	else echo "no npm here: the workshop proxy is not in the bundle (make workshop will need npm)"; fi
+	else echo "make wheelhouse: warning: no npm here, so the bundle lacks the workshop hub's proxy \
+	(configurable-http-proxy): offline, make workshop WHEELS=wheelhouse stops for it. Build the bundle where npm \
+	(Node.js 20) is, or bring the proxy to the room's servers another way before they go offline" >&2; fi
 endif
 ifeq ($(COMPARE),1)
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY_V) \

@@ -602,9 +602,13 @@ def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_pat
     assert code == 1     # cyd could not be graded
     # the live view: one round grades both, with the same verdicts
     assert roster.main(["--homes", str(homes), "--solutions", str(sols), "--only", "ada", "bob", "--jobs", "2",
-                        "--csv", str(tmp_path / "w.csv"), "--watch", "1", "--rounds", "1"]) == 0
+                        "--csv", str(tmp_path / "w.csv"), "--json", str(tmp_path / "w.json"),
+                        "--watch", "1", "--rounds", "1"]) == 0
     watched = {r["username"]: r for r in csv.DictReader((tmp_path / "w.csv").open())}
     assert {n: r["lab 05 status"] for n, r in watched.items()} == {"ada": "ok", "bob": "failed"}, watched
+    # the live view writes its --json each round too: what a merge of the room's servers reads
+    live = {d["learner"]: d for d in json.loads((tmp_path / "w.json").read_text())}
+    assert {n: [lab["status"] for lab in d["labs"]] for n, d in live.items()} == {"ada": ["ok"], "bob": ["failed"]}
 
 
 def test_grading_starts_no_network_kernel_and_prints_the_record(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import shutil
 import subprocess
@@ -324,6 +325,25 @@ def test_a_home_that_was_there_keeps_its_mode(hub, tmp_path, monkeypatch):
     assert oct(made.stat().st_mode & 0o777) == "0o700"
 
 
+TWO_GPUS = "GPU 0: NVIDIA H200 (UUID: GPU-aaaa)\nGPU 1: NVIDIA H200 (UUID: GPU-bbbb)\n"
+
+
+def test_the_hub_refuses_a_gpu_the_server_lacks_and_says_its_shares(tmp_path, monkeypatch, capsys):
+    """A device in FEEDBEAST_HUB_GPUS that CUDA cannot match would leave each learner given it without a GPU (and
+    hide the devices listed after it): the hub stops before the first login and says which. It says the shares it
+    hands out, or that learners get the CPU mode."""
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: TWO_GPUS)
+    for value, why in (("0,7", "FEEDBEAST_HUB_GPUS: 7 names no single device here; this server's are 0, 1"),
+                       ("GPU-cccc", "FEEDBEAST_HUB_GPUS: GPU-cccc names no single device here"),
+                       ("cuda:1", "FEEDBEAST_HUB_GPUS: 'cuda:1' is not a GPU as CUDA_VISIBLE_DEVICES names one")):
+        with pytest.raises(SystemExit, match=re.escape(why)):
+            _load(monkeypatch, tmp_path, FEEDBEAST_HUB_GPUS=value)
+    _load(monkeypatch, tmp_path, FEEDBEAST_HUB_GPUS="1,GPU-aaaa", FEEDBEAST_HUB_PER_GPU="3")
+    assert "GPU shares: 1, GPU-aaaa, 3 learners on each (6 servers at once)" in capsys.readouterr().err
+    _load(monkeypatch, tmp_path)
+    assert "no GPU to share out (FEEDBEAST_HUB_GPUS is empty" in capsys.readouterr().err
+
+
 def test_a_stopped_server_gives_its_gpu_share_back(tmp_path, monkeypatch):
     """Two devices, two learners each: a fifth learner is refused while four servers run, and gets the share of a
     learner whose server stopped (JupyterHub's post_stop_hook). The learner who stopped comes back to the device
@@ -332,6 +352,7 @@ def test_a_stopped_server_gives_its_gpu_share_back(tmp_path, monkeypatch):
     monkeypatch.setenv("FEEDBEAST_HUB_STATE", str(tmp_path))
     monkeypatch.setenv("FEEDBEAST_HUB_GPUS", "0,1")
     monkeypatch.setenv("FEEDBEAST_HUB_PER_GPU", "2")
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: TWO_GPUS)
     config = _Section()
     hub = runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: config})
     assert config.Spawner.post_stop_hook is hub["post_stop_hook"]

@@ -385,3 +385,20 @@ def test_a_notebook_graded_as_nothing_or_broken_by_its_own_cells_is_an_error_and
         assert calls == [["06"]]          # once, and never the setup lab
     finally:
         mp.undo()
+
+
+def test_a_lab_still_as_given_reads_not_started_and_scores_nothing(tmp_path):
+    """An untouched lab's checks fail as a wrong answer's do; the roster says `not started` instead of `failed`,
+    scores it 0 even where the lab as given passes checks, and names it as the first thing to look at."""
+    given = {**_graded([[("passed", "resources")], [("failed", "numbers")]]), "untouched": True}
+    tried = _graded([[("passed", "resources")], [("failed", "numbers")]])
+    assert (roster.lab_status(given), roster.lab_status(tried)) == ("not started", "failed")
+    rows = _csv([{"learner": "ann", "labs": [given]}, {"learner": "bo", "labs": [tried]}], tmp_path)
+    assert (rows["ann"]["lab 06"], rows["ann"]["lab 06 status"]) == ("0.0", "not started"), rows
+    assert (rows["bo"]["lab 06"], rows["bo"]["lab 06 status"]) == ("50.0", "failed"), rows
+    assert rows["ann"]["first failing check"] == "lab 06: not started (its code is the lab's as given)", rows
+    assert rows["bo"]["first failing check"] == "lab 06: numbers", rows
+    view = roster.watch_lines({"ann": {"doc": {"learner": "ann", "labs": [given]}}})
+    assert "06:not started" in view[0], view
+    # a lab that broke in the grader is an error first: not started says the learner's part, not the machine's
+    assert roster.lab_status({**given, "setup": "a CUDA library not found"}) == "error"

@@ -1,6 +1,6 @@
 # JupyterHub for a workshop room on one GPU server: `jupyterhub -f workshop/jupyterhub_config.py`.
 #
-# Run it as root from the course's environment (the one `make install` built: the hub, the learners'
+# Run it as root from the course's environment (the one `make workshop` built, hub included: the hub, the learners'
 # servers and their kernels all use this Python, so every learner has the course's toolkit and pins).
 # Each learner is a system user (PAM login; created on first login when FEEDBEAST_HUB_CREATE_USERS=1) and
 # gets, before the first start of their server:
@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 from feedbeast.course import kernelspec   # the kernel "Feeding the Beast", as make install writes it
-from feedbeast.course.gpu_devices import listed, split
+from feedbeast.course.gpu_devices import listed, problem, split
 
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 
@@ -161,6 +161,23 @@ def gpu_devices():
     """The devices to share out: FEEDBEAST_HUB_GPUS, else what nvidia-smi -L lists (gpu_devices.listed)."""
     given = os.environ.get("FEEDBEAST_HUB_GPUS")
     return split(given) if given is not None else listed()
+
+
+def say_shares():
+    """Before the first login: a device CUDA cannot match stops the hub (each learner given it would see no GPU,
+    or the wrong one); the shares, or the CPU mode, are said once."""
+    devices = gpu_devices()
+    if devices and (why := problem(devices, "FEEDBEAST_HUB_GPUS")):
+        raise SystemExit(why)
+    if devices:
+        print(f"feedbeast hub: GPU shares: {', '.join(devices)}, {PER_GPU} learners on each ({len(devices) * PER_GPU} "
+              "servers at once)", file=sys.stderr)
+    else:
+        print("feedbeast hub: no GPU to share out (FEEDBEAST_HUB_GPUS is empty, or nvidia-smi -L lists none): every "
+              "learner runs in the course's CPU mode, where launches are skipped", file=sys.stderr)
+
+
+say_shares()
 
 
 STATE = Path(os.environ.get("FEEDBEAST_HUB_STATE", Path.cwd())).resolve()

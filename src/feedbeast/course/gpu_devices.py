@@ -27,15 +27,29 @@ def listed() -> list[str]:
     return devices_of(_listing())
 
 
-def unknown(devices: list[str]) -> str | None:
-    """What is wrong with a list of GPU indices that this server does not have ("7: this server's GPUs are
-    0-3"), or None (also where nvidia-smi cannot tell, and for UUIDs, which CUDA matches by prefix)."""
-    indices = [ln.split(":")[0].split()[1] for ln in _listing().splitlines() if ln.startswith("GPU ")]
-    wrong = [d for d in devices if d.isdigit() and d not in indices]
-    if not indices or not wrong:
+def problem(devices: list[str], option: str) -> str | None:
+    """What is wrong with a list of devices for CUDA_VISIBLE_DEVICES (`option` names where it came from), or None.
+    CUDA takes a GPU's index or its UUID as nvidia-smi -L prints it (GPU-... or MIG-...), a UUID shortened to any
+    prefix that names one device; at the first entry it cannot match, it stops, hiding the devices listed after
+    it ("CUDA Environment Variables", CUDA C++ Programming Guide). So each entry must name one device here."""
+    if not devices:
+        return (f"{option} names no GPU: give indices (0,1) or UUIDs as nvidia-smi -L prints them, or leave it "
+                "out for every GPU")
+    form = [d for d in devices if not (d.isdigit() or d.startswith(("GPU-", "MIG-")))]
+    if form:
+        return (f"{option}: {', '.join(repr(d) for d in form)} is not a GPU as CUDA_VISIBLE_DEVICES names one: "
+                "give an index (0) or a UUID as nvidia-smi -L prints it (GPU-..., MIG-...)")
+    listing = _listing()
+    indices = [ln.split(":")[0].split()[1] for ln in listing.splitlines() if ln.startswith("GPU ")]
+    uuids = [ln.split("UUID:")[1].strip(" )") for ln in listing.splitlines() if "UUID:" in ln]
+    if not indices:         # nvidia-smi missing or failing: nothing to compare with
         return None
-    return (f"{', '.join(wrong)}: this server's GPUs are {', '.join(indices)} (nvidia-smi -L); with no such GPU "
-            "every launch would be skipped")
+    wrong = [d for d in devices if (d not in indices if d.isdigit() else sum(u.startswith(d) for u in uuids) != 1)]
+    if not wrong:
+        return None
+    return (f"{option}: {', '.join(wrong)} names no single device here; this server's are {', '.join(indices)}"
+            f"{' and ' + ', '.join(uuids) if any(not d.isdigit() for d in wrong) else ''} (nvidia-smi -L): with a "
+            "device CUDA cannot match, it hides that one and every device listed after it")
 
 
 def devices_of(listing: str) -> list[str]:
@@ -54,11 +68,11 @@ def split(value: str) -> list[str]:
     return [d.strip() for d in value.split(",") if d.strip()]
 
 
-def in_reach() -> list[str]:
-    """The devices a job started from here may be given: CUDA_VISIBLE_DEVICES's own where it is set (the user
-    chose them; empty hides every GPU), else every device nvidia-smi lists."""
+def in_reach() -> tuple[list[str], str]:
+    """The devices a job started from here may be given, and where that list came from: CUDA_VISIBLE_DEVICES's
+    own where it is set (the user chose them; empty hides every GPU), else every device nvidia-smi lists."""
     given = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return split(given) if given is not None else listed()
+    return (split(given), "CUDA_VISIBLE_DEVICES") if given is not None else (listed(), "nvidia-smi -L")
 
 
 class Slots:

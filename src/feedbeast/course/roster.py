@@ -18,7 +18,7 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
 CSV: one row per learner; for each lab a score (see score(): for a failed lab the mean over its check cells of
 100 x passed / (passed + failed), leaving out what the lab as given passes on this machine (graded once per run),
 a cell cut short scoring 0, below 100 for every failed lab; empty when no check ran) and a status (ok, partial,
-failed; missing: no such notebook; error: the learner or the notebook could not be graded, e.g. the grader could
+failed; not started: the notebook's code is still the lab's as given, scored 0; missing: no such notebook; error: the learner or the notebook could not be graded, e.g. the grader could
 not start as them, or the notebook cannot be read). Columns: username, "lab NN",
 "lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
 "lab 04: name: why"; for an error row, why it could not be graded).
@@ -38,15 +38,17 @@ A room on several servers: run the roster with --json on each, then merge the fi
     python -m feedbeast roster merge --csv room.csv --json room.json server-a.json server-b.json
 
 On a server of several GPUs the --jobs are spread over them (--gpus, default: CUDA_VISIBLE_DEVICES's, else every
-one nvidia-smi -L lists), each grading's process seeing its GPU alone.
+one nvidia-smi -L lists), each grading's process seeing its GPU alone. Each entry must name one device of this
+server (an index, or a UUID as nvidia-smi -L prints it, shortened to a prefix if you like): CUDA hides a device it
+cannot match and every one after it, so the roster refuses such a list before grading; it says which GPUs it uses.
 
 Live view during a workshop (who is stuck, and on what):
 
-    sudo python -m feedbeast roster --homes /home --csv grades.csv --watch 30 --jobs 4
+    sudo python -m feedbeast roster --homes /home --labs 04 05 --csv grades.csv --json grades.json --watch 30 --jobs 4
 
 regrades only the notebooks whose content changed since the last round (their modification time and size
 first, then their sha256), prints one line per learner (each lab's status, the first failing check), rewrites
-the CSV, and starts the next round `--watch` seconds after the last one began. Ctrl-C stops it.
+the CSV (and the --json), and starts the next round `--watch` seconds after the last one began. Ctrl-C stops it.
 """
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ from pathlib import Path
 
 from ..isolated import environment
 from .coursedir import find as find_course
-from .gpu_devices import Slots, in_reach, split, unknown as unknown_gpus
+from .gpu_devices import Slots, in_reach, problem as gpus_problem, split
 from .grade import HAZARD_LABS, ended_early, gist, lab_of
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
@@ -418,8 +420,12 @@ def score(lab: dict) -> float | None:
 def lab_status(lab: dict) -> str:
     """A graded lab's status as the roster shows it, on the screen as in the CSV: error when the lab's own cells
     broke in the learner's grader, or the grader graded nothing of the notebook (`refused`: it cannot be read, or is
-    no lab; the grader's exit 3): the grader's failed would read as the learner's wrong answer."""
-    return "error" if lab.get("setup") or lab.get("refused") else lab["status"]
+    no lab; the grader's exit 3): the grader's failed would read as the learner's wrong answer. A lab whose code is
+    still the lab's as given is `not started` (scored 0)."""
+    if lab.get("setup") or lab.get("refused"):
+        return "error"
+    # the notebook's code is the lab's as given: nothing to grade yet, which the grader's failed would not say
+    return "not started" if lab.get("untouched") else lab["status"]
 
 
 def spreadsheet_safe(value):
@@ -453,7 +459,7 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                     row += ["", "error"]     # the lab's own cells broke in the learner's grader: nothing graded
                     continue
                 points = score(lab)
-                row += ["" if points is None else points, lab["status"]]   # "": no check ran, no grade to import
+                row += ["" if points is None else points, lab_status(lab)]   # "": no check ran, no grade to import
                 ok += lab["status"] == "ok"
             # a notebook not graded (a second notebook of a lab, a link): named in the row, not only on the screen
             notes = "; ".join([why.split(": not graded")[0] + ": not graded" for why in d.get("refused", [])]
@@ -472,6 +478,8 @@ def first_failing(doc: dict, labs=None) -> str:
             continue
         if lab.get("setup") or lab.get("refused"):
             return f"lab {lab['lab']}: not graded: {gist(lab.get('setup') or lab.get('error') or '')}"
+        if lab.get("untouched"):
+            return f"lab {lab['lab']}: not started (its code is the lab's as given)"
         for c in lab.get("checks", []):
             if c["status"] == "failed":
                 why = gist(c.get("message") or "")
@@ -599,6 +607,8 @@ def watch(args, found, slots: Slots) -> int:
             docs = [state[n]["doc"] for n in sorted(state)]
             left = with_baseline(docs, baseline)     # (said every round: the screen is cleared)
             write_csv(docs, args.csv, args.labs or None)
+            if args.json:       # each round, as the CSV: the file a merge or a later roster reads
+                write_private(args.json, json.dumps(docs, indent=1) + "\n")
             if sys.stdout.isatty():
                 print("\x1b[2J\x1b[H", end="")
             wait = max(0.0, args.watch - (time.time() - t0))     # a round starts every --watch seconds
@@ -691,8 +701,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     args.solutions = str(Path(args.solutions).resolve())     # each learner is graded in a folder of its own
-    if args.gpus is not None and (why := unknown_gpus(split(args.gpus))):
-        print(f"roster: --gpus {why}; nothing was graded", file=sys.stderr)
+    devices, source = (split(args.gpus), "--gpus") if args.gpus is not None else in_reach()
+    if (devices or source == "--gpus") and (why := gpus_problem(devices, source)):
+        print(f"roster: {why}; nothing was graded", file=sys.stderr)
         return 2
     if args.labs and (why := unknown_labs(args.labs, Path(args.solutions), found)):
         print(f"roster: {why}", file=sys.stderr)
@@ -705,11 +716,11 @@ def main(argv=None) -> int:
         print("roster: no GPU in reach here: every launch is skipped, so a lab with the right SASS and wrong numbers "
               "grades partial and scores 100, as a solved one does; grade on the room's GPUs for ok",
               file=sys.stderr)
-    slots = Slots(split(args.gpus) if args.gpus is not None else in_reach(), args.jobs)
-    if len(slots.devices) > 1:
+    slots = Slots(devices, args.jobs)
+    if slots.devices:       # which GPUs, and why those: a wrong CUDA_VISIBLE_DEVICES shows here, not in the grades
         used = slots.used(args.jobs)
-        print(f"roster: {_count(max(1, args.jobs), 'grading')} at once on GPU {', '.join(used)}"
-              + (f" ({-(-max(1, args.jobs) // len(used))} at most on each)" if args.jobs > len(used) else "")
+        print(f"roster: {_count(max(1, args.jobs), 'grading')} at once on GPU {', '.join(used)} (from {source})"
+              + (f" ({-(-max(1, args.jobs) // len(used))} at most on each)" if args.jobs > len(used) > 1 else "")
               + (f"; --jobs {len(slots.devices)} would use all {len(slots.devices)}" if len(used) < len(slots.devices)
                  else ""), file=sys.stderr)
     if args.watch:
