@@ -58,6 +58,31 @@ def _loopback_only():
 
 _loopback_only()
 
+
+def _kernel_start_retried():
+    """nbval starts each notebook's kernel once. jupyter_client picks the kernel's five ports free and the kernel
+    binds them a moment later, so on a busy machine another process can take one in between and the kernel exits
+    before its first reply ("Kernel died before replying to kernel_info"): that start is tried again, twice at most.
+    A kernel that cannot start at all fails the third time, as before; a slow start (a timeout) is not retried."""
+    try:
+        from nbval import kernel
+    except ImportError:
+        return
+    start = kernel.start_new_kernel
+
+    def retried(*args, **kwargs):
+        for attempt in range(3):
+            try:
+                return start(*args, **kwargs)
+            except RuntimeError as e:
+                if "died before replying" not in str(e) or attempt == 2:
+                    raise
+                print(f"nbval: the kernel died before its first reply ({e}); starting it again", file=sys.stderr)
+    kernel.start_new_kernel = retried
+
+
+_kernel_start_retried()
+
 GPU_FIXTURES = {"gpu90", "gpu100", "anygpu"}
 
 
