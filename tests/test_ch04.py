@@ -287,6 +287,36 @@ def test_a_wait_and_its_retry_loop_count_as_one_mbarrier_wait(debug):
         fb.sass.expect_mbarrier_waits(one, "waits", 2, "test")
 
 
+def _insn(offset, text):
+    guard, _, rest = text.partition(" ") if text.startswith("@") else ("", "", text)
+    opcode, _, ops = rest.partition(" ")
+    return fb.sass.Instruction(offset, opcode, tuple(o.strip() for o in ops.split(",") if o.strip()), guard)
+
+
+def _wait_then_retry(between: list[str]) -> list:
+    """A try-wait, `between` scheduled after it, its failure branch to an out-of-line retry loop, and that loop."""
+    body = ["SYNCS.PHASECHK.TRANS64.TRYWAIT P3, [R10+URZ], R9", *between, "@!P3 BRA 0x400", "STG.E [R2.64], R4",
+            "EXIT"]
+    ins = [_insn(16 * k, t) for k, t in enumerate(body)]
+    retry = ["YIELD", "SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [R10+URZ], R9", "@!P2 BRA 0x400", f"BRA {16 * len(body) - 32:#x}"]
+    return ins + [_insn(0x400 + 16 * k, t) for k, t in enumerate(retry)]
+
+
+def test_a_wait_whose_failure_branch_comes_ten_instructions_later_is_one_wait():
+    """ptxas scheduled ten instructions between lab 05's consumer try-wait and its `@!P3 BRA` to the retry loop, which
+    the count then took for a wait of its own: a kernel without the consumers' wait on full[s] still had two. The
+    branch is the first on !P3 before P3 is written again; once P3 is rewritten, a later branch on it is not this
+    wait's (counted apart: two)."""
+    filler = ["IMAD.HI.U32 R6, R12, R7, RZ", "ISETP.GT.U32.AND P2, PT, R5, R8, PT", "@!P2 VIADD R6, R6, 0x1",
+              "ISETP.GE.AND P1, PT, R7, RZ, PT", "LOP3.LUT R7, R13, 0x3, RZ, 0xc0, !PT", "IMAD R8, R6, R8, R7",
+              "@!P1 IMAD.MOV R6, RZ, RZ, -R6", "PLOP3.LUT P0, PT, PT, PT, PT, 0x80, 0x0", "IABS R7, R4",
+              "IMAD.MOV R8, RZ, RZ, -R6"]
+    assert len(filler) == 10
+    assert fb.sass.mbarrier_wait_sites(_wait_then_retry(filler)) == [0]
+    rewritten = filler[:5] + ["ISETP.NE.AND P3, PT, R29, RZ, PT"] + filler[5:]
+    assert len(fb.sass.mbarrier_wait_sites(_wait_then_retry(rewritten))) == 2
+
+
 def test_a_named_timeline_goes_to_the_results_log_and_comes_back_where_no_gpu_ran(h200_results, monkeypatch):
     """TraceBuffer.spans(name=...) hands its spans to hooks.on_trace (the course writes traces.jsonl), not when
     timing is off (the sanitizer); recorded_spans reads them back in place of a skipped launch, labelled with the

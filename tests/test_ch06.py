@@ -105,6 +105,33 @@ def test_lab_solution_sass_and_resources():
     assert not any("C7508" in ln for ln in mod.log.splitlines())
 
 
+def test_the_split_check_passes_nothing_where_no_registers_move():
+    """Lab 06 as given has no setmaxnreg: the split check compared the launch's registers with themselves (1 x 4 + 2 x
+    4 = 12) and passed. Where the SASS has no setmaxnreg it says it did not check and records no verdict; the
+    solution's counts are compared and pass; counts larger than the pool are refused."""
+    from feedbeast import hooks
+    seen = []
+    hooks.on_verdict.append(lambda *v: seen.append(v))
+    try:
+        none = module("coop", USE_SETMAXNREG="0")
+        said = fb.sass.expect_setmaxnreg_split(none, "gemm_coop", threads=384)
+        assert "not checked (no setmaxnreg in the SASS" in said and not seen, (said, seen)
+        assert fb.sass.setmaxnreg_split(none, "gemm_coop", threads=384)[0] is None
+        lab = module("lab", SOLUTION)
+        assert fb.sass.expect_setmaxnreg_split(lab, "gemm_bias_relu_ws", threads=384) == \
+            "1 x 40 + 2 x 232 = 504 <= 504 registers per lane"
+        assert [v[0] for v in seen] == ["passed"], seen
+        big = fb.compile(lab.source.replace("fb::setmaxnreg_inc<232>", "fb::setmaxnreg_inc<240>"), "sm_90a",
+                         defines=lab.defines, name="lab.cu")
+        fits, why = fb.sass.setmaxnreg_split(big, "gemm_bias_relu_ws", threads=384)
+        assert fits is False and "setmaxnreg asks for 1 x 40 + 2 x 240 = 520" in why and len(seen) == 1, (why, seen)
+        with pytest.raises(fb.SassMismatch, match="the block has 3 x 168 = 504"):
+            fb.sass.expect_setmaxnreg_split(big, "gemm_bias_relu_ws", threads=384)
+        assert [v[0] for v in seen] == ["passed", "failed"], seen
+    finally:
+        hooks.on_verdict.pop()
+
+
 def test_ragged_gemm_sizes_satisfy_the_tma_rules():
     for m, n, k in (MATMUL_RAGGED, (1000, 1032, 1000), (257, 264, 72), (300, 136, 64)):
         assert k % 8 == 0 and n % 8 == 0            # 16-byte row strides of A (M x K) and Bt (N x K)

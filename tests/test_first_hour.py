@@ -1038,9 +1038,18 @@ def test_reset_labs_restores_only_the_lab_named(tmp_path):
         assert after["04-mbarrier-ring.ipynb"] == (ROOT / "labs/04-mbarrier-ring.ipynb").read_text()
         (tmp_path / "labs/04-mbarrier-ring.ipynb").write_text(before["04-mbarrier-ring.ipynb"])
     assert len(list((tmp_path / "labs/backup").glob("04-mbarrier-ring.*.ipynb"))) >= 1
+    # a lab that is not there: nothing restored, and the exit status grade gives a lab that is not there (nothing
+    # ran, 3), never 2, which make and CI read as PARTIAL
+    from feedbeast.course.exit_status import NOTHING_RAN
     r = subprocess.run([sys.executable, "-m", "feedbeast", "reset", "42"], cwd=tmp_path, capture_output=True,
                        text=True)
-    assert r.returncode == 2 and "no lab '42'" in r.stdout and "04-mbarrier-ring.ipynb" in r.stdout, r.stdout
+    assert r.returncode == NOTHING_RAN == 3 and "no lab '42'" in r.stdout and "04-mbarrier-ring.ipynb" in r.stdout \
+        and "nothing was restored" in r.stdout, r.stdout
+    graded = subprocess.run([sys.executable, "-m", "feedbeast", "grade", "42"], cwd=tmp_path, capture_output=True,
+                            text=True)
+    assert graded.returncode == r.returncode, graded.stdout + graded.stderr
+    after_all = {p.name: p.read_text() for p in (tmp_path / "labs").glob("*.ipynb")}
+    assert after_all == before, "a reset of no lab changed a lab"
 
 
 def test_make_grade_takes_a_lab_as_reset_labs_does():
@@ -1093,7 +1102,7 @@ def test_a_path_names_that_file_never_the_lab_of_its_name(tmp_path):
     for where in (stray, tmp_path / "05-tma-ring.ipynb"):
         r = subprocess.run([sys.executable, "-m", "feedbeast.course.labs", "reset", str(ROOT / "solutions"),
                             str(tmp_path / "labs"), str(where)], capture_output=True, text=True)
-        assert r.returncode == 2 and f"{where} is {'not in' if where.exists() else 'no file, and not in'} " \
+        assert r.returncode == 3 and f"{where} is {'not in' if where.exists() else 'no file, and not in'} " \
             f"{tmp_path / 'labs'}/, the folder whose labs this restores" in r.stdout, r
     assert stray.read_text() == "{}" and not list((tmp_path / "labs").iterdir())
 

@@ -12,7 +12,8 @@ What grading can see depends on the machine:
 - Labs 01 and 02 run in Numba's simulator without a GPU, so a bug that gives wrong sums fails there too.
 - Labs 03 to 07 compile and check their SASS without a GPU, but launches are skipped. A bug that only a
   launch reveals must then be reported as skipped, never as passed; one that shows in the SASS (a missing
-  cp.async.wait_group, a missing setmaxnreg.dec, a missing fence.proxy.async) fails there.
+  cp.async.wait_group, a missing setmaxnreg.dec, a missing fence.proxy.async, a ring with one mbarrier wait where
+  it needs two, a consumer release arrive left out) fails there.
 - On a GPU of the lab's architecture every bug must fail grading, and the failure must say what went wrong:
   a wrong result (the check's FAILED line, CheckFailed), a missing instruction (SassMismatch), a hang, or a
   rule of the hazard checker (the grader runs labs 03-08 with FEEDBEAST_HAZARDS=1: each launch also runs
@@ -237,10 +238,20 @@ BUGS = {
         "expect-tx-in-elements": Bug([("fb::mbar::arrive_expect_tx(&bar.full[s], BOX * 4);",
                                        "fb::mbar::arrive_expect_tx(&bar.full[s], BOX);")],
                                      gpu={HANG, WRONG, FAULT, HAZARD}, hangs=True),
-        # The producer never waits on empty[s]: boxes land in stages the consumers are still transposing.
+        # The producer never waits on empty[s]: boxes land in stages the consumers are still transposing. The SASS
+        # has one mbarrier wait loop where the ring needs two (fb.sass.expect_mbarrier_waits): rejected on any machine.
         "producer-skips-empty-wait": Bug([('    fb::mbar::wait(&bar.empty[s], ((it / STAGES) & 1) ^ 1, "empty", s);   '
                                            '// lap 0 passes at once\n', "")],
-                                         gpu={WRONG, HANG, FAULT, HAZARD}, hangs=True),
+                                         gpu={SASS}, cpu=WAITS_SASS, hangs=True),
+        # The consumers never wait on full[s]: they transpose boxes that have not landed. One wait loop, as above
+        # (ptxas puts ten instructions between the try-wait left and its branch to the retry loop; the count must
+        # still take the two try-waits for one wait).
+        "consumer-skips-full-wait": Bug([('    fb::mbar::wait(&bar.full[s], (it / STAGES) & 1, "full", s);\n', "")],
+                                        gpu={SASS}, cpu=WAITS_SASS, hangs=True),
+        # The consumers never give a stage back (no arrive on empty[s]): the producer's second lap waits forever.
+        # The SASS has no plain arrive (SYNCS.ARRIVE.TRANS64.A1T0): rejected on any machine.
+        "consumers-skip-release": Bug([("  if (threadIdx.x % 32 == 0) fb::mbar::arrive(&bar.empty[s]);\n", "")],
+                                      gpu={SASS}, cpu=r"SassMismatch.*missing SYNCS\.ARRIVE\.TRANS64\.A1T0", hangs=True),
         # No proxy fence in publish: rejected by the SASS check on any machine.
         "missing-proxy-fence": Bug([("  fb::fence_proxy_async();   // my reads of the stage and writes of the tile, "
                                      "before async accesses\n", "")], gpu={SASS, HAZARD, WRONG}, cpu=FENCE_SASS),

@@ -467,33 +467,49 @@ def setmaxnreg_counts(ins) -> tuple[list[int], list[int]]:
     return dec, inc
 
 
-def expect_setmaxnreg_split(mod, kernel: str, threads: int, producers: int = 1, consumers: int = 2) -> str:
-    """Raise SassMismatch unless `producers` warpgroups at the .dec and `consumers` at the .inc fit the block's
-    register pool: the `threads` it was launched with times the registers per thread ptxas gave the kernel. With
-    several .dec or .inc counts in the SASS (which warpgroup runs which is not there), each role is taken at its
-    largest: what the block must hold for the counts to be safe. An .inc waits until the pool has its registers
-    (PTX ISA, "setmaxnreg"): asking for more than the pool holds never returns. Roles that do not fill the block
-    are not checked (said so)."""
+def setmaxnreg_split(mod, kernel: str, threads: int, producers: int = 1, consumers: int = 2) -> tuple[bool | None, str]:
+    """Whether `producers` warpgroups at the .dec and `consumers` at the .inc fit the block's register pool: the
+    `threads` it was launched with times the registers per thread ptxas gave the kernel. (True, what was compared),
+    (False, why not) or (None, why it was not checked): no setmaxnreg in the SASS (an unwritten role split), or roles
+    that do not fill the block. Records nothing: expect_setmaxnreg_split is the check; a cell that is about to launch
+    asks this so as not to start a kernel whose .inc would never return. With several .dec or .inc counts in the
+    SASS (which warpgroup runs which is not there), each role is taken at its largest: what the block must hold for
+    the counts to be safe. An .inc waits until the pool has its registers (PTX ISA, "setmaxnreg"): asking for more
+    than the pool holds never returns."""
     dec, inc = setmaxnreg_counts(instructions(mod, kernel)[kernel])
     name = f"setmaxnreg split in the SASS of kernel {kernel}"
     per_thread = mod.resources[kernel].registers
     if producers + consumers != threads // 128:
-        return f"{name}: not checked ({producers} + {consumers} warpgroups of {threads // 128})"
+        return None, f"{name}: not checked ({producers} + {consumers} warpgroups of {threads // 128})"
+    if not dec and not inc:
+        return None, f"{name}: not checked (no setmaxnreg in the SASS: no registers move between the roles)"
     d, i = max(dec, default=per_thread), max(inc, default=per_thread)   # a role without one keeps its launch's
     several = (" (the largest of the .dec counts " + ", ".join(map(str, sorted(set(dec)))) + ")") if len(set(dec)) > 1 else ""
     several += (" (the largest of the .inc counts " + ", ".join(map(str, sorted(set(inc)))) + ")") if len(set(inc)) > 1 else ""
     lanes = producers * d + consumers * i
     pool = threads // 128 * per_thread
     if lanes > pool:
-        msg = (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: setmaxnreg asks for {producers} x "
-               f"{d}{'' if dec else ' (no .dec: the launch registers)'} + {consumers} x {i} = {lanes} registers per "
-               f"lane of a warpgroup, and the block has "
-               f"{threads // 128} x {per_thread} = {pool} ({threads} threads at the {per_thread} per thread ptxas gave "
-               f"the kernel): an .inc waits until the pool has its registers (PTX ISA, setmaxnreg), so the consumers "
-               f"would wait forever. Choose counts, multiples of 8, whose sum is at most {pool}.{several}")
-        hooks.failed(name, msg)
-        raise SassMismatch(msg)
-    said = f"{producers} x {d} + {consumers} x {i} = {lanes} <= {pool} registers per lane{several}"
+        return False, (f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: setmaxnreg asks for "
+                       f"{producers} x {d}{'' if dec else ' (no .dec: the launch registers)'} + {consumers} x {i} = "
+                       f"{lanes} registers per lane of a warpgroup, and the block has "
+                       f"{threads // 128} x {per_thread} = {pool} ({threads} threads at the {per_thread} per thread ptxas "
+                       f"gave the kernel): an .inc waits until the pool has its registers (PTX ISA, setmaxnreg), so the "
+                       f"consumers would wait forever. Choose counts, multiples of 8, whose sum is at most "
+                       f"{pool}.{several}")
+    return True, f"{producers} x {d} + {consumers} x {i} = {lanes} <= {pool} registers per lane{several}"
+
+
+def expect_setmaxnreg_split(mod, kernel: str, threads: int, producers: int = 1, consumers: int = 2) -> str:
+    """Raise SassMismatch unless the role split's setmaxnreg counts fit the block's register pool (setmaxnreg_split,
+    which says how they are read). Where there is nothing to check (no setmaxnreg at all, or roles that do not fill
+    the block) it records no verdict, passed or failed, and returns the line that says why."""
+    fits, said = setmaxnreg_split(mod, kernel, threads, producers, consumers)
+    name = f"setmaxnreg split in the SASS of kernel {kernel}"
+    if fits is None:
+        return said
+    if not fits:
+        hooks.failed(name, said)
+        raise SassMismatch(said)
     hooks.passed(name, said)
     return said
 
@@ -613,6 +629,34 @@ def _branch_target(i) -> int | None:
     return next((int(o, 16) for o in i.operands if _BRANCH_TARGET.fullmatch(o)), None)
 
 
+def _writes_predicate(i, pred: str) -> bool:
+    """Does `i` write predicate register `pred`? A predicate destination comes first among the operands (ISETP P2,
+    PT, ...; SYNCS.PHASECHK P0, [...]): the leading predicate operands are taken as written (a source there only
+    makes the answer cautious)."""
+    for o in i.operands:
+        if not is_predicate(o):
+            return False
+        if o == pred:
+            return True
+    return False
+
+
+def _failure_branch(ins, k: int, pred: str | None, reach: int = 32):
+    """The `@!P BRA` that leaves try-wait ins[k] when its phase is not complete: the first branch on `!pred` after
+    it, before `pred` is written again or the path ends (an unguarded BRA, EXIT or RET). ptxas may schedule ten
+    or more unrelated instructions between the try-wait and its branch."""
+    if not pred:
+        return None
+    for b in ins[k + 1:k + 1 + reach]:
+        if matches(b.opcode, "BRA") and b.predicate == f"@!{pred}":
+            return b
+        if not b.predicate and any(matches(b.opcode, x) for x in ("BRA", "EXIT", "RET")):
+            return None
+        if _writes_predicate(b, pred):
+            return None
+    return None
+
+
 def mbarrier_wait_sites(ins) -> list[int]:
     """The offset of each mbarrier wait of a kernel, one per wait loop in the source, not per try-wait instruction.
     ptxas may compile a loop on mbarrier.try_wait into a first try-wait whose failure branches to an out-of-line
@@ -624,9 +668,7 @@ def mbarrier_wait_sites(ins) -> list[int]:
     retries = set()
     for k in tries:
         pred = next(iter(ins[k].predicate_operands), None)          # the try-wait's result: P0 = phase complete
-        # its failure branch: the first `@!P0 BRA` within a few instructions (ptxas may schedule one between)
-        fail = next((b for b in ins[k + 1:k + 5] if pred and matches(b.opcode, "BRA") and b.predicate == f"@!{pred}"),
-                    None)
+        fail = _failure_branch(ins, k, pred)
         if fail is None:
             continue
         target = _branch_target(fail)

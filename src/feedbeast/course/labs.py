@@ -28,6 +28,8 @@ from pathlib import Path
 
 import nbformat
 
+from .exit_status import NOTHING_RAN
+
 BEGIN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//) BEGIN SOLUTION(?::\s*(?P<what>\S.*?))?\s*$")
 END = re.compile(r"^\s*(#|//) END SOLUTION\s*$")
 LAB_LINE = re.compile(r"^(?P<indent>\s*)(#|//) LAB: (?P<code>.*)$")
@@ -309,9 +311,9 @@ def main(argv=None):
     elif cmd == "reset":
         try:
             reset(solutions, labs, which)
-        except ValueError as e:
-            print(e)
-            return 2
+        except ValueError as e:      # no such lab (the message lists those there are): as grade says of one
+            print(f"{e} (nothing was restored)")
+            return NOTHING_RAN
         except NotKept as e:
             print(e)
             return 1
