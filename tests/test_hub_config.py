@@ -333,7 +333,7 @@ def test_the_hub_refuses_a_gpu_the_server_lacks_and_says_its_shares(tmp_path, mo
     hide the devices listed after it): the hub stops before the first login and says which. It says the shares it
     hands out, or that learners get the CPU mode."""
     monkeypatch.setattr(gpu_devices, "_listing", lambda: TWO_GPUS)
-    for value, why in (("0,7", "FEEDBEAST_HUB_GPUS: 7 names no single device here; this server's are 0, 1"),
+    for value, why in (("0,7", "FEEDBEAST_HUB_GPUS: 7 names no single device here; this server's are 0 (GPU-aaaa), 1 (GPU-bbbb)"),
                        ("GPU-cccc", "FEEDBEAST_HUB_GPUS: GPU-cccc names no single device here"),
                        ("cuda:1", "FEEDBEAST_HUB_GPUS: 'cuda:1' is not a GPU as CUDA_VISIBLE_DEVICES names one")):
         with pytest.raises(SystemExit, match=re.escape(why)):
@@ -376,3 +376,17 @@ def test_a_stopped_server_gives_its_gpu_share_back(tmp_path, monkeypatch):
         hub["post_stop_hook"](Spawner)
     assert hub["assign_gpu"]("f") == "0"                                # c's share
     assert hub["assign_gpu"]("c") == "1"                                # c's device is full again: the other
+
+
+def test_a_mig_instance_is_named_by_its_uuid_or_a_prefix_of_it_that_names_one(monkeypatch):
+    listing = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\n"
+               "  MIG 3g.40gb     Device  0: (UUID: MIG-1111)\n"
+               "  MIG 3g.40gb     Device  1: (UUID: MIG-1122)\n")
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: listing)
+    assert gpu_devices.problem(["MIG-1111", "MIG-1122", "GPU-a", "0"], "X") is None
+    assert gpu_devices.problem(["MIG-11"], "X") == (
+        "X: MIG-11 names no single device here; this server's are 0 (GPU-aaaa), MIG-1111 (on GPU 0), MIG-1122 "
+        "(on GPU 0) (nvidia-smi -L): with a device CUDA cannot match, it hides that one and every device listed "
+        "after it")                                   # a prefix of two instances: CUDA could not tell which
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: "")
+    assert gpu_devices.problem(["5"], "X") is None   # no nvidia-smi: nothing to compare with, CUDA will say

@@ -335,8 +335,8 @@ def test_the_gradings_are_spread_over_the_gpus_each_on_its_own(tmp_path, monkeyp
     capsys.readouterr()
     seen.clear()
     # each entry must name one device here: CUDA hides the one it cannot match and every device after it
-    refused = {"0,7": "--gpus: 7 names no single device here; this server's are 0, 1 (nvidia-smi -L)",
-               "GPU-": "--gpus: GPU- names no single device here; this server's are 0, 1 and GPU-a, GPU-b",
+    refused = {"0,7": "--gpus: 7 names no single device here; this server's are 0 (GPU-a), 1 (GPU-b) (nvidia-smi -L)",
+               "GPU-": "--gpus: GPU- names no single device here; this server's are 0 (GPU-a), 1 (GPU-b)",
                "GPU-c": "--gpus: GPU-c names no single device here",
                "cuda:0": "--gpus: 'cuda:0' is not a GPU as CUDA_VISIBLE_DEVICES names one",
                "": "--gpus names no GPU", ",": "--gpus names no GPU"}

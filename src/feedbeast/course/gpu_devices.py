@@ -39,17 +39,25 @@ def problem(devices: list[str], option: str) -> str | None:
     if form:
         return (f"{option}: {', '.join(repr(d) for d in form)} is not a GPU as CUDA_VISIBLE_DEVICES names one: "
                 "give an index (0) or a UUID as nvidia-smi -L prints it (GPU-..., MIG-...)")
-    listing = _listing()
-    indices = [ln.split(":")[0].split()[1] for ln in listing.splitlines() if ln.startswith("GPU ")]
-    uuids = [ln.split("UUID:")[1].strip(" )") for ln in listing.splitlines() if "UUID:" in ln]
+    lines = _listing().splitlines()
+    indices = [ln.split(":")[0].split()[1] for ln in lines if ln.startswith("GPU ")]
+    uuids = [ln.split("UUID:")[1].strip(" )") for ln in lines if "UUID:" in ln]
     if not indices:         # nvidia-smi missing or failing: nothing to compare with
         return None
     wrong = [d for d in devices if (d not in indices if d.isdigit() else sum(u.startswith(d) for u in uuids) != 1)]
     if not wrong:
         return None
-    return (f"{option}: {', '.join(wrong)} names no single device here; this server's are {', '.join(indices)}"
-            f"{' and ' + ', '.join(uuids) if any(not d.isdigit() for d in wrong) else ''} (nvidia-smi -L): with a "
-            "device CUDA cannot match, it hides that one and every device listed after it")
+    named, gpu = [], ""     # each GPU as its index and UUID, each MIG instance as its UUID and its GPU's index
+    for ln in lines:
+        uuid = ln.split("UUID:")[1].strip(" )") if "UUID:" in ln else "?"
+        if ln.startswith("GPU "):
+            gpu = ln.split(":")[0].split()[1]
+            named.append(f"{gpu} ({uuid})")
+        elif "MIG" in ln and "UUID:" in ln:
+            named.append(f"{uuid} (on GPU {gpu})")
+    return (f"{option}: {', '.join(wrong)} names no single device here; this server's are "
+            f"{', '.join(named)} (nvidia-smi -L): with a device CUDA cannot match, it hides that "
+            "one and every device listed after it")
 
 
 def devices_of(listing: str) -> list[str]:
