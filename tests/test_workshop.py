@@ -234,8 +234,11 @@ def test_three_learners_one_lab_run_in_a_server_and_the_roster(hub, tmp_path):
     docs = {d["learner"]: d for d in json.loads(out_json.read_text())}
     from feedbeast.course.grade import _has_gpu
     solved = "ok" if _has_gpu() else "partial"
-    assert {u: rows[u]["lab 00 status"] for u in LEARNERS} == {"ada": "failed", "bob": solved, "cyd": "failed"}, rows
+    # ada's lab is the lab as given: not started, where cyd's broken one failed
+    assert {u: rows[u]["lab 00 status"] for u in LEARNERS} == {"ada": "not started", "bob": solved, "cyd": "failed"}, rows
     assert float(rows["bob"]["lab 00"]) > 0 and float(rows["ada"]["lab 00"]) == 0.0, rows
+    assert docs["ada"]["labs"][0]["status"] == "failed" and docs["ada"]["labs"][0]["untouched"], docs["ada"]
+    assert rows["ada"]["first failing check"] == "lab 00: not started (its code is the lab's as given)", rows
     ada = "\n".join(c["message"] for c in docs["ada"]["labs"][0]["checks"] if c["status"] == "failed")
     cyd = "\n".join(c["message"] for c in docs["cyd"]["labs"][0]["checks"] if c["status"] == "failed")
     assert "LDG.E.128" in ada, ada                      # as given: the SASS check names the missing loads
