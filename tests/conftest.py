@@ -77,7 +77,9 @@ def _kernel_start_retried():
             except RuntimeError as e:
                 if "died before replying" not in str(e) or attempt == 2:
                     raise
-                print(f"nbval: the kernel died before its first reply ({e}); starting it again", file=sys.stderr)
+                # said in pytest's warnings summary, which a passing run prints too: a kernel that keeps dying shows
+                import warnings
+                warnings.warn(f"nbval: a notebook's kernel died before its first reply ({e}); started it again")
     kernel.start_new_kernel = retried
 
 

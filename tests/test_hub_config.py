@@ -156,7 +156,7 @@ def test_the_learners_server_uses_the_course_python_and_installs_nothing(hub, tm
     assert env["FEEDBEAST_ENV"] == "current" and env["PYTHON3"] == sys.executable, env
     assert "ENV" not in env       # an interactive POSIX sh would run the file $ENV names
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
-    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_a_new_notebook_on_the_hub_starts_in_the_course_kernel(hub):
@@ -382,11 +382,17 @@ def test_a_mig_instance_is_named_by_its_uuid_or_a_prefix_of_it_that_names_one(mo
     listing = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\n"
                "  MIG 3g.40gb     Device  0: (UUID: MIG-1111)\n"
                "  MIG 3g.40gb     Device  1: (UUID: MIG-1122)\n")
-    monkeypatch.setattr(gpu_devices, "_listing", lambda: listing)
-    assert gpu_devices.problem(["MIG-1111", "MIG-1122", "GPU-a", "0"], "X") is None
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: listing + "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)\n")
+    assert gpu_devices.problem(["MIG-1111", "MIG-1122", "GPU-b"], "X") is None
+    assert gpu_devices.problem(["1", "MIG-1122"], "X") is None
     assert gpu_devices.problem(["MIG-11"], "X") == (
         "X: MIG-11 names no single device here; this server's are 0 (GPU-aaaa), MIG-1111 (on GPU 0), MIG-1122 "
-        "(on GPU 0) (nvidia-smi -L): with a device CUDA cannot match, it hides that one and every device listed "
-        "after it")                                   # a prefix of two instances: CUDA could not tell which
+        "(on GPU 0), 1 (GPU-bbbb) (nvidia-smi -L): with a device CUDA cannot match, it hides that one and every "
+        "device listed after it")                     # a MIG instance by its whole UUID: CUDA shortens a GPU's only
+    for whole in ("0", "GPU-aa"):                     # a GPU in MIG mode runs work in its instances alone
+        assert gpu_devices.problem([whole], "X") == (f"X: {whole} is a GPU in MIG mode, which runs work only in its "
+                                                     "MIG instances: name those (MIG-1111, MIG-1122)")
+    assert gpu_devices.problem(["MIG-1111", "MIG-1111"], "X") == "X: MIG-1111 and MIG-1111 are the same device: " \
+        "name each device once"
     monkeypatch.setattr(gpu_devices, "_listing", lambda: "")
     assert gpu_devices.problem(["5"], "X") is None   # no nvidia-smi: nothing to compare with, CUDA will say

@@ -339,7 +339,9 @@ def test_the_gradings_are_spread_over_the_gpus_each_on_its_own(tmp_path, monkeyp
                "GPU-": "--gpus: GPU- names no single device here; this server's are 0 (GPU-a), 1 (GPU-b)",
                "GPU-c": "--gpus: GPU-c names no single device here",
                "cuda:0": "--gpus: 'cuda:0' is not a GPU as CUDA_VISIBLE_DEVICES names one",
-               "": "--gpus names no GPU", ",": "--gpus names no GPU"}
+               "": "--gpus names no GPU", ",": "--gpus names no GPU",
+               "1,GPU-b": "--gpus: 1 and GPU-b are the same device: name each device once",
+               "0,0": "--gpus: 0 and 0 are the same device"}
     for value, why in refused.items():
         assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--gpus", value) == 2, value
         err = capsys.readouterr().err
@@ -359,11 +361,16 @@ def test_a_job_on_a_gpu_gets_that_gpu_alone(tmp_path, monkeypatch):
     (sols / "04-mbarrier-ring.ipynb").write_text("{}")
     envs = []
 
+    orders = []
+
     def run(cmd, env=None, **k):
         envs.append(env.get("CUDA_VISIBLE_DEVICES"))
+        orders.append(env.get("CUDA_DEVICE_ORDER"))
         return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"exit": 0, "labs": []}), stderr="")
     monkeypatch.setattr(roster.subprocess, "run", run)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     doc = roster.grade_learner("alice", labs, solutions=sols, as_owner=False, device="MIG-1111")
     assert envs == ["MIG-1111"] and doc["device"] == "MIG-1111", (envs, doc)
+    assert orders == ["PCI_BUS_ID"]        # index 1 is nvidia-smi's GPU 1, not CUDA's second fastest
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert "device" not in roster.grade_learner("alice", labs, solutions=sols, as_owner=False) and envs[-1] == "3"

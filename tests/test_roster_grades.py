@@ -402,3 +402,18 @@ def test_a_lab_still_as_given_reads_not_started_and_scores_nothing(tmp_path):
     assert "06:not started" in view[0], view
     # a lab that broke in the grader is an error first: not started says the learner's part, not the machine's
     assert roster.lab_status({**given, "setup": "a CUDA library not found"}) == "error"
+
+
+def test_a_grades_file_is_replaced_whole_and_stays_private(tmp_path, monkeypatch):
+    """The live view rewrites its CSV and JSON each round: a reader meets the last whole file or the new one, never
+    a half-written one; a write that fails leaves the last file as it was, and no part file behind."""
+    path = tmp_path / "live.json"
+    roster.write_private(path, "[1]\n")
+    assert path.read_text() == "[1]\n" and path.stat().st_mode & 0o777 == 0o600
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+    monkeypatch.setattr(roster.os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        roster.write_private(path, "[1, 2")
+    assert path.read_text() == "[1]\n" and sorted(p.name for p in tmp_path.iterdir()) == ["live.json"]

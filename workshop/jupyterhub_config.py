@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 from feedbeast.course import kernelspec   # the kernel "Feeding the Beast", as make install writes it
-from feedbeast.course.gpu_devices import listed, problem, split
+from feedbeast.course.gpu_devices import ENV as GPU_ENV, listed, problem, split
 
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 
@@ -280,6 +280,7 @@ def pre_spawn_hook(spawner):
     device = assign_gpu(user)
     # With no device a learner still compiles and checks SASS (the course's CPU mode); "" hides every GPU.
     env["CUDA_VISIBLE_DEVICES"] = device if device is not None else ""
+    env.update(GPU_ENV)         # an index as nvidia-smi numbers the GPUs
     spawner.environment.update(env)
     spawner.log.info("feedbeast: %s gets CUDA_VISIBLE_DEVICES=%r", user, env["CUDA_VISIBLE_DEVICES"])
 

@@ -79,7 +79,7 @@ def _run(argv: list) -> int:
                     course, mine = find(explicit=explicit, below=cmd == "reset"), working(explicit)
                 except CourseNotFound as e:
                     print(e)
-                    return 2         # as build, check and reset say each of their refusals
+                    return 2         # a refusal before anything ran, as build and check say theirs
             if cmd == "reset":       # a checkout whose labs/ was deleted gets its labs again
                 (mine / "labs").mkdir(exist_ok=True)
             rest = [str(course / "solutions"), str(mine / "labs"), *rest]

@@ -1,8 +1,8 @@
 """A server's GPUs as CUDA_VISIBLE_DEVICES names them: what the workshop hub shares out to learners, and what
 the roster spreads its gradings over.
 
-CUDA_VISIBLE_DEVICES takes a GPU's index or a MIG instance's UUID ("CUDA Environment Variables", CUDA C++
-Programming Guide); a GPU split into MIG instances is used through those instances, so they are listed in its
+CUDA_VISIBLE_DEVICES takes a GPU's index or UUID, or a MIG instance's UUID ("CUDA Environment Variables", CUDA
+C++ Programming Guide); a GPU split into MIG instances is used through those instances, so they are listed in its
 place ("Device Enumeration", NVIDIA Multi-Instance GPU User Guide).
 """
 from __future__ import annotations
@@ -27,11 +27,26 @@ def listed() -> list[str]:
     return devices_of(_listing())
 
 
+def _gpus(listing: str) -> list[tuple[str, str, list[str]]]:
+    """`nvidia-smi -L`'s lines as (index, UUID, the UUIDs of its MIG instances) per GPU."""
+    gpus: list[tuple[str, str, list[str]]] = []
+    for ln in listing.splitlines():
+        uuid = ln.split("UUID:")[1].strip(" )") if "UUID:" in ln else ""
+        if ln.startswith("GPU "):
+            gpus.append((ln.split(":")[0].split()[1], uuid, []))
+        elif "MIG" in ln and uuid and gpus:
+            gpus[-1][2].append(uuid)
+    return gpus
+
+
 def problem(devices: list[str], option: str) -> str | None:
     """What is wrong with a list of devices for CUDA_VISIBLE_DEVICES (`option` names where it came from), or None.
-    CUDA takes a GPU's index or its UUID as nvidia-smi -L prints it (GPU-... or MIG-...), a UUID shortened to any
-    prefix that names one device; at the first entry it cannot match, it stops, hiding the devices listed after
-    it ("CUDA Environment Variables", CUDA C++ Programming Guide). So each entry must name one device here."""
+    CUDA takes a GPU's index or UUID, or a MIG instance's UUID, as nvidia-smi -L prints them; a GPU's UUID may be
+    shortened to a prefix that names one GPU; at the first entry it cannot match it stops, hiding the devices listed
+    after it ("CUDA Environment Variables", CUDA C++ Programming Guide). A GPU in MIG mode runs work only in its
+    instances (NVIDIA Multi-Instance GPU User Guide). So each entry must name one device here that can run work,
+    and no device twice (its share would count twice). Indices are nvidia-smi's: the jobs get
+    CUDA_DEVICE_ORDER=PCI_BUS_ID (ENV), which numbers the GPUs as nvidia-smi does."""
     if not devices:
         return (f"{option} names no GPU: give indices (0,1) or UUIDs as nvidia-smi -L prints them, or leave it "
                 "out for every GPU")
@@ -39,36 +54,35 @@ def problem(devices: list[str], option: str) -> str | None:
     if form:
         return (f"{option}: {', '.join(repr(d) for d in form)} is not a GPU as CUDA_VISIBLE_DEVICES names one: "
                 "give an index (0) or a UUID as nvidia-smi -L prints it (GPU-..., MIG-...)")
-    lines = _listing().splitlines()
-    indices = [ln.split(":")[0].split()[1] for ln in lines if ln.startswith("GPU ")]
-    uuids = [ln.split("UUID:")[1].strip(" )") for ln in lines if "UUID:" in ln]
-    if not indices:         # nvidia-smi missing or failing: nothing to compare with
+    gpus = _gpus(_listing())
+    if not gpus:            # nvidia-smi missing or failing: nothing to compare with
         return None
-    wrong = [d for d in devices if (d not in indices if d.isdigit() else sum(u.startswith(d) for u in uuids) != 1)]
-    if not wrong:
-        return None
-    named, gpu = [], ""     # each GPU as its index and UUID, each MIG instance as its UUID and its GPU's index
-    for ln in lines:
-        uuid = ln.split("UUID:")[1].strip(" )") if "UUID:" in ln else "?"
-        if ln.startswith("GPU "):
-            gpu = ln.split(":")[0].split()[1]
-            named.append(f"{gpu} ({uuid})")
-        elif "MIG" in ln and "UUID:" in ln:
-            named.append(f"{uuid} (on GPU {gpu})")
-    return (f"{option}: {', '.join(wrong)} names no single device here; this server's are "
-            f"{', '.join(named)} (nvidia-smi -L): with a device CUDA cannot match, it hides that "
-            "one and every device listed after it")
+    named = ", ".join(f"{i} ({u})" + "".join(f", {m} (on GPU {i})" for m in migs) for i, u, migs in gpus)
+    seen: dict[str, str] = {}
+    for d in devices:
+        if d.startswith("MIG-"):
+            hits = [(m, []) for _, _, migs in gpus for m in migs if m == d]     # a MIG UUID whole
+        else:
+            hits = [(u, migs) for i, u, migs in gpus if (i == d if d.isdigit() else u.startswith(d))]
+        if len(hits) != 1:
+            return (f"{option}: {d} names no single device here; this server's are {named} (nvidia-smi -L): with "
+                    "a device CUDA cannot match, it hides that one and every device listed after it")
+        uuid, migs = hits[0]
+        if migs:
+            return (f"{option}: {d} is a GPU in MIG mode, which runs work only in its MIG instances: name those "
+                    f"({', '.join(migs)})")
+        if uuid in seen:
+            return f"{option}: {seen[uuid]} and {d} are the same device: name each device once"
+        seen[uuid] = d
+    return None
+
+
+ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}   # CUDA's indices as nvidia-smi's (CUDA's default: fastest first)
 
 
 def devices_of(listing: str) -> list[str]:
     """`nvidia-smi -L`'s lines as devices: a GPU's index, or its MIG instances' UUIDs (listed under it) instead."""
-    gpus: list[tuple[str, list[str]]] = []
-    for ln in listing.splitlines():
-        if ln.startswith("GPU "):
-            gpus.append((ln.split(":")[0].split()[1], []))
-        elif "MIG" in ln and "UUID:" in ln and gpus:
-            gpus[-1][1].append(ln.split("UUID:")[1].strip(" )"))
-    return [d for index, migs in gpus for d in (migs or [index])]
+    return [d for index, _, migs in _gpus(listing) for d in (migs or [index])]
 
 
 def split(value: str) -> list[str]:

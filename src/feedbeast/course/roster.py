@@ -18,8 +18,9 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
 CSV: one row per learner; for each lab a score (see score(): for a failed lab the mean over its check cells of
 100 x passed / (passed + failed), leaving out what the lab as given passes on this machine (graded once per run),
 a cell cut short scoring 0, below 100 for every failed lab; empty when no check ran) and a status (ok, partial,
-failed; not started: the notebook's code is still the lab's as given, scored 0; missing: no such notebook; error: the learner or the notebook could not be graded, e.g. the grader could
-not start as them, or the notebook cannot be read). Columns: username, "lab NN",
+failed; not started: nothing of the learner's is written yet, scored 0; missing: no such notebook; error: the
+learner or the notebook could not be graded, e.g. the grader could not start as them, or the notebook cannot be
+read). Columns: username, "lab NN",
 "lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
 "lab 04: name: why"; for an error row, why it could not be graded).
 Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise; 2 when nothing was graded
@@ -56,6 +57,7 @@ import argparse
 import concurrent.futures
 import csv
 import difflib
+import io
 import json
 import os
 import re
@@ -69,7 +71,7 @@ from pathlib import Path
 
 from ..isolated import environment
 from .coursedir import find as find_course
-from .gpu_devices import Slots, in_reach, problem as gpus_problem, split
+from .gpu_devices import ENV as gpu_env, Slots, in_reach, problem as gpus_problem, split
 from .grade import HAZARD_LABS, ended_early, gist, lab_of
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
@@ -182,13 +184,20 @@ def keep_previous(path: str) -> Path | None:
 
 def private(path, flags):
     """open()'s opener for a grades file: created readable by its owner alone (0600), since it names every learner
-    with a grade (an existing file keeps its mode)."""
+    with a grade."""
     return os.open(path, flags, 0o600)
 
 
 def write_private(path, text: str) -> None:
-    with open(path, "w", opener=private) as f:
-        f.write(text)
+    """Write a grades file whole: into a private file beside it, then renamed over it, so that a reader (a merge,
+    the live view's next round) or a Ctrl-C in between never meets half a file."""
+    part = Path(f"{path}.{os.getpid()}.part")
+    try:
+        with open(part, "w", newline="", opener=private) as f:
+            f.write(text)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def is_lab(name: str) -> bool:
@@ -272,8 +281,8 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
                  "themselves", sys.stderr)
         env = environment()             # (graded in a thread pool: read whole while another thread changes it)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        if device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = device
+        if device is not None:      # an index as nvidia-smi numbers the GPUs (gpu_devices.ENV)
+            env.update(gpu_env, CUDA_VISIBLE_DEVICES=device)
         if ids:
             for p in [tmp, *copies]:
                 os.chown(p, *ids)
@@ -420,8 +429,8 @@ def score(lab: dict) -> float | None:
 def lab_status(lab: dict) -> str:
     """A graded lab's status as the roster shows it, on the screen as in the CSV: error when the lab's own cells
     broke in the learner's grader, or the grader graded nothing of the notebook (`refused`: it cannot be read, or is
-    no lab; the grader's exit 3): the grader's failed would read as the learner's wrong answer. A lab whose code is
-    still the lab's as given is `not started` (scored 0)."""
+    no lab; the grader's exit 3): the grader's failed would read as the learner's wrong answer. A lab with nothing
+    of the learner's written (the grader's `untouched`) is `not started` (scored 0)."""
     if lab.get("setup") or lab.get("refused"):
         return "error"
     # the notebook's code is the lab's as given: nothing to grade yet, which the grader's failed would not say
@@ -440,34 +449,35 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
     if labs is None:        # the course's labs only: a notebook graded under another name (an older JSON) is no column
         labs = sorted(n for n in {lab["lab"] for d in docs for lab in d.get("labs", [])}
                       | {n for d in docs for n in d.get("ungraded", [])} if re.fullmatch(r"\d\d", n))
-    with open(path, "w", newline="", opener=private) as f:
-        w = csv.writer(f)
-        w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")]
-                   + ["labs ok", "first failing check"])
-        for d in docs:
-            by_lab = {lab["lab"]: lab for lab in d.get("labs", [])}
-            row, ok = [d["learner"]], 0
-            for n in labs:
-                lab = by_lab.get(n)
-                if lab is None and n in d.get("ungraded", []):
-                    row += ["", "error"]     # not graded: no number an LMS would take for a grade
-                    continue
-                if lab is None:
-                    row += [0, "missing"]
-                    continue
-                if lab_status(lab) == "error":
-                    row += ["", "error"]     # the lab's own cells broke in the learner's grader: nothing graded
-                    continue
-                points = score(lab)
-                row += ["" if points is None else points, lab_status(lab)]   # "": no check ran, no grade to import
-                ok += lab["status"] == "ok"
-            # a notebook not graded (a second notebook of a lab, a link): named in the row, not only on the screen
-            notes = "; ".join([why.split(": not graded")[0] + ": not graded" for why in d.get("refused", [])]
-                              + [f"lab {lab['lab']}: the solution's code, line for line"   # the solutions are there
-                                 for lab in sorted(d.get("labs", []), key=lambda x: x["lab"])
-                                 if lab.get("copied") and lab["lab"] in labs])
-            last = "; ".join(x for x in (first_failing(d, labs), notes) if x)
-            w.writerow([spreadsheet_safe(x) for x in row + [ok, last]])
+    f = io.StringIO()
+    w = csv.writer(f)
+    w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")]
+               + ["labs ok", "first failing check"])
+    for d in docs:
+        by_lab = {lab["lab"]: lab for lab in d.get("labs", [])}
+        row, ok = [d["learner"]], 0
+        for n in labs:
+            lab = by_lab.get(n)
+            if lab is None and n in d.get("ungraded", []):
+                row += ["", "error"]     # not graded: no number an LMS would take for a grade
+                continue
+            if lab is None:
+                row += [0, "missing"]
+                continue
+            if lab_status(lab) == "error":
+                row += ["", "error"]     # the lab's own cells broke in the learner's grader: nothing graded
+                continue
+            points = score(lab)
+            row += ["" if points is None else points, lab_status(lab)]   # "": no check ran, no grade to import
+            ok += lab["status"] == "ok"
+        # a notebook not graded (a second notebook of a lab, a link): named in the row, not only on the screen
+        notes = "; ".join([why.split(": not graded")[0] + ": not graded" for why in d.get("refused", [])]
+                          + [f"lab {lab['lab']}: the solution's code, line for line"   # the solutions are there
+                             for lab in sorted(d.get("labs", []), key=lambda x: x["lab"])
+                             if lab.get("copied") and lab["lab"] in labs])
+        last = "; ".join(x for x in (first_failing(d, labs), notes) if x)
+        w.writerow([spreadsheet_safe(x) for x in row + [ok, last]])
+    write_private(path, f.getvalue())        # whole or not at all, as the JSON
     return labs
 
 
