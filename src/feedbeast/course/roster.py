@@ -40,8 +40,9 @@ A room on several servers: run the roster with --json on each, then merge the fi
 
 On a server of several GPUs the --jobs are spread over them (--gpus, default: CUDA_VISIBLE_DEVICES's, else every
 one nvidia-smi -L lists), each grading's process seeing its GPU alone. Each entry must name one device of this
-server (an index, or a UUID as nvidia-smi -L prints it, shortened to a prefix if you like): CUDA hides a device it
-cannot match and every one after it, so the roster refuses such a list before grading; it says which GPUs it uses.
+server that runs work, once (an index, a GPU's UUID or a prefix of it, a MIG instance's UUID, as nvidia-smi -L
+prints them): CUDA hides a device it cannot match and every one after it, so the roster refuses such a list before
+grading (gpu_devices.problem); it says which GPUs it uses.
 
 Live view during a workshop (who is stuck, and on what):
 
