@@ -346,6 +346,9 @@ def test_the_gradings_are_spread_over_the_gpus_each_on_its_own(tmp_path, monkeyp
         assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--gpus", value) == 2, value
         err = capsys.readouterr().err
         assert why in err and "nothing was graded" in err and seen == [], (value, err)
+    for hidden in ("-1", "1,-1,0"):                          # CUDA's way to hide GPUs: those before -1 are kept
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert gpu_devices.in_reach() == ([] if hidden == "-1" else ["1"], "CUDA_VISIBLE_DEVICES")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")      # the roster's own environment is checked as well
     assert _main(homes, sols, "--csv", str(tmp_path / "g.csv")) == 2
     assert "CUDA_VISIBLE_DEVICES: 3 names no single device here" in capsys.readouterr().err and seen == []

@@ -94,7 +94,11 @@ def in_reach() -> tuple[list[str], str]:
     """The devices a job started from here may be given, and where that list came from: CUDA_VISIBLE_DEVICES's
     own where it is set (the user chose them; empty hides every GPU), else every device nvidia-smi lists."""
     given = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return (split(given), "CUDA_VISIBLE_DEVICES") if given is not None else (listed(), "nvidia-smi -L")
+    if given is None:
+        return listed(), "nvidia-smi -L"
+    devices = split(given)      # CUDA stops at an index that is no device's: -1 (a common "no GPU") hides the rest
+    cut = next((k for k, d in enumerate(devices) if d.startswith("-")), len(devices))
+    return devices[:cut], "CUDA_VISIBLE_DEVICES"
 
 
 class Slots:
