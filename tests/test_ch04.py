@@ -542,3 +542,17 @@ def test_a_hazard_record_the_reader_cannot_state_is_left_out_never_a_crash(h200_
     assert results._hazards_summary(h200_results / "nvidia-h200" / "hazards.jsonl")[3:] == [
         f"- hazard check of k (k.cu) (no notebook named): 1 reported; {good['text']}",
         f"- racecheck of r (no notebook named): no count; {good['text']}"]
+
+
+def test_two_waits_whose_branches_share_a_predicate_are_not_taken_for_one():
+    """Wait A's try-wait sets P3, then P3 is written again by a carry-out (IADD3 R4, P3, ...), or another path joins
+    (a branch target): the `@!P3 BRA` after that to wait B's loop is not A's, and B's try-wait is no retry of A.
+    Two waits (the search that stopped only at a leading predicate, or not at a join, found one)."""
+    for between in ("IADD3 R4, P3, PT, R1, R2, RZ", "NOP"):
+        body = ["SYNCS.PHASECHK.TRANS64.TRYWAIT P3, [R10+URZ], R9", between, "@!P3 BRA 0x400", "EXIT"]
+        ins = [_insn(16 * k, t) for k, t in enumerate(body)]
+        ins += [_insn(0x400, "SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [R11+URZ], R9"), _insn(0x410, "@!P2 BRA 0x400"),
+                _insn(0x420, "BRA 0x10" if between == "NOP" else "EXIT")]    # the NOP at 0x10: a path joins there
+        assert len(fb.sass.mbarrier_wait_sites(ins)) == 2, between
+    # a carry-in is a source: the search goes on past it to the wait's own branch
+    assert fb.sass.mbarrier_wait_sites(_wait_then_retry(["IADD3.X R5, R3, R6, RZ, P3, !PT"])) == [0]

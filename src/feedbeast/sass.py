@@ -630,10 +630,13 @@ def _branch_target(i) -> int | None:
 
 
 def _writes_predicate(i, pred: str) -> bool:
-    """Does `i` write predicate register `pred`? A predicate destination comes first among the operands (ISETP P2,
-    PT, ...; SYNCS.PHASECHK P0, [...]): the leading predicate operands are taken as written (a source there only
-    makes the answer cautious)."""
-    for o in i.operands:
+    """Could `i` write predicate register `pred`? A predicate destination comes first among the operands (ISETP P2,
+    PT, ...; SYNCS.PHASECHK P0, [...]) or right after a register destination (a carry-out: IADD3 R4, P0, PT, ...;
+    LEA.HI R5, P1, ...). Either run of predicates is taken as written: a source among them only stops the search
+    for a wait's branch early, which counts that wait's retry as a wait of its own rather than two waits as one."""
+    ops = list(i.operands)
+    start = 1 if ops and not is_predicate(ops[0]) else 0
+    for o in ops[start:]:
         if not is_predicate(o):
             return False
         if o == pred:
@@ -643,11 +646,15 @@ def _writes_predicate(i, pred: str) -> bool:
 
 def _failure_branch(ins, k: int, pred: str | None, reach: int = 32):
     """The `@!P BRA` that leaves try-wait ins[k] when its phase is not complete: the first branch on `!pred` after
-    it, before `pred` is written again or the path ends (an unguarded BRA, EXIT or RET). ptxas may schedule ten
-    or more unrelated instructions between the try-wait and its branch."""
+    it, before `pred` is written again, the path ends (an unguarded BRA, EXIT or RET) or another path joins (an
+    instruction some branch jumps to). ptxas may schedule ten or more unrelated instructions between the try-wait
+    and its branch."""
     if not pred:
         return None
+    joins = {t for i in ins if matches(i.opcode, "BRA") and (t := _branch_target(i)) is not None}
     for b in ins[k + 1:k + 1 + reach]:
+        if b.offset in joins:
+            return None
         if matches(b.opcode, "BRA") and b.predicate == f"@!{pred}":
             return b
         if not b.predicate and any(matches(b.opcode, x) for x in ("BRA", "EXIT", "RET")):
