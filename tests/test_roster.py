@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from feedbeast.course import gpu_devices, roster
+from feedbeast.course import grade as grade_module
 from feedbeast.course.notebook import code, markdown, new
 
 
@@ -327,8 +328,10 @@ def test_the_gradings_are_spread_over_the_gpus_each_on_its_own(tmp_path, monkeyp
     assert {d for _, d in seen} == {"1"}, seen
     assert "2 gradings at once on GPU 1 (from CUDA_VISIBLE_DEVICES)" in capsys.readouterr().err
     seen.clear()
+    monkeypatch.setattr(grade_module, "_has_gpu", lambda: False)     # this process sees none; the gradings see GPU 0
     assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--gpus", "0") == 0
     assert {d for _, d in seen} == {"0"}, seen
+    assert "no GPU in reach" not in capsys.readouterr().err
     seen.clear()
     assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--gpus", "GPU-b") == 0     # a UUID, as CUDA takes it
     assert {d for _, d in seen} == {"GPU-b"}, seen

@@ -72,7 +72,7 @@ from pathlib import Path
 
 from ..isolated import environment
 from .coursedir import find as find_course
-from .gpu_devices import ENV as gpu_env, Slots, in_reach, problem as gpus_problem, split
+from .gpu_devices import ENV as gpu_env, Slots, in_reach, listed, problem as gpus_problem, split
 from .grade import HAZARD_LABS, ended_early, gist, lab_of
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
@@ -723,7 +723,9 @@ def main(argv=None) -> int:
         if kept := keep_previous(path):
             print(f"roster: kept the previous {Path(path).name} as {kept}")
     from .grade import _has_gpu
-    if not _has_gpu():      # said before an hour of grading, not found later in a column of 100s
+    # said before an hour of grading, not found later in a column of 100s. With --gpus the gradings see those GPUs,
+    # not this process's CUDA_VISIBLE_DEVICES: then what nvidia-smi lists says whether there are any
+    if not (listed() if source == "--gpus" else _has_gpu()):
         print("roster: no GPU in reach here: every launch is skipped, so a lab with the right SASS and wrong numbers "
               "grades partial and scores 100, as a solved one does; grade on the room's GPUs for ok",
               file=sys.stderr)
