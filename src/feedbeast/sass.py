@@ -644,14 +644,13 @@ def _writes_predicate(i, pred: str) -> bool:
     return False
 
 
-def _failure_branch(ins, k: int, pred: str | None, reach: int = 32):
+def _failure_branch(ins, k: int, pred: str | None, joins: set[int], reach: int = 32):
     """The `@!P BRA` that leaves try-wait ins[k] when its phase is not complete: the first branch on `!pred` after
     it, before `pred` is written again, the path ends (an unguarded BRA, EXIT or RET) or another path joins (an
-    instruction some branch jumps to). ptxas may schedule ten or more unrelated instructions between the try-wait
-    and its branch."""
+    instruction some branch jumps to: one of `joins`). ptxas may schedule ten or more unrelated instructions between
+    the try-wait and its branch."""
     if not pred:
         return None
-    joins = {t for i in ins if matches(i.opcode, "BRA") and (t := _branch_target(i)) is not None}
     for b in ins[k + 1:k + 1 + reach]:
         if b.offset in joins:
             return None
@@ -673,9 +672,10 @@ def mbarrier_wait_sites(ins) -> list[int]:
     at = {i.offset: k for k, i in enumerate(ins)}
     tries = [k for k, i in enumerate(ins) if matches(i.opcode, "SYNCS.PHASECHK")]
     retries = set()
+    joins = {t for i in ins if matches(i.opcode, "BRA") and (t := _branch_target(i)) is not None}
     for k in tries:
         pred = next(iter(ins[k].predicate_operands), None)          # the try-wait's result: P0 = phase complete
-        fail = _failure_branch(ins, k, pred)
+        fail = _failure_branch(ins, k, pred, joins)
         if fail is None:
             continue
         target = _branch_target(fail)

@@ -434,7 +434,7 @@ def lab_status(lab: dict) -> str:
     of the learner's written (the grader's `untouched`) is `not started` (scored 0)."""
     if lab.get("setup") or lab.get("refused"):
         return "error"
-    # the notebook's code is the lab's as given: nothing to grade yet, which the grader's failed would not say
+    # nothing of the learner's written yet: the grader's failed would read as a wrong answer
     return "not started" if lab.get("untouched") else lab["status"]
 
 
