@@ -489,33 +489,16 @@ def test_lab_solution_sass_and_resources():
     assert not any("C7508" in ln for ln in mod.log.splitlines())
 
 
-def _kv_tiles(m0, s, window, bm=128, bn=128):
-    """The solution's kv_tiles, read from the notebook's C++ and evaluated as Python."""
-    src = SOLUTION.cuda("lab").source
-    body = re.search(r"TileRange kv_tiles\(int m0, int seq, int window\) \{(.*?)\n\}", src, re.S).group(1)
-    lines = [ln.strip() for ln in body.splitlines()
-             if ln.strip() and "SOLUTION" not in ln and not ln.strip().startswith("// LAB:")]
-    assert len(lines) == 3 and lines[-1].startswith("return {"), lines
-    ns = {"m0": m0, "seq": s, "window": window, "BM": bm, "BN": bn, "min": min, "max": max}
-    for ln in lines[:2]:
-        for part in _top_level_split(ln.removeprefix("const int ").rstrip(";")):
-            name, expr = part.split(" = ", 1)
-            ns[name] = eval(expr.replace("/", "//"), ns)
-    first, end = (eval(e.replace("/", "//"), ns) for e in _top_level_split(lines[2][len("return {"):-2]))
-    return first, end
-
-
-def _top_level_split(text):
-    """Split C at the commas that are not inside parentheses."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += (ch == "(") - (ch == ")")
-        if ch == "," and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return parts + [cur.strip()]
+def _kv_tiles(s, window):
+    """The solution's kv_tiles for every query block, read back through the lab's own probe kernel, whose PTX runs on
+    the host (no GPU needed)."""
+    probe_cell = next(c.source for c in SOLUTION.cells if c.id == "l09-check-probes")
+    probes = re.search(r'PROBES = r"""(.*?)"""', probe_cell, re.S).group(1)
+    lab = SOLUTION.cuda("lab")
+    mod = fb.compile(lab.source + probes, "sm_90a", name="lab.cu", defines=lab.defines)
+    out = np.full((-(-s // 128), 2), -1, np.int32)
+    mod.tiles_probe.run_on_host(1, 256, out, s, window)
+    return out
 
 
 @pytest.mark.parametrize("s, window", [(1000, 100), (1000, 128), (1000, 129), (777, 1), (257, 5000), (1, 1),
@@ -523,8 +506,9 @@ def _top_level_split(text):
 def test_lab_tile_ranges_are_minimal_and_cover_the_window(s, window):
     checks = SOLUTION.definitions("tiles_needed", np=np)
     need = checks["tiles_needed"](s, window)
+    ranges = _kv_tiles(s, window)
     for blk, m0 in enumerate(range(0, s, 128)):
-        first, end = _kv_tiles(m0, s, window)
+        first, end = ranges[blk]
         rows = range(m0, min(s, m0 + 128))
         seen = {j // 128 for r in rows for j in range(max(0, r - window + 1), r + 1)}
         assert set(range(first, end)) == seen and end - first == need[blk], (m0, first, end, sorted(seen))
@@ -685,6 +669,28 @@ def _kinds(rep) -> set:
 @pytest.mark.parametrize("bug", list(BUGS))
 def test_lab_bug_replacements_match_the_solution_once(tmp_path, bug):
     planted(tmp_path, bug)
+
+
+# Without a GPU the probes of kv_tiles and visible run on the host from their PTX: a bug in either fails there, named
+# by the probe's check; one only a launch shows (the ring's index) grades partial, its launches skipped, never passed.
+SEEN_BY_THE_PROBES = {"window-mask-off-by-one": "visible", "first-tile-rounded-up": "kv_tiles",
+                      "no-skipping-before-the-window": "kv_tiles", "visited-count-forged": "kv_tiles"}
+
+
+@pytest.mark.parametrize("bug", [*SEEN_BY_THE_PROBES, "ring-index-from-tile-number"])
+def test_lab_bug_grading_without_a_gpu(tmp_path, bug):
+    if fb.needs("sm_90a") is None:
+        pytest.skip("this machine launches the lab: test_gpu_lab_bug_fails_grading grades this bug")
+    from feedbeast.course import grade
+    rep = grade.grade(planted(tmp_path, bug), timeout=600)
+    assert not any(o.name.startswith("window_attn b=") for o in rep.passed), str(rep)
+    if bug in SEEN_BY_THE_PROBES:
+        assert rep.status == "failed", str(rep)
+        assert any(o.name.startswith(SEEN_BY_THE_PROBES[bug] + " s=") and "FAILED" in o.message
+                   for o in rep.failed), str(rep)
+    else:
+        assert rep.status == "partial" and not rep.failed, str(rep)
+        assert any(o.name.startswith("launch window_attn") for o in rep.skipped), str(rep)
 
 
 def test_gpu_lab_solution_passes_grading(gpu90, tmp_path):

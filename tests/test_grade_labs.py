@@ -3,13 +3,16 @@
 1. **Exercises.** A lab asks for a kernel its chapter does not print (the chapter's mechanism on another
    problem or shape): no solution shares more than MAX_SHARED non-trivial CUDA lines with its chapter.
 2. **Planted bugs.** Learner bugs planted into the solutions of labs 01 to 07 must not pass grading (lab 00
-   is covered by test_grade.py; lab 08 needs a Blackwell GPU, so only its untouched solution is graded).
+   is covered by test_grade.py, lab 09 by test_ch09.py, lab 10 by test_lab10_grading.py; lab 08 needs a Blackwell
+   GPU, so only its untouched solution is graded).
 
 Each bug is a list of (old, new) replacements, each of which must match exactly once in the solution's code
 cells. The grader runs the planted notebook's cells before `## Check` and the solution's own check cells.
 What grading can see depends on the machine:
 
 - Labs 01 and 02 run in Numba's simulator without a GPU, so a bug that gives wrong sums fails there too.
+- Lab 07's `raster` is read back through a probe kernel, whose PTX runs on the host without a GPU
+  (feedbeast.host_ptx): a bug in it fails there too.
 - Labs 03 to 07 compile and check their SASS without a GPU, but launches are skipped. A bug that only a
   launch reveals must then be reported as skipped, never as passed; one that shows in the SASS (a missing
   cp.async.wait_group, a missing setmaxnreg.dec, a missing fence.proxy.async, a ring with one mbarrier wait where
@@ -99,6 +102,7 @@ NUMBA_WRONG = r"FAILED|AssertionError|CheckFailed"   # the simulator ran it: a F
 FENCE_SASS = r"SassMismatch.*(fence\.proxy\.async|FENCE\.VIEW\.ASYNC)|proxy fence"
 FENCE_PLACE = r"missing-proxy-fence|fence\.proxy\.async\S* in the wrong place"   # the hazard rule, or the SASS order
 WAITS_SASS = r"SassMismatch.*1 mbarrier wait\(s\).*expected at least 2"
+RASTER = r"raster order, \d+ x \d+ tiles"          # the probe of raster() alone, run on the host without a GPU
 
 BUGS = {
     "01": {
@@ -356,7 +360,7 @@ BUGS = {
         # m fastest inside a band (the order chapter 07's M-grouped raster walks a band in): every tile once, so C is
         # right; only the raster's own check, tile by tile, sees the order the exercise asks for.
         "raster-m-fastest": Bug([("return {pos / width, n_first + pos % width};",
-                                  "return {pos % m_tiles, n_first + pos / m_tiles};")], gpu={WRONG}),
+                                  "return {pos % m_tiles, n_first + pos / m_tiles};")], gpu={WRONG}, cpu=RASTER),
         # bf16 by truncation instead of rounding in the epilogue's staging: twice one rounding's error (the check's
         # bound is bf16-rounded).
         "truncated-to-bf16": Bug([("*reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(acc[i], acc[i + 1]);",
@@ -365,7 +369,8 @@ BUGS = {
         # N-grouped order dividing by GROUP_N where the last band is narrower: tiles past N are computed,
         # some tiles inside N never (4104 = 32 full n-tiles + 8 columns: a last band one tile wide).
         "raster-full-band": Bug([("return {pos / width, n_first + pos % width};",
-                                  "return {pos / GROUP_N, n_first + pos % GROUP_N};")], gpu={WRONG}),
+                                  "return {pos / GROUP_N, n_first + pos % GROUP_N};")], gpu={WRONG},
+                                cpu=RASTER),
         # The accumulator is overwritten only on the block's first tile (ring position, not the tile's k-step):
         # every later tile of a persistent block adds onto the previous one.
         "accumulates-across-tiles": Bug([("ks > 0 || kk > 0", "pos > 0 || kk > 0")], gpu={WRONG}),

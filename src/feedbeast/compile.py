@@ -13,6 +13,7 @@ NVRTC version, so re-running a notebook does not recompile.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -266,6 +267,15 @@ class Module:
     # Built for DEFAULT_ARCH only because the call named no arch and this machine has no GPU: on a GPU the same call
     # builds for that GPU, so a launch needs a GPU, not DEFAULT_ARCH's (a T4 runs chapter 01's kernels).
     any_gpu: bool = False
+    flags: tuple = ()          # NVRTC's flags for this build (the PTX of the same build is made from them)
+
+    @functools.cached_property
+    def ptx(self) -> str:
+        """The PTX NVRTC makes of this build for its virtual arch (what `Kernel.run_on_host` runs)."""
+        ptx = _ptx(self.source, self.name, list(self.flags))
+        if ptx is None:
+            raise CompileError(f"NVRTC could not make the PTX of {self.name}", "")
+        return ptx
 
     @property
     def needs_arch(self) -> str | None:
@@ -432,21 +442,9 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
             # A sanitizer slows kernels 10-100x: a bounded wait must not mistake that for a hang.
             defs["FB_WAIT_TIMEOUT_NS"] = f"({defs.get('FB_WAIT_TIMEOUT_NS', '2000000000ull')})*100"
     define_flags = [_text(f"{k}={v}" if v is not None else f"{k}", "a define") for k, v in sorted(defs.items())]
-    key_material = "\0".join([source, arch, repr(define_flags), repr(tuple(options)), repr(nvrtc_version()),
-                              _headers_digest()])
-    key = hashlib.sha256(key_material.encode()).hexdigest()[:32]
-    cached = cache_dir() / f"{key}.cubin"
-    if use_cache and cached.exists():
-        log_file = cached.with_suffix(".log")
-        hit = Module(source, arch, cached.read_bytes(), log_file.read_text() if log_file.exists() else "",
-                     tuple(options), defines=dict(defines or {}), name=name, debug=debug, any_gpu=any_gpu)
-        # A hit counts only with the resources of every kernel (ptxas -v lists each entry); a cubin whose
-        # log is missing or short (a writer cut off) is compiled again and both are rewritten.
-        if set(hit.kernel_names) <= set(hit.resources):
-            return hit
     # no_cache: NVRTC 12.9+ keeps its own cache of compiled programs, and a hit there returns an empty log,
     # so no ptxas report (NVRTC User Guide, "Caching"). Seen with processes compiling the same kernels
-    # (make sanitize --jobs). Our cache above already keeps the cubin together with its report.
+    # (make sanitize --jobs). Our cache below already keeps the cubin together with its report.
     opts = ProgramOptions(arch=arch, std="c++17", include_path=include_path(), ptxas_options=["-v"],
                           define_macro=define_flags or None, name=name, lineinfo=True,
                           no_cache=True if nvrtc_version() >= (12, 9) else None)
@@ -454,6 +452,19 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     # judges them: an option it does not know is NVRTC_ERROR_INVALID_OPTION (NVRTC User Guide,
     # "Supported Compile Options").
     flags = [o for o in opts.as_bytes("nvrtc")] + [o.encode() for o in options]
+    key_material = "\0".join([source, arch, repr(define_flags), repr(tuple(options)), repr(nvrtc_version()),
+                              _headers_digest()])
+    key = hashlib.sha256(key_material.encode()).hexdigest()[:32]
+    cached = cache_dir() / f"{key}.cubin"
+    if use_cache and cached.exists():
+        log_file = cached.with_suffix(".log")
+        hit = Module(source, arch, cached.read_bytes(), log_file.read_text() if log_file.exists() else "",
+                     tuple(options), defines=dict(defines or {}), name=name, debug=debug, any_gpu=any_gpu,
+                     flags=tuple(flags))
+        # A hit counts only with the resources of every kernel (ptxas -v lists each entry); a cubin whose
+        # log is missing or short (a writer cut off) is compiled again and both are rewritten.
+        if set(hit.kernel_names) <= set(hit.resources):
+            return hit
     obj_code, log = _nvrtc(source, name, flags)
     if obj_code is None and log.endswith("(NVRTC_ERROR_INVALID_OPTION)"):
         raise CompileError(f"NVRTC refused an option of options={list(options)!r}: {log}. NVRTC accepts the "
@@ -467,7 +478,7 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         raise CompileError(f"NVRTC could not compile {name} for {arch}:\n{msg}", log, diags)
     log = log.replace("\x00", "")
     mod = Module(source, arch, obj_code, log, tuple(options), defines=dict(defines or {}), name=name,
-                 debug=debug, any_gpu=any_gpu)
+                 debug=debug, any_gpu=any_gpu, flags=tuple(flags))
     if not set(mod.kernel_names) <= set(mod.resources):
         import warnings
         warnings.warn(f"{name}: the compiler's log has no resource report for "

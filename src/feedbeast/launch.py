@@ -271,6 +271,16 @@ class Kernel:
         self._raw_launch(*ready[:2], shared, ready[2], stream, ptrs, pdl)
         return None
 
+    def run_on_host(self, grid, block, *args):
+        """Run this kernel on the host from its PTX, one thread after another, on any machine: numpy arrays for
+        its pointers (written in place), ints for its integers. For probes of integer device code (a lab's
+        `raster`, `kv_tiles`): feedbeast.host_ptx says what it models; anything else raises HostRunUnsupported
+        (only a GPU can run it). Returns a HostRun (threads run, instructions executed)."""
+        from .host_ptx import run
+        global last_launched
+        last_launched = self         # a failed check of what it wrote names the lab's TODOs, as after a launch
+        return run(self.module.ptx, self.name, _dim3(grid, "grid"), _dim3(block, "block"), args)
+
     def bind(self, grid, block, *args, shared: int = 0, cluster=None, stream=0, pdl: bool = False):
         """Check and pack a launch once; returns a Launch, a function that makes that launch, again and again.
 
