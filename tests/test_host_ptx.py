@@ -13,18 +13,20 @@ import feedbeast as fb
 from feedbeast import host_ptx
 from feedbeast.host_ptx import HostRunFault, HostRunUnsupported
 
-OPS = 20
+OPS = 23
 SOURCE = r"""
-extern "C" __global__ void int_ops(int* out, long long* wide, const int* a, const int* b, int n) {
+extern "C" __global__ void int_ops(int* out, long long* wide, const int* a, const int* b, const signed char* c,
+                                   short h, int n) {
   for (int i = threadIdx.x + blockIdx.x * blockDim.x; i < n; i += blockDim.x * gridDim.x) {
     const int x = a[i], y = b[i];
     const unsigned ux = x, uy = y;
-    int* o = out + 20 * i;
+    int* o = out + 23 * i;
     o[0] = x / y;             o[1] = x % y;            o[2] = min(x, y);          o[3] = max(x, y);
     o[4] = x >> (uy & 31);    o[5] = ux >> (uy & 31);  o[6] = x << (uy & 31);    o[7] = x * y;
     o[8] = __mulhi(x, y);     o[9] = ux / uy;          o[10] = ux % uy;           o[11] = x < y;
     o[12] = ux < uy;          o[13] = abs(x);          o[14] = __popc(ux);        o[15] = __clz(x);
     o[16] = (x ^ y) & ~y | 5; o[17] = x / 7 + x % 13;  o[18] = min(ux, uy);       o[19] = x > 0 && y < 0 ? -x : y;
+    o[20] = c[i];             o[21] = h * (x & 3);     o[22] = (signed char)x;    // narrow signed: sign-extended
     wide[2 * i] = (long long)x * y;
     wide[2 * i + 1] = ((long long)x << 20) / (y | 1);
   }
@@ -41,16 +43,16 @@ def i32(v):
     return (v + 2**31) % 2**32 - 2**31
 
 
-def reference(a, b):
+def reference(a, b, c, h):
     out, wide = [], []
-    for x, y in zip(a.tolist(), b.tolist()):
+    for x, y, ci in zip(a.tolist(), b.tolist(), c.tolist()):
         ux, uy = x % 2**32, y % 2**32
         s = uy & 31
         q = c_div(x, y)
         out += [q, x - q * y, min(x, y), max(x, y), x >> s, i32(ux >> s), i32(x << s), i32(x * y), (x * y) >> 32,
                 i32(ux // uy), i32(ux % uy), int(x < y), int(ux < uy), i32(abs(x)), bin(ux).count("1"),
                 32 - ux.bit_length(), i32(((x ^ y) & ~y) | 5), c_div(x, 7) + x - c_div(x, 13) * 13,
-                i32(min(ux, uy)), -x if x > 0 and y < 0 else y]
+                i32(min(ux, uy)), -x if x > 0 and y < 0 else y, ci, h * (x & 3), (x + 128) % 256 - 128]
         wide += [x * y, c_div(x << 20, y | 1)]
     return np.array(out, np.int64).reshape(-1, OPS), np.array(wide, np.int64).reshape(-1, 2)
 
@@ -62,7 +64,7 @@ def inputs(n, seed=1):
     a[:8] = [0, -1, 1, 2**31 - 1, -2**31 + 1, 7, -7, 123456]      # edges: signs, the extremes, small values
     b[:8] = [5, 3, -3, 2, 16, -1, 33, 31]
     b[b == 0] = 1
-    return a.astype(np.int32), b.astype(np.int32)
+    return a.astype(np.int32), b.astype(np.int32), rng.integers(-128, 128, n).astype(np.int8)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +74,11 @@ def ops():
 
 def test_integer_instructions_follow_c_semantics(ops):
     n = 300                       # more than the block: each thread's loop runs twice or more
-    a, b = inputs(n)
+    a, b, c = inputs(n)
     out = np.full((n, OPS), -1, np.int32)
     wide = np.full((n, 2), -1, np.int64)
-    run = ops.run_on_host(2, 64, out, wide, a, b, n)
-    want, want_wide = reference(a, b)
+    run = ops.run_on_host(2, 64, out, wide, a, b, c, -3, n)
+    want, want_wide = reference(a, b, c, -3)
     bad = np.argwhere(out != want)
     assert not len(bad), [(int(i), int(k), int(a[i]), int(b[i]), int(out[i, k]), int(want[i, k])) for i, k in bad[:5]]
     assert (wide == want_wide).all()
@@ -86,11 +88,11 @@ def test_integer_instructions_follow_c_semantics(ops):
 
 def test_the_gpu_writes_what_the_host_run_wrote(ops, gpu90):
     n = 1000
-    a, b = inputs(n, seed=7)
+    a, b, c = inputs(n, seed=7)
     host, host_wide = np.full((n, OPS), -1, np.int32), np.full((n, 2), -1, np.int64)
-    ops.run_on_host(3, 96, host, host_wide, a, b, n)
+    ops.run_on_host(3, 96, host, host_wide, a, b, c, -12345, n)
     dev, dev_wide = fb.empty((n, OPS), np.int32), fb.empty((n, 2), np.int64)
-    assert ops.launch(3, 96, dev, dev_wide, fb.to_device(a), fb.to_device(b), n) is None
+    assert ops.launch(3, 96, dev, dev_wide, fb.to_device(a), fb.to_device(b), fb.to_device(c), -12345, n) is None
     assert (dev.to_host() == host).all() and (dev_wide.to_host() == host_wide).all()
 
 
@@ -143,3 +145,45 @@ def test_bad_arguments_are_refused_before_the_run():
         k.run_on_host(1, 1, np.zeros(1, np.int32), np.zeros(1, np.int32), 2)
     with pytest.raises(fb.FeedbeastError, match="does not fit"):
         k.run_on_host(1, 1, np.zeros(1, np.int32), 2**40, 2)
+
+
+def test_hand_written_ptx_narrow_signed_values_vectors_halves_and_lanes():
+    """Forms NVRTC emits elsewhere: a signed byte loaded into a 64-bit register, a narrowing cvt read back wider, a
+    64-bit value split into halves and joined again, %laneid in a 2D block, a misaligned vector store."""
+    ptx = """
+.visible .entry t(.param .u64 t_param_0, .param .s8 t_param_1)
+{
+    ld.param.u64 %rd1, [t_param_0];
+    ld.param.s8 %rs1, [t_param_1];
+    cvt.s64.s16 %rd2, %rs1;
+    cvta.to.global.u64 %rd3, %rd1;
+    mov.u32 %r1, %tid.y;
+    setp.ne.s32 %p1, %r1, 1;
+    @%p1 bra $L__done;
+    mov.u32 %r2, %tid.x;
+    setp.ne.s32 %p2, %r2, 0;
+    @%p2 bra $L__done;
+    st.global.u64 [%rd3], %rd2;
+    cvt.s8.s32 %rs2, 200;
+    cvt.s32.s16 %r3, %rs2;
+    st.global.u32 [%rd3+8], %r3;
+    mov.b64 {%r4, %r5}, 0x0000000700000009;
+    mov.b64 %rd4, {%r5, %r4};
+    st.global.u64 [%rd3+16], %rd4;
+    mov.u32 %r6, %laneid;
+    st.global.u32 [%rd3+24], %r6;
+    mov.u32 %r7, 010;
+    st.global.u32 [%rd3+28], %r7;
+$L__done:
+    ret;
+}
+"""
+    out = np.zeros(4, np.int64)
+    host_ptx.run(ptx, "t", (1, 1, 1), (16, 4, 1), [out, -5])
+    assert out[0] == -5                                     # ld.param.s8 then cvt.s64.s16: sign-extended
+    assert np.int32(out[1] & 0xffffffff) == -56             # cvt.s8.s32 200, read as s16: -56
+    assert out[2] == (9 << 32) | 7                          # halves swapped
+    assert out[3] & 0xffffffff == 16 and out[3] >> 32 == 8  # lane of thread (0, 1) in a 16-wide block; octal 010
+    bad = ptx.replace("st.global.u64 [%rd3], %rd2;", "st.global.v2.u32 [%rd3+4], {%r1, %r1};")
+    with pytest.raises(HostRunFault, match="not a multiple of the access's 8 bytes"):
+        host_ptx.run(bad, "t", (1, 1, 1), (16, 4, 1), [np.zeros(4, np.int64), -5])

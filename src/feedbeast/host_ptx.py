@@ -171,6 +171,9 @@ class _Memory:
         raise HostRunFault(f"{what}: address {addr:#x} is in no array handed to the kernel (a GPU faults: illegal "
                            "address)")
 
+    def check(self, addr: int, size: int, what: str) -> None:
+        self._at(addr, size, what)
+
     def load(self, addr, size, what) -> int:
         buf, off = self._at(addr, size, what)
         return int.from_bytes(buf[off:off + size].tobytes(), "little")
@@ -186,8 +189,9 @@ _CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b:
 _BOOL = {"and": lambda a, b: a and b, "or": lambda a, b: a or b, "xor": lambda a, b: a != b}
 _ARITH = {"add", "sub", "mul", "mad", "div", "rem", "min", "max", "abs", "neg", "and", "or", "xor", "not", "shl",
           "shr", "selp", "setp", "cvt", "mov", "ld", "st", "cvta", "bra", "ret", "exit", "popc", "clz", "brev"}
-_MODIFIERS = {"lo", "hi", "wide", "uni", "global", "param", "to", "nc", "volatile", "ca", "cg", "cs", "lu", "cv", "wb", "wt",
-              "v2", "v4", "rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi"} | set(_CMP) | set(_BOOL)
+# (No rounding modes: an integer-to-integer cvt takes none, PTX ISA "cvt"; they come with floating point.)
+_MODIFIERS = {"lo", "hi", "wide", "uni", "global", "param", "to", "nc", "volatile", "ca", "cg", "cs", "lu", "cv", "wb",
+              "wt", "v2", "v4"} | set(_CMP) | set(_BOOL)
 
 
 class _Thread:
@@ -210,15 +214,18 @@ class _Thread:
             sm = _SPECIAL.match(operand)
             if sm:
                 v = self.special[sm[1]]["xyz".index(sm[2])]
-            elif operand == "%laneid":
-                v = self.special["tid"][0] % 32
+            elif operand == "%laneid":        # warps are consecutive linear thread ids (CUDA Programming Guide)
+                (x, y, z), (nx, ny, _) = self.special["tid"], self.special["ntid"]
+                v = (x + nx * (y + ny * z)) % 32
             elif operand in self.regs:
                 v = self.regs[operand]
             else:
-                self.fail(ins, f"{operand} is read before anything wrote it", HostRunUnsupported)
+                self.fail(ins, f"{operand} is read before anything wrote it, or is a special register the host run "
+                          "does not model", HostRunUnsupported)
         else:
             try:
-                v = int(operand.rstrip("U"), 0)
+                text = operand.rstrip("U")
+                v = int(text, 8) if re.fullmatch(r"-?0[0-7]+", text) else int(text, 0)    # PTX: 0NNN is octal
             except ValueError:
                 self.fail(ins, f"operand {operand!r} is not an integer register or constant", HostRunUnsupported)
         if t == "pred":
@@ -228,6 +235,12 @@ class _Thread:
 
     def set(self, reg: str, v: int, t: str):
         self.regs[reg] = _wrap(v, _bits(t))
+
+    def set_extended(self, reg: str, v: int, t: str):
+        """What ld and cvt leave in a register wider than their type: sign-extended for signed types, zero-extended
+        for the others (PTX ISA, "Operand Size Exceeding Instruction-Type Size")."""
+        bits = _bits(t)
+        self.regs[reg] = _wrap(_signed(v, bits) if t[0] == "s" else _wrap(v, bits), 64)
 
     def address(self, ins, operand: str) -> tuple[str, int]:
         m = re.fullmatch(r"\[\s*([%\w$.]+)\s*(?:\+\s*(-?\w+))?\s*\]", operand)
@@ -308,7 +321,7 @@ def _execute(th: _Thread, code, labels, step_limit) -> int:
             name, off = th.address(ins, a[1])
             if off or th.params.get(name) is None:
                 th.fail(ins, f"parameter {name}+{off} is not a scalar parameter", HostRunUnsupported)
-            th.set(a[0], th.params[name], t)
+            th.set_extended(a[0], th.params[name], t)
             continue
         if head in ("ld", "st"):
             vec = 4 if "v4" in ins.parts else 2 if "v2" in ins.parts else 1
@@ -316,11 +329,26 @@ def _execute(th: _Thread, code, labels, step_limit) -> int:
             regs_ = (a[0] if head == "ld" else a[1]).strip("{}").split(",")
             base, off = th.address(ins, a[1] if head == "ld" else a[0])
             addr = th.value(ins, base, "u64") + off
+            where = f"{th.entry}, `{ins.text}` ({ins.line})"
+            th.mem.check(addr, size * vec, where)      # a vector access is aligned to its whole size
             for k, r in enumerate(x.strip() for x in regs_[:vec]):
                 if head == "ld":
-                    th.set(r, th.mem.load(addr + k * size, size, f"{th.entry}, `{ins.text}` ({ins.line})"), t)
+                    th.set_extended(r, th.mem.load(addr + k * size, size, where), t)
                 else:
-                    th.mem.store(addr + k * size, size, th.value(ins, r, t), f"{th.entry}, `{ins.text}` ({ins.line})")
+                    th.mem.store(addr + k * size, size, th.value(ins, r, t), where)
+            continue
+        if head == "mov" and "{" in a[0] + a[1]:     # mov.b64 {lo, hi}, d / mov.b64 d, {lo, hi}: halves
+            bits = _bits(t)
+            if a[0].startswith("{"):
+                parts = [x.strip() for x in a[0].strip("{}").split(",")]
+                v, w = th.value(ins, a[1], t), bits // len(parts)
+                for k, r in enumerate(parts):
+                    if r != "_":
+                        th.set(r, v >> (k * w), f"b{w}")
+            else:
+                parts = [x.strip() for x in a[1].strip("{}").split(",")]
+                w = bits // len(parts)
+                th.set(a[0], sum(th.value(ins, r, f"b{w}") << (k * w) for k, r in enumerate(parts)), t)
             continue
         if head in ("mov", "cvta"):
             th.set(a[0], th.value(ins, a[1], t if head == "mov" else "u64"), t if head == "mov" else "u64")
@@ -328,7 +356,7 @@ def _execute(th: _Thread, code, labels, step_limit) -> int:
         if head == "cvt":
             if len(types) != 2 or "pred" in types:
                 th.fail(ins, "only integer-to-integer conversions are modelled", HostRunUnsupported)
-            th.set(a[0], th.value(ins, a[1], types[1]), types[0])
+            th.set_extended(a[0], th.value(ins, a[1], types[1]), types[0])
             continue
         if head == "setp":
             cmp = next(p for p in ins.parts if p in _CMP)
