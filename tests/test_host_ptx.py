@@ -187,3 +187,19 @@ $L__done:
     bad = ptx.replace("st.global.u64 [%rd3], %rd2;", "st.global.v2.u32 [%rd3+4], {%r1, %r1};")
     with pytest.raises(HostRunFault, match="not a multiple of the access's 8 bytes"):
         host_ptx.run(bad, "t", (1, 1, 1), (16, 4, 1), [np.zeros(4, np.int64), -5])
+
+
+def test_a_labs_probe_reads_back_on_the_host_or_says_why_it_cannot():
+    """course.probe.read_back without a GPU: integer code is run on the host; code the host run does not model comes
+    back as a Skipped naming it, so its check is reported skipped, never passed."""
+    if fb.needs("sm_90a") is None:
+        pytest.skip("this machine launches the probe: test_the_gpu_writes_what_the_host_run_wrote covers the launch")
+    from feedbeast.course import probe
+    k = _kernel("  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = i * d;")
+    out, how = probe.read_back(k, (100,), 100, 3)
+    assert isinstance(out, np.ndarray) and (out == 3 * np.arange(100)).all() and "on the host" in str(how)
+    assert fb.check(out, 3 * np.arange(100), name="probe").passed
+    f = _kernel("  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = (int)ceilf(i * 0.5f * d);")
+    out, how = probe.read_back(f, (100,), 100, 3)
+    assert isinstance(how, fb.Skipped) and "f32" in str(how) and "needs sm_90a" in str(how), how
+    assert isinstance(fb.check(out, np.zeros(100), name="probe", after=how), fb.Skipped)
