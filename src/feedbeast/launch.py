@@ -1,7 +1,8 @@
 """Launching compiled kernels: grid, block, dynamic shared memory, tensor maps and clusters.
 
-Chapter 00 makes the first launch; chapter 05 passes tensor maps by value, chapter 07 launches clusters and
-chapter 10 dependent launches (PDL).
+Chapter 00 makes the first launch; chapter 05 passes tensor maps by value, chapter 07 launches clusters (and runs
+a probe of integer code on the host, `Kernel.run_on_host`: feedbeast.host_ptx) and chapter 10 dependent launches
+(PDL).
 
     mod.my_kernel.launch(grid, block, out, a, n, shared=64 * 1024, cluster=(2, 1, 1))
 
