@@ -34,6 +34,43 @@ extern "C" __global__ void int_ops(int* out, long long* wide, const int* a, cons
 """
 
 
+BIT_OPS = r"""
+extern "C" __global__ void bit_ops(unsigned* out, const int* a, const int* b, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int x = a[i], y = b[i];
+    unsigned* o = out + 8 * i;
+    unsigned e, f, g;
+    asm("bfe.s32 %0, %1, %2, %3;" : "=r"(e) : "r"(x), "r"(y & 63), "r"((y >> 8) & 63));
+    asm("bfe.u32 %0, %1, %2, %3;" : "=r"(f) : "r"(x), "r"(y & 63), "r"((y >> 8) & 63));
+    asm("bfi.b32 %0, %1, %2, %3, %4;" : "=r"(g) : "r"(x), "r"(y), "r"((y >> 16) & 63), "r"((y >> 24) & 63));
+    o[0] = __ffs(x);  o[1] = __funnelshift_l(x, y, y);  o[2] = __funnelshift_rc(x, y, y >> 3);  o[3] = __clz(x);
+    o[4] = e;         o[5] = f;                          o[6] = g;                               o[7] = __ffsll(x);
+  }
+}
+"""
+
+
+def bit_reference(a, b):
+    """C's meaning of each result of BIT_OPS; bfe and bfi as the PTX ISA defines them ("bfe", "bfi")."""
+    out = []
+    for x, y in zip(a.tolist(), b.tolist()):
+        ux, uy = x % 2**32, y % 2**32
+        pos, length = y & 63, (y >> 8) & 63
+        field = [(ux >> (pos + i)) & 1 if i < length and pos + i < 32 else None for i in range(32)]
+        sign = (ux >> min(pos + length - 1, 31)) & 1 if length else 0
+        bfe_s = sum((bit if bit is not None else sign) << i for i, bit in enumerate(field))
+        bfe_u = sum((bit or 0) << i for i, bit in enumerate(field))
+        ipos, ilen, g = (y >> 16) & 63, (y >> 24) & 63, uy
+        for i in range(ilen):
+            if ipos + i < 32:
+                g = g & ~(1 << (ipos + i)) | (((ux >> i) & 1) << (ipos + i))
+        low = (ux & -ux).bit_length()                       # __ffs: 1 + the lowest set bit, 0 for none
+        out += [low, (((uy << 32) | ux) << (uy & 31)) >> 32 & 0xffffffff,
+                (((uy << 32) | ux) >> min((y >> 3) % 2**32, 32)) & 0xffffffff, 32 - ux.bit_length(), bfe_s, bfe_u, g,
+                ((x % 2**64) & -(x % 2**64)).bit_length()]
+    return np.array(out, np.int64).reshape(-1, 8) % 2**32
+
+
 def c_div(x, y):
     q = abs(x) // abs(y)
     return q if (x < 0) == (y < 0) else -q
@@ -86,6 +123,18 @@ def test_integer_instructions_follow_c_semantics(ops):
     assert "run on the host from its PTX" in str(run)
 
 
+def test_bit_field_and_funnel_instructions():
+    k = fb.compile(BIT_OPS, "sm_90a", name="bit_ops.cu").bit_ops
+    a, b, _ = inputs(400, seed=3)
+    out = np.zeros((400, 8), np.uint32)
+    k.run_on_host(1, 128, out, a, b, 400)
+    want = bit_reference(a, b)
+    bad = np.argwhere(out != want)
+    assert not len(bad), [(int(i), int(j), int(a[i]), int(b[i]), int(out[i, j]), int(want[i, j])) for i, j in bad[:5]]
+    ptx = k.module.ptx
+    assert all(op in ptx for op in ("bfind.shiftamt", "shf.l.wrap", "shf.r.clamp", "bfe.s32", "bfi.b32")), ptx
+
+
 def test_the_gpu_writes_what_the_host_run_wrote(ops, gpu90):
     n = 1000
     a, b, c = inputs(n, seed=7)
@@ -94,6 +143,12 @@ def test_the_gpu_writes_what_the_host_run_wrote(ops, gpu90):
     dev, dev_wide = fb.empty((n, OPS), np.int32), fb.empty((n, 2), np.int64)
     assert ops.launch(3, 96, dev, dev_wide, fb.to_device(a), fb.to_device(b), fb.to_device(c), -12345, n) is None
     assert (dev.to_host() == host).all() and (dev_wide.to_host() == host_wide).all()
+    bits = fb.compile(BIT_OPS, "sm_90a", name="bit_ops.cu").bit_ops
+    host = np.zeros((n, 8), np.uint32)
+    bits.run_on_host(2, 64, host, a, b, n)
+    dev = fb.empty((n, 8), np.uint32)
+    assert bits.launch(2, 64, dev, fb.to_device(a), fb.to_device(b), n) is None
+    assert (dev.to_host() == host).all()
 
 
 @pytest.mark.parametrize("body, says", [

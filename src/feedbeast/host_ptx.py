@@ -188,10 +188,11 @@ _CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b:
         "hi": lambda a, b: a > b, "hs": lambda a, b: a >= b}
 _BOOL = {"and": lambda a, b: a and b, "or": lambda a, b: a or b, "xor": lambda a, b: a != b}
 _ARITH = {"add", "sub", "mul", "mad", "div", "rem", "min", "max", "abs", "neg", "and", "or", "xor", "not", "shl",
-          "shr", "selp", "setp", "cvt", "mov", "ld", "st", "cvta", "bra", "ret", "exit", "popc", "clz", "brev"}
+          "shr", "selp", "setp", "cvt", "mov", "ld", "st", "cvta", "bra", "ret", "exit", "popc", "clz", "brev", "bfind",
+          "bfe", "bfi", "shf"}
 # (No rounding modes: an integer-to-integer cvt takes none, PTX ISA "cvt"; they come with floating point.)
 _MODIFIERS = {"lo", "hi", "wide", "uni", "global", "param", "to", "nc", "volatile", "ca", "cg", "cs", "lu", "cv", "wb",
-              "wt", "v2", "v4"} | set(_CMP) | set(_BOOL)
+              "wt", "v2", "v4", "shiftamt", "l", "r", "wrap", "clamp"} | set(_CMP) | set(_BOOL)
 
 
 class _Thread:
@@ -397,6 +398,25 @@ def _execute(th: _Thread, code, labels, step_limit) -> int:
                 r = 0 if n >= bits else v[0] << n
             else:
                 r = (v[0] >> min(n, bits)) if t[0] == "s" else (0 if n >= bits else v[0] >> n)
+            th.set(a[0], r, t)
+        elif head == "bfind":            # the most significant non-sign bit (PTX ISA "bfind"): __ffs, __clz
+            x = _wrap(~v[0] if v[0] < 0 else v[0], bits)
+            pos = x.bit_length() - 1
+            th.set(a[0], -1 if pos < 0 else (bits - 1 - pos if "shiftamt" in ins.parts else pos), "u32")
+        elif head == "shf":              # funnel shift of b:a (PTX ISA "shf"): __funnelshift_l / _r
+            n = min(v[2] & 0xffffffff, 32) if "clamp" in ins.parts else v[2] & 31
+            pair = (v[1] << 32) | v[0]
+            th.set(a[0], (pair << n) >> 32 if "l" in ins.parts else pair >> n, "b32")
+        elif head == "bfe":              # bit field extract (PTX ISA "bfe")
+            pos, length, x = v[1] & 0xff, v[2] & 0xff, _wrap(v[0], bits)
+            sign = (x >> min(pos + length - 1, bits - 1)) & 1 if t[0] == "s" and length else 0
+            th.set(a[0], sum((((x >> (pos + i)) & 1) if i < length and pos + i < bits else sign) << i
+                             for i in range(bits)), t)
+        elif head == "bfi":              # bit field insert of a into b (PTX ISA "bfi")
+            pos, length, r = v[2] & 0xff, v[3] & 0xff, _wrap(v[1], bits)
+            for i in range(length):
+                if pos + i < bits:
+                    r = r & ~(1 << (pos + i)) | (((v[0] >> i) & 1) << (pos + i))
             th.set(a[0], r, t)
         elif head in ("and", "or", "xor"):
             r = {"and": v[0] & v[1], "or": v[0] | v[1], "xor": v[0] ^ v[1]}[head]
