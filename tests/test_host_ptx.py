@@ -157,6 +157,7 @@ def test_the_gpu_writes_what_the_host_run_wrote(ops, gpu90):
     ("out[threadIdx.x] = __shfl_sync(0xffffffff, n, 0);", "a warp shuffle"),
     ("out[threadIdx.x] = (int)(n * 0.5f + 1.25f);", r"uses `(cvt|mul|fma|add)\.[^`]*f32"),
     ("atomicAdd(out, n);", "an atomic"),
+    ("assert(n > 0); out[threadIdx.x] = n;", "calls a function that was not inlined"),
 ])
 def test_what_it_does_not_model_is_refused_by_name(body, says):
     k = fb.compile('extern "C" __global__ void k(int* out, int n) {' + body + "}", "sm_90a", name="k.cu").k
@@ -173,11 +174,11 @@ def _kernel(body):
 
 def test_a_division_by_zero_is_named_at_its_source_line():
     k = _kernel("  out[threadIdx.x] = n / (d - (int)threadIdx.x);")
-    with pytest.raises(HostRunFault, match=r"div by zero \(thread \(3, 0, 0\)\).*unspecified|k\.cu line 2.*div by zero"):
+    with pytest.raises(HostRunFault, match=r"\(k\.cu line 2\): div by zero \(thread \(3, 0, 0\)\).*unspecified"):
         k.run_on_host(1, 8, np.zeros(8, np.int32), 100, 3)
 
 
-def test_a_store_past_the_array_and_a_loop_that_never_ends_are_named():
+def test_a_store_past_the_array_is_named_and_a_loop_past_the_limits_is_left_to_a_gpu():
     k = _kernel("  out[threadIdx.x * n] = 1;")
     with pytest.raises(HostRunFault, match=r"argument 0, whose array has 32 bytes"):
         k.run_on_host(1, 8, np.zeros(8, np.int32), 2, 0)
@@ -186,8 +187,12 @@ def test_a_store_past_the_array_and_a_loop_that_never_ends_are_named():
     out = np.zeros(1, np.int32)
     host_ptx.run(ptx, "k", (1, 1, 1), (1, 1, 1), [out, 0, 4])
     assert out[0] == 4
-    with pytest.raises(HostRunFault, match="without ending"):
+    # Endless, or only long: the host cannot tell, so no verdict (a lab's check is skipped, never passed or failed).
+    with pytest.raises(HostRunUnsupported, match="without ending: a long loop, or one that never ends"):
         host_ptx.run(ptx, "k", (1, 1, 1), (1, 1, 1), [out, 0, 3], step_limit=10_000)
+    with pytest.raises(HostRunUnsupported, match="without ending"):
+        host_ptx.run(ptx, "k", (1, 1, 1), (4, 1, 1), [out, 0, 4000], total_limit=10_000)
+    host_ptx.run(ptx, "k", (1, 1, 1), (4, 1, 1), [out, 0, 4000])
 
 
 def test_bad_arguments_are_refused_before_the_run():

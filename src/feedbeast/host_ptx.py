@@ -9,9 +9,11 @@ instructions).
 Only what integer code of one thread needs is modelled: registers of the integer and predicate types, the kernel's
 parameters, global loads and stores into the numpy arrays handed in for its pointers, branches. Threads run one after
 another, so nothing through which they could see each other can be: an instruction outside that set (floating point,
-shared memory, barriers, shuffles, atomics, calls) raises HostRunUnsupported, naming it, before anything runs.
-Where the ISA leaves a result undefined (an integer division by zero), or a real launch would fault (a store outside
-its array, a misaligned address), HostRunFault names the instruction and the source line.
+shared memory, barriers, shuffles, atomics, calls) raises HostRunUnsupported, naming it, before anything runs; so does
+a special register it does not model (`%clock`, `%smid`) when it is read, and a run longer than the host can afford
+(where a GPU would tell: a slow loop, or one that never ends). Where the ISA leaves a result undefined (an integer
+division by zero), or a real launch would fault (a store outside its array, a misaligned address), HostRunFault
+names the instruction and the source line.
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ class HostRun:
     __str__ = __repr__
 
 
-STEP_LIMIT = 1_000_000       # instructions one thread may execute before its loop counts as one that never ends
+STEP_LIMIT = 1_000_000       # instructions one thread may execute on the host (about 6 s)
+TOTAL_LIMIT = 5_000_000      # ... and all threads of a run together
 
 _INT = re.compile(r"^[sub](8|16|32|64)$")
 _SPECIAL = re.compile(r"^%(tid|ntid|ctaid|nctaid)\.([xyz])$")
@@ -118,14 +121,28 @@ def parse_entry(ptx: str, entry: str) -> tuple[list[tuple[str, str]], list[_Inst
         i += 1
     files = {int(n): os.path.basename(name) for n, name in _FILE.findall(ptx)}
     code, labels, where = [], {}, ""
+    call = re.search(r"^\s*(?:@!?%\w+\s+)?call(?:\.uni)?\b[^;]*;", ptx[start:i], re.M)
+    if call:                                  # its argument block declares registers and .param space: name the call
+        raise HostRunUnsupported(f"{entry} calls a function that was not inlined (`{call[0].strip()}`): only a GPU "
+                                 "can run it")
+    nested = 0
     for raw in ptx[start + 1:i].splitlines():
         s = raw.split("//", 1)[0].strip()
-        if not s or s in ("{", "}"):
+        if s in ("{", "}"):
+            nested += 1 if s == "{" else -1
+            continue
+        if not s:
             continue
         loc = _LOC.match(s)
         if loc:
             where = f"{files.get(int(loc[1]), 'the source')} line {loc[2]}"
             continue
+        if s.startswith(".param"):         # the arguments of a call: a function that was not inlined
+            raise HostRunUnsupported(f"{entry} calls a function that was not inlined ({where or 'its PTX'}: `"
+                                     f"{s.rstrip(';')}`): only a GPU can run it")
+        if s.startswith(".reg") and nested:   # an asm block's own registers may reuse the names outside it
+            raise HostRunUnsupported(f"{entry} has an inline asm block with registers of its own "
+                                     f"({where or 'its PTX'}), which the host run does not model")
         if s.startswith(_SKIP):
             continue
         if s.endswith(":"):
@@ -251,7 +268,8 @@ class _Thread:
         return m[1], off
 
 
-def run(ptx: str, entry: str, grid, block, args, step_limit: int = STEP_LIMIT) -> HostRun:
+def run(ptx: str, entry: str, grid, block, args, step_limit: int = STEP_LIMIT,
+        total_limit: int = TOTAL_LIMIT) -> HostRun:
     """Run kernel `entry` of `ptx` on the host: grid and block as 3-tuples, args in the order of its parameters
     (numpy arrays for pointers, written in place; ints for the others)."""
     params, code, labels = parse_entry(ptx, entry)
@@ -293,7 +311,7 @@ def run(ptx: str, entry: str, grid, block, args, step_limit: int = STEP_LIMIT) -
                         for tx in range(block[0]):
                             th = _Thread(params, values, mem, (tx, ty, tz), tuple(block), (cx, cy, cz), tuple(grid),
                                          entry)
-                            steps += _execute(th, code, labels, step_limit)
+                            steps += _execute(th, code, labels, min(step_limit, total_limit - steps))
     return HostRun(entry, grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2], steps)
 
 
@@ -303,9 +321,10 @@ def _execute(th: _Thread, code, labels, step_limit) -> int:
         ins = code[pc]
         pc += 1
         steps += 1
-        if steps > step_limit:
-            th.fail(ins, f"thread {th.special['tid']} of block {th.special['ctaid']} executed {step_limit} "
-                    "instructions without ending: a loop that never ends (on a GPU, a kernel that hangs)")
+        if steps > step_limit:     # a slow loop or an endless one: only a GPU can tell which, so no verdict here
+            th.fail(ins, f"thread {th.special['tid']} of block {th.special['ctaid']} ran past the instructions the "
+                    f"host run affords ({STEP_LIMIT:,} a thread, {TOTAL_LIMIT:,} a run) without ending: a long loop, "
+                    "or one that never ends", HostRunUnsupported)
         if ins.guard is not None:
             if th.value(ins, ins.guard, "pred") == ins.neg:
                 continue
