@@ -181,7 +181,7 @@ class _Memory:
                     raise HostRunFault(f"{what}: address {off} bytes into argument {index} is not a multiple of the "
                                        f"access's {size} bytes (PTX ISA: addresses must be naturally aligned; a "
                                        "GPU faults: misaligned address)")
-                if off < 0 or off + size > len(buf):
+                if off + size > len(buf):
                     raise HostRunFault(f"{what}: {size} bytes at byte {off} of argument {index}, whose array has "
                                        f"{len(buf)} bytes (a GPU faults or writes another allocation)")
                 return buf, off
@@ -204,9 +204,10 @@ _CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b:
         "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "lo": lambda a, b: a < b, "ls": lambda a, b: a <= b,
         "hi": lambda a, b: a > b, "hs": lambda a, b: a >= b}
 _BOOL = {"and": lambda a, b: a and b, "or": lambda a, b: a or b, "xor": lambda a, b: a != b}
-_ARITH = {"add", "sub", "mul", "mad", "div", "rem", "min", "max", "abs", "neg", "and", "or", "xor", "not", "shl",
-          "shr", "selp", "setp", "cvt", "mov", "ld", "st", "cvta", "bra", "ret", "exit", "popc", "clz", "brev", "bfind",
-          "bfe", "bfi", "shf"}
+# The opcodes the run executes; any other is refused before it starts.
+_MODELLED = {"add", "sub", "mul", "mad", "div", "rem", "min", "max", "abs", "neg", "and", "or", "xor", "not", "shl",
+             "shr", "selp", "setp", "cvt", "mov", "ld", "st", "cvta", "bra", "ret", "exit", "popc", "clz", "brev",
+             "bfind", "bfe", "bfi", "shf"}
 # (No rounding modes: an integer-to-integer cvt takes none, PTX ISA "cvt"; they come with floating point.)
 _MODIFIERS = {"lo", "hi", "wide", "uni", "global", "param", "to", "nc", "volatile", "ca", "cg", "cs", "lu", "cv", "wb",
               "wt", "v2", "v4", "shiftamt", "l", "r", "wrap", "clamp"} | set(_CMP) | set(_BOOL)
@@ -278,7 +279,7 @@ def run(ptx: str, entry: str, grid, block, args, step_limit: int = STEP_LIMIT,
         if head in _WHY:
             raise HostRunUnsupported(f"{entry} uses {_WHY[head]} (`{ins.text}`, {ins.line or 'its PTX'}): threads "
                                      "run one after another on the host, so only a GPU can run it")
-        if head not in _ARITH or any(p not in _MODIFIERS and not _INT.match(p) and p != "pred" for p in ins.parts[1:]):
+        if head not in _MODELLED or any(p not in _MODIFIERS and not _INT.match(p) and p != "pred" for p in ins.parts[1:]):
             raise HostRunUnsupported(f"{entry} uses `{ins.op}` ({ins.line or 'its PTX'}): the host run models the "
                                      "integer, predicate, global-memory and branch instructions only")
         if head in ("ld", "st") and not ({"global", "param"} & set(ins.parts)):
