@@ -291,7 +291,7 @@ workshop: $(STAMP)
 	  is): the proxy comes from the npm registry$(comma) which needs the network";) \
 	  npm ci --prefix workshop --no-audit --no-fund --loglevel=error; \
 	else echo "make workshop: no npm here and no $(if $(WHEELS),$(WHEELS),WHEELS=dir)/workshop/node_modules.tar.gz: \
-	the hub needs configurable-http-proxy (Node.js): install npm, or bring a bundle from make wheelhouse"; exit 1; fi
+	the hub needs configurable-http-proxy (Node.js): install npm, or bring a bundle from make wheelhouse" >&2; exit 1; fi
 	@command -v node >/dev/null || { echo "make workshop: the proxy is in workshop/node_modules, but no node is on \
 	PATH and the hub cannot start without it: install Node.js 20 before the room goes offline (the OS's nodejs package, \
 	or the Linux tarball from nodejs.org unpacked with its bin/ on PATH)" >&2; exit 1; }

@@ -36,6 +36,55 @@ class _Section(dict):
         self[name] = value
 
 
+@pytest.fixture(autouse=True)
+def _a_proxy(tmp_path_factory, monkeypatch):
+    """The config looks for the proxy at load: a stand-in program, so that these tests need no Node.js."""
+    proxy = tmp_path_factory.mktemp("proxy") / "configurable-http-proxy"
+    proxy.write_text("#!/bin/sh\n")
+    proxy.chmod(0o755)
+    monkeypatch.setenv("FEEDBEAST_HUB_PROXY", str(proxy))
+
+
+def test_the_hub_stops_at_start_without_its_proxy_or_node_saying_what_to_install(tmp_path, monkeypatch):
+    """Without configurable-http-proxy or node JupyterHub fails only after start, with the proxy's exit code 127 and
+    a traceback: the config stops first, naming what is missing and the make target that installs it."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("FEEDBEAST_HUB_PROXY")
+    local = CONFIG.parent / "node_modules" / ".bin" / "configurable-http-proxy"
+    why = "runs on Node.js and no node is on PATH" if local.exists() else "neither on PATH nor in"
+    with pytest.raises(SystemExit, match=why):
+        runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: _Section()})
+    monkeypatch.setenv("FEEDBEAST_HUB_PROXY", str(tmp_path / "nothing"))
+    with pytest.raises(SystemExit, match="FEEDBEAST_HUB_PROXY=.*nothing: no program there"):
+        runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: _Section()})
+    fake = empty / "configurable-http-proxy"        # on PATH, with node: taken, whatever workshop/ holds
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    (empty / "node").write_text("#!/bin/sh\n")
+    (empty / "node").chmod(0o755)
+    monkeypatch.delenv("FEEDBEAST_HUB_PROXY")
+    monkeypatch.setenv("FEEDBEAST_HUB_COURSE", str(_checkout(tmp_path)))
+    monkeypatch.setenv("FEEDBEAST_HUB_STATE", str(tmp_path))
+    monkeypatch.setenv("FEEDBEAST_HUB_GPUS", "")
+    config = _Section()
+    runpy.run_path(str(CONFIG), init_globals={"get_config": lambda: config})
+    assert config.ConfigurableHTTPProxy.command == [str(fake)]
+
+
+def test_a_gpu_named_where_nvidia_smi_lists_none_is_said_not_checked(tmp_path, monkeypatch, capsys):
+    """With no nvidia-smi nothing says FEEDBEAST_HUB_GPUS=7 exists: the hub starts (a container may lack
+    nvidia-smi) but says the devices were not checked, rather than listing them as shares like checked ones."""
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: "")
+    _load(monkeypatch, tmp_path, FEEDBEAST_HUB_GPUS="7")
+    err = capsys.readouterr().err
+    assert "note: FEEDBEAST_HUB_GPUS: 7 not checked: nvidia-smi -L lists no device here" in err, err
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: TWO_GPUS)
+    _load(monkeypatch, tmp_path, FEEDBEAST_HUB_GPUS="1")
+    assert "not checked" not in capsys.readouterr().err
+
+
 def _checkout(tmp: Path) -> Path:
     """An instructor's checkout after a day of work: the course's files and what must stay with the instructor."""
     course = tmp / "course"

@@ -355,6 +355,13 @@ def test_the_gradings_are_spread_over_the_gpus_each_on_its_own(tmp_path, monkeyp
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")      # the roster's own environment is checked as well
     assert _main(homes, sols, "--csv", str(tmp_path / "g.csv")) == 2
     assert "CUDA_VISIBLE_DEVICES: 3 names no single device here" in capsys.readouterr().err and seen == []
+    # no nvidia-smi: a device named by --gpus cannot be compared with anything, and the roster says so once
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: "")
+    assert _main(homes, sols, "--csv", str(tmp_path / "g.csv"), "--gpus", "7") == 0
+    err = capsys.readouterr().err
+    assert "roster: note: --gpus: 7 not checked: nvidia-smi -L lists no device here" in err, err
+    assert "no GPU in reach" not in err and {d for _, d in seen} == {"7"}, (err, seen)
 
 
 def test_a_job_on_a_gpu_gets_that_gpu_alone(tmp_path, monkeypatch):

@@ -404,6 +404,41 @@ def test_a_lab_still_as_given_reads_not_started_and_scores_nothing(tmp_path):
     assert roster.lab_status({**given, "setup": "a CUDA library not found"}) == "error"
 
 
+def test_a_lab_not_started_does_not_hide_a_later_lab_s_failure(tmp_path):
+    """A learner who skipped lab 00 and broke lab 03: the row names lab 03's failure, the instructor's lead; a lab
+    not started is named only where nothing else failed (the live view's line too)."""
+    skipped = {**_graded([[("failed", "numbers")]]), "lab": "00", "untouched": True}
+    broken = {**_graded([[("passed", "resources")], [("failed", "your %%cuda cell: CompileError")]]), "lab": "03"}
+    fine = {**_graded([[("passed", "numbers")]]), "lab": "04", "status": "ok"}
+    rows = _csv([{"learner": "cy", "labs": [skipped, broken]}, {"learner": "di", "labs": [skipped, fine]}], tmp_path)
+    assert rows["cy"]["first failing check"] == "lab 03: your %%cuda cell: CompileError", rows
+    assert rows["di"]["first failing check"] == "lab 00: not started (its code is the lab's as given)", rows
+    view = roster.watch_lines({"cy": {"doc": {"learner": "cy", "labs": [skipped, broken]}}})
+    assert view[0].endswith("lab 03: your %%cuda cell: CompileError"), view
+
+
+def test_the_screen_line_of_a_learner_with_a_failed_lab_says_why(tmp_path, monkeypatch, capsys):
+    """The roster's line per learner as graded: a failed lab's first failing check on the next line, so that the
+    instructor watching the terminal sees what broke, not only `03 failed`; a learner with nothing failed gets none."""
+    grader = tmp_path / "course" / "python"
+    grader.parent.mkdir(parents=True)
+    grader.write_text(GRADER.replace('"status": "ok"', '"status": "failed" if "03" in f else "ok"').replace(
+        '"status": "passed", "name": "uid " + str(os.getuid())',
+        '"status": "failed" if "03" in f else "passed", "name": "check cell 2"').replace(
+        '"message": ""', '"message": "CompileError: lab.cu:77: expected a ;" if "03" in f else ""').format(
+        python=sys.executable))
+    grader.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(grader))
+    homes = _homes(tmp_path, {"ada": ["00-copy-kernel.ipynb", "03-cp-async-rowsum.ipynb"], "bob": ["00-copy-kernel.ipynb"]})
+    code, rows = _roster(tmp_path, homes, "--as-me")
+    out = capsys.readouterr().out
+    assert rows["ada"]["first failing check"].startswith("lab 03: check cell 2: CompileError"), rows
+    ada = out[out.index("ada: "):].splitlines()
+    assert ada[0].startswith("ada: 00 ok, 03 failed (") and ada[1].startswith("  lab 03: check cell 2: CompileError"), out
+    bob = out[out.index("bob: "):].splitlines()
+    assert bob[0].startswith("bob: 00 ok (") and not any(line.startswith("  lab") for line in bob[1:2]), out
+
+
 def test_a_grades_file_is_replaced_whole_and_stays_private(tmp_path, monkeypatch):
     """The live view rewrites its CSV and JSON each round: a reader meets the last whole file or the new one, never
     a half-written one; a write that fails leaves the last file as it was, and no part file behind."""

@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 from feedbeast.course import kernelspec   # the kernel "Feeding the Beast", as make install writes it
-from feedbeast.course.gpu_devices import ENV as GPU_ENV, listed, problem, split
+from feedbeast.course.gpu_devices import ENV as GPU_ENV, listed, problem, split, unchecked
 
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 
@@ -82,6 +82,29 @@ def skip(folder, names):
 
 # ---- the hub ----------------------------------------------------------------------------------------------
 c.JupyterHub.bind_url = os.environ.get("FEEDBEAST_HUB_URL", "http://:8000")
+
+
+def proxy_command() -> list[str]:
+    """The proxy JupyterHub starts: configurable-http-proxy, a Node.js program that make workshop puts in
+    workshop/node_modules. Found on PATH or there (FEEDBEAST_HUB_PROXY names another), with node on PATH, or the hub
+    stops here saying what to install, not later with the proxy's exit code and a traceback."""
+    given = os.environ.get("FEEDBEAST_HUB_PROXY")
+    local = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
+    found = given or shutil.which("configurable-http-proxy") or (str(local) if local.exists() else None)
+    if given and not (os.path.isfile(given) and os.access(given, os.X_OK)):
+        raise SystemExit(f"FEEDBEAST_HUB_PROXY={given}: no program there; it names configurable-http-proxy's path")
+    if found is None:
+        raise SystemExit(f"feedbeast hub: configurable-http-proxy is neither on PATH nor in {local.parent}: run make "
+                         "workshop in the course checkout (make workshop WHEELS=wheelhouse offline), which installs "
+                         "it there, or set FEEDBEAST_HUB_PROXY to its path")
+    if not given and shutil.which("node") is None:
+        raise SystemExit("feedbeast hub: the proxy (configurable-http-proxy) runs on Node.js and no node is on PATH: "
+                         "install Node.js 20 or newer (docs/instructors.md, The workshop hub offline, says how without "
+                         "internet) and start the hub again")
+    return [found]
+
+
+c.ConfigurableHTTPProxy.command = proxy_command()
 c.JupyterHub.cleanup_servers = True        # stopping the hub stops the learners' servers
 c.JupyterHub.authenticator_class = "pam"
 if os.environ.get("FEEDBEAST_HUB_CREATE_USERS") == "1":
@@ -169,6 +192,8 @@ def say_shares():
     devices = gpu_devices()
     if devices and (why := problem(devices, "FEEDBEAST_HUB_GPUS")):
         raise SystemExit(why)
+    if devices and (note := unchecked(devices, "FEEDBEAST_HUB_GPUS")):
+        print(f"feedbeast hub: note: {note}", file=sys.stderr)
     if devices:
         print(f"feedbeast hub: GPU shares: {', '.join(devices)}, {PER_GPU} learners on each ({len(devices) * PER_GPU} "
               "servers at once)", file=sys.stderr)

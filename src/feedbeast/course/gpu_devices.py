@@ -90,6 +90,16 @@ def split(value: str) -> list[str]:
     return [d.strip() for d in value.split(",") if d.strip()]
 
 
+def unchecked(devices: list[str], option: str) -> str | None:
+    """Where nvidia-smi -L lists nothing (missing, failing), `problem` has nothing to compare a named device with:
+    what is said instead of a silent pass, or None where the devices were checked (or none was named)."""
+    if not devices or _gpus(_listing()):
+        return None
+    return (f"{option}: {', '.join(devices)} not checked: nvidia-smi -L lists no device here (missing or failing), "
+            "so nothing says this server has them; CUDA hides a device it cannot match and every one listed after "
+            "it, and a job given such a device sees no GPU")
+
+
 def in_reach() -> tuple[list[str], str]:
     """The devices a job started from here may be given, and where that list came from: CUDA_VISIBLE_DEVICES's
     own where it is set (the user chose them; empty hides every GPU), else every device nvidia-smi lists."""

@@ -72,7 +72,7 @@ from pathlib import Path
 
 from ..isolated import environment
 from .coursedir import find as find_course
-from .gpu_devices import ENV as gpu_env, Slots, in_reach, listed, problem as gpus_problem, split
+from .gpu_devices import ENV as gpu_env, Slots, in_reach, listed, problem as gpus_problem, split, unchecked
 from .grade import HAZARD_LABS, ended_early, gist, lab_of
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
@@ -80,8 +80,9 @@ ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({pyth
                "environment must be readable and executable by every learner. Keep the course checkout outside a "
                "private home (a 700 or 750 home blocks them), e.g. under /opt or /srv with `chmod -R a+rX`; a venv's "
                "python is a link to the Python it was made from, so that one must be within reach too (a pyenv "
-               "Python under /root is not: remove .venv and run make workshop PYTHON3=/usr/bin/python3). Or grade "
-               "with --as-me (learners' code then runs with your rights)")
+               "Python under /root is not: make workshop PYTHON3=/usr/bin/python3 makes .venv again from that Python, "
+               "with WHEELS=wheelhouse in a room with no internet). Or grade with --as-me (learners' code then runs "
+               "with your rights)")
 
 
 def _say(text: str, stream=None) -> None:
@@ -483,20 +484,24 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
 
 
 def first_failing(doc: dict, labs=None) -> str:
-    """The first lab (in order) with a failed check, as 'lab 04: check name: the gist of why' ('' if none)."""
-    for lab in sorted(doc.get("labs", []), key=lambda x: x["lab"]):
-        if labs is not None and lab["lab"] not in labs:
-            continue
+    """The first lab (in order) with a failed check, as 'lab 04: check name: the gist of why' ('' if none). A lab
+    not graded comes first the same way; a lab not started counts only when no other lab failed: an untouched lab
+    00 must not hide lab 03's compile error, which is what the instructor needs to see."""
+    chosen = [lab for lab in sorted(doc.get("labs", []), key=lambda x: x["lab"]) if labs is None or lab["lab"] in labs]
+    for lab in chosen:
         if lab.get("setup") or lab.get("refused"):
             return f"lab {lab['lab']}: not graded: {gist(lab.get('setup') or lab.get('error') or '')}"
         if lab.get("untouched"):
-            return f"lab {lab['lab']}: not started (its code is the lab's as given)"
+            continue
         for c in lab.get("checks", []):
             if c["status"] == "failed":
                 why = gist(c.get("message") or "")
                 return f"lab {lab['lab']}: {c['name']}" + (f": {why}" if why else "")
     # no failed check: why a lab was not graded, if a grader said (also in a merged row whose other labs were graded)
-    return doc.get("error", "")[:160]
+    if doc.get("error"):
+        return doc["error"][:160]
+    untouched = [lab["lab"] for lab in chosen if lab.get("untouched")]
+    return f"lab {untouched[0]}: not started (its code is the lab's as given)" if untouched else ""
 
 
 # ---- the live view ----------------------------------------------------------------------------------------
@@ -725,7 +730,9 @@ def main(argv=None) -> int:
     from .grade import _has_gpu
     # said before an hour of grading, not found later in a column of 100s. With --gpus the gradings see those GPUs,
     # not this process's CUDA_VISIBLE_DEVICES: then what nvidia-smi lists says whether there are any
-    if not (listed() if source == "--gpus" else _has_gpu()):
+    if source == "--gpus" and (note := unchecked(devices, source)):
+        print(f"roster: note: {note}", file=sys.stderr)
+    elif not (listed() if source == "--gpus" else _has_gpu()):
         print("roster: no GPU in reach here: every launch is skipped, so a lab with the right SASS and wrong numbers "
               "grades partial and scores 100, as a solved one does; grade on the room's GPUs for ok",
               file=sys.stderr)
@@ -751,8 +758,11 @@ def main(argv=None) -> int:
             doc = done[id(future)] = future.result()
             statuses = ", ".join(f"{lab['lab']} {lab_status(lab)}" for lab in doc.get("labs", []))
             on = f"GPU {doc['device']}, " if len(slots.devices) > 1 and "device" in doc else ""
+            failing = [f"  {first_failing(doc)}"] if any(lab_status(lab) in ("failed", "error")
+                                                          for lab in doc.get("labs", [])) else []
             _say("\n".join([f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} "
-                            f"({on}{doc['seconds']:.0f} s)", *(f"  refused {why}" for why in doc.get("refused", []))]))
+                            f"({on}{doc['seconds']:.0f} s)", *failing,
+                            *(f"  refused {why}" for why in doc.get("refused", []))]))
         docs = [done[id(f)] for f in futures]
     for line in hints(docs):
         print(line, file=sys.stderr)
