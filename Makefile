@@ -304,8 +304,8 @@ workshop: $(STAMP)
 	the hub is installed, but $$why \
 	(docs/instructors.md, A workshop room on one server; make workshop REACH_CHECK=off skips this check)" >&2; exit 1; }
 	@echo "make workshop: the hub is ready; start it as root from a folder for its state (docs/instructors.md, \
-	A workshop room on one server): $(if $(filter current,$(ENV)),$(PYTHON),$(abspath $(VENV))/bin/python) -m jupyterhub -f $(CURDIR)/workshop/jupyterhub_config.py, with \
-	workshop/node_modules/.bin on PATH"
+	A workshop room on one server): $(if $(filter current,$(ENV)),$(PYTHON),$(abspath $(VENV))/bin/python) -m jupyterhub -f $(CURDIR)/workshop/jupyterhub_config.py \
+	(it finds the proxy in workshop/node_modules)"
 
 ## make clean      remove .venv and build outputs (the offline bundle wheelhouse/ and the labs stay)
 # The offline bundle (wheelhouse/) stays: on a host without internet it cannot be made again.
