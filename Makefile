@@ -312,10 +312,12 @@ workshop: $(STAMP)
 clean:
 	rm -rf $(VENV) build wheelhouse.new feedbeast-*.whl
 
-## make grade [LAB=00] [STRICT=1]  grade labs/NN-*.ipynb; each check: passed, failed (why) or skipped (why)
+## make grade [LAB=00] [STRICT=1] [TIMEOUT=600]  grade labs/NN-*.ipynb (all of them without LAB); each check: passed, failed (why) or skipped (why)
 # PARTIAL (exit 2 of `python -m feedbeast grade`: nothing failed, some checks need a GPU this machine lacks) is
 # not a make error unless STRICT=1 (STRICT=0 is as without it); CI reads the status from `python -m feedbeast grade`
 # itself.
+# TIMEOUT: seconds a check cell may run before the grade calls it hung and names where the learner's code was
+# (default 600).
 # LAB: a number (4, 04), a lab's name (04-mbarrier-ring or mbarrier-ring, .ipynb or not), a word only one lab's name
 # has (mbarrier) or a lab file's path, as reset-labs takes it.
 LAB ?=
@@ -323,7 +325,7 @@ grade: $(STAMP)
 	@if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
 	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 2; \
 	  nl=$$(printf '\n_'); IFS=$${nl%_}; set -f; set -- $$labs; set +f; unset IFS; fi; \
-	$(PYTHON) -m feedbeast grade "$$@"; status=$$?; \
+	$(PYTHON) -m feedbeast grade $(if $(TIMEOUT),--timeout "$(TIMEOUT)") "$$@"; status=$$?; \
 	if [ $$status -eq 2 ] && [ -z "$(filter-out 0,$(STRICT))" ]; then \
 	  echo "make grade: PARTIAL is no make error (STRICT=1 makes it one), and not ok: a bug that only the skipped \
 	checks catch may still be there; ok needs a GPU that runs them"; exit 0; fi; \
@@ -366,7 +368,7 @@ stress: $(STAMP)
 # (MAKEOVERRIDES holds them) in lower case, or one S away from it (LABS, WHEEL), stops make first. Other names pass:
 # the command line also sets the environment of what make runs (FEEDBEAST_STRESS=5, CUDA_VISIBLE_DEVICES=1).
 CASED := LAB STRICT ENV CUDA WHEELS VENV PY SET COMPARE PYTHON3 REACH_CHECK BENCH STRESS SANITIZE_FLAGS \
-	GPU_CHECK_FLAGS LAB_FLAGS TEST_JOBS NB_TIMEOUT NB_STARTUP
+	GPU_CHECK_FLAGS LAB_FLAGS TEST_JOBS NB_TIMEOUT NB_STARTUP TIMEOUT
 upper = $(shell echo '$(1)' | tr a-z A-Z)
 meant = $(firstword $(filter $(CASED),$(call upper,$(1)) $(patsubst %S,%,$(call upper,$(1))) $(call upper,$(1))S))
 $(foreach v,$(foreach a,$(MAKEOVERRIDES),$(if $(findstring =,$(a)),$(firstword $(subst =, ,$(a))))),$(if $(filter-out \

@@ -645,6 +645,8 @@ def test_a_cell_without_text_or_type_is_a_clear_failure_and_the_batch_goes_on(tm
     status = "ok" if _has_gpu() else "PARTIAL"
     assert "Traceback" not in out and f"solutions/00-copy-kernel.ipynb: {status}" in out.replace(str(ROOT) + "/", "")
     assert "check cells are not the lab's" not in out, out       # the solution's are the lab's
+    summary = out[out.index("\n2 notebooks graded:\n"):]            # many labs: a line each at the end
+    assert f"  {bad}: not graded\n" in summary and f"  solutions/00-copy-kernel.ipynb: {status}\n" in summary, summary
 
 
 def test_a_file_that_is_no_notebook_or_a_chapter_is_named_with_what_to_do(tmp_path, monkeypatch):
@@ -665,6 +667,10 @@ def test_a_file_that_is_no_notebook_or_a_chapter_is_named_with_what_to_do(tmp_pa
     assert ".ipynb_checkpoints/04-mbarrier-ring-checkpoint.ipynb (File > Revert Notebook to Checkpoint)" in rep, rep
     rep = str(g.grade(labs / "03-cp-async-rowsum.ipynb", timeout=60))
     assert "the file is empty: make reset-labs LAB=03" in rep, rep
+    assert "outside labs/" in rep and "keeping this file" not in rep, rep      # tmp_path has no solutions/ beside
+    (tmp_path / "solutions").mkdir()                                            # labs/: now the course's labs/
+    rep = str(g.grade(labs / "03-cp-async-rowsum.ipynb", timeout=60))
+    assert "make reset-labs LAB=03 writes the lab as given again, keeping this file in labs/backup/" in rep, rep
 
     monkeypatch.chdir(ROOT)
     [eleven] = g.expand(["11"])
@@ -1063,3 +1069,24 @@ def test_the_course_s_untouched_lab_points_a_hosted_learner_to_their_copy(tmp_pa
         str(here)
     assert not any("copy kept elsewhere" in o.message for o in there.failed), str(there)
     assert any(o.name == "your part" for o in there.failed), str(there)
+
+
+def test_a_kernel_that_never_ends_is_said_running_then_named_at_the_learner_s_line(tmp_path, monkeypatch):
+    """A Numba kernel whose loop never ends (its counter stepped only inside an `if`) spins in the simulator: the
+    grade says each PROGRESS_S that the check cell still runs, and at its time limit fails it as hung, naming the
+    line of the learner's kernel where the simulator's threads were (their Python stacks), not only the check cell."""
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    spin = ("    j = 0\n    while j < TILE // BAND:\n        i = w + j * BAND\n        if r0 + i < rows and c0 + lane < cols:\n"
+            "            tile[i, lane] = x[r0 + i, c0 + lane]\n            j += 1\n")
+    loop = ("    for j in range(TILE // BAND):\n        i = w + j * BAND\n        if r0 + i < rows and c0 + lane < cols:\n"
+            "            tile[i, lane] = x[r0 + i, c0 + lane]\n")
+    path = plant(ROOT / "solutions/01-tiled-transpose.ipynb", [(loop, spin)], to=labs / "01-tiled-transpose.ipynb")
+    monkeypatch.setattr(g, "PROGRESS_S", 4)
+    said = []
+    rep = g.grade(path, timeout=12, progress=said.append)
+    assert rep.status == "failed" and "ran past 12 s (a hung kernel?)" in rep.error, str(rep)
+    named = rep.error.split("; your code was running at ", 1)[-1]      # one of the spinning loop's lines
+    assert named.startswith("transpose_tiled line ") and any(f"{line.strip()!r}" in named for line in spin.split(
+        "\n")[1:5]), rep.error
+    assert said and all("still running after" in s and "TIMEOUT=N" in s for s in said), said

@@ -85,6 +85,7 @@ EXIT = {"ok": 0, "failed": 1, "partial": 2}
 HAZARD_VERDICT = "hazard check of "
 TODO_SENTENCE = re.compile(r"your part is not written yet \(.*?\): write it in place of each '[^']*' line\.\n?", re.S)
 STARTUP_S = 300          # the check process: imports, the given cells, compiling the learner's kernels
+PROGRESS_S = 60          # a cell running this long is said to be running, again each time as long
 
 
 @dataclasses.dataclass
@@ -897,6 +898,9 @@ def _import_what_checks_import(sources) -> None:
 def _harness(fd: int) -> int:
     """The check process: reads its job on stdin, reports on file descriptor `fd`, every line signed."""
     job = json.loads(sys.stdin.read())
+    import faulthandler
+    import signal
+    faulthandler.register(signal.SIGUSR1, all_threads=True)   # every thread's stack to the log: _hung_at asks
     child = _CheckChild(fd, bytes.fromhex(job.pop("key")))
     send = child.send
 
@@ -1125,11 +1129,14 @@ def _not_a_notebook(path: Path, raw: bytes) -> str:
     """What to do with a lab file that is not a notebook's JSON (emptied, cut short by a full disk or a crash)."""
     saved = path.parent / ".ipynb_checkpoints" / f"{path.stem}-checkpoint.ipynb"
     lab = re.match(r"(\d\d)-", path.name)
+    in_labs = path.parent.name == "labs" and (path.parent.parent / "solutions").is_dir()   # the course's labs/
     return ("the file " + ("is empty" if not raw.strip() else "is not a whole notebook (JSON cut short or edited by "
                            "hand?)") + ": "
             + (f"Jupyter's last checkpoint of it is {saved} (File > Revert Notebook to Checkpoint); " if saved.is_file()
                else "")
-            + (f"make reset-labs LAB={lab[1]} writes the lab as given again, keeping this file in labs/backup/"
+            + ((f"make reset-labs LAB={lab[1]} writes the lab as given again, keeping this file in labs/backup/"
+                if in_labs else f"make reset-labs LAB={lab[1]} writes the course's labs/{path.name[:3]}... as given "
+                "again (a file outside labs/, as this one is, it neither touches nor keeps): copy it from there")
                if lab else "start again from the lab as given (make reset-labs LAB=NN)"))
 
 
@@ -1152,12 +1159,13 @@ def _well_formed(nb) -> None:
 
 
 def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None, kernel: str | None = None,
-          course=None) -> Report:
+          course=None, progress=None) -> Report:
     """Grade the learner notebook at `path` (not changed) with the check cells of its solution.
 
     `hazards`: run with FEEDBEAST_HAZARDS=1 (default on a machine with a GPU: labs 03-09, and later labs whose
     kernels include an fb/ header).
     `kernel` is accepted for compatibility and ignored: the checks run in this interpreter's Python.
+    `progress`: called with a line when a cell has run a minute and more without ending (the command line prints it).
     """
     path = Path(path)
     t0 = time.time()
@@ -1230,7 +1238,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     # notebook's own cells can write, and a cubin found there under the learner's source would be graded instead.
     with tempfile.TemporaryDirectory(prefix="feedbeast-grade-") as cache:
         env["FEEDBEAST_CACHE"] = cache
-        msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout)
+        msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout, progress)
     outcomes, error = _outcomes(msgs, job, error, hazards, exit_status)
     cells = _cell_tally(outcomes, msgs, len(job["checks"]))
     untrusted = any(o.status == "failed" and o.name in ("integrity", "verdicts") for o in outcomes)
@@ -1302,8 +1310,15 @@ def _cell_tally(outcomes: list[Outcome], msgs: list[dict], n: int) -> list[dict]
     return cells
 
 
-def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dict], str, int | None]:
+def _run_checks(job: dict, env: dict, cwd: Path, timeout: int, progress=None) -> tuple[list[dict], str, int | None]:
     """Start the check process, send it its job, read its signed reports. (messages, why it stopped early)."""
+    said = [0.0]
+
+    def still(where, since):     # a cell past a minute: said each minute, so a hang is not a silent wait
+        if progress is not None and (t := time.time() - since) >= said[0] + PROGRESS_S:
+            said[0] = t // PROGRESS_S * PROGRESS_S
+            progress(f"  {where}: still running after {t:.0f} s (the limit is {timeout} s a cell: --timeout N, "
+                     "make grade TIMEOUT=N)")
     key = secrets.token_bytes(32)
     r, w = os.pipe()
     # The process's own stdout and stderr are a log, never read for verdicts; its first path entry (the
@@ -1319,6 +1334,7 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
             proc.stdin.write(json.dumps({**job, "key": key.hex()}).encode())
             proc.stdin.close()
             deadline, where = time.time() + STARTUP_S + timeout, "starting the checks"
+            since = time.time()
             while True:
                 got = chan.read(min(5.0, deadline - time.time()))
                 if got is None:
@@ -1329,11 +1345,14 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
                         deadline, where = time.time() + timeout, f"check cell {m['i'] + 1} ({_label(job['checks'][m['i']])})"
                     elif m["t"] in ("cell", "learner-done"):
                         deadline = time.time() + timeout
+                    if m["t"] in ("start", "cell", "learner-done"):
+                        since, said[0] = time.time(), 0.0
                 if msgs and msgs[-1]["t"] == "done":
                     break
                 if time.time() > deadline:
-                    error = HUNG.format(where=where, timeout=timeout)
+                    error = HUNG.format(where=where, timeout=timeout) + _hung_at(proc, log, Path(job["learner"]))
                     break
+                still(where, since)
         finally:
             os.close(r)
             try:
@@ -1353,6 +1372,44 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int) -> tuple[list[dic
 
 
 HUNG = "{where} ran past {timeout} s (a hung kernel?)"       # _run_checks's errors: the checks did not all run
+
+
+def _hung_at(proc, log, learner: Path) -> str:
+    """Where the notebook's own code was when a cell ran past its time: the check process writes every thread's
+    Python stack to its log on SIGUSR1 (faulthandler, registered by _harness), most recent call first; the innermost
+    frame of each thread in a cell of the learner's is named as the notebook's messages name a line. A loop that never
+    ends in a Numba kernel run by the simulator (a Python thread per CUDA thread) shows there; a kernel hung on a GPU
+    shows no frame of the learner's (the host waits in the driver) and adds nothing."""
+    import signal
+    try:
+        log.seek(0, os.SEEK_END)
+        start = log.tell()
+        proc.send_signal(signal.SIGUSR1)
+        for _ in range(20):          # faulthandler writes from its signal handler: wait for the dump to land
+            time.sleep(0.1)
+            log.seek(start)
+            text = log.read().decode("utf-8", "replace")
+            if "most recent call first" in text and text.endswith("\n"):
+                break
+    except (OSError, ProcessLookupError):
+        return ""
+    frame = re.compile(rf'File "{re.escape(learner.name)}, cell (\d+)", line (\d+)')
+    places = collections.Counter()
+    for stack in re.split(r"\n(?=(?:Current thread|Thread) 0x)", text):
+        hit = frame.search(stack)           # the first learner frame of a stack is its innermost one
+        if hit:
+            places[(int(hit.group(1)), int(hit.group(2)))] += 1
+    if not places:
+        return ""
+    try:
+        from .notebook import load
+        cells = load(learner).cells
+        named = [(at(cells, i, line), cells[i].source.split("\n")[line - 1].strip(), n)
+                 for (i, line), n in places.most_common(1)]
+    except (OSError, IndexError, ValueError):
+        return ""
+    (where, code, n), = named
+    return f"; your code was running at {where} ({code[:60]!r}" + (f", in {n} threads)" if n > 1 else ")")
 DIED = "the check process ended before the checks did"
 
 
@@ -1781,7 +1838,8 @@ def main(argv=None) -> int:
     for path in expand(args.notebooks, args.course):
         if not args.json:
             print(f"grading {path} ...", flush=True)
-        rep = grade(path, timeout=args.timeout, solutions=args.solutions, hazards=hazards, course=args.course)
+        rep = grade(path, timeout=args.timeout, solutions=args.solutions, hazards=hazards, course=args.course,
+                    progress=None if args.json else lambda line: print(line, flush=True))
         reports.append(rep)
         # nothing graded: no such file (the command line named no notebook), or one refused whole (a chapter, no
         # course or solution found, not a notebook): no FAILED grade
@@ -1793,6 +1851,12 @@ def main(argv=None) -> int:
                 str(path), f"no such file: {path} (a lab is named by its path, or by its number: grade 04)")
             print("  not graded: " + why.replace("\n", "\n              "), flush=True)
     status = worst(codes)
+    if not args.json and len(reports) > 1:      # many labs (make grade with no LAB): one line each at the end
+        print(f"\n{len(reports)} notebooks graded:")
+        for rep, code in zip(reports, codes):
+            shown = os.path.relpath(rep.path) if not os.path.relpath(rep.path).startswith("..") else rep.path
+            print(f"  {shown}: "
+                  + ("not graded" if code == NOTHING_RAN else {0: "ok", 1: "FAILED", 2: "PARTIAL"}.get(code, str(code))))
     if args.json:
         labs = [{**r.to_dict(), "exit": code} for r, code in zip(reports, codes)]
         print(json.dumps({"learner": args.learner, "exit": status, "labs": labs}, indent=1))
