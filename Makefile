@@ -149,7 +149,10 @@ $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.t
 	$(PYTHON3) -m venv $(VENV) || { rm -rf $(VENV); echo "make: $(PYTHON3) could not make $(VENV): where the OS \
 	packs venv apart (Debian, Ubuntu), install it (sudo apt install python3-venv) and run make again" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
-	$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt -r requirements/lab.txt \
+	@# the command alone is shown: its error messages below are printed only when pip fails
+	@echo "$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt \
+	-r requirements/lab.txt -r requirements/book.txt"
+	@$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt -r requirements/lab.txt \
 	  -r requirements/book.txt || { have=$$($(VENV)/bin/python -c '$(PYVER)'); \
 	  echo "make: pip could not install the pinned requirements into $(VENV) (Python $$have)$(if $(WHEELS),$(comma) from $(WHEELS_DIR)/)" >&2; \
 	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
