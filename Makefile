@@ -146,7 +146,8 @@ $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.t
 	  if [ -e $(VENV) ] && [ "$$have" != "$$want" ]; then \
 	  echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again"; rm -rf $(VENV); fi
 	@# Debian and Ubuntu keep venv's pip (ensurepip) in a package of its own: a venv made without it has no pip
-	$(PYTHON3) -m venv $(VENV) || { rm -rf $(VENV); echo "make: $(PYTHON3) could not make $(VENV): where the OS \
+	@echo "$(PYTHON3) -m venv $(VENV)"
+	@$(PYTHON3) -m venv $(VENV) || { rm -rf $(VENV); echo "make: $(PYTHON3) could not make $(VENV): where the OS \
 	packs venv apart (Debian, Ubuntu), install it (sudo apt install python3-venv) and run make again" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	@# the command alone is shown: its error messages below are printed only when pip fails
