@@ -303,6 +303,10 @@ def test_a_skipped_bench_carries_the_figures_recorded_for_it(monkeypatch, tmp_pa
             ceiling="ceiling/copy", median_ms=1.0, gpu="NVIDIA H200", time="2026-11-29T02:48:37+00:00")
     assert str(fb.bench(lambda: None, name="ch03/ring")).endswith(   # the run's date: prose may quote another run
         "recorded on NVIDIA H200: 4,000.0 GB/s = 94.0 % of copy (results/nvidia-h200/, 2026-11-29)")
+    _record(tmp_path / "nvidia-h200", "bench.jsonl", name="ch03/ring", value=4000.0, unit="GB/s", pct=94.0,
+            ceiling="ceiling/copy", ceiling_value=4255.3, median_ms=1.0, gpu="NVIDIA H200", time="2026-11-30T02:48:37+00:00")
+    assert str(fb.bench(lambda: None, name="ch03/ring")).endswith(   # that run's ceiling: the prose may quote another
+        "4,000.0 GB/s = 94.0 % of copy (4,255.3 GB/s in that run) (results/nvidia-h200/, 2026-11-30)")
     assert results.recorded_bench("ch02/sgemm/stages=2") is None   # only sizes stand in for each other
 
 

@@ -9,7 +9,8 @@ FEEDBEAST_RESULTS at the repository's results/ so a real GPU run is kept, with i
 On a machine that cannot run a step, what a GPU run recorded stands beside the skip: `recorded_bench(name)`,
 `recorded_check(name)` and `recorded_hazard(name)` read the course's results/<gpu>/ folders (and
 FEEDBEAST_RESULTS') and give one line naming each GPU and its folder (a hazard check's report after it), e.g.
-`recorded on NVIDIA H200: 3,877.3 GB/s = 91.3 % of copy (results/nvidia-h200/, 2026-11-29)`. A chapter's sweep
+`recorded on NVIDIA H200: 3,877.3 GB/s = 91.3 % of copy (4,246.4 GB/s in that run) (results/nvidia-h200/,
+2026-11-29)`. A chapter's sweep
 that was not timed here is drawn from the same records, one line per GPU, by `plot_recorded`.
 """
 from __future__ import annotations
@@ -258,6 +259,8 @@ def recorded_bench(name: str) -> str | None:
         at = f" ({r['name']})" if r["name"] != name else ""
         rate = f"{r['value']:,.1f} {r['unit']}" if r.get("value") else f"{r['median_ms'] * 1e3:.1f} us"
         pct = f" = {r['pct']:.1f} % of {r['ceiling'].removeprefix('ceiling/')}" if r.get("pct") is not None else ""
+        if pct and r.get("ceiling_value") and r.get("unit"):     # the same run's: another run's ceiling may stand beside
+            pct += f" ({r['ceiling_value']:,.1f} {r['unit']} in that run)"
         when = f", {r['time'][:10]}" if r.get("time") else ""     # the prose may quote another run: say which
         parts.append(f"{r.get('gpu', r['_folder'])}{at}{_recorder(r)}: {rate}{pct} (results/{r['_folder']}/{when})")
     return "recorded on " + "; on ".join(parts) if parts else None
