@@ -329,7 +329,7 @@ grade: $(STAMP)
 	@if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
 	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 2; \
 	  nl=$$(printf '\n_'); IFS=$${nl%_}; set -f; set -- $$labs; set +f; unset IFS; fi; \
-	$(PYTHON) -m feedbeast grade $(if $(TIMEOUT),--timeout "$(TIMEOUT)") "$$@"; status=$$?; \
+	$(PYTHON) -m feedbeast grade$(if $(TIMEOUT), --timeout "$(TIMEOUT)") "$$@"; status=$$?; \
 	if [ $$status -eq 2 ] && [ -z "$(filter-out 0,$(STRICT))" ]; then \
 	  echo "make grade: PARTIAL is no make error (STRICT=1 makes it one), and not ok: a bug that only the skipped \
 	checks catch may still be there; ok needs a GPU that runs them"; exit 0; fi; \
