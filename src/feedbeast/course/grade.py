@@ -1378,8 +1378,8 @@ def _hung_at(proc, log, learner: Path) -> str:
     """Where the notebook's own code was when a cell ran past its time: the check process writes every thread's
     Python stack to its log on SIGUSR1 (faulthandler, registered by _harness), most recent call first; the innermost
     frame of each thread in a cell of the learner's is named as the notebook's messages name a line. A loop that never
-    ends in a Numba kernel run by the simulator (a Python thread per CUDA thread) shows there; a kernel hung on a GPU
-    shows no frame of the learner's (the host waits in the driver) and adds nothing."""
+    ends in a Numba kernel run by the simulator (a Python thread per CUDA thread) shows there; for a kernel hung on a
+    GPU the host waits in the driver, so at most the learner's line that launched it or waits on it shows."""
     import signal
     try:
         log.seek(0, os.SEEK_END)
@@ -1410,6 +1410,8 @@ def _hung_at(proc, log, learner: Path) -> str:
         return ""
     (where, code, n), = named
     return f"; your code was running at {where} ({code[:60]!r}" + (f", in {n} threads)" if n > 1 else ")")
+
+
 DIED = "the check process ended before the checks did"
 
 
