@@ -185,6 +185,8 @@ lab: $(STAMP)
 	    "$(PYTHON) -m pip install -r requirements/lab.txt, or offline with make lab WHEELS=dir" \
 	    "(a bundle from make wheelhouse; see README, Offline install)" >&2; exit 1; fi; }
 	$(PYTHON) $(KERNELSPEC)
+	$(if $(findstring --no-browser,$(LAB_FLAGS)),@echo "make lab: no browser here: from your own machine$(comma) \
+	ssh -L 8888:localhost:8888 $$(id -un)@$$(hostname) (the port of the URL below)$(comma) then open that URL there")
 	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 	  $(PYTHON) -m jupyter lab --ServerApp.root_dir="$(CURDIR)" \
 	  --LabApp.app_settings_dir="$(CURDIR)/jupyter/lab/settings" \
