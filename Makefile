@@ -328,7 +328,8 @@ clean:
 # has (mbarrier) or a lab file's path, as reset-labs takes it.
 LAB ?=
 grade: $(STAMP)
-	@if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
+	@$(if $(LAB),,echo "make grade: every lab, one after the other (make grade LAB=04 grades one)";) \
+	if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
 	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 2; \
 	  nl=$$(printf '\n_'); IFS=$${nl%_}; set -f; set -- $$labs; set +f; unset IFS; fi; \
 	$(PYTHON) -m feedbeast grade$(if $(TIMEOUT), --timeout "$(TIMEOUT)") "$$@"; status=$$?; \
