@@ -311,7 +311,7 @@ workshop: $(STAMP)
 	(docs/instructors.md, A workshop room on one server; make workshop REACH_CHECK=off skips this check)" >&2; exit 1; }
 	@echo "make workshop: the hub is ready; start it as root from a folder for its state (docs/instructors.md, \
 	A workshop room on one server): $(if $(filter current,$(ENV)),$(PYTHON),$(abspath $(VENV))/bin/python) -m jupyterhub -f $(CURDIR)/workshop/jupyterhub_config.py \
-	(it finds the proxy in workshop/node_modules)"
+	with node on PATH (sudo env PATH=\"\$$PATH\" ...; it finds the proxy in workshop/node_modules)"
 
 ## make clean      remove .venv and build outputs (the offline bundle wheelhouse/ and the labs stay)
 # The offline bundle (wheelhouse/) stays: on a host without internet it cannot be made again.
@@ -330,9 +330,9 @@ LAB ?=
 grade: $(STAMP)
 	@$(if $(LAB),,echo "make grade: every lab, one after the other (make grade LAB=04 grades one)";) \
 	if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
-	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 2; \
+	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 3; \
 	  nl=$$(printf '\n_'); IFS=$${nl%_}; set -f; set -- $$labs; set +f; unset IFS; fi; \
-	$(PYTHON) -m feedbeast grade$(if $(TIMEOUT), --timeout "$(TIMEOUT)") "$$@"; status=$$?; \
+	$(PYTHON) -m feedbeast grade$(if $(filter command line,$(origin TIMEOUT)), --timeout "$(TIMEOUT)") "$$@"; status=$$?; \
 	if [ $$status -eq 2 ] && [ -z "$(filter-out 0,$(STRICT))" ]; then \
 	  echo "make grade: PARTIAL is no make error (STRICT=1 makes it one), and not ok: a bug that only the skipped \
 	checks catch may still be there; ok needs a GPU that runs them"; exit 0; fi; \

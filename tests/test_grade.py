@@ -1093,3 +1093,25 @@ def test_a_kernel_that_never_ends_is_said_running_then_named_at_the_learner_s_li
     assert named.startswith("transpose_tiled line ") and any(f"{line.strip()!r}" in named for line in spin.split(
         "\n")[1:5]), rep.error
     assert said and all("still running after" in s and "TIMEOUT=N" in s for s in said), said
+
+
+def test_a_hang_s_hint_quoting_the_learner_s_words_keeps_its_failure():
+    """The hang's hint quotes a heading and a line of the learner's: whatever they say (`did not run`), the report
+    keeps the notebook's failure with its reason; a stop by the learner's own cells stays their outcome alone."""
+    job = {"checks": ["x = 1"], "cuda": [], "kernels": {}}
+    hello = {"t": "hello", "gpu": None, "hazards": False, "pid": 1}
+    err = g.HUNG.format(where="check cell 1 (x = 1)", timeout=5) + (
+        "; your code was running at the code cell under \"## did not run\" line 2 ('while True: pass  # did not run')")
+    outcomes, error = g._outcomes([hello], job, err, False, -9)
+    assert [(o.status, o.name, o.message) for o in outcomes] == [("failed", "notebook", err)], outcomes
+    stop = {"t": "learner", "name": "your cell", "message": "SyntaxError", "stop": True}
+    outcomes, error = g._outcomes([hello, stop], job, "", False, 0)
+    assert [o.name for o in outcomes] == ["your cell"] and error == "your cell: the checks did not run", outcomes
+
+
+def test_a_time_limit_is_whole_seconds_from_one(capsys):
+    """--timeout 0 (or make grade TIMEOUT=0) would call every cell hung at once: refused, nothing graded (exit 3)."""
+    for bad in ("0", "-5", "30m"):
+        with pytest.raises(SystemExit) as e:
+            g.main(["--timeout", bad, str(SOLUTION)])
+        assert e.value.code == 3 and "is no time limit: give whole seconds from 1" in capsys.readouterr().err

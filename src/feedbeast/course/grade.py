@@ -1238,7 +1238,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     # notebook's own cells can write, and a cubin found there under the learner's source would be graded instead.
     with tempfile.TemporaryDirectory(prefix="feedbeast-grade-") as cache:
         env["FEEDBEAST_CACHE"] = cache
-        msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout, progress)
+        msgs, error, exit_status = _run_checks(job, env, path.parent.resolve(), timeout, progress, learner.cells)
     outcomes, error = _outcomes(msgs, job, error, hazards, exit_status)
     cells = _cell_tally(outcomes, msgs, len(job["checks"]))
     untrusted = any(o.status == "failed" and o.name in ("integrity", "verdicts") for o in outcomes)
@@ -1310,15 +1310,18 @@ def _cell_tally(outcomes: list[Outcome], msgs: list[dict], n: int) -> list[dict]
     return cells
 
 
-def _run_checks(job: dict, env: dict, cwd: Path, timeout: int, progress=None) -> tuple[list[dict], str, int | None]:
-    """Start the check process, send it its job, read its signed reports. (messages, why it stopped early)."""
+def _run_checks(job: dict, env: dict, cwd: Path, timeout: int, progress=None,
+                cells=()) -> tuple[list[dict], str, int | None]:
+    """Start the check process, send it its job, read its signed reports. (messages, why it stopped early).
+    `cells`: the learner notebook's cells as graded, to name a line of theirs where a cell hung (_hung_at)."""
     said = [0.0]
 
-    def still(where, since):     # a cell past a minute: said each minute, so a hang is not a silent wait
+    def still(where, since, limit):     # a cell past a minute: said each minute, so a hang is not a silent wait
         if progress is not None and (t := time.time() - since) >= said[0] + PROGRESS_S:
             said[0] = t // PROGRESS_S * PROGRESS_S
-            progress(f"  {where}: still running after {t:.0f} s (the limit is {timeout} s a cell: --timeout N, "
-                     "make grade TIMEOUT=N)")
+            per = "the imports, your cells and their compiles" if where == "starting the checks" else "a check cell"
+            progress(f"  {where}: still running after {t:.0f} s (it stops at {limit:.0f} s, the limit of {per}: "
+                     "--timeout N, make grade TIMEOUT=N, sets a check cell's)")
     key = secrets.token_bytes(32)
     r, w = os.pipe()
     # The process's own stdout and stderr are a log, never read for verdicts; its first path entry (the
@@ -1350,9 +1353,9 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int, progress=None) ->
                 if msgs and msgs[-1]["t"] == "done":
                     break
                 if time.time() > deadline:
-                    error = HUNG.format(where=where, timeout=timeout) + _hung_at(proc, log, Path(job["learner"]))
+                    error = HUNG.format(where=where, timeout=timeout) + _hung_at(proc, log, Path(job["learner"]), cells)
                     break
-                still(where, since)
+                still(where, since, deadline - since)
         finally:
             os.close(r)
             try:
@@ -1374,22 +1377,26 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int, progress=None) ->
 HUNG = "{where} ran past {timeout} s (a hung kernel?)"       # _run_checks's errors: the checks did not all run
 
 
-def _hung_at(proc, log, learner: Path) -> str:
+def _hung_at(proc, log, learner: Path, cells) -> str:
     """Where the notebook's own code was when a cell ran past its time: the check process writes every thread's
     Python stack to its log on SIGUSR1 (faulthandler, registered by _harness), most recent call first; the innermost
-    frame of each thread in a cell of the learner's is named as the notebook's messages name a line. A loop that never
-    ends in a Numba kernel run by the simulator (a Python thread per CUDA thread) shows there; for a kernel hung on a
-    GPU the host waits in the driver, so at most the learner's line that launched it or waits on it shows."""
+    frame of each thread in a cell of the learner's (`cells`, the notebook as graded) is named as the notebook's
+    messages name a line. A loop that never ends in a Numba kernel run by the simulator (a Python thread per CUDA
+    thread) shows there; for a kernel hung on a GPU the host waits in the driver, so at most the learner's line that
+    launched it or waits on it shows. A hint only: the log is the check process's, never read for a verdict."""
     import signal
+    fd = log.fileno()
     try:
-        log.seek(0, os.SEEK_END)
-        start = log.tell()
+        start = os.fstat(fd).st_size
         proc.send_signal(signal.SIGUSR1)
-        for _ in range(20):          # faulthandler writes from its signal handler: wait for the dump to land
+        text = ""
+        for _ in range(20):      # the dump lands at once (a C signal handler); a learner's prints may surround it
             time.sleep(0.1)
-            log.seek(start)
-            text = log.read().decode("utf-8", "replace")
-            if "most recent call first" in text and text.endswith("\n"):
+            # pread: the child writes through the same open file, so moving its offset would misplace its writes
+            text = os.pread(fd, 4 << 20, start).decode("utf-8", "replace")
+            if "most recent call first" in text:
+                time.sleep(0.1)
+                text = os.pread(fd, 4 << 20, start).decode("utf-8", "replace")
                 break
     except (OSError, ProcessLookupError):
         return ""
@@ -1401,14 +1408,11 @@ def _hung_at(proc, log, learner: Path) -> str:
             places[(int(hit.group(1)), int(hit.group(2)))] += 1
     if not places:
         return ""
+    (i, line), n = places.most_common(1)[0]
     try:
-        from .notebook import load
-        cells = load(learner).cells
-        named = [(at(cells, i, line), cells[i].source.split("\n")[line - 1].strip(), n)
-                 for (i, line), n in places.most_common(1)]
-    except (OSError, IndexError, ValueError):
+        where, code = at(cells, i, line), cells[i].source.split("\n")[line - 1].strip()
+    except Exception:        # a hint: a line the notebook as graded does not have names nothing
         return ""
-    (where, code, n), = named
     return f"; your code was running at {where} ({code[:60]!r}" + (f", in {n} threads)" if n > 1 else ")")
 
 
@@ -1439,6 +1443,7 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
     errors: list[Outcome] = []       # a check cell raised
     printed: list[Outcome] = []      # a check cell printed `name: FAILED`
     cells_done, launched, hello = set(), {}, None
+    stopped = ""           # the learner's cells stopped the checks: their outcome says why, no notebook outcome
     for m in msgs:
         t = m["t"]
         if t == "hello":
@@ -1446,7 +1451,7 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
         elif t == "learner":
             outcomes.append(Outcome("failed", m["name"], m["message"]))
             if m.get("stop") and not error:
-                error = f"{m['name']}: the checks did not run"
+                error = stopped = f"{m['name']}: the checks did not run"
         elif t == "rec" and m["cell"] >= 0:
             records.append(Outcome(m["status"], m["name"], _strip_name(m["name"], m["message"]), m["cell"]))
         elif t == "cell":
@@ -1466,7 +1471,7 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
         elif t == "forged":
             outcomes.append(Outcome("failed", "verdicts", f"{m['n']} line(s) on the grader's verdict channel were "
                                     "not signed by it: something in the check process wrote them (not read)"))
-    if error and "did not run" not in error:
+    if error and error != stopped:      # by identity, not by its words: the hang's hint quotes the learner's text
         outcomes.append(Outcome("failed", "notebook", error))
     learner_stopped = any(m["t"] == "learner" for m in msgs)
     if not learner_stopped and not error:
@@ -1819,13 +1824,25 @@ def worst(codes) -> int:
     return next((c for c in (1, NOTHING_RAN, 2) if c in codes), 0)
 
 
+def _seconds(text: str) -> int:
+    """--timeout: a whole number of seconds from 1 (0 would call every cell hung before it starts)."""
+    import argparse
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is no time limit: give whole seconds from 1 (600 by default)")
+    return n
+
+
 def main(argv=None) -> int:
     ap = Parser(prog="python -m feedbeast grade",
                 description="Grade lab notebooks with the labs' own checks; exit 0 ok, 1 a check failed, 2 partial "
                             "(some checks cannot run here), 3 nothing graded (the command line was wrong).")
     ap.add_argument("notebooks", nargs="+", help="lab notebooks, glob patterns (labs/00-*.ipynb) or labs named as "
                                                  "make grade LAB= names them (03, 3, cp-async-rowsum)")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    ap.add_argument("--timeout", type=_seconds, default=600, help="seconds per cell (default 600)")
     ap.add_argument("--solutions", default=None, help="folder of solution notebooks (default: the course's)")
     ap.add_argument("--course", default=None, help="the course checkout (default: FEEDBEAST_COURSE, else the "
                                                    "checkout around the working directory, else the one around the "

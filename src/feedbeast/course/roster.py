@@ -732,7 +732,7 @@ def main(argv=None) -> int:
     # not this process's CUDA_VISIBLE_DEVICES: then what nvidia-smi lists says whether there are any
     if source == "--gpus" and (note := unchecked(devices, source)):
         print(f"roster: note: {note}", file=sys.stderr)
-    elif not (listed() if source == "--gpus" else _has_gpu()):
+    if not (listed() if source == "--gpus" else _has_gpu()):
         print("roster: no GPU in reach here: every launch is skipped, so a lab with the right SASS and wrong numbers "
               "grades partial and scores 100, as a solved one does; grade on the room's GPUs for ok",
               file=sys.stderr)
@@ -758,8 +758,8 @@ def main(argv=None) -> int:
             doc = done[id(future)] = future.result()
             statuses = ", ".join(f"{lab['lab']} {lab_status(lab)}" for lab in doc.get("labs", []))
             on = f"GPU {doc['device']}, " if len(slots.devices) > 1 and "device" in doc else ""
-            failing = [f"  {first_failing(doc)}"] if any(lab_status(lab) in ("failed", "error")
-                                                          for lab in doc.get("labs", [])) else []
+            why = first_failing(doc) if any(lab_status(lab) in ("failed", "error") for lab in doc.get("labs", [])) else ""
+            failing = [f"  {why}"] if why else []
             _say("\n".join([f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} "
                             f"({on}{doc['seconds']:.0f} s)", *failing,
                             *(f"  refused {why}" for why in doc.get("refused", []))]))
