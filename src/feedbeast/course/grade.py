@@ -1824,7 +1824,7 @@ def worst(codes) -> int:
     return next((c for c in (1, NOTHING_RAN, 2) if c in codes), 0)
 
 
-def _seconds(text: str) -> int:
+def time_limit(text: str) -> int:
     """--timeout: a whole number of seconds from 1 (0 would call every cell hung before it starts)."""
     import argparse
     try:
@@ -1842,7 +1842,7 @@ def main(argv=None) -> int:
                             "(some checks cannot run here), 3 nothing graded (the command line was wrong).")
     ap.add_argument("notebooks", nargs="+", help="lab notebooks, glob patterns (labs/00-*.ipynb) or labs named as "
                                                  "make grade LAB= names them (03, 3, cp-async-rowsum)")
-    ap.add_argument("--timeout", type=_seconds, default=600, help="seconds per cell (default 600)")
+    ap.add_argument("--timeout", type=time_limit, default=600, help="seconds per cell (default 600)")
     ap.add_argument("--solutions", default=None, help="folder of solution notebooks (default: the course's)")
     ap.add_argument("--course", default=None, help="the course checkout (default: FEEDBEAST_COURSE, else the "
                                                    "checkout around the working directory, else the one around the "

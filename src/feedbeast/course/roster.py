@@ -73,7 +73,7 @@ from pathlib import Path
 from ..isolated import environment
 from .coursedir import find as find_course
 from .gpu_devices import ENV as gpu_env, Slots, in_reach, listed, problem as gpus_problem, split, unchecked
-from .grade import HAZARD_LABS, ended_early, gist, lab_of
+from .grade import HAZARD_LABS, ended_early, gist, lab_of, time_limit
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
 ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({python}): that interpreter and its "
@@ -653,7 +653,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="learner names to grade (default: all)")
     ap.add_argument("--csv", required=True, help="CSV to write (one row per learner)")
     ap.add_argument("--json", default=None, help="also write every check of every learner here")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    ap.add_argument("--timeout", type=time_limit, default=600, help="seconds per cell (whole, from 1)")
     ap.add_argument("--solutions", default=None, help="the course's solutions/ (default: those of the checkout found from the "
                                                       "working directory, or FEEDBEAST_COURSE)")
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
