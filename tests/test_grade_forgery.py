@@ -1301,7 +1301,7 @@ def test_a_copy_saved_by_colab_is_graded_with_the_hazard_build_of_its_lab(tmp_pa
     import shutil
     seen = []
     monkeypatch.setattr(g, "_has_gpu", lambda: True)
-    monkeypatch.setattr(g, "_run_checks", lambda job, env, cwd, timeout, progress=None:
+    monkeypatch.setattr(g, "_run_checks", lambda job, env, cwd, timeout, *rest:
                         seen.append((job["hazards"], env.get("FEEDBEAST_HAZARDS"))) or ([], "not started", 0))
     for name in ("05-tma-ring.ipynb", "Copy of 05-tma-ring.ipynb"):
         shutil.copy(SOLUTION, tmp_path / name)
