@@ -1827,13 +1827,9 @@ def worst(codes) -> int:
 def time_limit(text: str) -> int:
     """--timeout: a whole number of seconds from 1 (0 would call every cell hung before it starts)."""
     import argparse
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
+    if not (text.strip().isdigit() and int(text) >= 1):
         raise argparse.ArgumentTypeError(f"{text!r} is no time limit: give whole seconds from 1 (600 by default)")
-    return n
+    return int(text)
 
 
 def main(argv=None) -> int:
