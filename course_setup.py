@@ -19,6 +19,14 @@ import sys
 import tempfile
 
 
+class RestartNeeded(Exception):
+    """pip replaced a package this kernel had imported: raised, so that Run All stops here rather than run the next
+    cells on a mix of old and new modules; shown in Jupyter as its one line (IPython's _render_traceback_)."""
+
+    def _render_traceback_(self):
+        return [f"RestartNeeded: {self}"]
+
+
 def cuda_extra() -> str:
     """cu13 or cu12, by the driver's CUDA version; cu13 without a driver (compile-only machines)."""
     try:
@@ -83,9 +91,9 @@ def install() -> None:
     print(f"installed the course ({extra}) into {sys.executable}")
     stale = [f"{name} {v} -> {installed(name)}" for name, v in loaded.items() if installed(name) != v]
     if stale:
-        print(f"pip replaced {', '.join(stale)}, which this kernel had already imported: restart the kernel "
-              "(Colab: Runtime > Restart session) and run this cell again, so that the kernel and the grader load "
-              "the same versions", flush=True)
+        raise RestartNeeded(f"pip replaced {', '.join(stale)}, which this kernel had already imported: restart the "
+                            "kernel (Colab: Runtime > Restart session) and run this cell again, so that the kernel "
+                            "and the grader load the same versions")
 
 
 def installed(name: str) -> str | None:
