@@ -27,6 +27,20 @@ class RestartNeeded(Exception):
         return [f"RestartNeeded: {self}"]
 
 
+class _UntilRestart:
+    """An import finder that refuses the course in this process after RestartNeeded: the setup cell run again (the
+    course is importable now, so it would pass silently) and the next cells stop too, until the kernel restarts
+    (a new process, as the grader is, has no such finder)."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "feedbeast" or name.startswith("feedbeast."):
+            raise RestartNeeded(self.message)
+        return None
+
+
 def cuda_extra() -> str:
     """cu13 or cu12, by the driver's CUDA version; cu13 without a driver (compile-only machines)."""
     try:
@@ -91,9 +105,11 @@ def install() -> None:
     print(f"installed the course ({extra}) into {sys.executable}")
     stale = [f"{name} {v} -> {installed(name)}" for name, v in loaded.items() if installed(name) != v]
     if stale:
-        raise RestartNeeded(f"pip replaced {', '.join(stale)}, which this kernel had already imported: restart the "
-                            "kernel (Colab: Runtime > Restart session) and run this cell again, so that the kernel "
-                            "and the grader load the same versions")
+        message = (f"pip replaced {', '.join(stale)}, which this kernel had already imported: restart the kernel "
+                   "(Colab: Runtime > Restart session) and run this cell again, so that the kernel and the grader "
+                   "load the same versions")
+        sys.meta_path.insert(0, _UntilRestart(message))
+        raise RestartNeeded(message)
 
 
 def installed(name: str) -> str | None:

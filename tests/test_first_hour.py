@@ -254,6 +254,18 @@ def test_the_setup_cell_asks_for_a_restart_when_pip_replaced_a_package_the_kerne
         restart = "RestartNeeded: pip replaced fbdemo 1.0 -> 2.0, which this kernel had already imported: restart"
         assert (r.returncode != 0 and restart in r.stderr) == imported_first, r.stdout + r.stderr
         assert imported_first or r.returncode == 0, r.stderr
+    # the same kernel runs the cell again without restarting: the course is importable now, and still it stops
+    py = _fresh_venv(tmp_path / "k3")
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "fbdemo==1.0"], env=env, check=True, timeout=120)
+    again = ("import fbmod\nsrc = " + repr(setup_cell_source()) + "\nfor run in (1, 2):\n    try:\n"
+             "        exec(src, {})\n    except Exception as e:\n        print('stopped', run, type(e).__name__)\n"
+             "try:\n    import feedbeast\nexcept Exception as e:\n    print('import', type(e).__name__)\n")
+    r = subprocess.run([str(py), "-c", again], cwd=course / "chapters", env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert "stopped 1 RestartNeeded\nstopped 2 RestartNeeded\nimport RestartNeeded" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([str(py), "-c", setup_cell_source()], cwd=course / "chapters", env=env, capture_output=True,
+                       text=True, timeout=120)             # restarted: a new process has no such refusal
+    assert r.returncode == 0 and "RestartNeeded" not in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1111,7 +1111,7 @@ def test_a_hang_s_hint_quoting_the_learner_s_words_keeps_its_failure():
 
 def test_a_time_limit_is_whole_seconds_from_one(capsys):
     """--timeout 0 (or make grade TIMEOUT=0) would call every cell hung at once: refused, nothing graded (exit 3)."""
-    for bad in ("0", "-5", "30m"):
+    for bad in ("0", "-5", "30m", "²", "9" * 5000):
         with pytest.raises(SystemExit) as e:
             g.main(["--timeout", bad, str(SOLUTION)])
         assert e.value.code == 3 and "is no time limit: give whole seconds from 1" in capsys.readouterr().err

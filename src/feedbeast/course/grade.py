@@ -1471,7 +1471,7 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
         elif t == "forged":
             outcomes.append(Outcome("failed", "verdicts", f"{m['n']} line(s) on the grader's verdict channel were "
                                     "not signed by it: something in the check process wrote them (not read)"))
-    if error and error != stopped:      # by identity, not by its words: the hang's hint quotes the learner's text
+    if error and error is not stopped:  # by identity, not by its words: the hang's hint quotes the learner's text
         outcomes.append(Outcome("failed", "notebook", error))
     learner_stopped = any(m["t"] == "learner" for m in msgs)
     if not learner_stopped and not error:
@@ -1827,7 +1827,7 @@ def worst(codes) -> int:
 def time_limit(text: str) -> int:
     """--timeout: a whole number of seconds from 1 (0 would call every cell hung before it starts)."""
     import argparse
-    if not (text.strip().isdigit() and int(text) >= 1):
+    if not (text.strip().isdecimal() and len(text.strip()) < 10 and int(text) >= 1):   # what int() reads
         raise argparse.ArgumentTypeError(f"{text!r} is no time limit: give whole seconds from 1 (600 by default)")
     return int(text)
 
