@@ -141,6 +141,8 @@ KERNELSPEC = -m feedbeast.course.kernelspec >/dev/null
 
 # A learner's environment: the course, JupyterLab and the book; the workshop hub comes with make workshop.
 # A bundle holds the wheels of one Python version, so a failed offline install names the version.
+PIP_REQS = $(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt \
+	-r requirements/lab.txt -r requirements/book.txt
 $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
 	@want=$$($(PYTHON3) -c '$(PYID)'); have=$$($(VENV)/bin/python -c '$(PYID)' 2>/dev/null || echo none); \
 	  if [ -e $(VENV) ] && [ "$$have" != "$$want" ]; then \
@@ -150,11 +152,9 @@ $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.t
 	@$(PYTHON3) -m venv $(VENV) || { rm -rf $(VENV); echo "make: $(PYTHON3) could not make $(VENV): where the OS \
 	packs venv apart (Debian, Ubuntu), install it (sudo apt install python3-venv) and run make again" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
-	@# the command alone is shown: its error messages below are printed only when pip fails
-	@echo "$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt \
-	-r requirements/lab.txt -r requirements/book.txt"
-	@$(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt -r requirements/lab.txt \
-	  -r requirements/book.txt || { have=$$($(VENV)/bin/python -c '$(PYVER)'); \
+	@# the command alone is shown: the hints after it are printed only when pip fails
+	@echo "$(PIP_REQS)"
+	@$(PIP_REQS) || { have=$$($(VENV)/bin/python -c '$(PYVER)'); \
 	  echo "make: pip could not install the pinned requirements into $(VENV) (Python $$have)$(if $(WHEELS),$(comma) from $(WHEELS_DIR)/)" >&2; \
 	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
 	  $(if $(WHEELS),,echo "  without internet: WHEELS=<the folder make wheelhouse wrote>; in a learner's copy made by a \

@@ -1319,9 +1319,8 @@ def _run_checks(job: dict, env: dict, cwd: Path, timeout: int, progress=None,
     def still(where, since, limit):     # a cell past a minute: said each minute, so a hang is not a silent wait
         if progress is not None and (t := time.time() - since) >= said[0] + PROGRESS_S:
             said[0] = t // PROGRESS_S * PROGRESS_S
-            per = "the imports, your cells and their compiles" if where == "starting the checks" else "a check cell"
-            progress(f"  {where}: still running after {t:.0f} s (it stops at {limit:.0f} s, the limit of {per}: "
-                     "--timeout N, make grade TIMEOUT=N, sets a check cell's)")
+            progress(f"  {where}: still running after {t:.0f} s (stopped at {limit:.0f} s; --timeout N or make grade "
+                     "TIMEOUT=N sets a check cell's limit)")
     key = secrets.token_bytes(32)
     r, w = os.pipe()
     # The process's own stdout and stderr are a log, never read for verdicts; its first path entry (the
@@ -1868,10 +1867,10 @@ def main(argv=None) -> int:
     status = worst(codes)
     if not args.json and len(reports) > 1:      # many labs (make grade with no LAB): one line each at the end
         print(f"\n{len(reports)} notebooks graded:")
+        word = {code: status.upper() if code else status for status, code in EXIT.items()} | {NOTHING_RAN: "not graded"}
         for rep, code in zip(reports, codes):
-            shown = os.path.relpath(rep.path) if not os.path.relpath(rep.path).startswith("..") else rep.path
-            print(f"  {shown}: "
-                  + ("not graded" if code == NOTHING_RAN else {0: "ok", 1: "FAILED", 2: "PARTIAL"}.get(code, str(code))))
+            shown = os.path.relpath(rep.path)
+            print(f"  {rep.path if shown.startswith('..') else shown}: {word[code]}")
     if args.json:
         labs = [{**r.to_dict(), "exit": code} for r, code in zip(reports, codes)]
         print(json.dumps({"learner": args.learner, "exit": status, "labs": labs}, indent=1))

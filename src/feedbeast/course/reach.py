@@ -44,8 +44,9 @@ def problem(paths) -> str:
                 return (f"{folder} (mode {mode:o}) lets no other user through, so learners cannot reach {path}: "
                         "their servers would not start and the roster would grade every learner `error`. Keep the "
                         "checkout under /opt or /srv (chmod -R a+rX) and make .venv from a Python every user can "
-                        "run (make workshop PYTHON3=/usr/bin/python3, with WHEELS=wheelhouse where there is no internet); if the learners reach it through a group or "
-                        "an ACL instead, this check cannot see it")
+                        "run (make workshop PYTHON3=/usr/bin/python3, with WHEELS=wheelhouse where there is no "
+                        "internet); if the learners reach it through a group or an ACL instead, this check cannot "
+                        "see it")
     return ""
 
 
