@@ -77,6 +77,8 @@ def test_a_lab_as_given_fails_once_at_the_learners_part(path):
         assert "your part is not written yet (" in tb and "site-packages" not in tb and "feedbeast/" not in tb, tb
         named = tb.split("your part is not written yet (", 1)[1].split("): write it", 1)[0]
         assert named.count(" line ") >= 1 and named.count(" line ") <= todo_lines, tb
+    shown = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "declared but never referenced" not in shown, shown   # one note instead (test_unused_until_written)
     if path.name.startswith("00-"):        # the plain copy kernel is built for the oldest GPU the course has
         assert any("compiled for sm_75" in o.get("text", "") for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", [])), "lab 00's kernel was not built for sm_75 without a GPU"
@@ -221,6 +223,21 @@ def test_skip_lines_keep_their_place_before_a_traceback_or_a_display():
     skip = "skipped: launch k: needs sm_90a, this machine has none"
     assert kinds[0] == [("stream", f"{skip}  (×5)\n"), ("error", "")], kinds[0]
     assert kinds[1] == [("stream", f"{skip}  (×3)\n"), ("display_data", ""), ("stream", "after\n")], kinds[1]
+
+
+def test_unused_until_written_is_one_note_in_a_lab_and_warnings_after(capsys):
+    """A lab declares names for the learner's part: as given, NVRTC's "declared but never referenced" for them is one
+    note naming the TODO lines; once no TODO line is left, an unused variable is the compiler's warning again."""
+    from feedbeast.magic import cuda_cell
+    lab = ('extern "C" __global__ void k(float* y) {\n  const int i = threadIdx.x, n = 4;\n'
+           '  // TODO: your code here: y[i] = n\n  float f = 1.f;\n  y[0] = f;\n}')
+    cuda_cell("--name lab --arch sm_90a", lab, {})
+    out = capsys.readouterr().out
+    assert "warning" not in out, out
+    assert "note: declared for the part you write (lab.cu line 3) and not used until it is written: i, n" in out, out
+    cuda_cell("--name lab --arch sm_90a", lab.replace("// TODO: your code here: y[i] = n", "y[1] = 2.f;"), {})
+    out = capsys.readouterr().out
+    assert out.count('declared but never referenced') == 2 and "note:" not in out, out
 
 
 def test_cuda_name_must_not_replace_a_module_of_the_notebook():

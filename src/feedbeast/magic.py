@@ -103,6 +103,7 @@ def cuda_cell(line: str, cell: str, namespace: dict):
         raise CompileError(f"%%cuda --name {args.name}: {args.name} is the module {namespace[args.name].__name__} in "
                            f"this notebook; pick another name (e.g. --name {args.name}_mod)")
     defines = defines_of(args, namespace)
+    todo = [str(i) for i, ln in enumerate(cell.splitlines(), 1) if TODO_MARK in ln]
     try:
         mod = compile(cell, args.arch, defines=defines, debug=args.debug, name=f"{args.name}.cu",
                       hazards=args.hazards, min_arch=args.min_arch)
@@ -111,7 +112,6 @@ def cuda_cell(line: str, cell: str, namespace: dict):
         for k in [args.name, *KERNEL_NAMES.findall(cell)]:
             if not isinstance(namespace.get(k), types.ModuleType):
                 namespace[k] = NotCompiled(k, args.name)
-        todo = [str(i) for i, ln in enumerate(cell.splitlines(), 1) if TODO_MARK in ln]
         if todo:   # a lab's kernel cell: an error may follow from a part not written yet
             raise CompileError(f"{e}\nnote: your part is not written yet at {args.name}.cu line{'s' * (len(todo) > 1)} "
                                f"{', '.join(todo)} (each '{TODO_MARK}' line): the errors above may follow from it",
@@ -125,11 +125,29 @@ def cuda_cell(line: str, cell: str, namespace: dict):
         parts = [f"{k} ({res[k].registers} regs, {res[k].shared_static} B smem, {res[k].spills} B spilled)"
                  if k in res else k for k in mod.kernel_names]
         print(f"compiled for {mod.arch}: {', '.join(parts) or 'no kernels'}")
-        for w in mod.warnings:
+        warnings, waiting = _waiting_for_todo(mod.warnings, todo)
+        mod_file = f"{args.name}.cu"
+        for w in warnings:
             print("  warning:", w)
+        if waiting:
+            print(f"  note: declared for the part you write ({mod_file} line{'s' * (len(todo) > 1)} {', '.join(todo)}) "
+                  f"and not used until it is written: {', '.join(waiting)}")
     for note in mangled_hint(mod.kernel_names):
         print(note)
     return None
+
+
+_UNUSED = re.compile(r'warning #177-D: variable "(\w+)" was declared but never referenced')
+
+
+def _waiting_for_todo(warnings: list[str], todo: list[str]) -> tuple[list[str], list[str]]:
+    """(the warnings to show, the variables a lab's unwritten part will use). In a lab's kernel cell that still has
+    TODO lines, NVRTC's "declared but never referenced" (#177) names what the lab declares for the learner's part:
+    one note, not a warning per name. Once the cell has no TODO line, every warning shows as the compiler wrote it."""
+    if not todo:
+        return warnings, []
+    names = [m[1] for w in warnings if (m := _UNUSED.search(w))]
+    return [w for w in warnings if not _UNUSED.search(w)], list(dict.fromkeys(names))
 
 
 # The kernels a cell declares (`__global__ void [__launch_bounds__(...)] name(`), read from its text.
