@@ -32,8 +32,14 @@ def wheel_python(tmp_path_factory):
         pytest.skip("setuptools is not installed (requirements/build.txt)")
     if int(version.split(".")[0]) < 77:
         pytest.skip(f"setuptools {version} cannot build this pyproject (needs 77+: requirements/build.txt)")
+    # Built from a copy of what the wheel is made of: setuptools writes build/ and *.egg-info into the tree it
+    # builds, and two pytest workers building this checkout at once (`--dist load`) would share them.
+    src = tmp / "src"
+    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation",
-                            "-w", str(tmp / "dist"), str(ROOT)], capture_output=True, text=True, cwd=tmp)
+                            "-w", str(tmp / "dist"), str(src)], capture_output=True, text=True, cwd=tmp)
     assert build.returncode == 0, build.stderr[-2000:]
     wheel, = (tmp / "dist").glob("feedbeast-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True)
