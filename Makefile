@@ -18,9 +18,9 @@ VENV    ?= .venv
 WHEELS  ?=
 SET     ?= full
 # From the environment only a value the rules read (an exported CUDA=/usr/local/cuda is some other program's, and is
-# passed on to what make runs as it was): the rules read CUDA_V, SET_V and PY_V. Typed on the command line, a value no
+# passed on to what make runs as it was): the rules read CUDA_V, SET_V, PY_V and ARCH_V. Typed on the command line, a value no
 # rule reads stops make (the end of this file).
-$(foreach v,CUDA_V SET_V PY_V,$(if $(filter command line,$(origin $(v))),$(error make: $(v) is this Makefile's own: \
+$(foreach v,CUDA_V SET_V PY_V ARCH_V,$(if $(filter command line,$(origin $(v))),$(error make: $(v) is this Makefile's own: \
 	give $(v:_V=)=$($(v)). Nothing was run)))
 PY_FORM = 3\.?(1[1-9]|[2-9][0-9])(\.[0-9]+)?
 valid_py = $(shell echo '$(subst ',,$(1))' | grep -Ex '$(PY_FORM)')
@@ -28,6 +28,9 @@ typed = $(filter command line,$(origin $(1)))
 CUDA_V := $(if $(call typed,CUDA),$(CUDA),$(or $(filter 12 13,$(CUDA)),13))
 SET_V  := $(if $(call typed,SET),$(SET),$(or $(filter full notebook,$(SET)),full))
 PY_V   := $(if $(call typed,PY),$(PY),$(if $(call valid_py,$(PY)),$(PY),3.12))
+# the machine a bundle is for: x86_64, or aarch64 (Grace Hopper and other Arm servers); ARCH in the environment is
+# often another program's (ARCH=x86, arm64): only these two words are taken from there
+ARCH_V := $(if $(call typed,ARCH),$(ARCH),$(or $(filter x86_64 aarch64,$(ARCH)),x86_64))
 $(if $(filter-out $(CUDA),$(CUDA_V)),$(if $(shell echo '$(subst ',,$(CUDA))' | grep -Ex '[0-9.]+'),$(warning make: \
 	CUDA=$(CUDA) in the environment is not one of 12 13: using 13 (make ... CUDA=12 for the CUDA 12 pins))))
 ifneq ($(filter wheelhouse,$(MAKECMDGOALS)),)
@@ -76,6 +79,10 @@ PIP_SRC := $(if $(WHEELS),--no-index --find-links $(WHEELS),)
 WHEELS_DIR = $(patsubst %/,%,$(WHEELS))
 NOTEBOOK_BUNDLE = $(if $(wildcard $(WHEELS_DIR)/*.whl),$(if $(wildcard $(WHEELS_DIR)/jupyterlab-*.whl),,yes))
 BUNDLE_PY = $(shell ls $(WHEELS_DIR) 2>/dev/null | sed -n 's/.*-cp3\([0-9][0-9]*\)-cp3[0-9]*-.*/3.\1/p' | sort -u | head -1)
+BUNDLE_ARCH = $(shell ls $(WHEELS_DIR) 2>/dev/null | sed -n 's/.*linux.*_\(x86_64\|aarch64\)\.whl$$/\1/p' | sort -u | head -1)
+# a bundle made for the other kind of machine (make wheelhouse ARCH=...): pip says only "not a supported wheel"
+ARCH_HINT = $(if $(BUNDLE_ARCH),[ "$$(uname -m)" = "$(BUNDLE_ARCH)" ] || echo "  its wheels are for $(BUNDLE_ARCH) \
+	machines and this one is $$(uname -m): make the bundle with make wheelhouse ARCH=$$(uname -m)" >&2;)
 NOTEBOOK_BUNDLE_HINT = $(WHEELS_DIR)/ is a notebook bundle (make wheelhouse SET=notebook): it holds the course's \
 	packages for a Python that already has Jupyter$(comma) CUDA Python$(comma) Numba and matplotlib (a GPU image: make \
 	install ENV=current WHEELS=$(WHEELS_DIR)), not JupyterLab \
@@ -129,11 +136,19 @@ bundle-into-current:
 	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
 	  [ -z "$(BUNDLE_PY)" ] || [ "$$have" = "$(BUNDLE_PY)" ] || echo "  its wheels are for Python $(BUNDLE_PY): \
 	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have SET=notebook)" >&2; \
+	  $(ARCH_HINT) \
 	  exit 1; }
 	$(if $(COURSE_WHEEL),$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps --force-reinstall $(COURSE_WHEEL))
 	@# the notebooks name their kernel: without it the image's own Jupyter says "No such kernel named feedbeast"
 	@$(PYTHON) $(KERNELSPEC) || echo "$(TYPED): the kernel 'Feeding the Beast' could not be written \
 	into $(PYTHON)'s environment (share/jupyter/kernels); make lab ENV=current writes it too" >&2
+
+# The package index has no macOS wheels of cuda-bindings, cuda-core, numba-cuda, NVRTC or the disassembler: pip would
+# fail on the first of them after making .venv, and the offline hint would follow. course_setup.py says the same.
+MACOS_STOP = the course cannot be installed on macOS: NVIDIA publishes its compiler (NVRTC)$(comma) disassembler \
+	(nvdisasm) and CUDA Python (cuda-bindings$(comma) cuda-core$(comma) numba-cuda) for Linux and Windows only. Run \
+	it on a Linux machine (a Linux container on this Mac is one) or in a hosted notebook (README: Start). Nothing \
+	was installed
 
 # The notebooks' kernel, "Feeding the Beast", installed into the environment (not into your home): make install
 # writes it so that any Jupyter front end run from .venv finds the kernel the notebooks name; make lab again.
@@ -144,6 +159,7 @@ KERNELSPEC = -m feedbeast.course.kernelspec >/dev/null
 PIP_REQS = $(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(CUDA_V).txt -r requirements/build.txt \
 	-r requirements/lab.txt -r requirements/book.txt
 $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
+	@[ "$$(uname -s)" != Darwin ] || { echo "make: $(MACOS_STOP)" >&2; exit 1; }
 	@want=$$($(PYTHON3) -c '$(PYID)'); have=$$($(VENV)/bin/python -c '$(PYID)' 2>/dev/null || echo none); \
 	  if [ -e $(VENV) ] && [ "$$have" != "$$want" ]; then \
 	  echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again"; rm -rf $(VENV); fi
@@ -162,7 +178,7 @@ $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.t
 	terminals set both)" >&2;) \
 	  $(if $(WHEELS),[ -z "$(BUNDLE_PY)" ] || [ "$$have" = "$(BUNDLE_PY)" ] || echo "  its wheels are for Python $(BUNDLE_PY): \
 	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have)" >&2; \
-	  $(if $(NOTEBOOK_BUNDLE),echo "  $(NOTEBOOK_BUNDLE_HINT)" >&2;)) exit 1; }
+	  $(ARCH_HINT) $(if $(NOTEBOOK_BUNDLE),echo "  $(NOTEBOOK_BUNDLE_HINT)" >&2;)) exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --no-deps -e .
 	$(VENV)/bin/python $(KERNELSPEC)
 	rm -f $(VENV)/.installed-cu*
@@ -226,7 +242,7 @@ labs: $(STAMP)
 reset-labs: $(STAMP)
 	$(PYTHON) -m feedbeast.course.labs reset solutions labs $(LAB)
 
-## make wheelhouse PY=3.12 [SET=notebook] [COMPARE=1]   wheels for an offline install (see README)
+## make wheelhouse PY=3.12 [SET=notebook] [COMPARE=1] [ARCH=aarch64]   wheels for an offline install (see README)
 # Built in wheelhouse.new and moved into place only when complete: a failed or offline run keeps the bundle there.
 # pip's own error says which wheel; this says what the target needs (and leaves no half-made bundle behind)
 NO_INDEX = { rm -rf wheelhouse.new; echo "make wheelhouse: pip could not fetch the wheels above. This target \
@@ -239,21 +255,21 @@ wheelhouse:
 	$(PYTHON3) -m pip wheel -q --no-deps -w wheelhouse.new . || $(NO_INDEX)
 ifeq ($(SET_V),notebook)
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY_V) \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_28_$(ARCH_V) --platform manylinux_2_17_$(ARCH_V) --platform manylinux2014_$(ARCH_V) \
 	  -r requirements/notebook.txt || $(NO_INDEX)
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY_V) \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 numba-cuda==0.30.4 || $(NO_INDEX)
+	  --platform manylinux_2_28_$(ARCH_V) --platform manylinux_2_24_$(ARCH_V) numba-cuda==0.30.4 || $(NO_INDEX)
 else
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY_V) \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_28_$(ARCH_V) --platform manylinux_2_17_$(ARCH_V) --platform manylinux2014_$(ARCH_V) \
 	  -r requirements/cu$(CUDA_V).txt -r requirements/lab.txt -r requirements/book.txt -r requirements/build.txt \
 	  -r requirements/hub.txt || $(NO_INDEX)
 ifeq ($(CUDA_V),13)
 	@# compute-sanitizer's wheel serves only make sanitize: an index without it leaves it out, with a note.
 	@# Its wheels are tagged manylinux_2_25 only.
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --only-binary=:all: --python-version $(PY_V) \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
-	  --platform manylinux2014_x86_64 -r requirements/sanitize.txt || echo "compute-sanitizer's wheel is not in the bundle: make sanitize will use the \
+	  --platform manylinux_2_28_$(ARCH_V) --platform manylinux_2_25_$(ARCH_V) --platform manylinux_2_17_$(ARCH_V) \
+	  --platform manylinux2014_$(ARCH_V) -r requirements/sanitize.txt || echo "compute-sanitizer's wheel is not in the bundle: make sanitize will use the \
 	compute-sanitizer of a CUDA toolkit on the offline host (PATH, CUDA_HOME, /usr/local/cuda)"
 endif
 	@if command -v npm >/dev/null; then \
@@ -265,8 +281,8 @@ endif
 endif
 ifeq ($(COMPARE),1)
 	$(PYTHON3) -m pip download -q -d wheelhouse.new --no-deps --only-binary=:all: --python-version $(PY_V) \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
-	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+	  --platform manylinux_2_28_$(ARCH_V) --platform manylinux_2_27_$(ARCH_V) --platform manylinux_2_24_$(ARCH_V) \
+	  --platform manylinux_2_17_$(ARCH_V) --platform manylinux2014_$(ARCH_V) --platform manylinux1_$(ARCH_V) \
 	  -r requirements/compare.txt
 	@dups=$$(ls wheelhouse.new/*.whl | xargs -n1 basename | sed 's/-[0-9].*//' | tr A-Z_ a-z- | sort | uniq -d); \
 	if [ -n "$$dups" ]; then echo "the bundle would hold two versions of: $$dups (requirements/compare.txt pins one," \
@@ -374,7 +390,7 @@ stress: $(STAMP)
 # "make reset-labs LABS=04", which resets every lab. A variable of this Makefile given on the command line
 # (MAKEOVERRIDES holds them) in lower case, or one S away from it (LABS, WHEEL), stops make first. Other names pass:
 # the command line also sets the environment of what make runs (FEEDBEAST_STRESS=5, CUDA_VISIBLE_DEVICES=1).
-CASED := LAB STRICT ENV CUDA WHEELS VENV PY SET COMPARE PYTHON3 REACH_CHECK BENCH STRESS SANITIZE_FLAGS \
+CASED := LAB STRICT ENV CUDA WHEELS VENV PY SET ARCH COMPARE PYTHON3 REACH_CHECK BENCH STRESS SANITIZE_FLAGS \
 	GPU_CHECK_FLAGS LAB_FLAGS TEST_JOBS NB_TIMEOUT NB_STARTUP TIMEOUT
 upper = $(shell echo '$(1)' | tr a-z A-Z)
 meant = $(firstword $(filter $(CASED),$(call upper,$(1)) $(patsubst %S,%,$(call upper,$(1))) $(call upper,$(1))S))
@@ -395,6 +411,7 @@ $(if $(filter-out venv current,$(ENV)),$(error make: FEEDBEAST_ENV=$(FEEDBEAST_E
 $(call oneof,CUDA,12 13,the CUDA driver pins (requirements/cu12.txt, cu13.txt))
 ifneq ($(filter wheelhouse,$(MAKECMDGOALS)),)
 $(call oneof,SET,full notebook,what make wheelhouse bundles)
+$(call oneof,ARCH,x86_64 aarch64,the machine the bundle is for as uname -m names it there (an Arm server such as Grace Hopper: aarch64))
 $(if $(call typed,PY),$(if $(call valid_py,$(PY)),,$(error make: PY=$(PY) is no Python version \
 	the course runs on (3.11 or newer, as 3.12): make wheelhouse fetches wheels for it. Nothing was run)))
 endif

@@ -41,6 +41,12 @@ class _UntilRestart:
         return None
 
 
+# The package index has no macOS wheels of these (the Makefile stops with the same words).
+MACOS = ("the course cannot be installed on macOS: NVIDIA publishes its compiler (NVRTC), disassembler (nvdisasm) and "
+         "CUDA Python (cuda-bindings, cuda-core, numba-cuda) for Linux and Windows only. Run it on a Linux machine (a "
+         "Linux container on this Mac is one) or in a hosted notebook (README: Start). Nothing was installed")
+
+
 def cuda_extra() -> str:
     """cu13 or cu12, by the driver's CUDA version; cu13 without a driver (compile-only machines)."""
     try:
@@ -76,6 +82,8 @@ def install() -> None:
     spec = importlib.util.find_spec("feedbeast")
     if spec is not None and spec.origin is not None:   # a clone folder named feedbeast is a namespace, no package
         return
+    if sys.platform == "darwin":   # pip would fail on the first CUDA wheel, after a minute, with no word of why
+        raise RuntimeError(MACOS)
     extra = cuda_extra()
     dirs = [*site.getsitepackages(), site.getusersitepackages()]
     pth = lambda: {p for d in dirs for p in pathlib.Path(d).glob("*.pth")}

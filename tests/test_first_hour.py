@@ -335,6 +335,64 @@ def test_a_bundle_of_the_other_kind_is_kept_beside_the_new_one(tmp_path):
             assert not list(d.glob("wheelhouse.full")) + list(d.glob("wheelhouse.notebook")) and not r.stdout
 
 
+def _fake_uname(tmp_path, system="Linux", machine="x86_64"):
+    fake = tmp_path / f"uname-{system}-{machine}"
+    fake.mkdir(parents=True)
+    (fake / "uname").write_text(f'#!/bin/sh\ncase "$1" in -s) echo {system};; -m) echo {machine};; *) echo {system};; esac\n')
+    (fake / "uname").chmod(0o755)
+    return make_env(PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_macos_is_told_at_once_that_the_course_does_not_install_there(tmp_path, monkeypatch):
+    """The index has no macOS wheels of cuda-bindings, cuda-core, numba-cuda, NVRTC or nvdisasm: make stops before it
+    makes .venv, and the setup cell before pip, saying why and where the course runs (not the offline hint that a
+    failed pip would get)."""
+    r = subprocess.run(["make", "-s", "--no-print-directory", "install", f"VENV={tmp_path / 'v'}"], cwd=ROOT,
+                       env=_fake_uname(tmp_path, "Darwin", "arm64"), capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "the course cannot be installed on macOS" in r.stderr, r.stdout + r.stderr
+    assert "Linux machine" in r.stderr and not (tmp_path / "v").exists() and "pip" not in r.stdout, r.stdout
+    setup = runpy.run_path(str(ROOT / "course_setup.py"), run_name="course_setup")
+    monkeypatch.setattr(setup["importlib"].util, "find_spec", lambda name: None)
+    monkeypatch.setattr(setup["sys"], "platform", "darwin")
+    monkeypatch.setattr(setup["subprocess"], "check_call", lambda *a, **k: pytest.fail("pip ran on macOS"))
+    with pytest.raises(RuntimeError, match="cannot be installed on macOS: NVIDIA publishes its compiler"):
+        setup["install"]()
+
+
+def test_a_bundle_for_the_other_machine_is_named(tmp_path):
+    """make wheelhouse ARCH=aarch64 makes a bundle for Arm servers (Grace Hopper); installed on an x86-64 host (or the
+    other way round), pip says only 'not a supported wheel': make names the bundle's machine and the command."""
+    arm = tmp_path / "arm"
+    arm.mkdir()
+    for n in ("numpy-2.4.6-cp312-cp312-manylinux_2_27_aarch64.manylinux_2_28_aarch64.whl", "attrs-26.1.0-py3-none-any.whl"):
+        (arm / n).write_bytes(b"")
+    pure = tmp_path / "pure"
+    pure.mkdir()
+    (pure / "attrs-26.1.0-py3-none-any.whl").write_bytes(b"")
+    for args in ((f"VENV={tmp_path / 'v'}",), ("ENV=current", f"PYTHON3={sys.executable}")):
+        dry = subprocess.run(["make", "-n", "--no-print-directory", "install", f"WHEELS={arm}", *args], cwd=ROOT,
+                             env=make_env(), capture_output=True, text=True, check=True).stdout
+        test = re.search(r'\[ "\$\(uname -m\)" = "aarch64" \][^;]*;', dry)
+        assert test, dry
+        for machine, said in (("x86_64", True), ("aarch64", False)):
+            r = subprocess.run(["sh", "-c", test[0]], env=_fake_uname(tmp_path / f"{len(args)}{machine}", machine=machine),
+                               capture_output=True, text=True)
+            assert ("its wheels are for aarch64 machines and this one is x86_64: make the bundle with make wheelhouse "
+                    "ARCH=x86_64" in r.stderr) == said, r.stderr
+        assert "machines and this one is" not in subprocess.run(
+            ["make", "-n", "--no-print-directory", "install", f"WHEELS={pure}", *args], cwd=ROOT, env=make_env(),
+            capture_output=True, text=True, check=True).stdout
+    plats = subprocess.run(["make", "-n", "--no-print-directory", "wheelhouse", "ARCH=aarch64"], cwd=ROOT, env=make_env(),
+                           capture_output=True, text=True, check=True).stdout
+    assert "--platform manylinux2014_aarch64" in plats and "x86_64" not in plats, plats
+    assert "--platform manylinux2014_x86_64" in subprocess.run(     # ARCH=x86 is some other program's: not taken
+        ["make", "-n", "--no-print-directory", "wheelhouse"], cwd=ROOT, env=make_env(ARCH="x86"), capture_output=True,
+        text=True, check=True).stdout
+    bad = subprocess.run(["make", "-n", "wheelhouse", "ARCH=arm64"], cwd=ROOT, env=make_env(), capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "ARCH=arm64 is not one of x86_64 aarch64" in bad.stderr, bad.stderr
+
+
 def test_a_notebook_bundle_where_the_full_one_is_needed_is_named(tmp_path):
     # A notebook bundle (make wheelhouse SET=notebook) holds no JupyterLab and no hub: make lab and make workshop
     # from it say so and what to bring before pip's own error, and a failed .venv from it names both the bundle's
