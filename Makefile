@@ -1,5 +1,5 @@
 # Feeding the Beast. `make lab` to learn, `make test` to check everything.
-#   CUDA=12        use the CUDA 12 driver pins (default 13)
+#   CUDA=12        use the CUDA 12 driver pins (default 13, or those the .venv has)
 #   ENV=current    use the Python environment you are in (PYTHON3, e.g. a GPU image's; a venv or not);
 #                  install nothing, or with WHEELS=dir install that bundle into it (--no-deps).
 #                  FEEDBEAST_ENV=current in the environment does the same (the workshop hub sets it).
@@ -9,7 +9,8 @@
 PYTHON3_GIVEN := $(filter command line environment,$(origin PYTHON3))
 PYTHON3 ?= python3
 PY      ?= 3.12
-CUDA    ?= 13
+# Not given: the pins the .venv was installed with (made by make lab CUDA=12, a later make grade keeps CUDA 12)
+CUDA    ?= $(if $(wildcard $(VENV)/.installed-cu13),13,$(if $(wildcard $(VENV)/.installed-cu12),12,13))
 # ENV from the command line only: an ENV in the environment is POSIX sh's start-up file, not ours.
 ifneq ($(origin ENV),command line)
 ENV     := $(or $(FEEDBEAST_ENV),venv)
@@ -135,13 +136,15 @@ bundle-into-current:
 	  echo "$(TYPED): pip could not install $(WHEELS_DIR)/ into $(PYTHON) (Python $$have)" >&2; \
 	  $(if $(NO_WHEELS_HINT),echo "  $(NO_WHEELS_HINT)" >&2;) \
 	  [ -z "$(BUNDLE_PY)" ] || [ "$$have" = "$(BUNDLE_PY)" ] || echo "  its wheels are for Python $(BUNDLE_PY): \
-	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have SET=notebook)" >&2; \
+	pass PYTHON3=python$(BUNDLE_PY)$(comma) or make a bundle for $$have (make wheelhouse PY=$$have$(if $(NOTEBOOK_BUNDLE), SET=notebook))" >&2; \
 	  $(ARCH_HINT) \
 	  exit 1; }
 	$(if $(COURSE_WHEEL),$(PIP_ENV) $(PYTHON) -m pip install -q --no-index --no-deps --force-reinstall $(COURSE_WHEEL))
 	@# the notebooks name their kernel: without it the image's own Jupyter says "No such kernel named feedbeast"
 	@$(PYTHON) $(KERNELSPEC) || echo "$(TYPED): the kernel 'Feeding the Beast' could not be written \
-	into $(PYTHON)'s environment (share/jupyter/kernels); make lab ENV=current writes it too" >&2
+	into $(PYTHON)'s environment (share/jupyter/kernels; why: above): the notebooks name that kernel, so Jupyter will \
+	ask which kernel to use (take this Python), until $(PYTHON) -m feedbeast.course.kernelspec runs as a user who may \
+	write there" >&2
 
 # The package index has no macOS wheels of cuda-bindings, cuda-core, numba-cuda, NVRTC or the disassembler: pip would
 # fail on the first of them after making .venv, and the offline hint would follow. course_setup.py says the same.
@@ -165,8 +168,9 @@ $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.t
 	  echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again"; rm -rf $(VENV); fi
 	@# Debian and Ubuntu keep venv's pip (ensurepip) in a package of its own: a venv made without it has no pip
 	@echo "$(PYTHON3) -m venv $(VENV)"
-	@$(PYTHON3) -m venv $(VENV) || { rm -rf $(VENV); echo "make: $(PYTHON3) could not make $(VENV): where the OS \
-	packs venv apart (Debian, Ubuntu), install it (sudo apt install python3-venv) and run make again" >&2; exit 1; }
+	@$(PYTHON3) -m venv $(VENV) || { v=$$($(PYTHON3) -c '$(PYVER)'); rm -rf $(VENV); echo "make: $(PYTHON3) could not \
+	make $(VENV): where the OS packs venv apart (Debian, Ubuntu), install it (sudo apt install python$$v-venv) and run \
+	make again" >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q $(PIP_SRC) --upgrade pip
 	@# the command alone is shown: the hints after it are printed only when pip fails
 	@echo "$(PIP_REQS)"
@@ -198,7 +202,7 @@ lab: $(STAMP)
 	  $(NOTEBOOK_BUNDLE_HINT)" >&2; exit 1;) \
 	  $(PIP_ENV) $(PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r requirements/lab.txt; \
 	  else echo "make lab: JupyterLab is not installed in $(PYTHON). Install it from the package index with" \
-	    "$(PYTHON) -m pip install -r requirements/lab.txt, or offline with make lab WHEELS=dir" \
+	    "$(PIP_ENV) $(PYTHON) -m pip install -r requirements/lab.txt, or offline with $(TYPED) WHEELS=dir" \
 	    "(a bundle from make wheelhouse; see README, Offline install)" >&2; exit 1; fi; }
 	$(PYTHON) $(KERNELSPEC)
 	$(if $(findstring --no-browser,$(LAB_FLAGS)),@echo "make lab: no browser here: from your own machine$(comma) \

@@ -102,7 +102,9 @@ def install() -> None:
         raise RuntimeError(
             f"pip could not install the course from {source()} (exit status {e.returncode}): its last ERROR above "
             "says why (a FEEDBEAST_SRC that names no folder, wheel or URL pip takes; no network). Without a "
-            "network, bring a wheel bundle of the course (make wheelhouse) and set PIP_NO_INDEX=1 and "
+            "network, bring a wheel bundle of the course for this Python and driver (make wheelhouse "
+            f"PY={sys.version_info[0]}.{sys.version_info[1]}{' CUDA=12' if extra == 'cu12' else ''}, on a machine "
+            "with internet) and set PIP_NO_INDEX=1 and "
             "PIP_FIND_LINKS=<its folder> (or run in an environment that has the course); then run this cell "
             "again.") from None
     finally:

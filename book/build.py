@@ -192,8 +192,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if importlib.util.find_spec("nbconvert") is None:
         print(f"make book: nbconvert is not installed in {sys.executable}: {shlex.quote(sys.executable)} -m pip "
-              f"install -r {shlex.quote(str(HERE.parent / 'requirements' / 'book.txt'))} installs it (or make book "
-              "WHEELS=dir, from a bundle)",
+              f"install -r {shlex.quote(str(HERE.parent / 'requirements' / 'book.txt'))} installs it (offline: make book "
+              "ENV=current WHEELS=dir, with the full bundle of make wheelhouse; a notebook bundle has no nbconvert)",
               file=sys.stderr)
         return 1
     out = Path(args.out)

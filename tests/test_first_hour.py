@@ -207,6 +207,7 @@ def test_the_setup_cell_installs_the_course_into_a_fresh_environment(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "RuntimeError: pip could not install the course from file://" in r.stderr, r.stderr
     assert "PIP_FIND_LINKS=<its folder>" in r.stderr.splitlines()[-1], r.stderr
+    assert f"(make wheelhouse PY={sys.version_info[0]}.{sys.version_info[1]}" in r.stderr, r.stderr   # this Python's
 
     # a notebook elsewhere, FEEDBEAST_SRC naming the course's folder: found there, installed from there
     elsewhere = tmp_path / "elsewhere"
@@ -308,6 +309,26 @@ def test_a_venv_made_by_a_given_python_is_kept_by_later_commands(tmp_path):
     assert "-m venv" not in dry() and stamp.exists()
     again = dry(f"PYTHON3={other}")
     assert f"{other} -m venv {v}" in again and not stamp.exists(), again
+
+
+def test_a_venv_of_the_cuda_12_pins_is_kept_by_later_commands(tmp_path):
+    """`make lab CUDA=12` (a CUDA 12 driver), then `make grade` without CUDA: the grade runs in that .venv; it used to
+    install the CUDA 13 pins into it (online; offline it failed). CUDA=13 given still installs them."""
+    import venv
+    v = tmp_path / "v"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(v)
+    stamp = v / ".installed-cu12"
+    stamp.write_text("")
+    later = max(p.stat().st_mtime for p in [*(ROOT / "requirements").iterdir(), ROOT / "pyproject.toml"]) + 10
+    os.utime(stamp, (later, later))
+
+    def dry(*more):
+        return subprocess.run(["make", "-n", "--no-print-directory", "grade", "LAB=00", f"VENV={v}", *more], cwd=ROOT,
+                              env=make_env(), capture_output=True, text=True, check=True).stdout
+
+    kept = dry()
+    assert "pip install" not in kept and "feedbeast grade" in kept, kept
+    assert "-r requirements/cu13.txt" in dry("CUDA=13") and stamp.exists()
 
 
 def test_a_bundle_of_the_other_kind_is_kept_beside_the_new_one(tmp_path):
@@ -1451,6 +1472,9 @@ def test_the_kernelspec_command_writes_no_kernel_that_cannot_start(tmp_path, mon
     assert f"{sys.executable} -m pip install ipykernel" in capsys.readouterr().err
     assert not (tmp_path / "share").exists()
     monkeypatch.setattr(importlib.util, "find_spec", real)
+    (tmp_path / "share").write_text("")        # a prefix this user may not write into: one line, no traceback
+    assert kernelspec.main([]) == 1 and "could not be written: " in capsys.readouterr().err
+    (tmp_path / "share").unlink()
     assert kernelspec.main([]) == 0 and (tmp_path / "share/jupyter/kernels/feedbeast/kernel.json").is_file()
 
 

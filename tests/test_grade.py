@@ -639,7 +639,7 @@ def test_a_cell_without_text_or_type_is_a_clear_failure_and_the_batch_goes_on(tm
         bad.write_text(json.dumps(nb))
         rep = g.grade(bad, timeout=120)
         assert rep.status == "failed" and "cannot read the notebook: cell 2 has no " in str(rep), str(rep)
-        assert "make reset-labs" in str(rep) and "sha256 ?" not in str(rep)
+        assert f"make reset-labs LAB={LAB.name[:2]})" in str(rep) and "sha256 ?" not in str(rep)   # that lab alone
     assert g.main([str(bad), str(SOLUTION)]) == 3       # not read: nothing of it graded
     out = capsys.readouterr().out
     status = "ok" if _has_gpu() else "PARTIAL"

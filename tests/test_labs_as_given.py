@@ -123,7 +123,8 @@ def test_make_lab_without_jupyterlab_installs_nothing(tmp_path):
     r = subprocess.run(["make", "-s", "--no-print-directory", "lab", "ENV=current", f"PYTHON3={py}"], cwd=ROOT,
                        env=_env(), capture_output=True, text=True, timeout=60)
     out = r.stdout + r.stderr
-    assert r.returncode != 0 and "JupyterLab is not installed in" in out and "WHEELS=dir" in out, out
+    assert r.returncode != 0 and "JupyterLab is not installed in" in out and "make lab ENV=current WHEELS=dir" in out, out
+    assert "PIP_BREAK_SYSTEM_PACKAGES=1 " in out, out     # a system Python (PEP 668) takes the advice too
     assert "No module named pip" not in out and "jupyter" not in r.stdout, out
     # with a bundle named, from the bundle only
     dry = subprocess.run(["make", "-n", "--no-print-directory", "lab", "ENV=venv", "WHEELS=/nowhere"], cwd=ROOT,

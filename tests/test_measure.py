@@ -638,3 +638,16 @@ def test_recorded_results_are_found_from_a_hosted_notebook_s_folder(tmp_path, mo
     for d in ("chapters", "solutions"):
         (work / "other" / d).mkdir(parents=True)
     assert results.course_results() is None
+
+
+def test_a_cublas_ceiling_that_cannot_load_says_why_and_what_to_install(monkeypatch):
+    """cuBLAS missing, or present and refused by the driver (cuBLAS 13 on a CUDA 12 driver): the skip names the
+    loader's error and the wheel for each driver, not 'none found'."""
+    monkeypatch.setattr(ceilings, "needs_gpu", lambda what: None)
+
+    def refused():
+        raise OSError("libcublas.so.13: cannot open shared object file")
+    monkeypatch.setattr(ceilings, "_cublas", refused)
+    r = ceilings.matmul_rate.__wrapped__("bf16", 64)
+    assert isinstance(r, fb.Skipped) and "OSError: libcublas.so.13: cannot open" in str(r), r
+    assert 'pip install "feedbeast[cublas]"` with a CUDA 13 driver' in str(r) and "nvidia-cublas-cu12" in str(r), r

@@ -110,6 +110,12 @@ def test_reset_labs_backs_up_an_edited_lab(tmp_path):
     assert len(backups) == 1 and backups[0].read_text() == edited
     assert "TODO: your code here" in (lab_dir / "01-x.ipynb").read_text()
     assert (lab_dir / "notes.txt").read_text() == "mine"
+    cut = (lab_dir / "01-x.ipynb").read_bytes()[:40] + "é".encode()[:1]     # cut short inside a character
+    (lab_dir / "01-x.ipynb").write_bytes(cut)
+    labs.reset(sol_dir, lab_dir)
+    kept = sorted(b.read_bytes() for b in (lab_dir / "backup").glob("01-x.*.ipynb"))
+    assert kept == sorted([edited.encode(), cut]), kept        # both, also when both resets fall in one second
+    assert "TODO: your code here" in (lab_dir / "01-x.ipynb").read_text()
 
 
 def test_at_most_two_test_files_open_notebooks_themselves():

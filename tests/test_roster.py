@@ -198,11 +198,17 @@ def test_an_output_folder_that_is_not_there_is_said_before_anyone_is_graded(tmp_
     out = tmp_path / "grades"
     assert _main(homes, sols, "--csv", str(out / "g.csv")) == 2
     err = capsys.readouterr().err
-    assert f"the folder {out} does not exist: create it first (sudo install -d -m 700 {out}" in err, err
+    assert f"the folder {out} does not exist: create it first (install -d -m 700 {out}:" in err, err
     assert graded == [] and "Traceback" not in err
     out.mkdir()
     assert _main(homes, sols, "--csv", str(out / "g.csv"), "--json", str(tmp_path / "no" / "g.json")) == 2
     assert f"--json {tmp_path / 'no' / 'g.json'}: the folder" in capsys.readouterr().err and graded == []
+    # not root, and the folder above not this user's: root makes it and hands it over, or the next run cannot write
+    monkeypatch.setattr(roster.os, "geteuid", lambda: 12345)
+    monkeypatch.setattr(roster.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(roster.pwd, "getpwuid", lambda uid: type("pw", (), {"pw_name": "teacher"}))
+    assert "create it first (sudo install -d -m 700 -o teacher " in roster.output_problem(
+        "--csv", str(tmp_path / "none" / "g.csv"))
 
 
 def test_a_second_run_keeps_the_first_runs_grades(tmp_path, monkeypatch, capsys):

@@ -170,6 +170,8 @@ def test_sanitize_and_stress_outside_a_checkout_say_where_to_run(monkeypatch, ca
     monkeypatch.setattr(subprocess, "call", lambda cmd, **kw: calls.append(kw["cwd"]) or 0)
     assert stress_run.main(["--n", "1"]) == 2 and not calls
     assert "no checkout of the course" in capsys.readouterr().err
+    assert stress_run.main(["--n", "1", "--course", str(ROOT)]) == 0 and calls == [ROOT]   # what the refusal says
+    calls.clear()
     monkeypatch.chdir(ROOT / "labs")
     monkeypatch.setenv("FEEDBEAST_COURSE", str(tmp_path))      # another course named: the checkout here is tested
     assert stress_run.main(["--n", "1"]) == 0 and calls == [ROOT]

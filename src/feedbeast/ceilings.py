@@ -92,9 +92,12 @@ def matmul_rate(mode: str = "bf16", n: int = 8192):
     skip = needs_gpu(f"{mode} cuBLAS ceiling at n = {n}")   # two sizes in one cell: told apart
     if skip is not None:
         return with_recorded(skip, f"ceiling/cublas-{mode}/n={n}")
-    if not cublas_available():
-        return Skipped("needs cuBLAS (a CUDA toolkit or `pip install feedbeast[cublas]`), none found",
-                       f"{mode} cuBLAS ceiling at n = {n}")
+    try:
+        _cublas()
+    except Exception as e:   # not found, or found and refused to start (cuBLAS 13 on a CUDA 12 driver)
+        return Skipped(f"needs cuBLAS, which did not load ({type(e).__name__}: {e}): a CUDA toolkit's, or "
+                       "`pip install \"feedbeast[cublas]\"` with a CUDA 13 driver (`pip install nvidia-cublas-cu12` "
+                       "with a CUDA 12 one)", f"{mode} cuBLAS ceiling at n = {n}")
     dt = {"bf16": bfloat16, "fp16": np.float16, "fp32": np.float32, "tf32": np.float32}[mode]
     a, b = to_device(random((n, n), dt, seed=1)), to_device(random((n, n), dt, seed=2))
     c = empty((n, n), np.float32 if mode in ("fp32", "tf32") else dt, poison=False)

@@ -1144,7 +1144,7 @@ class NotWellFormed(ValueError):
     """A cell the grader cannot read: edited by hand outside Jupyter."""
 
 
-def _well_formed(nb) -> None:
+def _well_formed(nb, path: Path) -> None:
     """Every cell has a type the grader knows and text."""
     for i, c in enumerate(nb.get("cells", [])):
         kind = c.get("cell_type") if isinstance(c, dict) else None
@@ -1154,8 +1154,9 @@ def _well_formed(nb) -> None:
             why = "no text (its 'source')"
         else:
             continue
+        lab = re.match(r"(\d\d)-", path.name)    # reset without LAB would reset every lab the learner edited
         raise NotWellFormed(f"cell {i + 1} has {why}: open the notebook in Jupyter and save it again, or start "
-                            "again from the lab as shipped (make reset-labs)")
+                            f"again from the lab as shipped (make reset-labs LAB={lab[1] if lab else 'NN'})")
 
 
 def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None, kernel: str | None = None,
@@ -1174,7 +1175,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     try:
         raw = path.read_bytes()
         learner = nbformat.reads(raw.decode("utf-8"), as_version=4)
-        _well_formed(learner)
+        _well_formed(learner, path)
     except Exception as e:   # missing, unreadable, not a notebook
         why = f"cannot read the notebook: {e if isinstance(e, NotWellFormed) else f'{type(e).__name__}: {e}'}"
         if str(path) in missing:      # named as a lab (`grade 99`): which labs there are; a folder: what it lacks

@@ -49,7 +49,11 @@ def main(argv=None) -> int:
               "ipykernel installs it (the checkout's requirements/base.txt holds the course's version); then run this "
               "again", file=sys.stderr)
         return 1
-    folder = write(Path(sys.prefix) / "share" / "jupyter" / "kernels" / NAME)
+    try:
+        folder = write(Path(sys.prefix) / "share" / "jupyter" / "kernels" / NAME)
+    except OSError as e:      # a system Python's prefix, run as a user who may not write there
+        print(f"the kernel {DISPLAY!r} could not be written: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     print(f"kernel {DISPLAY!r} ({NAME}) in {folder}")
     return 0
 

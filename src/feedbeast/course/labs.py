@@ -130,7 +130,7 @@ def build(solutions, labs):
 def edited(lab: Path, fresh: str) -> bool:
     """Whether `lab` holds something the generated lab does not: the learner's work (or a lab of older
     solutions). build and reset both back such a lab up before replacing it."""
-    return lab.exists() and lab.read_text() != fresh
+    return lab.exists() and lab.read_bytes() != fresh.encode()   # bytes: a file cut short mid-character is edited too
 
 
 def stale(solutions, labs) -> list[str]:
@@ -236,6 +236,10 @@ def keep(lab: Path, stamp: str) -> Path:
     """Copy `lab` to labs/backup/<name>.<stamp>.ipynb; NotKept when that folder cannot be written."""
     folder = lab.parent / "backup"
     backup = folder / f"{lab.stem}.{stamp}.ipynb"
+    n = 1
+    while backup.exists():       # a second reset in the same second keeps both versions
+        n += 1
+        backup = folder / f"{lab.stem}.{stamp}-{n}.ipynb"
     try:
         folder.mkdir(exist_ok=True)
         shutil.copy2(lab, backup)
@@ -250,7 +254,7 @@ def restore(sol: Path, lab: Path, stamp: str, said: str = "restored"):
     if edited(lab, fresh):
         print(f"kept your version of {lab.name} as {keep(lab, stamp)}")
     try:
-        lab.write_text(fresh)
+        lab.write_text(fresh, encoding="utf-8")
     except PermissionError as e:
         raise _not_writable(lab, lab, e) from None
     print(f"{said} {lab}")

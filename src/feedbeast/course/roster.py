@@ -61,6 +61,7 @@ import difflib
 import io
 import json
 import os
+import pwd
 import re
 import shutil
 import stat
@@ -159,8 +160,12 @@ def output_problem(option: str, path: str) -> str | None:
     p = Path(path)
     folder = p.parent
     if not folder.is_dir():
-        return (f"{option} {path}: the folder {folder} does not exist: create it first (sudo install -d -m 700 "
-                f"{folder}: grades where no learner can read them), or name a file in a folder that exists")
+        # made by this user where it may, else by root and handed to this user: the roster writes there next
+        mine = os.geteuid() == 0 or os.access(next(p for p in folder.parents if p.exists()), os.W_OK)
+        make = (f"install -d -m 700 {folder}" if mine else
+                f"sudo install -d -m 700 -o {pwd.getpwuid(os.geteuid()).pw_name} {folder}")
+        return (f"{option} {path}: the folder {folder} does not exist: create it first ({make}: grades where no "
+                "learner can read them), or name a file in a folder that exists")
     if p.is_dir():
         return f"{option} {path} is a folder: name a file in it ({p / ('grades.' + option[2:])})"
     if not os.access(folder, os.W_OK | os.X_OK):

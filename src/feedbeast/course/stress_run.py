@@ -17,12 +17,14 @@ def main(argv=None) -> int:
                                  description="Run the GPU tests with random ragged sizes and repeats.")
     ap.add_argument("--n", type=int, default=100, help="random cases per stressed test (default 100)")
     ap.add_argument("--seed", type=int, default=None, help="FEEDBEAST_STRESS_SEED (default 0)")
+    ap.add_argument("--course", metavar="DIR", default=None,
+                    help="the checkout whose tests run (default: the one at or above the working directory)")
     args, pytest_args = ap.parse_known_args(argv)     # anything else goes to pytest (-x, -k ..., a path)
     env = dict(os.environ, FEEDBEAST_STRESS=str(args.n))
     if args.seed is not None:
         env["FEEDBEAST_STRESS_SEED"] = str(args.seed)
     try:
-        course = working()       # the tests of the checkout worked in: pytest runs there, from wherever this was run
+        course = working(args.course)       # the tests of the checkout worked in: pytest runs there, from wherever this was run
     except CourseNotFound as e:
         print(f"stress runs the course's GPU tests (tests/ of a checkout), and {e}", file=sys.stderr)
         return 2
