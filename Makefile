@@ -163,6 +163,12 @@ PIP_REQS = $(VENV)/bin/python -m pip install -q $(PIP_SRC) -r requirements/cu$(C
 	-r requirements/lab.txt -r requirements/book.txt
 $(VENV)/.installed-cu$(CUDA_V): $(REQS) requirements/lab.txt requirements/book.txt requirements/build.txt pyproject.toml
 	@[ "$$(uname -s)" != Darwin ] || { echo "make: $(MACOS_STOP)" >&2; exit 1; }
+	@# before venv and pip: Python 3.10 (Ubuntu 22.04's python3) got a page of pip errors and the offline hint
+	@$(PYTHON3) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  v=$$($(PYTHON3) -c '$(PYVER)' 2>/dev/null) && what="is Python $$v" || what="was not found"; \
+	  echo "make: $(PYTHON3) $$what: the course needs Python 3.11 or newer (its pinned numpy has no wheel for an \
+	older one). Install one (the system's packages, pyenv or uv) and name it: make $(or $(firstword \
+	$(MAKECMDGOALS)),install) PYTHON3=python3.12. Nothing was installed" >&2; exit 1; }
 	@want=$$($(PYTHON3) -c '$(PYID)'); have=$$($(VENV)/bin/python -c '$(PYID)' 2>/dev/null || echo none); \
 	  if [ -e $(VENV) ] && [ "$$have" != "$$want" ]; then \
 	  echo "$(VENV) has Python $$have, $(PYTHON3) is $$want: making $(VENV) again"; rm -rf $(VENV); fi

@@ -380,6 +380,18 @@ def test_macos_is_told_at_once_that_the_course_does_not_install_there(tmp_path, 
         setup["install"]()
 
 
+def test_a_python_older_than_3_11_is_told_before_anything_is_installed(tmp_path):
+    """Ubuntu 22.04's python3 is 3.10: make stops before venv and pip (which printed a page of errors about numpy
+    2.4.6 and then the offline hint), naming the version and the way to give another Python."""
+    old = tmp_path / "python3.10"
+    old.write_text('#!/bin/sh\ncase "$2" in *"version_info < (3, 11)"*) exit 1;; *) echo 3.10;; esac\n')
+    old.chmod(0o755)
+    r = subprocess.run(["make", "-s", "--no-print-directory", "lab", f"VENV={tmp_path / 'v'}", f"PYTHON3={old}"],
+                       cwd=ROOT, env=make_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and f"{old} is Python 3.10: the course needs Python 3.11 or newer" in r.stderr, r.stderr
+    assert "make lab PYTHON3=python3.12" in r.stderr and not (tmp_path / "v").exists() and "pip" not in r.stdout
+
+
 def test_a_bundle_for_the_other_machine_is_named(tmp_path):
     """make wheelhouse ARCH=aarch64 makes a bundle for Arm servers (Grace Hopper); installed on an x86-64 host (or the
     other way round), pip says only 'not a supported wheel': make names the bundle's machine and the command."""
