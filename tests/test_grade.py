@@ -194,6 +194,14 @@ TINY_CHECKS = [
 ]
 
 
+def test_an_assert_in_a_check_cell_holds_under_pythonoptimize(tmp_path, monkeypatch):
+    """PYTHONOPTIMIZE (or -O) in the grader's environment would compile a check cell's assert away: x = 41 passed."""
+    sols, lab = _tiny(tmp_path, TINY_CHECKS[:1], learner="x = 41")
+    monkeypatch.setenv("PYTHONOPTIMIZE", "1")
+    rep = g.grade(lab, solutions=sols, hazards=False, timeout=60)
+    assert rep.status == "failed" and "x is 41, expected 42" in str(rep), str(rep)
+
+
 def test_batch_json_reports_a_missing_notebook_and_grades_the_others(tmp_path, capsys):
     sols, lab = _tiny(tmp_path, TINY_CHECKS[:1], learner="x = 42")
     code = g.main(["--json", "--learner", "ada", "--solutions", str(sols), "--hazards", "off",
@@ -498,6 +506,13 @@ def test_a_cp_async_wait_that_leaves_too_many_groups_in_flight_is_rejected():
                       defines=cell.defines)
     with pytest.raises(fb.SassMismatch, match=r"waits \[2\].*expected N <= 1"):
         fb.sass.expect_cp_async_wait(late, kernel, stages - 2, "test")
+    # wait<0>: correct, but only one tile in flight while one is summed; the lab asks for the ring's depth
+    shallow = fb.compile(cell.source.replace("cp_async_wait<STAGES - 2>", "cp_async_wait<0>"), "sm_80",
+                         defines=cell.defines)
+    assert fb.sass.expect_cp_async_wait(shallow, kernel, stages - 2, "test") == [0]
+    with pytest.raises(fb.SassMismatch, match=r"waits \[0\].*expected the largest N = 1"):
+        fb.sass.expect_cp_async_wait(shallow, kernel, stages - 2, "test", deepest=True)
+    assert fb.sass.expect_cp_async_wait(cell.compile("sm_80"), kernel, stages - 2, "test", deepest=True) == [1]
 
 
 def test_a_cp_async_wait_in_the_wrong_place_is_rejected_whatever_its_count():

@@ -1055,8 +1055,9 @@ def test_the_grade_compiles_in_a_cache_of_its_own(tmp_path, monkeypatch):
 
 
 def test_a_learner_helper_that_zeroes_the_input_does_not_make_a_zero_kernel_right(tmp_path):
-    """Lab 01's checks hand x to the learner's grid_of: the reference is taken before, so a kernel that writes
-    zeros fails even when grid_of zeroes x (it passed when the reference was x.T taken after the launch)."""
+    """A lab 01 kernel that writes zeros, beside a grid_of that zeroes its x: the checks take the reference before
+    the launch and launch with the lab's own geometry, not grid_of (the reference was once x.T taken after a launch
+    through grid_of, and the zeros passed)."""
     lab = ROOT / "labs/01-tiled-transpose.ipynb"
     todo = ("    # TODO: your code here: read the tile's rows from x into tile (lanes along a row), one barrier, write "
             "the tile's columns as rows of y\n\n\ndef grid_of(x):\n    return")
@@ -1111,11 +1112,10 @@ _CHECKS_OWN = ("which the checks bind for themselves")
     # lab 10: quantize records a verdict through the module the checks imported for themselves
     ("quantize calls the checks' verdicts", "10-fp8-gemv", [
         ("def quantize(w):\n", "verdicts = None\n\n\ndef quantize(w):\n    verdicts.passed('gemv_fp8', 'ok')\n")]),
-    # lab 01: grid_of rebinds the checks' grade, or empties their list of shapes
-    ("grid_of rebinds grade", "01-tiled-transpose", [
-        ("def grid_of(x):\n", "def grid_of(x):\n    global grade\n    grade = lambda *a: True\n")]),
-    ("grid_of empties shapes", "01-tiled-transpose", [
-        ("def grid_of(x):\n", "shapes = []\n\n\ndef grid_of(x):\n    shapes.clear()\n")]),
+    # lab 05: make_maps rebinds the checks' transpose (lab 01's checks, which called grid_of, now launch alone)
+    ("make_maps rebinds transpose", "05-tma-ring", [
+        ("def make_maps(x_dev, y_dev):\n",
+         "def make_maps(x_dev, y_dev):\n    global transpose\n    transpose = lambda *a: None\n")]),
     # lab 05: make_maps zeroes the checks' host x before the reference was read from it
     ("make_maps zeroes x", "05-tma-ring", [
         ("def make_maps(x_dev, y_dev):\n", "x = None\n\n\ndef make_maps(x_dev, y_dev):\n    x[...] = 0\n")]),

@@ -599,16 +599,19 @@ def _pass_skips_wait(ins, at, head: int, back: int) -> bool:
     return False
 
 
-def expect_cp_async_wait(mod, kernel: str, most: int, why: str) -> list[int]:
+def expect_cp_async_wait(mod, kernel: str, most: int, why: str, *, deepest: bool = False) -> list[int]:
     """Raise SassMismatch (saying `why`) unless `kernel` waits on its cp.async groups, every wait leaves at most
     `most` groups in flight (a larger N lets a tile be read before it lands), and no read of shared memory comes
-    where no wait stands before it (cp_async_reads_before_wait). Returns the N of each wait."""
+    where no wait stands before it (cp_async_reads_before_wait). deepest: some wait must leave exactly `most` (with
+    only smaller N the ring keeps fewer loads in flight than it was built for; a wait<0> that drains the last tiles
+    is allowed beside it). Returns the N of each wait."""
     ins = instructions(mod, kernel)[kernel]
     waits = cp_async_waits(ins)
     name = f"cp.async wait count in the SASS of kernel {kernel}"
-    if not waits or max(waits) > most:
+    if not waits or max(waits) > most or (deepest and max(waits) < most):
         found = f"waits {waits} (DEPBAR.LE SB0, N)" if waits else "no cp.async.wait_group (DEPBAR.LE SB0, N)"
-        msg = f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: {found}; expected N <= {most}: {why}"
+        want = f"the largest N = {most}" if deepest else f"N <= {most}"
+        msg = f"{getattr(mod, 'todo', '')}SASS of kernel {kernel} for {mod.arch}: {found}; expected {want}: {why}"
         hooks.failed(name, msg)
         raise SassMismatch(msg)
     early = cp_async_reads_before_wait(ins)

@@ -143,6 +143,8 @@ def k_major_sw128_address(desc: int, m: int, k_byte: int) -> int:
     operand described by `desc` (a model of the canonical layout: rows of 128 B in 8-row groups SBO apart,
     the swizzle XOR applied to the final address)."""
     d = decode(desc)
-    assert d["swizzle"] == 128 and 0 <= k_byte < 32
+    if d["swizzle"] != 128 or not 0 <= k_byte < 32:     # the model covers this one layout only
+        raise ValueError(f"k_major_sw128_address models the 128 B swizzle and bytes 0-31 of a k step, got a "
+                         f"descriptor of swizzle {d['swizzle']} and k_byte {k_byte}")
     linear = d["start"] + (m // 8) * d["sbo"] + (m % 8) * 128 + k_byte
     return int(swizzle(linear, 128))

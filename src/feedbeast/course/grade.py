@@ -685,7 +685,8 @@ class _CheckChild:
         import linecache
         lines = source.splitlines(keepends=True)
         linecache.cache[where] = (len(source), None, lines, where)
-        exec(compile(python_of(source), where, "exec"), self.ns)
+        # optimize=0: an assert of a check cell stays a check under PYTHONOPTIMIZE or -O (compile's default follows them)
+        exec(compile(python_of(source), where, "exec", optimize=0), self.ns)
 
     def given(self, cells, sol: Path) -> bool:
         """The lab's own cells before the checks (from the solution); False when they broke."""
