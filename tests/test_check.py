@@ -1,4 +1,5 @@
 """check(): float64 reference, thresholds by dtype, poison and NaN never pass."""
+import re
 import sys
 
 import numpy as np
@@ -56,6 +57,23 @@ def test_tf32_tolerance_by_name_and_unknown_name():
     assert fb.check(out, ref, tol="tf32").passed
     with pytest.raises(ValueError, match="unknown tolerance"):
         fb.check(out, ref, tol="fp8")
+
+
+def test_a_tolerance_or_an_array_that_is_none_of_those_is_said_before_any_skip():
+    """tol=[1e-3] ran at the default limit, tol=-1 failed every output, check(None, ref) (a launch's result handed
+    over) spoke of shapes: each is now one message, also when the launch was skipped."""
+    ref, out = ref_and_out(np.float32)
+    for tol, said in (([1e-3], "give one number"), ((1e-3, 1e-5), "give one number"), (-1, "relative error >= 0"),
+                      (True, "give one number")):
+        with pytest.raises(ValueError, match=re.escape(f"tol={tol!r}: ") + ".*" + re.escape(said)):
+            fb.check(out, ref, tol=tol)
+        with pytest.raises(ValueError):
+            fb.check(fb.empty(ref.shape, np.float32), ref, tol=tol, after=fb.Skipped("no GPU", "k"))
+    assert fb.check(out, ref, tol=np.float32(1e-3)).passed
+    with pytest.raises(TypeError, match="out is None, not an array: pass the array the kernel wrote"):
+        fb.check(None, ref)
+    with pytest.raises(TypeError, match="ref is None, not an array"):
+        fb.check(out, None)
 
 
 def test_shape_and_reference_dtype_mismatch():

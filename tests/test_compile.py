@@ -602,3 +602,24 @@ def test_a_gpu_older_than_the_source_gets_a_build_for_the_source_s_oldest_and_a_
     assert fb.compile(src, min_arch="sm_80").arch == "sm_121a"
     monkeypatch.setattr(comp, "current_arch", lambda: "sm_100a")  # wgmma-only source on a Blackwell: sm_90a's build
     assert fb.compile('extern "C" __global__ void k() {}', min_arch="sm_90a").arch == "sm_90a"
+
+
+def test_expect_sass_says_how_its_arguments_go():
+    """A kernel's name among the opcodes, a list of opcodes, forbid as one string (its letters were the opcodes and
+    none matched: a pass), a kernel name mistyped in resources: each one message, no internal error."""
+    import feedbeast as fb
+    m = fb.compile('extern "C" __global__ void copy(const float* a, float* b) { b[threadIdx.x] = a[threadIdx.x]; }',
+                   "sm_90a")
+    for call, said in ((lambda: m.expect_sass("LDG.E", "copy"), "'copy' is a kernel of this module, not an opcode: "
+                        "write kernel='copy'"),
+                       (lambda: m.expect_sass(["LDG.E", "STG.E"]), "not list ['LDG.E', 'STG.E'] (unpack a list: *ops)"),
+                       (lambda: m.expect_sass("LDG.E", forbid="STG"), "forbid='STG' is one string: give a tuple of "
+                        "opcodes, forbid=('STG',)")):
+        with pytest.raises(fb.FeedbeastError) as e:
+            call()
+        assert said in str(e.value), str(e.value)
+    with pytest.raises(fb.SassMismatch, match="should not contain STG"):
+        m.expect_sass("LDG.E", forbid=("STG",))
+    with pytest.raises(fb.KernelNotFound, match="no kernel named 'cpy' in this module; it has: copy"):
+        m.resources["cpy"]
+    assert m.resources["copy"].registers > 0 and list(m.resources) == ["copy"]

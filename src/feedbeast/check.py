@@ -32,12 +32,17 @@ TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 3e-4, "float16": 2e-3, "
 
 
 def tolerance_for(dtype, tol=None) -> float:
-    if isinstance(tol, (int, float)) and not isinstance(tol, bool):
+    if isinstance(tol, (int, float, np.floating, np.integer)) and not isinstance(tol, bool):
+        if not tol >= 0:           # a negative (or NaN) limit fails every output: a typo, not a check
+            raise ValueError(f"tol={tol!r}: a tolerance is a relative error >= 0 (0 asks for exact equality)")
         return float(tol)
     if isinstance(tol, str):
         if tol not in TOLERANCE:
             raise ValueError(f"unknown tolerance name {tol!r}: use one of {', '.join(TOLERANCE)} or a number")
         return TOLERANCE[tol]
+    if tol is not None:            # a list or a tuple was taken for the default before: the check ran at another limit
+        raise ValueError(f"tol={tol!r}: give one number (the relative error allowed, e.g. tol=1e-3) or a name "
+                         f"({', '.join(TOLERANCE)})")
     dt = np.dtype(dtype)
     if dt.kind in "iub":
         return 0.0
@@ -159,6 +164,12 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
     from .memory import DeviceArray
     if isinstance(out, Skipped):
         return with_recorded(out, name, "check")
+    for what, a in (("out", out), ("ref", ref)):
+        if a is None or isinstance(a, (str, bytes)):   # np.shape(None) is (): the message would be about shapes
+            raise TypeError(f"{name}: {what} is {a!r}, not an array: "
+                            + ("pass the array the kernel wrote (a launch returns None, or a Skipped)" if what == "out"
+                               else "pass the expected values, a numpy array (float64 for a reference)"))
+    tolerance_for(np.float64, tol)          # a tol that is no tolerance is said on every machine, before any skip
     ref = np.asarray(ref)
     # The shapes and dtypes are known without a GPU: a mistake in them is said on every machine, before any skip.
     _compatible(tuple(out.shape) if isinstance(out, DeviceArray) else np.shape(out),

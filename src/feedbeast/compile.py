@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import numbers
 import os
 import re
 from pathlib import Path
@@ -251,6 +252,18 @@ def _unclosed_braces(src: str) -> int:
     return max(0, kept.count("{") - kept.count("}"))
 
 
+class _Kernels(dict):
+    """A dict by kernel name whose missing key is the module's KernelNotFound, listing the kernels there are."""
+
+    def __init__(self, items, known):
+        super().__init__(items)
+        self._known = known
+
+    def __missing__(self, name):
+        self._known(name)          # raises KernelNotFound for a name the module does not have
+        raise KeyError(name)       # a kernel of the module with no resource line (a log ptxas did not write)
+
+
 @dataclasses.dataclass
 class Module:
     """A compiled translation unit: cubin bytes, the compiler's log, and its kernels."""
@@ -325,7 +338,8 @@ class Module:
 
     @property
     def resources(self) -> dict[str, Resources]:
-        return parse_ptxas_log(self.log)
+        """Per kernel; a name not among them raises KernelNotFound with the names there are (not a bare KeyError)."""
+        return _Kernels(parse_ptxas_log(self.log), self._known)
 
     @property
     def warnings(self) -> list[str]:
@@ -432,6 +446,13 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     arch = arch or here or min_arch or DEFAULT_ARCH
     parse_arch(arch)
     options = _options(options)
+    if defines is not None and not isinstance(defines, dict):   # dict() of ['TILE=32'] says "sequence element #0"
+        raise FeedbeastError(f"defines={defines!r}: give a dict of -D macros, e.g. defines={{'TILE': 32}}")
+    for k, v in (defines or {}).items():
+        if isinstance(v, bool) or not (v is None or isinstance(v, (numbers.Integral, str)) or
+                                       isinstance(v, numbers.Real) and v == v):     # numpy's numbers too
+            raise FeedbeastError(f"defines={{{k!r}: {v!r}}}: a define's value is an int, C text (a str) or None "
+                                 f"(defined with no value)" + (f": {int(v)} for {v!r}" if isinstance(v, bool) else ""))
     if hazards:
         defines, debug = {**(defines or {}), "FB_HAZARDS": 1}, True
     defs = dict(defines or {})

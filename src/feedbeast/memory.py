@@ -163,15 +163,23 @@ class DeviceArray:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, {where})"
 
 
+def _shape(shape, who: str) -> tuple[int, ...]:
+    """A shape as a tuple of ints, or a ValueError naming `who` and the size that is not one (numpy's own words, from
+    deep inside it, do not say which call or what to do)."""
+    if shape is None or isinstance(shape, (str, bytes)):
+        raise ValueError(f"{who}: shape {shape!r}: give an int or a tuple of ints, e.g. (rows, cols)")
+    shape = (shape,) if np.isscalar(shape) else tuple(shape)
+    bad = [n for n in shape if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0]
+    if bad:
+        raise ValueError(f"{who}: shape {shape}: each size must be a whole number >= 0, not {bad[0]!r} "
+                         "(use // for a size computed by division)")
+    return tuple(int(n) for n in shape)
+
+
 def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
     """Uninitialised device memory, poisoned unless told otherwise."""
     dtype = np.dtype(dtype)
-    shape = (shape,) if np.isscalar(shape) else tuple(shape)
-    bad = [n for n in shape if not isinstance(n, (int, np.integer)) or n < 0]
-    if bad:
-        raise ValueError(f"empty: shape {shape}: each size must be a whole number >= 0, not {bad[0]!r} "
-                         "(use // for a size computed by division)")
-    shape = tuple(int(n) for n in shape)
+    shape = _shape(shape, "empty")
     nbytes = int(np.prod(shape)) * dtype.itemsize
     if gpu() is None:
         return DeviceArray(shape, dtype, None)
@@ -284,6 +292,9 @@ def random(shape, dtype=np.float32, *, seed=None, low=None, high=None) -> np.nda
     alike, and a float that rounds to zero (a tiny value in fp8) is drawn again, so a kernel that skips an element
     cannot pass by the zero it left behind."""
     dtype = np.dtype(dtype)
+    shape = _shape(shape, "random")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"random: seed={seed!r}: a whole number >= 0 (or None for fresh randomness)")
     rng = np.random.default_rng(seed)
     if dtype.kind == "b":
         raise ValueError("random: a bool array that is never False is all True; for random bools use "

@@ -355,11 +355,32 @@ def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = ()
     return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in required})
 
 
+def _opcode_args(required, forbid, kernels=()) -> tuple:
+    """The opcodes as expect_sass takes them (separate strings; forbid a tuple), or a FeedbeastError saying what was
+    given instead: a list (unpack it), one string as forbid (its letters would be the opcodes, none found: a pass),
+    a kernel's name among the opcodes (kernel= names the kernel)."""
+    from .errors import FeedbeastError
+    for p in required:
+        if not isinstance(p, str):
+            raise FeedbeastError(f"expect_sass: opcodes are separate strings, expect_sass('LDG.E', 'STG.E'), not "
+                                 f"{type(p).__name__} {p!r}" + (" (unpack a list: *ops)" if isinstance(p, (list, tuple))
+                                                               else ""))
+        if p in kernels:
+            raise FeedbeastError(f"expect_sass: {p!r} is a kernel of this module, not an opcode: write kernel={p!r}")
+    if isinstance(forbid, str):
+        raise FeedbeastError(f"expect_sass: forbid={forbid!r} is one string: give a tuple of opcodes, "
+                             f"forbid=({forbid!r},)")
+    if not all(isinstance(p, str) for p in forbid):
+        raise FeedbeastError(f"expect_sass: forbid holds opcodes as strings, got {forbid!r}")
+    return tuple(required), tuple(forbid)
+
+
 def expect_sass(mod, *required: str, kernel: str | None = None, forbid: tuple = ()) -> collections.Counter:
     """Assert that the SASS of `mod` (a Module) has every `required` opcode and none of `forbid`.
 
     Returns the count of each required opcode. Raises SassMismatch naming what is missing.
     """
+    required, forbid = _opcode_args(required, forbid, mod.kernel_names)
     where = f"kernel {kernel}" if kernel else f"module ({', '.join(mod.kernel_names)})"
     return expect_opcodes(histogram(mod, kernel), *required, forbid=forbid, where=where, arch=mod.arch,
                           todo=getattr(mod, "todo", ""))

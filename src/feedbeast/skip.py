@@ -11,7 +11,7 @@ import hashlib
 import html
 
 from . import hooks
-from .device import gpu, runs_on
+from .device import gpu, parse_arch, runs_on
 
 
 class Skipped:
@@ -61,6 +61,10 @@ def needs(arch: str | None, what: str = "", *, shared: int = 0) -> Skipped | Non
     """None when this machine can run `arch` code (None: code built for whichever GPU runs it) with `shared` bytes
     of shared memory per block, else the Skipped that says why not (a GEMM tiled for an A100's or a Hopper's
     shared memory on a GPU that gives a block 99 KB)."""
+    if arch is not None:
+        parse_arch(arch)             # a typo (sm90a) is said on every machine, not first on the GPU it names
+    if not isinstance(shared, int) or shared < 0:
+        raise ValueError(f"needs(shared={shared!r}): the bytes of shared memory per block, a whole number >= 0")
     g = gpu()
     if arch is None or runs_on(arch, g.cc if g else None):
         if arch is None and g is None:
