@@ -623,3 +623,34 @@ def test_expect_sass_says_how_its_arguments_go():
     with pytest.raises(fb.KernelNotFound, match="no kernel named 'cpy' in this module; it has: copy"):
         m.resources["cpy"]
     assert m.resources["copy"].registers > 0 and list(m.resources) == ["copy"]
+
+
+def test_defines_needs_and_random_say_what_a_wrong_argument_was():
+    """defines as a list (dict() said 'sequence element #0'), a bool define (NVRTC: identifier "True" is undefined),
+    an arch typo in needs() (first said on the GPU it names), a shape computed with / or a seed that numpy refuses
+    from deep inside: one message each, naming the call."""
+    import numpy as np
+    import feedbeast as fb
+    src = 'extern "C" __global__ void k(float* y) { y[0] = TILE; }'
+    for defines, said in ((["TILE=32"], "give a dict of -D macros, e.g. defines={'TILE': 32}"),
+                          ({"TILE": True}, "a define's value is an int, C text (a str) or None (defined with no value)"
+                                           ": 1 for True"),
+                          ({"TILE": [32]}, "a define's value is an int")):
+        with pytest.raises(fb.FeedbeastError) as e:
+            fb.compile(src, "sm_90a", defines=defines)
+        assert said in str(e.value), str(e.value)
+    for value in (32, "32", np.int64(32), 1.5, None):
+        assert fb.compile(src, "sm_90a", defines={"TILE": value}).kernel_names == ["k"]
+    with pytest.raises(fb.FeedbeastError, match="unknown arch 'sm90a': use one of sm_75"):
+        fb.needs("sm90a", "k")
+    with pytest.raises(ValueError, match=r"needs\(shared=-1\)"):
+        fb.needs("sm_80", "k", shared=-1)
+    for call, said in ((lambda: fb.random(10 / 4), "random: shape (2.5,): each size must be a whole number >= 0"),
+                       (lambda: fb.random("10"), "random: shape '10': give an int or a tuple of ints"),
+                       (lambda: fb.random(None), "random: shape None"),
+                       (lambda: fb.random(4, seed=-1), "random: seed=-1: a whole number >= 0"),
+                       (lambda: fb.empty(None), "empty: shape None")):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert said in str(e.value), str(e.value)
+    assert fb.random((3, 4), seed=np.int64(2)).shape == (3, 4) and fb.random(np.int64(5)).shape == (5,)
