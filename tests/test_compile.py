@@ -654,3 +654,13 @@ def test_defines_needs_and_random_say_what_a_wrong_argument_was():
             call()
         assert said in str(e.value), str(e.value)
     assert fb.random((3, 4), seed=np.int64(2)).shape == (3, 4) and fb.random(np.int64(5)).shape == (5,)
+
+
+def test_cuda_h_in_a_kernel_says_it_is_a_host_header():
+    """#include <cuda.h> (for CUtensorMap) fails inside the driver header with "cannot open stdlib.h": the error says
+    what cuda.h is and where a kernel's tensor map comes from."""
+    import feedbeast as fb
+    with pytest.raises(fb.CompileError) as e:
+        fb.compile('#include <cuda.h>\nextern "C" __global__ void k(float* y) { y[0] = 1; }', "sm_90a")
+    assert "cuda.h cannot be compiled by NVRTC: it is the CUDA driver API's header for host code" in str(e.value)
+    assert "fb::TensorMap" in str(e.value) and "catastrophic" not in str(e.value), str(e.value)

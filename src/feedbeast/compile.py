@@ -215,6 +215,13 @@ def _format_diagnostics(src: str, log: str, filename: str) -> tuple[str, list[di
     if parts and unclosed:
         parts.append(f"note: the cell opens {unclosed} more {{ than it closes: a block above line {shown[0]['line']} "
                      "may be missing its }" if shown else f"note: the cell opens {unclosed} more {{ than it closes")
+    host = re.search(r'([\w./-]+)\(\d+\): catastrophic error: cannot open source file "([\w./]+)"', log)
+    if host and os.path.basename(host[1]) == "cuda.h":
+        # the driver API's header is host code: NVRTC has no C library for it (NVRTC User Guide, "Language")
+        parts = [f"{os.path.basename(host[1])} cannot be compiled by NVRTC: it is the CUDA driver API's header for host "
+                 f"code and includes the C library's {host[2]}, which NVRTC does not have. A kernel needs none of it: "
+                 "a tensor map is a `const __grid_constant__ fb::TensorMap` parameter (#include <fb/tma.cuh>, "
+                 "chapter 05), made in Python with fb.tensor_map"]
     if not parts:   # an error outside the cell (a header) or one NVRTC did not attribute to a line
         # ptxas's own report (a kernel's resources, `ptxas info` lines) says nothing of the error but its error lines;
         # a header's error keeps its whole text ("detected during instantiation ... at line 4 of lab.cu")
