@@ -664,3 +664,14 @@ def test_cuda_h_in_a_kernel_says_it_is_a_host_header():
         fb.compile('#include <cuda.h>\nextern "C" __global__ void k(float* y) { y[0] = 1; }', "sm_90a")
     assert "cuda.h cannot be compiled by NVRTC: it is the CUDA driver API's header for host code" in str(e.value)
     assert "fb::TensorMap" in str(e.value) and "catastrophic" not in str(e.value), str(e.value)
+
+
+def test_highlight_takes_sass_text_and_opcodes():
+    import feedbeast as fb
+    m = fb.compile('extern "C" __global__ void copy(const float* a, float* b) { b[threadIdx.x] = a[threadIdx.x]; }',
+                   "sm_90a")
+    with pytest.raises(fb.FeedbeastError, match=r"highlight takes SASS text, not a Module: pass mod.sass\('kernel_name'\)"):
+        fb.sass.highlight(m, "LDG")
+    with pytest.raises(fb.FeedbeastError, match=r"highlight\(text, 'LDG.E', 'STG.E'\), not list"):
+        fb.sass.highlight(m.sass("copy"), ["LDG", "STG"])
+    assert ">> " in fb.sass.highlight(m.sass("copy"), "LDG", context=0)

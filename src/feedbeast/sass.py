@@ -355,23 +355,24 @@ def expect_opcodes(hist: collections.Counter, *required: str, forbid: tuple = ()
     return collections.Counter({p: sum(n for op, n in hist.items() if matches(op, p)) for p in required})
 
 
-def _opcode_args(required, forbid, kernels=()) -> tuple:
+def _opcode_args(required, forbid, kernels=(), who: str = "expect_sass") -> tuple:
     """The opcodes as expect_sass takes them (separate strings; forbid a tuple), or a FeedbeastError saying what was
     given instead: a list (unpack it), one string as forbid (its letters would be the opcodes, none found: a pass),
     a kernel's name among the opcodes (kernel= names the kernel)."""
     from .errors import FeedbeastError
     for p in required:
         if not isinstance(p, str):
-            raise FeedbeastError(f"expect_sass: opcodes are separate strings, expect_sass('LDG.E', 'STG.E'), not "
+            example = "highlight(text, 'LDG.E', 'STG.E')" if who == "highlight" else f"{who}('LDG.E', 'STG.E')"
+            raise FeedbeastError(f"{who}: opcodes are separate strings, {example}, not "
                                  f"{type(p).__name__} {p!r}" + (" (unpack a list: *ops)" if isinstance(p, (list, tuple))
                                                                else ""))
         if p in kernels:
-            raise FeedbeastError(f"expect_sass: {p!r} is a kernel of this module, not an opcode: write kernel={p!r}")
+            raise FeedbeastError(f"{who}: {p!r} is a kernel of this module, not an opcode: write kernel={p!r}")
     if isinstance(forbid, str):
-        raise FeedbeastError(f"expect_sass: forbid={forbid!r} is one string: give a tuple of opcodes, "
+        raise FeedbeastError(f"{who}: forbid={forbid!r} is one string: give a tuple of opcodes, "
                              f"forbid=({forbid!r},)")
     if not all(isinstance(p, str) for p in forbid):
-        raise FeedbeastError(f"expect_sass: forbid holds opcodes as strings, got {forbid!r}")
+        raise FeedbeastError(f"{who}: forbid holds opcodes as strings, got {forbid!r}")
     return tuple(required), tuple(forbid)
 
 
@@ -730,6 +731,10 @@ def expect_mbarrier_waits(mod, kernel: str, least: int, why: str) -> list[int]:
 
 def highlight(sass: str, *patterns: str, context: int = 2, limit: int = 40) -> str:
     """The lines of `sass` that hold `patterns`, with `context` lines around, marked with '>>'."""
+    from .errors import FeedbeastError
+    if not isinstance(sass, str):     # a Module's attribute lookup said "no kernel named 'splitlines'"
+        raise FeedbeastError(f"highlight takes SASS text, not a {type(sass).__name__}: pass mod.sass('kernel_name')")
+    _opcode_args(patterns, (), who="highlight")
     lines = sass.splitlines()
     hits = {i for i, ln in enumerate(lines) if any(matches(op, p) for op in opcodes(ln) for p in patterns)}
     keep = sorted({j for i in hits for j in range(i - context, i + context + 1) if 0 <= j < len(lines)})
