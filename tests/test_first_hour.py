@@ -284,17 +284,23 @@ def _fake_bundles(tmp_path):
     return notebook, full
 
 
+def _installed_venv(tmp_path, cuda: str):
+    """A venv of this Python with make's stamp of an install of the `cuda` pins, newer than every requirement."""
+    import venv
+    v = tmp_path / "v"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(v)
+    stamp = v / f".installed-{cuda}"
+    stamp.write_text("")
+    later = max(p.stat().st_mtime for p in [*(ROOT / "requirements").iterdir(), ROOT / "pyproject.toml"]) + 10
+    os.utime(stamp, (later, later))
+    return v, stamp
+
+
 def test_a_venv_made_by_a_given_python_is_kept_by_later_commands(tmp_path):
     """An offline room: .venv made with PYTHON3=python3.12 for the bundle, where `python3` is another Python. A later
     `make grade` without PYTHON3 keeps that .venv (made again, it could not be installed offline); a PYTHON3 given
     that differs from .venv's still makes it again."""
-    import venv
-    v = tmp_path / "v"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(v)
-    stamp = v / ".installed-cu13"
-    stamp.write_text("")
-    later = max(p.stat().st_mtime for p in [*(ROOT / "requirements").iterdir(), ROOT / "pyproject.toml"]) + 10
-    os.utime(stamp, (later, later))
+    v, stamp = _installed_venv(tmp_path, "cu13")
     fake = tmp_path / "bin"
     fake.mkdir()
     other = fake / "python3"                  # `python3` on PATH: another interpreter than the one .venv came from
@@ -314,13 +320,7 @@ def test_a_venv_made_by_a_given_python_is_kept_by_later_commands(tmp_path):
 def test_a_venv_of_the_cuda_12_pins_is_kept_by_later_commands(tmp_path):
     """`make lab CUDA=12` (a CUDA 12 driver), then `make grade` without CUDA: the grade runs in that .venv; it used to
     install the CUDA 13 pins into it (online; offline it failed). CUDA=13 given still installs them."""
-    import venv
-    v = tmp_path / "v"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(v)
-    stamp = v / ".installed-cu12"
-    stamp.write_text("")
-    later = max(p.stat().st_mtime for p in [*(ROOT / "requirements").iterdir(), ROOT / "pyproject.toml"]) + 10
-    os.utime(stamp, (later, later))
+    v, stamp = _installed_venv(tmp_path, "cu12")
 
     def dry(*more):
         return subprocess.run(["make", "-n", "--no-print-directory", "grade", "LAB=00", f"VENV={v}", *more], cwd=ROOT,
