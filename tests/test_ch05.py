@@ -4,6 +4,7 @@ SASS and resources of every kernel (CPU), and the kernels themselves on ragged s
 The kernels are read from the chapter and the lab solution, so that what is tested is what ships.
 """
 import functools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,13 @@ def test_descriptor_fields_follow_the_matrix_descriptor_format():
     assert sw.decode(d) == {"start": 0x12340, "lbo": 16, "sbo": 1024, "base_offset": 0, "swizzle": 128}
     assert sw.decode(sw.wgmma_descriptor(0, 0, 0, 64))["swizzle"] == 64
     assert sw.decode(sw.wgmma_descriptor(0, 0, 0, 32))["swizzle"] == 32
+    # what the 14-bit fields cannot hold was encoded as another address (start=1 and start=2**20 both as 0)
+    for kw, said in (({"start": 1}, "start=1: the descriptor holds it as bytes >> 4 in 14 bits"),
+                     ({"start": 1 << 20}, "start=1048576"), ({"sbo": -16}, "sbo=-16"), ({"lbo": 8.0}, "lbo=8.0"),
+                     ({"mode": 100}, "mode=100: the swizzle is one of 0, 128, 64, 32"),
+                     ({"base_offset": 8}, "base_offset=8: a 3-bit field")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            sw.wgmma_descriptor(**{"start": 0, "lbo": 16, "sbo": 1024, "mode": 128, **kw})
 
 
 def test_header_descriptor_uses_the_modelled_constants():

@@ -651,3 +651,19 @@ def test_a_cublas_ceiling_that_cannot_load_says_why_and_what_to_install(monkeypa
     r = ceilings.matmul_rate.__wrapped__("bf16", 64)
     assert isinstance(r, fb.Skipped) and "OSError: libcublas.so.13: cannot open" in str(r), r
     assert 'pip install "feedbeast[cublas]"` with a CUDA 13 driver' in str(r) and "nvidia-cublas-cu12" in str(r), r
+
+
+def test_bench_says_what_is_wrong_with_its_arguments_before_any_skip():
+    """On a CPU every one of these came back as "skipped: needs a GPU", the mistake said first on the GPU: a launch's
+    result for fn, reps=0, negative bytes, a bound no peak is known for, no name."""
+    for kw, said in ((dict(fn=None, name="x"), "fn is None, not a function"),
+                     (dict(fn=fb.Skipped("no GPU", "k"), name="x"), "not a function: pass one that launches"),
+                     (dict(fn=lambda: 0, name="x", reps=0), "reps=0: a whole number >= 1"),
+                     (dict(fn=lambda: 0, name="x", nbytes=-5), "nbytes=-5: the bytes moved of one run"),
+                     (dict(fn=lambda: 0, name="x", bound="mem"), "bound='mem': one of dram, l2, smem"),
+                     (dict(fn=lambda: 0, name=None), "name=None")):
+        with pytest.raises((TypeError, ValueError)) as e:
+            fb.bench(**kw)
+        assert said in str(e.value), str(e.value)
+    if fb.gpu() is None:
+        assert isinstance(fb.bench(lambda: 0, name="x", nbytes=1e9, bound="dram", reps=3), fb.Skipped)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import inspect
+import numbers
 import time
 
 import numpy as np
@@ -39,7 +40,7 @@ import numpy as np
 from . import hooks
 from .device import _check, gpu
 from .errors import FeedbeastError
-from .peaks import PhysicalLimitError, bound_of, physical_peak
+from .peaks import RESOURCES, PhysicalLimitError, bound_of, physical_peak
 from .skip import Skipped, needs_gpu, with_recorded
 
 
@@ -193,6 +194,25 @@ def _flush(how) -> None:
         flush_l2()
 
 
+def _arguments(fn, name, nbytes, flops, bound, warmup, reps) -> None:
+    """bench's arguments, checked before any skip: on a CPU each mistake used to come back as "skipped: needs a
+    GPU", and was said first on the GPU (or, for bytes or flops, printed a figure of nothing)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"bench: name={name!r}: the name the result is recorded under, e.g. name='copy_x2 n=2^26'")
+    if isinstance(fn, Skipped) or not callable(fn):
+        raise TypeError(f"bench {name}: fn is {fn!r}, not a function: pass one that launches, e.g. "
+                        "lambda: kernel.launch(...) or kernel.bind(...) (a launch's result is not one)")
+    for what, v in (("nbytes", nbytes), ("flops", flops)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not v >= 0):
+            raise ValueError(f"bench {name}: {what}={v!r}: the {'bytes moved' if what == 'nbytes' else 'operations'} "
+                             "of one run, a number >= 0 (or None)")
+    if bound is not None and bound not in RESOURCES:
+        raise ValueError(f"bench {name}: bound={bound!r}: one of {', '.join(RESOURCES)} (or None: the ceiling's)")
+    for what, v, least in (("warmup", warmup, 0), ("reps", reps, 1)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < least:
+            raise ValueError(f"bench {name}: {what}={v!r}: a whole number >= {least}")
+
+
 def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = None, ceiling=None,
           bound: str | None = None, kernel=None, warmup: int = 3, reps: int = 30, flush: bool | str = True,
           sizes: dict | None = None, record: bool = True):
@@ -215,6 +235,7 @@ def bench(fn, *, name: str, nbytes: float | None = None, flops: float | None = N
     if flush not in FLUSHES:     # said on every machine, before any skip
         raise ValueError(f"bench {name}: flush is True (a memset of twice the L2), \"read\" (a read of it) or False, "
                          f"not {flush!r}")
+    _arguments(fn, name, nbytes, flops, bound, warmup, reps)
     skip = needs_gpu(f"bench {name}")
     if skip is not None:
         return with_recorded(skip, name)

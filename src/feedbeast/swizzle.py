@@ -121,14 +121,25 @@ def plot_bank_maps(modes=(0, 32, 64, 128), rows: int = 8, row_bytes: int = 128, 
 DESC_SWIZZLE = {0: 0, 128: 1, 64: 2, 32: 3}   # bits 62-63
 
 
-def _field(nbytes: int) -> int:
-    return (nbytes & 0x3FFFF) >> 4
+def _field(nbytes: int, name: str = "offset") -> int:
+    """A 14-bit field of bytes >> 4 (PTX ISA, "Matrix Descriptor Format"): a byte count that is not a multiple of
+    16 or not below 256 KiB would be encoded as another address, silently: refused."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or not 0 <= nbytes < 1 << 18 \
+            or nbytes % 16:
+        raise ValueError(f"wgmma_descriptor: {name}={nbytes!r}: the descriptor holds it as bytes >> 4 in 14 bits: a "
+                         "whole number of bytes, a multiple of 16, below 256 KiB (0x40000)")
+    return (int(nbytes) & 0x3FFFF) >> 4
 
 
 def wgmma_descriptor(start: int, lbo: int, sbo: int, mode: int, base_offset: int = 0) -> int:
     """The 64-bit descriptor: start address, leading and stride byte offsets (all >> 4), swizzle mode."""
-    return (_field(start) | (_field(lbo) << 16) | (_field(sbo) << 32) | ((base_offset & 7) << 49)
-            | (DESC_SWIZZLE[mode] << 62))
+    if mode not in DESC_SWIZZLE:
+        raise ValueError(f"wgmma_descriptor: mode={mode!r}: the swizzle is one of {', '.join(map(str, DESC_SWIZZLE))} "
+                         "(bytes; 0: none)")
+    if not isinstance(base_offset, (int, np.integer)) or not 0 <= base_offset < 8:
+        raise ValueError(f"wgmma_descriptor: base_offset={base_offset!r}: a 3-bit field, 0 to 7")
+    return (_field(start, "start") | (_field(lbo, "lbo") << 16) | (_field(sbo, "sbo") << 32)
+            | (int(base_offset) << 49) | (DESC_SWIZZLE[mode] << 62))
 
 
 def decode(desc: int) -> dict:
