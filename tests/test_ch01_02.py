@@ -88,6 +88,26 @@ def test_launcher_is_a_skip_in_the_simulator():
     assert isinstance(fbn.regs(rowsum_tiled), fb.Skipped)
 
 
+def test_launcher_checks_its_geometry_and_arguments_on_every_machine():
+    """A missing argument, a grid of 0 or a block of 2048 threads: said when the launcher is made, here too, not
+    first on a GPU (in the simulator the launcher only skips)."""
+    @cuda.jit
+    def addone(x, n):
+        i = cuda.grid(1)
+        if i < n:
+            x[i] += 1
+    x = fbn.device_or_host(np.zeros(8, np.float32), poison=False)
+    with pytest.raises(FeedbeastError, match=r"addone\(x, n\) cannot take 1 argument"):
+        fbn.launcher(addone, 1, 8, x)
+    with pytest.raises(fb.LaunchError, match="grid 0: give 1 to 3 positive integer sizes"):
+        fbn.launcher(addone, 0, 8, x, 8)
+    with pytest.raises(fb.LaunchError, match=r"block \(32, 64, 1\) has 2048 threads: at most 1024"):
+        fbn.launcher(addone, 1, (32, 64), x, 8)
+    with pytest.raises(FeedbeastError, match="is not a Numba kernel"):
+        fbn.launcher(lambda x, n: None, 1, 8, x, 8)
+    assert callable(fbn.launcher(addone, 1, 8, x, 8))
+
+
 def test_pointer_chase_follows_one_cycle():
     n = 300
     order = np.random.default_rng(0).permutation(n).astype(np.uint32)

@@ -236,3 +236,27 @@ def test_numpy_reads_a_device_array_as_a_host_copy_or_says_why_it_cannot():
         assert np.asarray(dev, dtype=np.float64).dtype == np.float64
         with pytest.raises(ValueError, match="only as a copy"):
             np.asarray(dev, copy=False)
+
+
+def test_tally_takes_a_verdict_and_check_ring_its_step_functions():
+    """fb.tally('x', 'False') passed and an array raised numpy's ambiguity error; check_ring given producer(ring, 0)
+    (its result), no consumer with the default init (reported as the learner's mbarrier misuse) or stages=2.0:
+    one message each."""
+    import numpy as np
+    from feedbeast.sim.checker import check_ring
+    for passed in ("False", np.array([True, False])):
+        with pytest.raises(TypeError, match="give True or False"):
+            fb.tally("x", passed)
+    assert fb.tally("x", np.bool_(True)).passed and fb.tally("x", np.array([True])).passed
+
+    def producer(ring, i):
+        yield ring.full[0].arrive()
+
+    def consumer(ring, i):
+        yield None
+    with pytest.raises(TypeError, match=r"give the step function itself .* not its result, producer\(ring, 0\)"):
+        check_ring(producer(None, 0), [consumer])
+    with pytest.raises(ValueError, match=r"consumers=\[\]: give at least one consumer step function"):
+        check_ring(producer, [])
+    with pytest.raises(ValueError, match="stages=2.0: a whole number >= 1"):
+        check_ring(producer, [consumer], stages=2.0)

@@ -232,6 +232,10 @@ def tally(name: str, passed, line: str = "", *, raise_on_fail: bool = True):
     Skipped instead (nothing could be counted here), the skip, with what a GPU run recorded under `name`."""
     if isinstance(passed, Skipped):
         return with_recorded(passed, name, "check")
+    if isinstance(passed, (str, bytes)) or isinstance(passed, np.ndarray) and passed.size != 1:
+        # the string 'False' counted as passed; an array raised numpy's "truth value ... is ambiguous"
+        raise TypeError(f"tally {name}: passed={passed!r}: give True or False (for an array of per-case verdicts, "
+                        "its .all())")
     result = Tally(name, bool(passed), line or "every case")
     hooks.verdict("passed" if result.passed else "failed", name, repr(result))
     hooks.emit(hooks.on_check, result)

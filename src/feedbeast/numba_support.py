@@ -135,10 +135,23 @@ def to_host(a) -> np.ndarray:
 def launcher(kernel, grid, block, *args):
     """A zero-argument function that launches `kernel[grid, block](*args)`: what fb.bench times.
 
-    In the simulator it launches nothing and returns a Skipped (there is nothing to time there).
+    In the simulator it launches nothing and returns a Skipped (there is nothing to time there). The geometry and
+    the number of arguments are checked first, on every machine (a mistake was said first on a GPU, or never).
     """
+    import inspect
+    from .launch import check_config
+    py = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)     # a GPU dispatcher, or the simulator's
+    if not callable(py):
+        raise FeedbeastError(f"launcher: {kernel!r} is not a Numba kernel: give the @cuda.jit function itself")
+    name = py.__name__
+    try:
+        inspect.signature(py).bind(*args)
+    except TypeError as e:
+        params = ", ".join(inspect.signature(py).parameters)
+        raise FeedbeastError(f"launcher: {name}({params}) cannot take {len(args)} argument{'s' * (len(args) != 1)} "
+                             f"({e})") from None
+    check_config(grid, block, 0, None, arch="sm_75", name=name)   # the limits every arch shares (CUDA C++ Guide)
     if simulator():
-        name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", "")
         return lambda: Skipped("Numba runs in its CUDA simulator here, which has no timing", name)
     configured = kernel[grid, block]
     return lambda: configured(*args)

@@ -353,11 +353,21 @@ class RingModel:
             producers = [producers]
         if callable(consumers):
             consumers = [consumers]
+        for what, fns in (("producer", producers), ("consumers", consumers)):
+            if not isinstance(fns, (list, tuple)) or any(not callable(f) for f in fns):
+                raise TypeError(f"check_ring: {what}={fns!r}: give the step function itself (or a list of them), "
+                                "as check_ring(producer, [consumer] * 4): not its result, producer(ring, 0), which "
+                                "runs it outside the checker")
         producers, consumers = list(producers), list(consumers)
         if not producers and not consumers:
             raise ValueError("no threads to check")
-        if stages < 1 or tiles < 0:
-            raise ValueError("need stages >= 1 and tiles >= 0")
+        if not consumers and init is None:   # default_init counts one arrival per consumer on empty[s]: with none,
+            #                                   its count of 0 was reported as the learner's mbarrier misuse
+            raise ValueError("check_ring: consumers=[]: give at least one consumer step function (or an init of "
+                             "your own for a ring without consumers)")
+        for what, v, least in (("stages", stages, 1), ("tiles", tiles, 0), ("tile_bytes", tile_bytes, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                raise ValueError(f"check_ring: {what}={v!r}: a whole number >= {least}")
         S = stages
         self.stages, self.tiles, self.tile_bytes = stages, tiles, tile_bytes
         self.every_consumer_reads = every_consumer_reads
