@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import feedbeast as fb
@@ -667,3 +668,18 @@ def test_bench_says_what_is_wrong_with_its_arguments_before_any_skip():
         assert said in str(e.value), str(e.value)
     if fb.gpu() is None:
         assert isinstance(fb.bench(lambda: 0, name="x", nbytes=1e9, bound="dram", reps=3), fb.Skipped)
+
+
+def test_a_ceiling_or_a_reference_with_a_wrong_argument_says_so_on_every_machine():
+    """fb.ceiling('bf16', 'big') and ('copy', -1) were skips on a CPU; matmul_reference of mismatched shapes raised
+    numpy's 'core dimension' error."""
+    from feedbeast import examples as ex
+    for call, said in ((lambda: fb.ceiling("cpy"), "unknown ceiling 'cpy'"),
+                       (lambda: fb.ceiling("bf16", "big"), "size='big': n of the n x n x n GEMM"),
+                       (lambda: fb.ceiling("copy", -1), "size=-1: the bytes copied"),
+                       (lambda: ex.matmul_reference(np.ones((4, 8)), np.ones((4, 8))),
+                        "a is 4x8 and b is 4x8: two matrices, a's columns equal to b's rows")):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert said in str(e.value), str(e.value)
+    assert ex.matmul_reference(np.ones((4, 8)), np.ones((8, 3))).shape == (4, 3)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import numbers
 
 import numpy as np
 
@@ -108,6 +109,11 @@ def matmul_rate(mode: str = "bf16", n: int = 8192):
 def ceiling(which: str, size: int | None = None):
     """'copy' -> copy bandwidth (GB/s, size in bytes); 'bf16' | 'fp16' | 'tf32' | 'fp32' -> cuBLAS
     TFLOP/s on size x size x size."""
+    if which not in ("copy", "bf16", "fp16", "tf32", "fp32"):    # said before any skip, on every machine
+        raise ValueError(f"unknown ceiling {which!r}: use 'copy', 'bf16', 'fp16', 'tf32' or 'fp32'")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1):
+        raise ValueError(f"ceiling {which!r}: size={size!r}: " + ("the bytes copied" if which == "copy" else
+                         "n of the n x n x n GEMM") + ", a whole number >= 1 (or None for the default)")
     if hooks.mode.untimed:     # make sanitize: nothing is timed there
         return Skipped(hooks.mode.untimed, f"{which} ceiling")
     if which == "copy":

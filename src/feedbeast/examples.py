@@ -43,6 +43,10 @@ def matmul_inputs(m: int, n: int, k: int, dtype=np.float32, seed: int = 0):
 
 
 def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:   # numpy's words: "core dimension 0 ... mismatch"
+        raise ValueError(f"matmul_reference: a is {'x'.join(map(str, a.shape))} and b is {'x'.join(map(str, b.shape))}: "
+                         "two matrices, a's columns equal to b's rows (M x K and K x N)")
     return a.astype(np.float64) @ b.astype(np.float64)
 
 
