@@ -39,7 +39,7 @@ import numpy as np
 
 from . import hooks
 from .device import _check, gpu
-from .errors import FeedbeastError
+from .errors import FeedbeastError, whole
 from .peaks import RESOURCES, PhysicalLimitError, bound_of, physical_peak
 from .skip import Skipped, needs_gpu, with_recorded
 
@@ -209,7 +209,7 @@ def _arguments(fn, name, nbytes, flops, bound, warmup, reps) -> None:
     if bound is not None and bound not in RESOURCES:
         raise ValueError(f"bench {name}: bound={bound!r}: one of {', '.join(RESOURCES)} (or None: the ceiling's)")
     for what, v, least in (("warmup", warmup, 0), ("reps", reps, 1)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < least:
+        if not whole(v, least):
             raise ValueError(f"bench {name}: {what}={v!r}: a whole number >= {least}")
 
 

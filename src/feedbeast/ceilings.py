@@ -14,13 +14,13 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import numbers
 
 import numpy as np
 
 from . import hooks
 from .bench import bench, with_recorded
 from .device import _check
+from .errors import whole
 # The physical peaks live in feedbeast.peaks (bench compares every result with them): importable from here too.
 from .peaks import (FP32_FMA_PER_CLOCK_PER_SM, RESOURCES, SMEM_BYTES_PER_CLOCK_PER_SM,  # noqa: F401
                     TENSOR_BF16_FLOPS_PER_CLOCK_PER_SM, PhysicalLimitError, PhysicalPeak, bound_of, physical_peak)
@@ -111,13 +111,11 @@ def ceiling(which: str, size: int | None = None):
     TFLOP/s on size x size x size."""
     if which not in ("copy", "bf16", "fp16", "tf32", "fp32"):    # said before any skip, on every machine
         raise ValueError(f"unknown ceiling {which!r}: use 'copy', 'bf16', 'fp16', 'tf32' or 'fp32'")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1):
+    if size is not None and not whole(size, 1):
         raise ValueError(f"ceiling {which!r}: size={size!r}: " + ("the bytes copied" if which == "copy" else
                          "n of the n x n x n GEMM") + ", a whole number >= 1 (or None for the default)")
     if hooks.mode.untimed:     # make sanitize: nothing is timed there
         return Skipped(hooks.mode.untimed, f"{which} ceiling")
     if which == "copy":
         return copy_bandwidth(*([size] if size else []))
-    if which in ("bf16", "fp16", "tf32", "fp32"):
-        return matmul_rate(which, *([size] if size else []))
-    raise ValueError(f"unknown ceiling {which!r}: use 'copy', 'bf16', 'fp16', 'tf32' or 'fp32'")
+    return matmul_rate(which, *([size] if size else []))

@@ -13,6 +13,13 @@ from __future__ import annotations
 import os
 import re
 
+def whole(v, least: int = 0) -> bool:
+    """Whether `v` is a whole number (a Python or numpy integer, not a bool) of at least `least`: what the toolkit's
+    sizes, counts and seeds must be, checked before any skip so that a mistake is said on every machine."""
+    import numbers
+    return not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= least
+
+
 FULL_TRACEBACK = "FEEDBEAST_TRACEBACK"   # =full: IPython's own traceback for the toolkit's errors too
 
 

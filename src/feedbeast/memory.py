@@ -21,7 +21,7 @@ import numpy as np
 from . import device as _device
 from . import hooks
 from .device import _check, gpu
-from .errors import BarrierTimeout, FeedbeastError, KernelFault
+from .errors import BarrierTimeout, FeedbeastError, KernelFault, whole
 
 try:
     import ml_dtypes
@@ -169,7 +169,7 @@ def _shape(shape, who: str) -> tuple[int, ...]:
     if shape is None or isinstance(shape, (str, bytes)):
         raise ValueError(f"{who}: shape {shape!r}: give an int or a tuple of ints, e.g. (rows, cols)")
     shape = (shape,) if np.isscalar(shape) else tuple(shape)
-    bad = [n for n in shape if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0]
+    bad = [n for n in shape if not whole(n)]
     if bad:
         raise ValueError(f"{who}: shape {shape}: each size must be a whole number >= 0, not {bad[0]!r} "
                          "(use // for a size computed by division)")
@@ -293,7 +293,7 @@ def random(shape, dtype=np.float32, *, seed=None, low=None, high=None) -> np.nda
     cannot pass by the zero it left behind."""
     dtype = np.dtype(dtype)
     shape = _shape(shape, "random")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+    if seed is not None and not whole(seed):
         raise ValueError(f"random: seed={seed!r}: a whole number >= 0 (or None for fresh randomness)")
     rng = np.random.default_rng(seed)
     if dtype.kind == "b":

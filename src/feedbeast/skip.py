@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import html
-import numbers
 
 from . import hooks
 from .device import gpu, parse_arch, runs_on
+from .errors import whole
 
 
 class Skipped:
@@ -64,7 +64,7 @@ def needs(arch: str | None, what: str = "", *, shared: int = 0) -> Skipped | Non
     shared memory on a GPU that gives a block 99 KB)."""
     if arch is not None:
         parse_arch(arch)             # a typo (sm90a) is said on every machine, not first on the GPU it names
-    if isinstance(shared, bool) or not isinstance(shared, numbers.Integral) or shared < 0:   # numpy's ints too
+    if not whole(shared):
         raise ValueError(f"needs(shared={shared!r}): the bytes of shared memory per block, a whole number >= 0")
     g = gpu()
     if arch is None or runs_on(arch, g.cc if g else None):

@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     if args.seed is not None:
         env["FEEDBEAST_STRESS_SEED"] = str(args.seed)
     try:
-        course = working(args.course)       # the tests of the checkout worked in: pytest runs there, from wherever this was run
+        course = working(args.course)   # the checkout whose tests run: pytest runs there, from wherever this ran
     except CourseNotFound as e:
         print(f"stress runs the course's GPU tests (tests/ of a checkout), and {e}", file=sys.stderr)
         return 2

@@ -105,6 +105,7 @@ import inspect
 import time
 from dataclasses import dataclass, field
 
+from ..errors import whole
 from .mbarrier import (MBarrierMisuse, bar_arrive, bar_arrive_expect_tx, bar_complete_tx,
                        bar_expect_tx, bar_init)
 
@@ -366,7 +367,7 @@ class RingModel:
             raise ValueError("check_ring: consumers=[]: give at least one consumer step function (or an init of "
                              "your own for a ring without consumers)")
         for what, v, least in (("stages", stages, 1), ("tiles", tiles, 0), ("tile_bytes", tile_bytes, 1)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            if not whole(v, least):
                 raise ValueError(f"check_ring: {what}={v!r}: a whole number >= {least}")
         S = stages
         self.stages, self.tiles, self.tile_bytes = stages, tiles, tile_bytes
