@@ -145,6 +145,26 @@ def test_lab02s_comparison_kernel_transposes(shape):
     assert fb.check(fbn.to_host(y), x.T.astype(np.float64), name=f"transpose_strip {rows}x{cols}")
 
 
+def test_gpu_a_store_past_a_numba_output_fails_its_check(anygpu):
+    """fbn.device_or_host's output is a Numba view of a guarded fb.empty: fb.check given the view itself sees a store
+    one element past the end (fbn.to_host's copy stops at the last element and would not)."""
+    @cuda.jit
+    def fill(y, n, over):
+        i = cuda.grid(1)
+        if i < n + over:
+            y[i] = 1.0 + i      # Numba checks no bounds on a GPU: y[n] lands in the guard
+
+    for n in (3, 1000):
+        ref = 1.0 + np.arange(n, dtype=np.float64)
+        ok, over = fbn.device_or_host((n,), np.float32), fbn.device_or_host((n,), np.float32)
+        fill[math.ceil((n + 1) / 128), 128](ok, n, 0)
+        fill[math.ceil((n + 1) / 128), 128](over, n, 1)
+        assert fb.check(ok, ref, name="fill")
+        r = fb.check(over, ref, name="fill past the end", raise_on_fail=False)
+        assert not r.passed and "4 bytes after the last element were written (the first at +0)" in repr(r), repr(r)
+        assert fb.check(fbn.to_host(over), ref, name="the host copy sees nothing").passed
+
+
 def test_rowsum_other_band():
     assert run_rowsum(make_rowsum_db(2), 7, 200, band=2)
 

@@ -160,6 +160,50 @@ def test_gpu_a_store_past_the_last_element_fails_the_check(anygpu):
     assert zeroed.overrun() == (0, 0) and fb.to_device(np.ones(4, np.float32)).guard == 0
 
 
+class _Viewed:
+    """An array of another library on the GPU: only its __cuda_array_interface__ and a host copy."""
+    def __init__(self, ptr, shape, typestr="<f4", strides=None, host=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": 3,
+                                         "strides": strides}
+        self.host = host
+
+    def copy_to_host(self):
+        return self.host
+
+
+def test_a_view_of_a_guarded_output_is_checked_as_that_output():
+    """fbn.device_or_host's outputs are Numba views of a guarded fb.empty: check() finds the guard behind a view of
+    the whole array (same address, same bytes, C order) and nothing else (a slice, a strided view, another size)."""
+    from feedbeast.memory import _GUARDED, DeviceArray, guarded_view
+    arr = DeviceArray((4, 3), np.float32, 0x7000, owner=False, guard=fb.memory.GUARD_BYTES)
+    _GUARDED[arr.ptr] = arr
+    try:
+        assert guarded_view(_Viewed(0x7000, (4, 3))) is arr
+        assert guarded_view(_Viewed(0x7000, (12,))) is arr                  # the same bytes, reshaped
+        assert guarded_view(_Viewed(0x7000, (4, 3), strides=(12, 4))) is arr  # C order, strides spelt out
+        assert guarded_view(_Viewed(0x7000, (3, 4), strides=(4, 12))) is None  # a transposed view
+        assert guarded_view(_Viewed(0x7000, (2, 3))) is None                # a slice
+        assert guarded_view(_Viewed(0x7004, (11,))) is None                 # another address
+        assert guarded_view(np.zeros(12, np.float32)) is None
+    finally:
+        _GUARDED.pop(arr.ptr, None)
+
+
+def test_check_takes_a_device_array_of_another_library():
+    """An array with __cuda_array_interface__ that views no guarded output is compared through its host copy; one with
+    no known way to the host is refused by name."""
+    ref = np.arange(6, dtype=np.float64)
+    good = _Viewed(0x9000, (6,), host=ref.astype(np.float32))
+    assert fb.check(good, ref, name="viewed").passed
+    bad = _Viewed(0x9000, (6,), host=ref.astype(np.float32) + 1)
+    assert not fb.check(bad, ref, name="viewed", raise_on_fail=False).passed
+
+    class Opaque:
+        __cuda_array_interface__ = {"shape": (6,), "typestr": "<f4", "data": (0x9000, False), "version": 3}
+    with pytest.raises(TypeError, match="no way known here to copy it to the host"):
+        fb.check(Opaque(), ref)
+
+
 
 def _whole_array(out, ref, limit, show=5):
     """What check() computes, written over whole arrays: the reference for its comparison in chunks."""

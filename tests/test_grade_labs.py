@@ -130,6 +130,12 @@ BUGS = {
         # block of x untransposed.
         "tile-not-transposed": Bug([("y[c0 + i, r0 + lane] = tile[lane, i]", "y[c0 + i, r0 + lane] = tile[i, lane]")],
                                    gpu={WRONG}, cpu=NUMBA_WRONG),
+        # The write's row guard one too far (<= rows): where rows is not a multiple of 32 (1000 x 37), the last row of
+        # y gets a store one element past its end. The simulator's numpy raises IndexError; on a GPU Numba checks no
+        # bounds, and the check sees the store in the poisoned guard after y (it is given y itself, not a copy).
+        "store-past-the-end": Bug([("        if c0 + i < cols and r0 + lane < rows:\n            y[c0 + i, r0 + lane]",
+                                    "        if c0 + i < cols and r0 + lane <= rows:\n            y[c0 + i, r0 + lane]")],
+                                  gpu={WRONG}, cpu=r"IndexError"),
     },
     "02": {
         # Wrong buffer index: the prefetched tile goes into the buffer being written out (cur, not 1 - cur), so the
@@ -149,6 +155,10 @@ BUGS = {
                                        "            tile[1 - cur, w + j * BAND, lane] = regs[j]\n")],
                                      gpu={WRONG}, cpu=r"CheckFailed: kernel transpose_db: one pass of the loop at line \d+ can reach 2 "
                                                       r"barriers"),
+        # The write's row guard one too far, as in lab 01: a store one element past the end of y's last row.
+        "store-past-the-end": Bug([("            if c0 + i < cols and r0 + lane < rows:\n                y[c0 + i, r0 + lane]",
+                                    "            if c0 + i < cols and r0 + lane <= rows:\n                y[c0 + i, r0 + lane]")],
+                                  gpu={WRONG}, cpu=r"IndexError"),
     },
     "03": {
         # The fold's guard written for the tail alone (cols % TILE_F): a row of whole tiles (cols a multiple of

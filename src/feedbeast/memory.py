@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import weakref
 
 import numpy as np
 
@@ -34,6 +35,9 @@ POISON_BYTE = 0xFF   # all-ones: NaN for every float type, -1 for signed integer
 # element (an inclusive loop bound, a tail row guarded with > instead of >=) fails the check instead of landing in
 # the allocator's padding unseen. 256: a whole row of 128 bf16, the widest store a tile writes past a row's end.
 GUARD_BYTES = 256
+# Guarded outputs by address: a Numba, CuPy or PyTorch view of one (fbn.device_or_host's outputs are Numba views)
+# handed to check() finds its guard here. Weak: an entry goes with its array.
+_GUARDED: "weakref.WeakValueDictionary[int, DeviceArray]" = weakref.WeakValueDictionary()
 
 
 def _typestr(dtype: np.dtype) -> str:
@@ -189,7 +193,28 @@ def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
     guard = GUARD_BYTES if poison and not hooks.mode.sanitizer else 0
     ptr = int(_check(driver.cuMemAlloc(max(nbytes + guard, 1))))
     arr = DeviceArray(shape, dtype, ptr, guard=guard)
+    if guard:
+        _GUARDED[ptr] = arr
     return arr.poison() if poison else arr
+
+
+def guarded_view(a) -> "DeviceArray | None":
+    """The guarded output (empty(poison=True)) that `a`, an array of another library (`__cuda_array_interface__`),
+    views whole: same address, same bytes. None for anything else (a slice, a copy, an array of its own)."""
+    try:
+        cai = a.__cuda_array_interface__
+        ptr, size = int(cai["data"][0]), int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
+    except Exception:        # not a device array, or one this process cannot read
+        return None
+    if cai.get("strides") is not None and int(np.prod(cai["shape"])) > 1:
+        want, s = [], np.dtype(cai["typestr"]).itemsize
+        for n in reversed(cai["shape"]):
+            want.append(s)
+            s *= n
+        if tuple(cai["strides"]) != tuple(reversed(want)):
+            return None       # not C-contiguous: not the whole array in its order
+    arr = _GUARDED.get(ptr)
+    return arr if arr is not None and arr.ptr == ptr and arr.nbytes == size else None
 
 
 def empty_like(a, *, poison: bool = True) -> DeviceArray:

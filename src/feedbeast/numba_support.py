@@ -16,7 +16,7 @@ function that `fb.bench` times on a GPU and that reports `skipped` in the simula
 
     x = fbn.device_or_host(host_array)          # a DeviceArray seen by Numba, or a numpy copy
     y = fbn.device_or_host((rows,), np.float32)  # an output, poisoned (NaN bytes) either way
-    kernel[grid, block](x, y); fb.check(fbn.to_host(y), ref)
+    kernel[grid, block](x, y); fb.check(y, ref)   # y itself: on a GPU check() reads the guard after its end too
     fb.bench(fbn.launcher(kernel, grid, block, x, y), name=..., nbytes=..., ceiling="copy")
 """
 from __future__ import annotations
@@ -124,7 +124,8 @@ def device_or_host(data, dtype=None, *, poison: bool | None = None):
 
 
 def to_host(a) -> np.ndarray:
-    """A numpy copy of what a kernel wrote (Numba device array, DeviceArray or numpy)."""
+    """A numpy copy of what a kernel wrote (Numba device array, DeviceArray or numpy). To check an output, give
+    fb.check the output itself: this copy stops at the last element, so a store past the end is not in it."""
     if isinstance(a, DeviceArray):
         return a.to_host()
     if hasattr(a, "copy_to_host"):
