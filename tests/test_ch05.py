@@ -63,6 +63,52 @@ def test_bank_maps_columns_unique_only_with_128B_swizzle():
     assert all(len(set(swz[r, :])) == 8 for r in range(8))   # a row is still spread over all banks
 
 
+@pytest.mark.parametrize("call, said", [
+    (lambda: sw.swizzle(-16, 128), "swizzle: offset=-16: byte offsets are whole numbers >= 0"),
+    (lambda: sw.swizzle(np.int64(-5), 64), "swizzle: offset=np.int64(-5): byte offsets"),
+    (lambda: sw.swizzle(np.array([0, 16, -32]), 128), "swizzle: offset holds -32: byte offsets"),
+    (lambda: sw.swizzle(16.0, 128), "swizzle: offset=16.0: byte offsets are whole numbers >= 0, an int or an integer"),
+    (lambda: sw.swizzle(np.arange(4.0), 128), "swizzle: offset is an array of float64: byte offsets"),
+    (lambda: sw.swizzle([16.0, 32.0], 32), "swizzle: offset is an array of float64"),
+    (lambda: sw.swizzle(True, 128), "swizzle: offset=True: byte offsets"),
+    (lambda: sw.swizzle("64", 128), "swizzle: offset='64': byte offsets"),
+    (lambda: sw.swizzle(16, 128.0), "swizzle mode 128.0: use 0 (none), 32, 64 or 128"),
+    (lambda: sw.chunk_index(-1, 0, 128, 128), "chunk_index: row=-1: a whole number >= 0"),
+    (lambda: sw.chunk_index(0, -1, 128, 128), "chunk_index: chunk=-1: a whole number >= 0"),
+    (lambda: sw.chunk_index(1.0, 0, 128, 128), "chunk_index: row=1.0: a whole number >= 0"),
+    (lambda: sw.chunk_index(0, 8, 128, 128), "chunk_index: chunk=8: a row of 128 bytes holds chunks 0 to 7"),
+    (lambda: sw.chunk_index(0, 0, 100, 128), "chunk_index: row_bytes=100: the bytes of a row, a multiple of 16"),
+    (lambda: sw.chunk_index(0, 0, 0, 128), "chunk_index: row_bytes=0: the bytes of a row, a multiple of 16"),
+    (lambda: sw.chunk_index(0, 0, 128, 7), "swizzle mode 7: use 0 (none), 32, 64 or 128"),
+    (lambda: sw.bank_map(2.5, 128, 128), "bank_map: rows=2.5: the number of rows, a whole number >= 0"),
+    (lambda: sw.bank_map(-1, 128, 128), "bank_map: rows=-1: the number of rows"),
+    (lambda: sw.bank_map("8", 128, 128), "bank_map: rows='8': the number of rows"),
+    (lambda: sw.bank_map(8, 100, 128), "bank_map: row_bytes=100: the bytes of a row, a whole multiple of 16"),
+    (lambda: sw.bank_map(8, 128.0, 128), "bank_map: row_bytes=128.0: the bytes of a row"),
+    (lambda: sw.bank_map(0, 128, 7), "swizzle mode 7: use 0 (none), 32, 64 or 128"),   # an empty map too
+])
+def test_swizzle_chunk_index_and_bank_map_refuse_what_is_not_a_byte_offset_a_row_or_a_chunk(call, said):
+    """A negative offset came out as another negative number and a chunk past its row as a chunk of the next row,
+    silently; a float offset or mode failed in numpy's words."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        call()
+
+
+def test_swizzle_chunk_index_and_bank_map_take_numpy_integers_and_integer_arrays():
+    offs = [0, 16, 200, 1023, 4096]
+    assert [type(sw.swizzle(o, 128)) for o in offs] == [int] * 5      # an int stays an int
+    for mode in (0, 128, np.int64(64)):
+        ints = [int(sw.swizzle(o, mode)) for o in offs]
+        for a in (np.array(offs), np.array(offs, np.uint32), np.array(offs, np.int16).reshape(1, 5)):
+            assert sw.swizzle(a, mode).ravel().tolist() == ints
+        assert [int(sw.swizzle(np.int32(o), mode)) for o in offs] == ints
+        assert sw.swizzle(np.arange(0), mode).shape == (0,)
+        assert sw.chunk_index(np.int64(9), np.int32(7), np.int64(128), mode) == sw.chunk_index(9, 7, 128, mode)
+        assert sw.chunk_index(3, 3, 64, mode) == sw.swizzle(3 * 64 + 48, mode) // 16   # rows narrower than a line
+        assert np.array_equal(sw.bank_map(np.int64(8), np.int64(128), mode), sw.bank_map(8, 128, mode))
+        assert sw.bank_map(0, 128, mode).shape == (0, 8) and sw.bank_map(4, 0, mode).shape == (4, 0)
+
+
 def test_wavefront_model():
     assert sw.wavefronts([4 * lane for lane in range(32)], 4) == 1           # one word per bank
     assert sw.wavefronts([0] * 32, 4) == 1                                    # broadcast

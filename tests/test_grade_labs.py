@@ -102,6 +102,7 @@ NUMBA_WRONG = r"FAILED|AssertionError|CheckFailed"   # the simulator ran it: a F
 FENCE_SASS = r"SassMismatch.*(fence\.proxy\.async|FENCE\.VIEW\.ASYNC)|proxy fence"
 FENCE_PLACE = r"missing-proxy-fence|fence\.proxy\.async\S* in the wrong place"   # the hazard rule, or the SASS order
 WAITS_SASS = r"SassMismatch.*1 mbarrier wait\(s\).*expected at least 2"
+OVERRUN = r"bytes after the last element were written"   # fb.check's words for a store into an output's guard
 RASTER = r"raster order, \d+ x \d+ tiles"          # the probe of raster() alone, run on the host without a GPU
 
 BUGS = {
@@ -135,7 +136,7 @@ BUGS = {
         # bounds, and the check sees the store in the poisoned guard after y (it is given y itself, not a copy).
         "store-past-the-end": Bug([("        if c0 + i < cols and r0 + lane < rows:\n            y[c0 + i, r0 + lane]",
                                     "        if c0 + i < cols and r0 + lane <= rows:\n            y[c0 + i, r0 + lane]")],
-                                  gpu={WRONG}, cpu=r"IndexError"),
+                                  gpu={WRONG}, cpu=r"IndexError", says=OVERRUN),
     },
     "02": {
         # Wrong buffer index: the prefetched tile goes into the buffer being written out (cur, not 1 - cur), so the
@@ -158,7 +159,7 @@ BUGS = {
         # The write's row guard one too far, as in lab 01: a store one element past the end of y's last row.
         "store-past-the-end": Bug([("            if c0 + i < cols and r0 + lane < rows:\n                y[c0 + i, r0 + lane]",
                                     "            if c0 + i < cols and r0 + lane <= rows:\n                y[c0 + i, r0 + lane]")],
-                                  gpu={WRONG}, cpu=r"IndexError"),
+                                  gpu={WRONG}, cpu=r"IndexError", says=OVERRUN),
     },
     "03": {
         # The fold's guard written for the tail alone (cols % TILE_F): a row of whole tiles (cols a multiple of

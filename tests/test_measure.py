@@ -683,3 +683,43 @@ def test_a_ceiling_or_a_reference_with_a_wrong_argument_says_so_on_every_machine
             call()
         assert said in str(e.value), str(e.value)
     assert ex.matmul_reference(np.ones((4, 8)), np.ones((8, 3))).shape == (4, 3)
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda ex: ex.rowsum_inputs(2.5, 10), "rowsum_inputs: rows=2.5: a whole number >= 0 (use // for a size"),
+    (lambda ex: ex.rowsum_inputs(10, -1), "rowsum_inputs: cols=-1: a whole number >= 0"),
+    (lambda ex: ex.rowsum_inputs("64", 10), "rowsum_inputs: rows='64': a whole number >= 0"),
+    (lambda ex: ex.rowsum_inputs(None, 10), "rowsum_inputs: rows=None: a whole number >= 0"),
+    (lambda ex: ex.rowsum_inputs(4, 4, seed=1.5), "rowsum_inputs: seed=1.5: a whole number >= 0 (or None"),
+    (lambda ex: ex.rowsum_bytes(4, 4.0), "rowsum_bytes: cols=4.0: a whole number >= 0"),
+    (lambda ex: ex.rowsum_bytes("64", 4), "rowsum_bytes: rows='64': a whole number >= 0"),
+    (lambda ex: ex.rowsum_bytes(4, 4, itemsize=0), "rowsum_bytes: itemsize=0: a whole number >= 1"),
+    (lambda ex: ex.matmul_inputs(4, "64", 4), "matmul_inputs: n='64': a whole number >= 0"),
+    (lambda ex: ex.matmul_inputs(4, 4, 2.5), "matmul_inputs: k=2.5: a whole number >= 0"),
+    (lambda ex: ex.matmul_inputs(4, 4, 4, seed=-1), "matmul_inputs: seed=-1: a whole number >= 0 (or None"),
+    (lambda ex: ex.matmul_flops(4, 4, 2.5), "matmul_flops: k=2.5: a whole number >= 0"),
+    (lambda ex: ex.matmul_flops(-1, 4, 4), "matmul_flops: m=-1: a whole number >= 0"),
+    (lambda ex: ex.matmul_flops(True, 4, 4), "matmul_flops: m=True: a whole number >= 0"),
+    (lambda ex: ex.matmul_flops(4, None, 4), "matmul_flops: n=None: a whole number >= 0"),
+])
+def test_the_examples_refuse_a_size_or_seed_that_is_not_a_whole_number(call, said):
+    """rowsum_inputs(2.5, 10) was refused in random's name, rowsum_bytes(4, 4.0) and matmul_flops(4, 4, 2.5) gave a
+    count for a matrix that cannot exist, and rowsum_bytes('64', 4) a repeated string."""
+    from feedbeast import examples as ex
+    with pytest.raises(ValueError, match=re.escape(said)):
+        call(ex)
+
+
+def test_the_examples_take_numpy_integers_and_a_seed_of_none():
+    from feedbeast import examples as ex
+    i = np.int64
+    x = ex.rowsum_inputs(i(5), np.int32(7), seed=i(3))
+    assert x.shape == (5, 7) and x.dtype == np.float32 and np.array_equal(x, ex.rowsum_inputs(5, 7, seed=3))
+    assert ex.rowsum_inputs(0, 3).shape == (0, 3) and ex.rowsum_inputs(2, 3, seed=None).shape == (2, 3)
+    assert ex.rowsum_bytes(i(3), i(10)) == ex.rowsum_bytes(3, 10) == 3 * 10 * 4 + 3 * 4
+    assert ex.rowsum_bytes(3, 10, itemsize=2) == 3 * 10 * 2 + 3 * 4
+    a, b = ex.matmul_inputs(i(3), 4, np.uint16(5), seed=i(2))
+    a2, b2 = ex.matmul_inputs(3, 4, 5, seed=2)
+    assert a.shape == (3, 5) and b.shape == (5, 4) and np.array_equal(a, a2) and np.array_equal(b, b2)
+    assert [m.shape for m in ex.matmul_inputs(3, 4, 5, seed=None)] == [(3, 5), (5, 4)]
+    assert ex.matmul_flops(i(4096), 4096, 4096) == ex.matmul_flops(4096, 4096, 4096) == 2.0 * 4096 ** 3

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import whole
 from .memory import random
 
 ROWSUM_GPU_SHAPE = (16384, 8192)      # 512 MiB of float32: far past any L2
@@ -24,7 +25,19 @@ MATMUL_RAGGED = (4000, 4104, 3992)    # none a multiple of 64, N and K not of 16
 MATMUL_RAGGED_SANITIZE = (500, 504, 488)   # the same under `make sanitize`: M % 16, N % 16, K % 16 != 0
 
 
+def _sizes(who: str, seed=0, **sizes) -> None:
+    """A ValueError naming `who` and the first size (or seed) that is not a whole number: random would name itself,
+    and a byte or flop count would come out a float, a repeated string or numpy's TypeError."""
+    for name, v in sizes.items():
+        least = 1 if name == "itemsize" else 0
+        if not whole(v, least):
+            raise ValueError(f"{who}: {name}={v!r}: a whole number >= {least} (use // for a size computed by division)")
+    if seed is not None and not whole(seed):
+        raise ValueError(f"{who}: seed={seed!r}: a whole number >= 0 (or None for fresh randomness)")
+
+
 def rowsum_inputs(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    _sizes("rowsum_inputs", rows=rows, cols=cols, seed=seed)
     return random((rows, cols), np.float32, seed=seed)
 
 
@@ -34,12 +47,14 @@ def rowsum_reference(x: np.ndarray) -> np.ndarray:
 
 def rowsum_bytes(rows: int, cols: int, itemsize: int = 4) -> int:
     """DRAM bytes the kernel must move: the matrix read once, the sums written once."""
+    _sizes("rowsum_bytes", rows=rows, cols=cols, itemsize=itemsize)
     return rows * cols * itemsize + rows * 4
 
 
 def matmul_inputs(m: int, n: int, k: int, dtype=np.float32, seed: int = 0):
     """A (m x k) and B (k x n), random in [-1, 1), rounded to `dtype` (fb.bfloat16 from chapter 03)."""
-    return random((m, k), dtype, seed=seed), random((k, n), dtype, seed=seed + 1)
+    _sizes("matmul_inputs", m=m, n=n, k=k, seed=seed)
+    return random((m, k), dtype, seed=seed), random((k, n), dtype, seed=None if seed is None else seed + 1)
 
 
 def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -51,4 +66,5 @@ def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def matmul_flops(m: int, n: int, k: int) -> float:
+    _sizes("matmul_flops", m=m, n=n, k=k)
     return 2.0 * m * n * k

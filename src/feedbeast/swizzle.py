@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import whole
+
 MODES = (0, 32, 64, 128)
 BANKS = 32
 BANK_BYTES = 4
@@ -29,7 +31,7 @@ CHUNK = 16   # the swizzle permutes 16-byte chunks: 4 banks each
 
 
 def _rows_of_pattern(mode: int) -> int:
-    if mode not in MODES:
+    if not whole(mode) or mode not in MODES:     # 128.0 and False compare equal to a mode
         raise ValueError(f"swizzle mode {mode!r}: use 0 (none), 32, 64 or 128")
     return mode // CHUNK if mode else 1   # 2, 4, 8 lines of 128 B before the pattern repeats
 
@@ -46,19 +48,57 @@ def swizzle(offset, mode: int):
     with bits 7-9 (the line index), masked to the mode's number of lines.
     """
     r = _rows_of_pattern(mode)
-    offset = np.asarray(offset) if not isinstance(offset, int) else offset
+    offset = _offsets(offset)
     return offset ^ (((offset >> 7) % r) << 4)
+
+
+def _offsets(offset):
+    """`offset` as swizzle computes on it (an int as is, anything else as a numpy array), or a ValueError: the shift
+    and XOR turn a negative offset into another negative number, and numpy refuses a float in words of its own."""
+    if isinstance(offset, int) and not isinstance(offset, bool):
+        if offset >= 0:
+            return offset
+        what = f"offset={offset!r}"
+    else:
+        try:
+            a = np.asarray(offset)
+        except ValueError:                   # a ragged list
+            a = np.asarray(None)
+        if a.dtype.kind == "u" or (a.dtype.kind == "i" and not (a < 0).any()):
+            return a
+        if a.ndim == 0:
+            what = f"offset={offset!r}"
+        elif a.dtype.kind == "i":
+            what = f"offset holds {a[a < 0].flat[0]}"
+        else:
+            what = f"offset is an array of {a.dtype}"
+    raise ValueError(f"swizzle: {what}: byte offsets are whole numbers >= 0, an int or an integer array "
+                     "(use // for an offset computed by division)")
 
 
 def chunk_index(row: int, chunk: int, row_bytes: int, mode: int) -> int:
     """Where chunk `chunk` of row `row` lands, counted in 16-byte chunks from the buffer's start."""
+    _rows_of_pattern(mode)
+    for name, v in (("row", row), ("chunk", chunk)):
+        if not whole(v):
+            raise ValueError(f"chunk_index: {name}={v!r}: a whole number >= 0")
+    if not whole(row_bytes, CHUNK) or row_bytes % CHUNK:
+        raise ValueError(f"chunk_index: row_bytes={row_bytes!r}: the bytes of a row, a multiple of 16 (whole "
+                         "16-byte chunks), at least 16")
+    if chunk * CHUNK >= row_bytes:       # would be read as a chunk of a later row
+        raise ValueError(f"chunk_index: chunk={chunk!r}: a row of {row_bytes} bytes holds chunks 0 to "
+                         f"{row_bytes // CHUNK - 1}")
     return int(swizzle(row * row_bytes + chunk * CHUNK, mode)) // CHUNK
 
 
 def bank_map(rows: int, row_bytes: int, mode: int) -> np.ndarray:
     """[row, logical chunk] -> bank group (0-7) of shared memory holding it (banks 4g .. 4g+3)."""
-    if row_bytes % CHUNK:
-        raise ValueError("rows must be whole 16-byte chunks")
+    _rows_of_pattern(mode)               # said for an empty map too
+    if not whole(rows):
+        raise ValueError(f"bank_map: rows={rows!r}: the number of rows, a whole number >= 0")
+    if not whole(row_bytes) or row_bytes % CHUNK:
+        raise ValueError(f"bank_map: row_bytes={row_bytes!r}: the bytes of a row, a whole multiple of 16 "
+                         "(rows are whole 16-byte chunks)")
     out = np.empty((rows, row_bytes // CHUNK), int)
     for r in range(rows):
         for c in range(row_bytes // CHUNK):
