@@ -230,10 +230,12 @@ def test_a_tensor_map_keeps_its_array_alive(gpu90):
 
 # ---- checks that run before any skip, on every machine ---------------------------------------------
 LAUNCH_CHECKS = r"""
+#include <cuda_bf16.h>
 struct alignas(64) TensorMap { unsigned long long v[16]; };
 extern "C" __global__ void takes(float* y, const float* x, float a, int n) { if (n) y[0] = a * x[0]; }
 extern "C" __global__ void with_map(const __grid_constant__ TensorMap t, float* y) { y[0] = float(t.v[2]); }
 extern "C" __global__ void __launch_bounds__(256, 1) bounded(float* y) { y[threadIdx.x] = 1.f; }
+extern "C" __global__ void counts(int* c, const __nv_bfloat16* h, const unsigned char* codes) { c[0] = codes[0]; }
 extern "C" __global__ void static_smem(float* y) {
   __shared__ float s[12 * 1024];
   s[threadIdx.x] = 1.f; __syncthreads(); y[threadIdx.x] = s[(threadIdx.x + 1) % 256];
@@ -277,7 +279,19 @@ def test_parameters_come_from_the_cubin_without_a_gpu():
      r"argument 1 \(const float\* x\): a float64 array \(8 B elements\) for a pointer to float \(4 B\): pass an "
      r"array of float32"),
     (lambda m, y: m.takes.launch(1, 32, fb.empty(8, fb.bfloat16), y, 1.0, 4), r"a bfloat16 array \(2 B elements\)"),
-    (lambda m, y: m.takes.launch(1, 32, fb.empty(8, np.int32), y, 1.0, 4), None),   # the same size: not refused
+    # the same size, the other kind of number: an int32 array for a float*, a float32 one for an int*, an int16 one
+    # for a bf16*
+    (lambda m, y: m.takes.launch(1, 32, fb.empty(8, np.int32), y, 1.0, 4),
+     r"argument 0 \(float\* y\): an int32 array holds integers and the parameter points to float: the kernel would "
+     r"read their bits as floats: pass an array of float32"),
+    (lambda m, y: m.counts.launch(1, 32, y, fb.empty(8, fb.bfloat16), fb.empty(8, np.uint8)),
+     r"argument 0 \(int\* c\): a float32 array holds floating-point numbers .* as integers: pass an array of int32"),
+    (lambda m, y: m.counts.launch(1, 32, fb.empty(8, np.int32), fb.empty(8, np.int16), fb.empty(8, np.uint8)),
+     r"argument 1 \(const __nv_bfloat16\* h\): an int16 array holds integers"),
+    (lambda m, y: m.counts.launch(1, 32, fb.empty(8, np.uint32), fb.empty(8, fb.bfloat16), fb.empty(8, np.uint8)),
+     None),                                                     # signed or not: both integers
+    (lambda m, y: m.counts.launch(1, 32, fb.empty(8, np.int32), fb.empty(8, np.float16), fb.empty(8, np.int8)),
+     None),                                                     # a half array for a bf16*: not told apart; bytes alike
 ])
 def test_launch_arguments_are_checked_before_the_skip(call, message):
     mod = fb.compile(LAUNCH_CHECKS, "sm_90a")

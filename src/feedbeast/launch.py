@@ -455,6 +455,13 @@ for _names, _size, _dtype in (
                      for n in _names.split()})
 
 
+def _a(dtype) -> str:
+    return f"{'an' if str(dtype).startswith('i') else 'a'} {dtype}"     # an int32, a uint8, a float64
+
+
+_FLOAT_POINTEE = {"float", "double", "__half", "half", "__nv_bfloat16", "nv_bfloat16", "__nv_bfloat16_raw"}
+
+
 def _check_pointee(arg, kind: str, what: str) -> None:
     """A device array for a pointer to a scalar type must hold elements of that type's size: a float64 array for a
     float* would be read as pairs of halves of its numbers."""
@@ -470,8 +477,16 @@ def _check_pointee(arg, kind: str, what: str) -> None:
     else:
         return
     if dtype.itemsize != want[0]:
-        raise LaunchError(f"{what}: a {dtype} array ({dtype.itemsize} B elements) for a pointer to {base} "
+        raise LaunchError(f"{what}: {_a(dtype)} array ({dtype.itemsize} B elements) for a pointer to {base} "
                           f"({want[0]} B): pass an array of {want[1]} (x.astype(...) on the host, then fb.to_device)")
+    # The same size and the other kind of number: the kernel reads an integer's bits as a float or the other way
+    # round. One-byte types are not told apart: uint8 arrays carry fp8 codes and chars alike.
+    floating = base in _FLOAT_POINTEE
+    if want[0] > 1 and (dtype.kind in "iub") == floating:
+        held = "integers" if dtype.kind in "iub" else "floating-point numbers"
+        raise LaunchError(f"{what}: {_a(dtype)} array holds {held} and the parameter points to {base}: the kernel "
+                          f"would read their bits as {'floats' if floating else 'integers'}: pass an array of "
+                          f"{want[1]} (x.astype(...) on the host, then fb.to_device)")
 
 
 def _is_tensor_map(arg):
