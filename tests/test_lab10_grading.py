@@ -1,9 +1,10 @@
 """Lab 10 (fp8 GEMV) graded as a learner's notebook is: the solution passes, each planted mistake fails.
 
-CPU: every planted replacement matches the solution exactly once; the quantization mistake fails grading with no
-GPU (its check needs none); the solution fails nothing, its launches skipped by name (`partial`).
+CPU: every planted replacement matches the solution exactly once; every mistake fails grading with no GPU: the
+quantization's check needs none, and the fragments are read back by probe kernels whose PTX runs on the host; the
+solution fails nothing, its launches skipped by name (`partial`).
 GPU (Hopper; skipped by name elsewhere): the solution grades `ok` with the kernel's checks run; the fragment
-mistakes, whose SASS looks right, fail on the numbers (float64 of the dequantized weights).
+mistakes, whose SASS looks right, fail on the numbers too (float64 of the dequantized weights).
 """
 from __future__ import annotations
 
@@ -21,19 +22,23 @@ LAB_PATH = ROOT / "labs/10-fp8-gemv.ipynb"
 
 BUGS = {
     # The A fragment's second k-pair of row g built from the first one: k = 4t, 4t+1 twice.
-    "a-fragment-k-pair-repeated": [("a[mt][2] = fb::decode::e4m3x2_to_f16x2(r[mt][2 * h] >> 16);",
-                                    "a[mt][2] = fb::decode::e4m3x2_to_f16x2(r[mt][2 * h] & 0xffff);")],
+    "a-fragment-k-pair-repeated": [("a[2] = fb::decode::e4m3x2_to_f16x2(r[2 * h] >> 16);",
+                                    "a[2] = fb::decode::e4m3x2_to_f16x2(r[2 * h] & 0xffff);")],
     # The B fragment always read from the first 64-column box: k = 64..127 of each stage multiply the wrong tokens.
-    "b-fragment-first-box-only": [("const u32 at = x + (c / 4) * P * 128 + fb::decode::swz128(tok, col / 8)",
-                                   "const u32 at = x + fb::decode::swz128(tok, col / 8)")],
+    "b-fragment-first-box-only": [("return x + (c / 4) * P * 128 + fb::decode::swz128(tok, col / 8)",
+                                   "return x + fb::decode::swz128(tok, col / 8)")],
     # The B fragment addressed as if the activations were not swizzled (the tensor map writes them swizzled).
-    "b-fragment-unswizzled": [("const u32 at = x + (c / 4) * P * 128 + fb::decode::swz128(tok, col / 8)",
-                               "const u32 at = x + (c / 4) * P * 128 + (tok * 128 + (col / 8) * 16)")],
+    "b-fragment-unswizzled": [("return x + (c / 4) * P * 128 + fb::decode::swz128(tok, col / 8)",
+                               "return x + (c / 4) * P * 128 + (tok * 128 + (col / 8) * 16)")],
     # One scale for the whole matrix instead of one per output channel.
     "one-scale-for-every-row": [("amax = np.abs(w).max(axis=1)\n",
                                  "amax = np.full(w.shape[0], np.abs(w).max())\n")],
 }
-NEEDS_NO_GPU = {"one-scale-for-every-row"}
+# What each mistake's failure says without a GPU: the quantization's check, or the probe of the fragment
+SAYS_WITHOUT_GPU = {"one-scale-for-every-row": r"quantize: the scale of row \d+",
+                    "a-fragment-k-pair-repeated": r"a_fragment \(rows: h",
+                    "b-fragment-first-box-only": r"b_address, P = 8 tokens",
+                    "b-fragment-unswizzled": r"b_address, P = 8 tokens"}
 
 
 def planted(tmp: Path, bug: str | None) -> Path:
@@ -46,12 +51,12 @@ def _numbers_failed(rep) -> bool:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """{bug or None: Report}: the solution and the planted variants the tests can use here (the fragment mistakes
-    only on a Hopper GPU), graded once, side by side (each grading runs its checks in child processes)."""
+    """{bug or None: Report}: the solution and the planted variants, graded once, side by side (each grading runs its
+    checks in child processes)."""
     import feedbeast as fb
     from feedbeast.course import grade
     tmp = tmp_path_factory.mktemp("lab10")
-    wanted = [None, *BUGS] if fb.needs("sm_90a") is None else [None, *NEEDS_NO_GPU]   # what the tests here read
+    wanted = [None, *BUGS]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(5, os.cpu_count() or 1))) as pool:
         futures = {bug: pool.submit(grade.grade, planted(tmp, bug), timeout=600) for bug in wanted}
         return {bug: f.result() for bug, f in futures.items()}
@@ -69,11 +74,16 @@ def test_solution_fails_nothing(graded):
     assert any(o.name.startswith("quantize") for o in rep.passed), str(rep)
 
 
-@pytest.mark.parametrize("bug", sorted(NEEDS_NO_GPU))
-def test_quantization_bug_fails_without_a_gpu(graded, bug):
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_bug_fails_without_a_gpu(graded, bug):
+    import feedbeast as fb
+    import re
+    if fb.needs("sm_90a") is None:
+        pytest.skip("this machine launches lab 10's kernel: test_gpu_lab_bug_fails_grading grades the bug here")
     rep = graded[bug]
-    assert rep.failed and _numbers_failed(rep), str(rep)
-    # the quantize checks and the SASS checks are separate cells: a wrong quantize hides no SASS verdict
+    assert rep.status == "failed" and rep.failed, str(rep)
+    assert any(re.search(SAYS_WITHOUT_GPU[bug], f"{o.name}: {o.message}") for o in rep.failed), str(rep)
+    # each check cell stands alone: a wrong quantize or fragment hides no SASS verdict
     assert any(o.name.startswith("SASS of kernel gemv_fp8") for o in rep.passed), str(rep)
 
 
@@ -82,10 +92,13 @@ def test_gpu_solution_runs_the_kernel_checks(gpu90, graded):
     assert rep.status == "ok" and any(o.name.startswith("gemv_fp8") for o in rep.passed), str(rep)
 
 
-@pytest.mark.parametrize("bug", sorted(set(BUGS) - NEEDS_NO_GPU))
+@pytest.mark.parametrize("bug", sorted(BUGS))
 def test_gpu_lab_bug_fails_grading(gpu90, graded, bug):
+    import re
     rep = graded[bug]
     assert rep.failed and _numbers_failed(rep), f"{bug}: not rejected on the numbers:\n{rep}"
+    # the probes run on the GPU too (the A probe on the host): the same words as without one
+    assert any(re.search(SAYS_WITHOUT_GPU[bug], f"{o.name}: {o.message}") for o in rep.failed), str(rep)
 
 
 def test_the_kernel_checks_use_their_own_quantization():

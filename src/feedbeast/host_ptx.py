@@ -41,8 +41,8 @@ class HostRun:
         self.kernel, self.threads, self.steps = kernel, threads, steps
 
     def __repr__(self):
-        return (f"{self.kernel}: run on the host from its PTX ({self.threads} threads, {self.steps} instructions, "
-                "no GPU)")
+        threads = f"{self.threads} thread{'s' * (self.threads != 1)}"
+        return f"{self.kernel}: run on the host from its PTX ({threads}, {self.steps} instructions, no GPU)"
 
     __str__ = __repr__
 
