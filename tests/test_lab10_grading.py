@@ -131,3 +131,16 @@ def test_the_kernel_checks_use_their_own_quantization():
         w[0] = 0
         (a8, a_s), (b8, b_s) = ns["quantize"](w), lab_refs.quantize_e4m3_rows(w)
         assert np.array_equal(a8, b8) and np.array_equal(a_s, b_s) and a8.any()
+
+
+def test_a_conversion_of_ones_own_skips_the_a_probe_by_name(tmp_path):
+    """The A probe builds fb::decode::e4m3x2_to_f16x2 as its bits and runs on the host. A learner who writes the cvt
+    in asm of their own is right, and the host cannot run it: the probe is skipped, named, never failed (on a GPU
+    the kernel's checks grade that fragment)."""
+    from feedbeast.course import grade
+    own = [("a[0] = fb::decode::e4m3x2_to_f16x2(r[2 * h] & 0xffff);",
+            'asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(a[0]) : "h"((unsigned short)(r[2 * h] & 0xffff)));')]
+    rep = grade.grade(notebook.planted(SOLUTION_PATH, own, to=tmp_path / "10-own-cvt.ipynb"), timeout=600)
+    assert not rep.failed and rep.status in ("ok", "partial"), str(rep)
+    assert any(o.name == "a_fragment_probe" and "cvt.rn.f16x2.e4m3x2" in o.message for o in rep.skipped), str(rep)
+    assert any(o.name.startswith("b_address, P = 64") for o in rep.passed), str(rep)
