@@ -107,6 +107,9 @@ def test_swizzle_chunk_index_and_bank_map_take_numpy_integers_and_integer_arrays
         assert sw.chunk_index(3, 3, 64, mode) == sw.swizzle(3 * 64 + 48, mode) // 16   # rows narrower than a line
         assert np.array_equal(sw.bank_map(np.int64(8), np.int64(128), mode), sw.bank_map(8, 128, mode))
         assert sw.bank_map(0, 128, mode).shape == (0, 8) and sw.bank_map(4, 0, mode).shape == (4, 0)
+        assert sw.chunk_index(np.int16(300), 0, np.int16(128), mode) == sw.chunk_index(300, 0, 128, mode)  # no wrap
+    with pytest.raises(ValueError, match=r"chunk=20: a row of 128 bytes holds chunks 0 to 7"):
+        sw.chunk_index(np.uint8(0), np.uint8(20), np.uint8(128), 128)     # 20 * 16 wraps to 64 in uint8
 
 
 def test_wavefront_model():

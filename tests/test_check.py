@@ -173,18 +173,23 @@ class _Viewed:
 
 def test_a_view_of_a_guarded_output_is_checked_as_that_output():
     """fbn.device_or_host's outputs are Numba views of a guarded fb.empty: check() finds the guard behind a view of
-    the whole array (same address, same bytes, C order) and nothing else (a slice, a strided view, another size)."""
+    the whole array as it is (same address, shape and element type, C order) and nothing else: a slice, a reshaped,
+    transposed or retyped view is compared through its host copy (its own shape and type)."""
     from feedbeast.memory import _GUARDED, DeviceArray, guarded_view
     arr = DeviceArray((4, 3), np.float32, 0x7000, owner=False, guard=fb.memory.GUARD_BYTES)
     _GUARDED[arr.ptr] = arr
     try:
         assert guarded_view(_Viewed(0x7000, (4, 3))) is arr
-        assert guarded_view(_Viewed(0x7000, (12,))) is arr                  # the same bytes, reshaped
         assert guarded_view(_Viewed(0x7000, (4, 3), strides=(12, 4))) is arr  # C order, strides spelt out
+        assert guarded_view(_Viewed(0x7000, (12,))) is None                  # the same bytes, reshaped
+        assert guarded_view(_Viewed(0x7000, (4, 3), typestr="<i4")) is None  # the same bytes as int32
         assert guarded_view(_Viewed(0x7000, (3, 4), strides=(4, 12))) is None  # a transposed view
         assert guarded_view(_Viewed(0x7000, (2, 3))) is None                # a slice
         assert guarded_view(_Viewed(0x7004, (11,))) is None                 # another address
         assert guarded_view(np.zeros(12, np.float32)) is None
+        flat = np.arange(12, dtype=np.float32)
+        r = fb.check(_Viewed(0x7000, (12,), host=flat), flat.astype(np.float64), name="reshaped view")
+        assert r.passed, r                                                   # its own shape, not arr's (4, 3)
     finally:
         _GUARDED.pop(arr.ptr, None)
 

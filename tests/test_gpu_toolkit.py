@@ -283,7 +283,8 @@ def test_parameters_come_from_the_cubin_without_a_gpu():
     # for a bf16*
     (lambda m, y: m.takes.launch(1, 32, fb.empty(8, np.int32), y, 1.0, 4),
      r"argument 0 \(float\* y\): an int32 array holds integers and the parameter points to float: the kernel would "
-     r"read their bits as floats: pass an array of float32"),
+     r"read their bits as floats: pass an array of float32 \(an input: x.astype\(...\) on the host, then "
+     r"fb.to_device; an output: fb.empty\(shape, that type\)\)"),
     (lambda m, y: m.counts.launch(1, 32, y, fb.empty(8, fb.bfloat16), fb.empty(8, np.uint8)),
      r"argument 0 \(int\* c\): a float32 array holds floating-point numbers .* as integers: pass an array of int32"),
     (lambda m, y: m.counts.launch(1, 32, fb.empty(8, np.int32), fb.empty(8, np.int16), fb.empty(8, np.uint8)),

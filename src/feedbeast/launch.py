@@ -29,7 +29,7 @@ from .device import _check, gpu
 from .errors import LaunchError
 # The GPU's state after a failure and the debug report channel live in memory.py (launch needs memory,
 # memory never needs launch); the names stay importable from here.
-from .memory import (LOST_HINT, DeviceArray, debug_channel, ensure_usable,  # noqa: F401
+from .memory import (LOST_HINT, DeviceArray, bfloat16, debug_channel, ensure_usable,  # noqa: F401
                      raise_pending_debug_report)
 from .skip import Skipped, needs
 
@@ -481,12 +481,14 @@ def _check_pointee(arg, kind: str, what: str) -> None:
                           f"({want[0]} B): pass an array of {want[1]} (x.astype(...) on the host, then fb.to_device)")
     # The same size and the other kind of number: the kernel reads an integer's bits as a float or the other way
     # round. One-byte types are not told apart: uint8 arrays carry fp8 codes and chars alike.
+    held = ("integers" if dtype.kind in "iu" else
+            "floating-point numbers" if dtype.kind == "f" or (bfloat16 is not None and dtype == bfloat16) else None)
     floating = base in _FLOAT_POINTEE
-    if want[0] > 1 and (dtype.kind in "iub") == floating:
-        held = "integers" if dtype.kind in "iub" else "floating-point numbers"
+    if want[0] > 1 and held is not None and (held == "integers") == floating:    # other kinds: not told apart
         raise LaunchError(f"{what}: {_a(dtype)} array holds {held} and the parameter points to {base}: the kernel "
                           f"would read their bits as {'floats' if floating else 'integers'}: pass an array of "
-                          f"{want[1]} (x.astype(...) on the host, then fb.to_device)")
+                          f"{want[1]} (an input: x.astype(...) on the host, then fb.to_device; an output: "
+                          "fb.empty(shape, that type))")
 
 
 def _is_tensor_map(arg):

@@ -200,21 +200,18 @@ def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
 
 def guarded_view(a) -> "DeviceArray | None":
     """The guarded output (empty(poison=True)) that `a`, an array of another library (`__cuda_array_interface__`),
-    views whole: same address, same bytes. None for anything else (a slice, a copy, an array of its own)."""
+    views whole and as it is: same address, shape and element type, C order. None for anything else (a slice, a
+    reshaped or retyped view, a copy, an array of its own): check() then compares a host copy of `a`."""
     try:
         cai = a.__cuda_array_interface__
-        ptr, size = int(cai["data"][0]), int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
+        ptr, shape, typestr = int(cai["data"][0]), tuple(int(n) for n in cai["shape"]), cai["typestr"]
     except Exception:        # not a device array, or one this process cannot read
         return None
-    if cai.get("strides") is not None and int(np.prod(cai["shape"])) > 1:
-        want, s = [], np.dtype(cai["typestr"]).itemsize
-        for n in reversed(cai["shape"]):
-            want.append(s)
-            s *= n
-        if tuple(cai["strides"]) != tuple(reversed(want)):
-            return None       # not C-contiguous: not the whole array in its order
     arr = _GUARDED.get(ptr)
-    return arr if arr is not None and arr.ptr == ptr and arr.nbytes == size else None
+    if arr is None or arr.ptr != ptr or shape != arr.shape or typestr != _typestr(arr.dtype):
+        return None
+    strides = cai.get("strides")
+    return arr if strides is None or arr.size <= 1 or tuple(strides) == arr.strides_bytes else None
 
 
 def empty_like(a, *, poison: bool = True) -> DeviceArray:

@@ -85,6 +85,7 @@ def chunk_index(row: int, chunk: int, row_bytes: int, mode: int) -> int:
     if not whole(row_bytes, CHUNK) or row_bytes % CHUNK:
         raise ValueError(f"chunk_index: row_bytes={row_bytes!r}: the bytes of a row, a multiple of 16 (whole "
                          "16-byte chunks), at least 16")
+    row, chunk, row_bytes = int(row), int(chunk), int(row_bytes)   # numpy's small integers would wrap below
     if chunk * CHUNK >= row_bytes:       # would be read as a chunk of a later row
         raise ValueError(f"chunk_index: chunk={chunk!r}: a row of {row_bytes} bytes holds chunks 0 to "
                          f"{row_bytes // CHUNK - 1}")
@@ -99,6 +100,7 @@ def bank_map(rows: int, row_bytes: int, mode: int) -> np.ndarray:
     if not whole(row_bytes) or row_bytes % CHUNK:
         raise ValueError(f"bank_map: row_bytes={row_bytes!r}: the bytes of a row, a whole multiple of 16 "
                          "(rows are whole 16-byte chunks)")
+    rows, row_bytes = int(rows), int(row_bytes)
     out = np.empty((rows, row_bytes // CHUNK), int)
     for r in range(rows):
         for c in range(row_bytes // CHUNK):
