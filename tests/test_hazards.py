@@ -1915,3 +1915,22 @@ def test_the_report_counts_the_tma_loads_each_block_issued():
     assert _cluster_ring(relaxed=False).tma_loads == {0: 6, 1: 6}
     assert _cluster_ring(relaxed=False, laps=1).tma_loads == {0: 2, 1: 2}
     assert hz.check([], threads_per_block=32).tma_loads == {}
+
+
+def test_a_child_gets_one_buffer_per_address_as_large_as_its_largest_argument(monkeypatch):
+    """The isolated hazard check and fb.profile's replay carry device buffers to another process, one per address
+    (an array and a tensor map over it stay one buffer there). A smaller argument first (a one-page view of a pool,
+    then the pool: chapter 10's paged decode with tensor maps) gave the child a copy the size of the view, which
+    the kernel then read past; now the copy is the largest argument's, and both point to it."""
+    from feedbeast import profiling
+    from feedbeast.memory import DeviceArray
+    monkeypatch.setattr(DeviceArray, "to_host", lambda self: np.full(self.shape, self.size, self.dtype))
+    page = DeviceArray((16, 128), fb.bfloat16, 0x9000, owner=False)
+    pool = DeviceArray((64, 16, 128), fb.bfloat16, 0x9000, owner=False)
+    other = DeviceArray((8,), np.int32, 0xA000, owner=False)
+    host, spec = hz._host_arguments([page, other, pool, 7])
+    assert [h.shape for h in host] == [(64, 16, 128), (8,)], [h.shape for h in host]
+    assert spec == [("array", 0, None), ("array", 1, None), ("array", 0, None), ("value", 7, None)], spec
+    bufs, out = {}, {"buffers": []}
+    assert [profiling._buffer(a, out, bufs, "argument") for a in (page, other, pool, page)] == [0, 1, 0, 0]
+    assert [b.shape for b in out["buffers"]] == [(64, 16, 128), (8,)]

@@ -341,7 +341,8 @@ def _arg_spec(a, spec, bufs, what):
 
 def _buffer(a, spec, bufs, what) -> int:
     """The index of the buffer holding device array `a`, its bytes read now: one buffer per pointer, so that two
-    arguments over the same memory (an array and a tensor map over it) stay one buffer in the child."""
+    arguments over the same memory (an array and a tensor map over it) stay one buffer in the child, as large as the
+    largest of them (a tensor map over one page of a pool may come before the pool)."""
     from .memory import DeviceArray
     if not isinstance(a, DeviceArray):
         ai = a.__cuda_array_interface__
@@ -352,8 +353,7 @@ def _buffer(a, spec, bufs, what) -> int:
         bufs[a.ptr] = len(spec["buffers"])
         spec["buffers"].append(a.to_host())
     elif spec["buffers"][bufs[a.ptr]].nbytes < a.nbytes:
-        raise FeedbeastError(f"profile: {what} starts where another argument does but is larger: pass the larger "
-                             "array first")
+        spec["buffers"][bufs[a.ptr]] = a.to_host()
     return bufs[a.ptr]
 
 

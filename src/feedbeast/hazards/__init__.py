@@ -167,25 +167,23 @@ print("__HZ__" + json.dumps({"text": str(r), "rules": [v.rule for v in r.violati
 
 def _host_arguments(args):
     """The launch's arguments as the child can rebuild them: (host copies of the device buffers, each argument as
-    ("array", index, None), ("map", index of its array, its description) or ("value", value, None))."""
-    from cuda.bindings import driver
-    from ..device import _check
+    ("array", index, None), ("map", index of its array, its description) or ("value", value, None)). One copy per
+    pointer, as large as the largest argument that starts there (a tensor map over one page of a pool may come
+    before the pool: its own shape travels in its description)."""
     from ..memory import DeviceArray
     from ..tensormap import TensorMap
     index, host, spec = {}, [], []
 
     def array(a):
-        if isinstance(a, DeviceArray):
-            ptr, shape, dtype = a.ptr, a.shape, a.dtype
-        else:
+        if not isinstance(a, DeviceArray):
             cai = a.__cuda_array_interface__
-            ptr, shape, dtype = cai["data"][0], tuple(cai["shape"]), np.dtype(cai["typestr"])
-        if ptr not in index:
-            h = np.empty(shape, dtype)
-            _check(driver.cuMemcpyDtoH(h.ctypes.data, ptr, h.nbytes))
-            index[ptr] = len(host)
-            host.append(h)
-        return index[ptr]
+            a = DeviceArray(tuple(cai["shape"]), np.dtype(cai["typestr"]), int(cai["data"][0]), owner=False)
+        if a.ptr not in index:
+            index[a.ptr] = len(host)
+            host.append(a.to_host())
+        elif host[index[a.ptr]].nbytes < a.nbytes:
+            host[index[a.ptr]] = a.to_host()
+        return index[a.ptr]
     for a in args:
         if isinstance(a, TensorMap):
             spec.append(("map", array(a.array), dict(box=a.box, swizzle=a.swizzle, oob_fill=a.oob_fill,
