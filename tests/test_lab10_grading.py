@@ -144,3 +144,14 @@ def test_a_conversion_of_ones_own_skips_the_a_probe_by_name(tmp_path):
     assert not rep.failed and rep.status in ("ok", "partial"), str(rep)
     assert any(o.name == "a_fragment_probe" and "cvt.rn.f16x2.e4m3x2" in o.message for o in rep.skipped), str(rep)
     assert any(o.name.startswith("b_address, P = 64") for o in rep.passed), str(rep)
+
+
+def test_a_kernel_cell_that_tests_the_probes_switch_is_not_compiled(tmp_path):
+    """The A probe's build sets FB_E4M3_AS_BITS; a cell that tests it could hand the probe the right bits and the
+    kernel others. Like every FB_ switch of the toolkit, the grader refuses it, naming it."""
+    from feedbeast.course import grade
+    cheat = [("  a[0] = fb::decode::e4m3x2_to_f16x2(r[2 * h] & 0xffff);",
+              "#ifndef FB_E4M3_AS_BITS\n  a[0] = 0;\n#endif\n  a[0] = fb::decode::e4m3x2_to_f16x2(r[2 * h] & 0xffff);")]
+    rep = grade.grade(notebook.planted(SOLUTION_PATH, cheat, to=tmp_path / "10-switch.ipynb"), timeout=600)
+    assert rep.status == "failed", str(rep)
+    assert any("FB_E4M3_AS_BITS" in o.message and "build switches" in o.message for o in rep.failed), str(rep)
