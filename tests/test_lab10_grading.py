@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -34,11 +35,15 @@ BUGS = {
     "one-scale-for-every-row": [("amax = np.abs(w).max(axis=1)\n",
                                  "amax = np.full(w.shape[0], np.abs(w).max())\n")],
 }
-# What each mistake's failure says without a GPU: the quantization's check, or the probe of the fragment
-SAYS_WITHOUT_GPU = {"one-scale-for-every-row": r"quantize: the scale of row \d+",
-                    "a-fragment-k-pair-repeated": r"a_fragment \(rows: h",
-                    "b-fragment-first-box-only": r"b_address, P = 8 tokens",
-                    "b-fragment-unswizzled": r"b_address, P = 8 tokens"}
+# What each mistake's failure says on every machine: the quantization's check, or the probe of the fragment
+SAYS = {"one-scale-for-every-row": r"quantize: the scale of row \d+",
+        "a-fragment-k-pair-repeated": r"a_fragment \(rows: h",
+        "b-fragment-first-box-only": r"b_address, P = 8 tokens",
+        "b-fragment-unswizzled": r"b_address, P = 8 tokens"}
+
+
+def _says(rep, bug) -> bool:
+    return any(re.search(SAYS[bug], f"{o.name}: {o.message}") for o in rep.failed)
 
 
 def planted(tmp: Path, bug: str | None) -> Path:
@@ -77,12 +82,11 @@ def test_solution_fails_nothing(graded):
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_bug_fails_without_a_gpu(graded, bug):
     import feedbeast as fb
-    import re
     if fb.needs("sm_90a") is None:
         pytest.skip("this machine launches lab 10's kernel: test_gpu_lab_bug_fails_grading grades the bug here")
     rep = graded[bug]
     assert rep.status == "failed" and rep.failed, str(rep)
-    assert any(re.search(SAYS_WITHOUT_GPU[bug], f"{o.name}: {o.message}") for o in rep.failed), str(rep)
+    assert _says(rep, bug), str(rep)
     # each check cell stands alone: a wrong quantize or fragment hides no SASS verdict
     assert any(o.name.startswith("SASS of kernel gemv_fp8") for o in rep.passed), str(rep)
 
@@ -94,11 +98,9 @@ def test_gpu_solution_runs_the_kernel_checks(gpu90, graded):
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_gpu_lab_bug_fails_grading(gpu90, graded, bug):
-    import re
     rep = graded[bug]
     assert rep.failed and _numbers_failed(rep), f"{bug}: not rejected on the numbers:\n{rep}"
-    # the probes run on the GPU too (the A probe on the host): the same words as without one
-    assert any(re.search(SAYS_WITHOUT_GPU[bug], f"{o.name}: {o.message}") for o in rep.failed), str(rep)
+    assert _says(rep, bug), str(rep)     # the probes run on the GPU too (the A probe on the host): the same words
 
 
 def test_the_kernel_checks_use_their_own_quantization():

@@ -214,6 +214,22 @@ def guarded_view(a) -> "DeviceArray | None":
     return arr if strides is None or arr.size <= 1 or tuple(strides) == arr.strides_bytes else None
 
 
+def host_buffer(a, buffers: list, index: dict) -> int:
+    """The index in `buffers` of the host copy of device array `a` (a DeviceArray or a contiguous array of another
+    library), for a child process that rebuilds a launch: one copy per address, so that two arguments over the same
+    memory (an array and a tensor map over it) stay one buffer there, as large as the largest of them (a tensor map
+    over one page of a pool may come before the pool). `index` maps addresses to indices; both grow here."""
+    if not isinstance(a, DeviceArray):
+        cai = a.__cuda_array_interface__
+        a = DeviceArray(tuple(cai["shape"]), np.dtype(cai["typestr"]), int(cai["data"][0]), owner=False)
+    if a.ptr not in index:
+        index[a.ptr] = len(buffers)
+        buffers.append(a.to_host())
+    elif buffers[index[a.ptr]].nbytes < a.nbytes:
+        buffers[index[a.ptr]] = a.to_host()
+    return index[a.ptr]
+
+
 def empty_like(a, *, poison: bool = True) -> DeviceArray:
     return empty(a.shape, a.dtype, poison=poison)
 

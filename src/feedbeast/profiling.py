@@ -340,21 +340,11 @@ def _arg_spec(a, spec, bufs, what):
 
 
 def _buffer(a, spec, bufs, what) -> int:
-    """The index of the buffer holding device array `a`, its bytes read now: one buffer per pointer, so that two
-    arguments over the same memory (an array and a tensor map over it) stay one buffer in the child, as large as the
-    largest of them (a tensor map over one page of a pool may come before the pool)."""
-    from .memory import DeviceArray
-    if not isinstance(a, DeviceArray):
-        ai = a.__cuda_array_interface__
-        if ai.get("strides") is not None:
-            raise FeedbeastError(f"profile: {what} is a strided view; pass a contiguous array")
-        a = DeviceArray(tuple(ai["shape"]), np.dtype(ai["typestr"]), ai["data"][0], owner=False)
-    if a.ptr not in bufs:
-        bufs[a.ptr] = len(spec["buffers"])
-        spec["buffers"].append(a.to_host())
-    elif spec["buffers"][bufs[a.ptr]].nbytes < a.nbytes:
-        spec["buffers"][bufs[a.ptr]] = a.to_host()
-    return bufs[a.ptr]
+    """memory.host_buffer into the spec's buffers; a strided view is refused (its bytes are not one block)."""
+    from .memory import host_buffer
+    if hasattr(a, "__cuda_array_interface__") and a.__cuda_array_interface__.get("strides") is not None:
+        raise FeedbeastError(f"profile: {what} is a strided view; pass a contiguous array")
+    return host_buffer(a, spec["buffers"], bufs)
 
 
 def replay(spec: dict) -> None:

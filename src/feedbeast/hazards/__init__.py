@@ -167,31 +167,19 @@ print("__HZ__" + json.dumps({"text": str(r), "rules": [v.rule for v in r.violati
 
 def _host_arguments(args):
     """The launch's arguments as the child can rebuild them: (host copies of the device buffers, each argument as
-    ("array", index, None), ("map", index of its array, its description) or ("value", value, None)). One copy per
-    pointer, as large as the largest argument that starts there (a tensor map over one page of a pool may come
-    before the pool: its own shape travels in its description)."""
-    from ..memory import DeviceArray
+    ("array", index, None), ("map", index of its array, its description) or ("value", value, None)): one copy per
+    address (memory.host_buffer; a tensor map's own shape travels in its description)."""
+    from ..memory import DeviceArray, host_buffer
     from ..tensormap import TensorMap
     index, host, spec = {}, [], []
-
-    def array(a):
-        if not isinstance(a, DeviceArray):
-            cai = a.__cuda_array_interface__
-            a = DeviceArray(tuple(cai["shape"]), np.dtype(cai["typestr"]), int(cai["data"][0]), owner=False)
-        if a.ptr not in index:
-            index[a.ptr] = len(host)
-            host.append(a.to_host())
-        elif host[index[a.ptr]].nbytes < a.nbytes:
-            host[index[a.ptr]] = a.to_host()
-        return index[a.ptr]
     for a in args:
         if isinstance(a, TensorMap):
-            spec.append(("map", array(a.array), dict(box=a.box, swizzle=a.swizzle, oob_fill=a.oob_fill,
+            spec.append(("map", host_buffer(a.array, host, index), dict(box=a.box, swizzle=a.swizzle, oob_fill=a.oob_fill,
                                                      l2_promotion=a.l2_promotion, shape=a.shape,
                                                      strides_bytes=a.strides_bytes,
                                                      element_strides=a.element_strides)))
         elif isinstance(a, DeviceArray) or hasattr(a, "__cuda_array_interface__"):
-            spec.append(("array", array(a), None))
+            spec.append(("array", host_buffer(a, host, index), None))
         else:
             spec.append(("value", a.item() if isinstance(a, np.generic) else a, None))
     return host, spec
