@@ -254,6 +254,35 @@ def test_gpu_paged_hazard_checked(gpu90, ch, monkeypatch, nq, L, P, mode, kind, 
     assert r, r
 
 
+def test_gpu_paged_page_maps_carried_to_another_process(gpu90, ch, monkeypatch):
+    """The device-updated maps (mode 2) view one page at the pool's address, and the pools are arguments after them.
+    A child process that launches again (the isolated hazard check, fb.profile's replay) gets one buffer at that
+    address as large as the pool, not the page: the isolated check passes with the result right, and under Nsight
+    Compute the replay is profiled."""
+    from feedbeast import profiling
+    nq, L, P = 5, 777, 16
+    k, v, table = ch["paged_cache"](L, P, 8, seed=5)
+    q = np.random.default_rng(6).standard_normal((nq, 32, 128)).astype(fb.bfloat16)
+    out = fb.empty((nq, 32, 128), fb.bfloat16)
+    kd, vd = fb.to_device(k), fb.to_device(v)
+    launch = ch["prepare_paged"](fb.to_device(q), kd, vd, table, L, out, 2)
+    spec = profiling.recorded_launches(launch)
+    args = spec["launches"][0][-1]                  # decode_paged(kmap, vmap, slots, k_pool, v_pool, ...)
+    assert args[0][0] == "map" and args[3][0] == "buffer" and args[0][1] == args[3][1], args[:5]
+    assert spec["buffers"][args[3][1]].nbytes == kd.nbytes and spec["buffers"][args[4][1]].nbytes == vd.nbytes
+    ref = ch["paged_reference"](q, k, v, table, L)
+    monkeypatch.setattr(fb.hooks.mode, "hazards", "isolated")
+    out.poison()
+    assert launch() is None
+    r = fb.check(out.to_host(), ref, name="paged, device-updated maps, isolated hazard check")
+    assert r, r
+    monkeypatch.setattr(fb.hooks.mode, "hazards", "")
+    prof = fb.profile(launch, kernel="decode_paged", name="paged maps replayed", record=False)
+    if isinstance(prof, fb.Skipped):                # no ncu here, or no permission to read counters
+        pytest.skip(f"fb.profile's replay: {prof}")
+    assert isinstance(prof, profiling.Profile) and prof.values.get("duration"), prof
+
+
 @pytest.mark.parametrize("combine", [0, 1])
 @pytest.mark.parametrize("nq, L, P, mode", [(1, 8192, 64, 1), (16, 8192, 64, 1), (16, 4097, 16, 0), (64, 3000, 64, 2),
                                             (4, 100, 16, 1)])
