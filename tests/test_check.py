@@ -210,6 +210,56 @@ def test_check_takes_a_device_array_of_another_library():
 
 
 
+class _TorchLike:
+    """What PyTorch's GPU tensors of bf16 and fp8 do: `__cuda_array_interface__` raises (KeyError in older versions;
+    RuntimeError for a tensor that requires grad); the rest of the tensor says what it is."""
+    __module__ = "torch"
+
+    def __init__(self, ptr, shape, dtype="torch.bfloat16", size=2, requires_grad=False):
+        self.ptr, self.shape, self.dtype, self.size, self.requires_grad = ptr, shape, dtype, size, requires_grad
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.requires_grad:
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad.")
+        raise KeyError(self.dtype)
+
+    def is_contiguous(self):
+        return True
+
+    def element_size(self):
+        return self.size
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def test_a_pytorch_tensor_that_gives_no_interface_is_read_from_the_tensor():
+    """interface() is how the toolkit reads another library's GPU array (launch, check, the hazard check, profile). A
+    PyTorch bf16 or fp8 tensor has no `__cuda_array_interface__` to give (numpy has no such type): it is described from
+    the tensor, with ml_dtypes' type; one that requires grad is refused with what to do, as PyTorch refuses it; our
+    own bf16 arrays' `<V2` reads as bf16; host objects have none."""
+    import ml_dtypes
+    from feedbeast.memory import interface
+    got = interface(_TorchLike(0x5000, (3, 4)))
+    assert got == {"ptr": 0x5000, "shape": (3, 4), "strides": None, "dtype": fb.bfloat16}
+    fp8 = interface(_TorchLike(0x5100, (8,), dtype="torch.float8_e4m3fn", size=1))
+    assert fp8["dtype"] == np.dtype(ml_dtypes.float8_e4m3fn)
+    with pytest.raises(TypeError, match=r"requires grad: pass t\.detach\(\)"):
+        interface(_TorchLike(0x5000, (3,), requires_grad=True))
+    with pytest.raises(TypeError, match="torch.qint8: numpy has no such type"):
+        interface(_TorchLike(0x5000, (3,), dtype="torch.qint8", size=1))
+    assert interface(_Viewed(0x7000, (2,), typestr="<V2"))["dtype"] == fb.bfloat16
+    assert interface(np.zeros(3)) is None and interface(3) is None
+
+    class Other:                     # another library's error is its own, not hidden
+        @property
+        def __cuda_array_interface__(self):
+            raise KeyError("x")
+    with pytest.raises(KeyError):
+        interface(Other())
+
+
 def _whole_array(out, ref, limit, show=5):
     """What check() computes, written over whole arrays: the reference for its comparison in chunks."""
     out = np.asarray(out)

@@ -410,6 +410,39 @@ def test_profile_reads_the_counters_of_a_bound_launch(anygpu):
     assert p.kernel.startswith("saxpy") and p.values["dram_bytes"] > 0 and p.values["duration"] > 0
 
 
+TORCH_BF16 = r"""
+#include <cuda_bf16.h>
+extern "C" __global__ void twice_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16(2.f * __bfloat162float(x[i]));
+}
+"""
+
+
+def test_gpu_pytorch_bf16_tensors_are_launched_checked_and_carried(anygpu):
+    """PyTorch gives no `__cuda_array_interface__` for bf16 tensors (and older versions raise KeyError for it): a
+    launch takes them all the same (their kind checked against the pointer's), fb.check reads them, on the GPU and
+    in host memory, and a child process (fb.profile's replay) gets their bytes; one that requires grad is refused
+    with what to do."""
+    torch = pytest.importorskip("torch")
+    from feedbeast import profiling
+    mod = fb.compile(TORCH_BF16)
+    n = 1000
+    x = torch.randn(n, device="cuda").to(torch.bfloat16)
+    y = torch.full((n,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert mod.twice_bf16.launch(-(-n // 256), 256, y, x, n) is None
+    ref = 2 * x.float().cpu().numpy().astype(np.float64)
+    assert fb.check(y, ref, name="torch bf16 on the GPU").passed
+    assert fb.check(y.cpu(), ref, name="torch bf16 in host memory").passed
+    with pytest.raises(fb.LaunchError, match="holds integers"):
+        mod.twice_bf16.launch(4, 256, torch.zeros(n, device="cuda", dtype=torch.int16), x, n)
+    with pytest.raises(TypeError, match=r"requires grad: pass t\.detach\(\)"):
+        mod.twice_bf16.launch(4, 256, y, x.clone().requires_grad_(), n)
+    spec = profiling.recorded_launches(mod.twice_bf16.bind(-(-n // 256), 256, y, x, n))
+    assert spec["buffers"][0].dtype == fb.bfloat16 and spec["buffers"][0].shape == (n,)
+    assert np.array_equal(spec["buffers"][0].view(np.uint16), y.cpu().view(torch.int16).numpy().view(np.uint16))
+
+
 def test_a_mistyped_toolkit_name_gets_the_names_closest_to_it():
     with pytest.raises(AttributeError, match=r"has no attribute 'emtpy'; did you mean fb\.empty\?"):
         fb.emtpy((4,), np.float32)

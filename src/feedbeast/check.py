@@ -158,11 +158,12 @@ def _flat(a: np.ndarray):
 
 def _host_copy(a, name: str) -> np.ndarray:
     """A numpy copy of a device array of another library."""
+    from .memory import _is_torch, torch_to_numpy
+    if _is_torch(a):                              # bf16 and fp8 too, which numpy() refuses
+        return torch_to_numpy(a)
     for how in ("copy_to_host", "get"):          # Numba, CuPy
         if callable(getattr(a, how, None)):
             return np.asarray(getattr(a, how)())
-    if callable(getattr(a, "cpu", None)):         # PyTorch
-        return a.detach().cpu().numpy()
     raise TypeError(f"{name}: out is a {type(a).__name__} on the GPU with no way known here to copy it to the host: "
                     "pass a numpy copy of it")
 
@@ -172,14 +173,16 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
     GPU run recorded for this check when the course's results/ has it). `after`: what the launch that wrote `out`
     returned; a Skipped there (the launch could not run here) is the answer, with this check's record added,
     and `out`, never written, is not compared."""
-    from .memory import DeviceArray, guarded_view
+    from .memory import DeviceArray, _is_torch, guarded_view, interface
     if isinstance(out, Skipped):
         return with_recorded(out, name, "check")
-    if not isinstance(out, (DeviceArray, np.ndarray)) and hasattr(out, "__cuda_array_interface__"):
+    if not isinstance(out, (DeviceArray, np.ndarray)) and interface(out) is not None:
         # a Numba (fbn.device_or_host), CuPy or PyTorch array: the guarded output it views, so that a store past the
         # end is seen, or else a host copy
         view = guarded_view(out)
         out = view if view is not None else _host_copy(out, name)
+    elif _is_torch(out):                          # a PyTorch tensor in host memory (a bf16 one numpy cannot read)
+        out = _host_copy(out, name)
     for what, a in (("out", out), ("ref", ref)):
         if a is None or isinstance(a, (str, bytes)):   # np.shape(None) is (): the message would be about shapes
             raise TypeError(f"{name}: {what} is {a!r}, not an array: "

@@ -29,7 +29,7 @@ from .device import _check, gpu
 from .errors import LaunchError
 # The GPU's state after a failure and the debug report channel live in memory.py (launch needs memory,
 # memory never needs launch); the names stay importable from here.
-from .memory import (LOST_HINT, DeviceArray, bfloat16, debug_channel, ensure_usable,  # noqa: F401
+from .memory import (LOST_HINT, DeviceArray, bfloat16, debug_channel, ensure_usable, interface,  # noqa: F401
                      raise_pending_debug_report)
 from .skip import Skipped, needs
 
@@ -470,10 +470,9 @@ def _check_pointee(arg, kind: str, what: str) -> None:
     want = _POINTEE.get(base)
     if want is None or kind.count("*") != 1:
         return
-    if isinstance(arg, DeviceArray):
-        dtype = np.dtype(arg.dtype)
-    elif hasattr(arg, "__cuda_array_interface__"):
-        dtype = np.dtype(arg.__cuda_array_interface__["typestr"])
+    cai = None if isinstance(arg, DeviceArray) else interface(arg)
+    if isinstance(arg, DeviceArray) or cai is not None:
+        dtype = np.dtype(arg.dtype) if cai is None else cai["dtype"]
     else:
         return
     if dtype.itemsize != want[0]:
@@ -516,12 +515,13 @@ def _arg_bytes(arg, size, what, check_only=False) -> bytes | None:
         if arg.raw is None:
             raise LaunchError(f"{what}: tensor map was never encoded (made with no GPU)")
         return arg.raw
-    if isinstance(arg, DeviceArray) or hasattr(arg, "__cuda_array_interface__"):
+    cai = None if isinstance(arg, DeviceArray) else interface(arg)
+    if isinstance(arg, DeviceArray) or cai is not None:
         if size != 8:
             raise LaunchError(f"{what}: a device array is a pointer (8 B) but the parameter is {size} B")
         if check_only:
             return None
-        ptr = arg.ptr if isinstance(arg, DeviceArray) else arg.__cuda_array_interface__["data"][0]
+        ptr = arg.ptr if cai is None else cai["ptr"]
         return struct.pack("<Q", ptr)
     if isinstance(arg, np.ndarray):
         raise LaunchError(f"{what}: a numpy array lives in host memory; copy it to the GPU first "

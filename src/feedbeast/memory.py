@@ -198,20 +198,70 @@ def empty(shape, dtype=np.float32, *, poison: bool = True) -> DeviceArray:
     return arr.poison() if poison else arr
 
 
-def guarded_view(a) -> "DeviceArray | None":
-    """The guarded output (empty(poison=True)) that `a`, an array of another library (`__cuda_array_interface__`),
-    views whole and as it is: same address, shape and element type, C order. None for anything else (a slice, a
-    reshaped or retyped view, a copy, an array of its own): check() then compares a host copy of `a`."""
+# PyTorch's element types that numpy lacks, as ml_dtypes names them; PyTorch's __cuda_array_interface__ describes
+# no tensor of these (older versions raise KeyError), so interface() reads such a tensor itself.
+_TORCH_ONLY = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+def _is_torch(a) -> bool:
+    return type(a).__module__.split(".")[0] == "torch"
+
+
+def _torch_dtype(t) -> np.dtype:
+    name = str(t.dtype).removeprefix("torch.")
+    try:
+        return np.dtype(getattr(ml_dtypes, name)) if name in _TORCH_ONLY else np.dtype(name)
+    except TypeError:
+        raise TypeError(f"a PyTorch tensor of {t.dtype}: numpy has no such type; convert it (t.float())") from None
+
+
+def interface(a) -> dict | None:
+    """What a GPU array of another library (Numba, CuPy, PyTorch: `__cuda_array_interface__`) says it is:
+    {"ptr", "shape", "strides" (None: C order), "dtype"}; None for anything that is not one (host memory, a number).
+    A bf16 element reads as ml_dtypes' bfloat16 (the interface's `<V2`); a PyTorch bf16 or fp8 tensor, which gives
+    no interface, is read from the tensor itself."""
     try:
         cai = a.__cuda_array_interface__
-        ptr, shape, typestr = int(cai["data"][0]), tuple(int(n) for n in cai["shape"]), cai["typestr"]
-    except Exception:        # not a device array, or one this process cannot read
+    except AttributeError:
         return None
-    arr = _GUARDED.get(ptr)
-    if arr is None or arr.ptr != ptr or shape != arr.shape or typestr != _typestr(arr.dtype):
-        return None
+    except (KeyError, TypeError, RuntimeError):
+        if not _is_torch(a):
+            raise
+        if a.requires_grad:    # PyTorch's own rule for handing its memory to another library
+            raise TypeError("a PyTorch tensor that requires grad: pass t.detach() (the same memory)") from None
+        strides = None if a.is_contiguous() else tuple(n * a.element_size() for n in a.stride())
+        return {"ptr": int(a.data_ptr()), "shape": tuple(a.shape), "strides": strides, "dtype": _torch_dtype(a)}
+    dtype = np.dtype(cai["typestr"])
+    if dtype == np.dtype("V2") and bfloat16 is not None:
+        dtype = bfloat16
     strides = cai.get("strides")
-    return arr if strides is None or arr.size <= 1 or tuple(strides) == arr.strides_bytes else None
+    return {"ptr": int(cai["data"][0]), "shape": tuple(int(n) for n in cai["shape"]),
+            "strides": tuple(strides) if strides is not None else None, "dtype": dtype}
+
+
+def torch_to_numpy(t) -> np.ndarray:
+    """A numpy copy of a PyTorch tensor on any device; bf16 and fp8 as ml_dtypes' types over the same bits."""
+    import torch
+    t = t.detach().cpu().contiguous()
+    dtype = _torch_dtype(t)
+    if str(t.dtype).removeprefix("torch.") in _TORCH_ONLY:
+        return t.view({1: torch.uint8, 2: torch.int16}[dtype.itemsize]).numpy().view(dtype)
+    return t.numpy()
+
+
+def guarded_view(a) -> "DeviceArray | None":
+    """The guarded output (empty(poison=True)) that `a`, an array of another library (interface()), views whole
+    and as it is: same address, shape and element type, C order. None for anything else (a slice, a reshaped or
+    retyped view, a copy, an array of its own): check() then compares a host copy of `a`."""
+    try:
+        cai = interface(a)
+    except Exception:        # one this process cannot read
+        return None
+    arr = _GUARDED.get(cai["ptr"]) if cai else None
+    if arr is None or arr.ptr != cai["ptr"] or cai["shape"] != arr.shape or cai["dtype"] != arr.dtype:
+        return None
+    strides = cai["strides"]
+    return arr if strides is None or arr.size <= 1 or strides == arr.strides_bytes else None
 
 
 def host_buffer(a, buffers: list, index: dict) -> int:
@@ -220,8 +270,8 @@ def host_buffer(a, buffers: list, index: dict) -> int:
     memory (an array and a tensor map over it) stay one buffer there, as large as the largest of them (a tensor map
     over one page of a pool may come before the pool). `index` maps addresses to indices; both grow here."""
     if not isinstance(a, DeviceArray):
-        cai = a.__cuda_array_interface__
-        a = DeviceArray(tuple(cai["shape"]), np.dtype(cai["typestr"]), int(cai["data"][0]), owner=False)
+        cai = interface(a)
+        a = DeviceArray(cai["shape"], cai["dtype"], cai["ptr"], owner=False)
     if a.ptr not in index:
         index[a.ptr] = len(buffers)
         buffers.append(a.to_host())

@@ -324,7 +324,7 @@ def _takes_index(fn) -> bool:
 
 
 def _arg_spec(a, spec, bufs, what):
-    from .memory import DeviceArray
+    from .memory import DeviceArray, interface
     from .tensormap import TensorMap
     if isinstance(a, TensorMap):
         if a.array is None:
@@ -332,7 +332,7 @@ def _arg_spec(a, spec, bufs, what):
         desc = {k: getattr(a, k) for k in ("shape", "box", "strides_bytes", "swizzle", "oob_fill", "l2_promotion",
                                            "element_strides")}
         return ("map", _buffer(a.array, spec, bufs, what), desc)
-    if isinstance(a, DeviceArray) or hasattr(a, "__cuda_array_interface__"):
+    if isinstance(a, DeviceArray) or interface(a) is not None:
         return ("buffer", _buffer(a, spec, bufs, what))
     if isinstance(a, (bool, int, float, bytes, bytearray, np.generic)):
         return ("value", a)
@@ -341,8 +341,8 @@ def _arg_spec(a, spec, bufs, what):
 
 def _buffer(a, spec, bufs, what) -> int:
     """memory.host_buffer into the spec's buffers; a strided view is refused (its bytes are not one block)."""
-    from .memory import host_buffer
-    if hasattr(a, "__cuda_array_interface__") and a.__cuda_array_interface__.get("strides") is not None:
+    from .memory import DeviceArray, host_buffer, interface
+    if not isinstance(a, DeviceArray) and interface(a)["strides"] is not None:
         raise FeedbeastError(f"profile: {what} is a strided view; pass a contiguous array")
     return host_buffer(a, spec["buffers"], bufs)
 

@@ -129,17 +129,16 @@ _configs = {}       # (build, kernel, block, shared, cluster) -> the grid it was
 
 def _arrays(args):
     """(pointer, bytes) of every device buffer a launch can write: array arguments and tensor maps' arrays."""
-    from ..memory import DeviceArray
+    from ..memory import DeviceArray, interface
     from ..tensormap import TensorMap
     out = {}
     for a in args:
         a = a.array if isinstance(a, TensorMap) else a
         if isinstance(a, DeviceArray) and a.on_gpu:
             out[a.ptr] = max(out.get(a.ptr, 0), a.nbytes)
-        elif hasattr(a, "__cuda_array_interface__"):
-            cai = a.__cuda_array_interface__
-            n = int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
-            out[cai["data"][0]] = max(out.get(cai["data"][0], 0), n)
+        elif not isinstance(a, DeviceArray) and (cai := interface(a)) is not None:
+            n = int(np.prod(cai["shape"])) * cai["dtype"].itemsize
+            out[cai["ptr"]] = max(out.get(cai["ptr"], 0), n)
     return out
 
 
@@ -169,7 +168,7 @@ def _host_arguments(args):
     """The launch's arguments as the child can rebuild them: (host copies of the device buffers, each argument as
     ("array", index, None), ("map", index of its array, its description) or ("value", value, None)): one copy per
     address (memory.host_buffer; a tensor map's own shape travels in its description)."""
-    from ..memory import DeviceArray, host_buffer
+    from ..memory import DeviceArray, host_buffer, interface
     from ..tensormap import TensorMap
     index, host, spec = {}, [], []
     for a in args:
@@ -178,7 +177,7 @@ def _host_arguments(args):
                                                      l2_promotion=a.l2_promotion, shape=a.shape,
                                                      strides_bytes=a.strides_bytes,
                                                      element_strides=a.element_strides)))
-        elif isinstance(a, DeviceArray) or hasattr(a, "__cuda_array_interface__"):
+        elif isinstance(a, DeviceArray) or interface(a) is not None:
             spec.append(("array", host_buffer(a, host, index), None))
         else:
             spec.append(("value", a.item() if isinstance(a, np.generic) else a, None))
