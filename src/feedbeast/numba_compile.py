@@ -157,11 +157,13 @@ def _function(fn, device: dict) -> dict:
 
 def _arg_type(a) -> dict:
     import numpy as np
-    if isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
+    from .memory import DeviceArray, interface
+    cai = None if isinstance(a, (np.ndarray, DeviceArray)) else interface(a)
+    if isinstance(a, (np.ndarray, DeviceArray)) or cai is not None:
         arr = np.asarray(a) if isinstance(a, np.ndarray) else None
-        dtype = str(arr.dtype if arr is not None else a.dtype)
+        dtype = str(arr.dtype if arr is not None else a.dtype if cai is None else cai["dtype"])
         ndim = arr.ndim if arr is not None else len(a.shape)
-        contiguous = arr.flags.c_contiguous if arr is not None else True
+        contiguous = arr.flags.c_contiguous if arr is not None else cai is None or cai["strides"] is None
         return {"array": dtype, "ndim": ndim, "layout": "C" if contiguous else "A"}
     if isinstance(a, (bool, np.bool_)):
         return {"scalar": "boolean"}
