@@ -298,9 +298,10 @@ ifeq ($(COMPARE),1)
 	if [ -n "$$dups" ]; then echo "the bundle would hold two versions of: $$dups (requirements/compare.txt pins one," \
 	  "the other set resolved another): make the pins agree, or pip install --no-deps will refuse the bundle" >&2; exit 1; fi
 endif
-	@# A bundle of the other kind (full or notebook) already in wheelhouse/ is kept beside it, not replaced: the one
-	@# of the two that an offline host needs could not be made again there.
-	@kind() { if ls $$1/jupyterlab-*.whl >/dev/null 2>&1; then echo full; else echo notebook; fi; }; \
+	@# A bundle of another kind (full or notebook, or for another Python: the cpXY of its wheels) already in
+	@# wheelhouse/ is kept beside it, not replaced: the one that an offline host needs could not be made again there.
+	@kind() { k=notebook; if ls $$1/jupyterlab-*.whl >/dev/null 2>&1; then k=full; fi; \
+	  py=$$(ls $$1 | sed -n 's/.*-\(cp3[0-9]*\)-cp3[0-9]*-.*\.whl$$/\1/p' | head -n 1); echo $$k$${py:+-$$py}; }; \
 	if ls wheelhouse/*.whl >/dev/null 2>&1 && [ "$$(kind wheelhouse)" != "$$(kind wheelhouse.new)" ]; then \
 	  kept=wheelhouse.$$(kind wheelhouse); rm -rf $$kept && mv wheelhouse $$kept && \
 	  echo "the $$(kind $$kept) bundle that was in wheelhouse/ is kept in $$kept/ (WHEELS=$$kept)"; fi

@@ -333,17 +333,23 @@ def test_a_venv_of_the_cuda_12_pins_is_kept_by_later_commands(tmp_path):
 
 def test_a_bundle_of_the_other_kind_is_kept_beside_the_new_one(tmp_path):
     """make wheelhouse SET=notebook after make wheelhouse (or the other way round) keeps the first bundle, moved to
-    wheelhouse.<kind>/: an offline host may need it, and there it could not be made again. The step of the recipe
+    wheelhouse.<kind>/ (-cpXY with it: a bundle for another Python is kept too): an offline host may need it, and
+    there it could not be made again. The step of the recipe
     that decides, run on fake bundles."""
     out = subprocess.run(["make", "-n", "--no-print-directory", "wheelhouse", "PY=3.12"], cwd=ROOT, env=make_env(),
                          capture_output=True, text=True, check=True).stdout.splitlines()
     first = next(i for i, ln in enumerate(out) if ln.startswith("kind() {"))
     last = next(i for i in range(first, len(out)) if not out[i].endswith("\\"))
     step = "\n".join(out[first:last + 1])
-    for old, new, kept in ((["jupyterlab-4.6.6-py3-none-any.whl", "numpy.whl"], ["numpy.whl"], "full"),
+    np312, np311 = "numpy-2.3.4-cp312-cp312-manylinux_2_28_x86_64.whl", "numpy-2.3.4-cp311-cp311-manylinux_2_28_x86_64.whl"
+    for case, (old, new, kept) in enumerate((
+            (["jupyterlab-4.6.6-py3-none-any.whl", "numpy.whl"], ["numpy.whl"], "full"),
                            (["numpy.whl"], ["jupyterlab-4.6.6-py3-none-any.whl", "numpy.whl"], "notebook"),
-                           (["numpy.whl"], ["numpy.whl"], None)):
-        d = tmp_path / f"case-{kept}"
+                           (["jupyterlab-4.6.6-py3-none-any.whl", np312], ["jupyterlab-4.6.6-py3-none-any.whl", np311],
+                            "full-cp312"),     # the same kind for another Python: kept too
+                           ([np312], [np312], None),
+                           (["numpy.whl"], ["numpy.whl"], None))):
+        d = tmp_path / f"case-{case}"
         for folder, names in (("wheelhouse", old), ("wheelhouse.new", new)):
             (d / folder).mkdir(parents=True)
             for n in names:
@@ -353,7 +359,7 @@ def test_a_bundle_of_the_other_kind_is_kept_beside_the_new_one(tmp_path):
             assert sorted(p.name for p in (d / f"wheelhouse.{kept}").iterdir()) == sorted(old), r.stdout
             assert f"the {kept} bundle that was in wheelhouse/ is kept in wheelhouse.{kept}/" in r.stdout
         else:      # the same kind: replaced, as before
-            assert not list(d.glob("wheelhouse.full")) + list(d.glob("wheelhouse.notebook")) and not r.stdout
+            assert [p.name for p in d.glob("wheelhouse.*")] == ["wheelhouse.new"] and not r.stdout
 
 
 def _fake_uname(tmp_path, system="Linux", machine="x86_64"):
@@ -1531,3 +1537,12 @@ def test_a_kernel_tiled_for_more_shared_memory_than_this_gpu_gives_is_skipped_by
     t4 = Gpu(0, "Tesla T4", (7, 5), 40, 65536, 49152, 65536, 4 << 20, 1590, 5001, 256, 13000, (13, 0), 15 << 30)
     monkeypatch.setattr(skip, "gpu", lambda: t4)          # on a T4 the build is sm_80's: that is the reason, not size
     assert "needs sm_80, this machine has sm_75" in str(fb.needs("sm_80", "gemm_bf16", shared=156672))
+
+
+def test_make_from_inside_labs_runs_the_courses_target_with_its_variables():
+    """A terminal opened in labs/ (JupyterLab's File > New > Terminal from that folder): `make grade LAB=04` there
+    is the course's own, run one folder up, not make's "no makefile found"."""
+    r = subprocess.run(["make", "-n", "grade", "LAB=lab04", "VENV=/nowhere/.venv"], cwd=ROOT / "labs", env=make_env(),
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "No targets" not in r.stderr and "no makefile" not in r.stderr.lower(), r.stderr
+    assert "-m feedbeast.course.labs find solutions labs lab04" in r.stdout, r.stdout   # the variable went along

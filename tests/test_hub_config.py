@@ -98,7 +98,7 @@ def _checkout(tmp: Path) -> Path:
         # the instructor's: no learner gets these
         "labs/backup/04-mbarrier-ring.20261128-101500.ipynb": "{\"instructor\": 1}",
         ".venv/bin/python": "", ".git/HEAD": "ref: refs/heads/main\n", "build/lib/x.py": "", "_book/index.html": "",
-        "wheelhouse/feedbeast-0.1.0-py3-none-any.whl": "", "wheelhouse.new/x.whl": "", "wheelhouse.full/x.whl": "",
+        "wheelhouse/feedbeast-0.1.0-py3-none-any.whl": "", "wheelhouse.new/x.whl": "", "wheelhouse.full-cp312/x.whl": "",
         "wheelhouse.notebook/x.whl": "",
         "workshop/node_modules/.bin/configurable-http-proxy": "", "grades.csv": "username,lab 04\nada,100\n",
         "grades.json": "[]", "feedbeast-gpus.json": "{}", "jupyterhub.sqlite": "", "jupyterhub_cookie_secret": "s",

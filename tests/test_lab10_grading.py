@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from feedbeast.course import notebook
+from feedbeast.errors import STARTER_MARK
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION_PATH = ROOT / "solutions/10-fp8-gemv.ipynb"
@@ -34,16 +35,26 @@ BUGS = {
     # One scale for the whole matrix instead of one per output channel.
     "one-scale-for-every-row": [("amax = np.abs(w).max(axis=1)\n",
                                  "amax = np.full(w.shape[0], np.abs(w).max())\n")],
+    # The lab's starter lines kept beside the learner's (right) code: the zeros stored after the fragment is built,
+    # the scales of ones set after the right ones. Each still runs, and its failure names the line to delete.
+    "starter-line-kept-in-the-a-fragment": [("  // LAB: a[0] = a[1] = a[2] = a[3] = 0;",
+                                             f"  a[0] = a[1] = a[2] = a[3] = 0;  // {STARTER_MARK}")],
+    "starter-line-kept-in-quantize": [("    # LAB: scale = np.ones(w.shape[0], np.float32)",
+                                       f"    scale = np.ones(w.shape[0], np.float32)  # {STARTER_MARK}")],
 }
 # What each mistake's failure says on every machine: the quantization's check, or the probe of the fragment
 SAYS = {"one-scale-for-every-row": r"quantize: the scale of row \d+",
         "a-fragment-k-pair-repeated": r"a_fragment \(rows: h",
         "b-fragment-first-box-only": r"b_address, P = 8 tokens",
-        "b-fragment-unswizzled": r"b_address, P = 8 tokens"}
+        "b-fragment-unswizzled": r"b_address, P = 8 tokens",
+        "starter-line-kept-in-the-a-fragment": r"a_fragment \(rows: h.*starter line is still there beside your code "
+                                               r"\(lab\.cu line \d+: a\[0\] = a\[1\] = a\[2\] = a\[3\] = 0;\)",
+        "starter-line-kept-in-quantize": r"starter line is still there beside your code \(quantize line \d+: "
+                                         r"scale = np\.ones\(w\.shape\[0\], np\.float32\)\).*quantize: the scale"}
 
 
 def _says(rep, bug) -> bool:
-    return any(re.search(SAYS[bug], f"{o.name}: {o.message}") for o in rep.failed)
+    return any(re.search(SAYS[bug], f"{o.name}: {o.message}", re.S) for o in rep.failed)
 
 
 def planted(tmp: Path, bug: str | None) -> Path:
@@ -87,8 +98,9 @@ def test_bug_fails_without_a_gpu(graded, bug):
     rep = graded[bug]
     assert rep.status == "failed" and rep.failed, str(rep)
     assert _says(rep, bug), str(rep)
-    # each check cell stands alone: a wrong quantize or fragment hides no SASS verdict
-    assert any(o.name.startswith("SASS of kernel gemv_fp8") for o in rep.passed), str(rep)
+    # each check cell stands alone: a wrong quantize or fragment hides no SASS verdict (the zeros of a starter line
+    # kept in a_fragment leave no fp8 conversion in the SASS: that verdict fails too)
+    assert any(o.name.startswith("SASS of kernel gemv_fp8") for o in [*rep.passed, *rep.failed]), str(rep)
 
 
 def test_gpu_solution_runs_the_kernel_checks(gpu90, graded):

@@ -7,6 +7,7 @@ import nbformat
 import pytest
 
 from feedbeast.course import labs
+from feedbeast.errors import STARTER_MARK, unwritten
 from feedbeast.course.notebook import new, read
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -357,8 +358,26 @@ def test_a_solution_region_says_what_to_write_and_gives_starting_code():
     (a comment in the solution), so that the lab compiles and runs as given."""
     src = ("  int s;\n  // BEGIN SOLUTION: the ring stage of tile j\n  s = (j - first) % STAGES;\n"
            "  // LAB: s = 0;\n  // END SOLUTION\n  use(s);")
-    assert labs.strip_source(src) == "  int s;\n  // TODO: your code here: the ring stage of tile j\n  s = 0;\n  use(s);"
+    assert labs.strip_source(src) == ("  int s;\n  // TODO: your code here: the ring stage of tile j\n"
+                                      f"  s = 0;  // {STARTER_MARK}\n  use(s);")
     assert labs.strip_source("# BEGIN SOLUTION\nx = 1\n# END SOLUTION") == "# TODO: your code here (see the hints below)"
+    assert labs.strip_source("# BEGIN SOLUTION\nx = 1\n# LAB: x = 0\n# LAB: pass\n# END SOLUTION") == \
+        f"# TODO: your code here (see the hints below)\nx = 0  # {STARTER_MARK}\npass"
+
+
+def test_a_starter_line_kept_beside_the_learners_code_is_named_and_one_under_its_todo_line_is_not():
+    """A starter line still under its TODO line is part of the unwritten part (the TODO sentence names it); once code
+    of the learner's stands between, or the TODO line is gone, a failed check names the starter line to delete."""
+    lab = labs.strip_source("  // BEGIN SOLUTION: the sum\n  // LAB: s = 0;\n  // END SOLUTION\n  use(s);")
+    assert unwritten([("lab.cu", lab, 1)]) == ("your part is not written yet (lab.cu line 1: the sum): write it in place "
+                                               "of each 'TODO: your code here' line.\n")
+    mine = lab.replace("// TODO: your code here: the sum", "// my sum\n  s = a + b;")
+    said = unwritten([("lab.cu", mine, 1)])
+    assert said.startswith("the lab's starter line is still there beside your code (lab.cu line 3: s = 0;)"), said
+    kept = unwritten([("lab.cu", lab.replace("  // TODO", "  s = a + b;\n  // TODO"), 1)])
+    assert "not written yet (lab.cu line 2" in kept and "starter" not in kept, kept   # (written above: the TODO names it)
+    two = unwritten([("f", f"def f():\n    x = 1\n    x = 0  # {STARTER_MARK}\n    y = 0  # {STARTER_MARK}\n", 5)])
+    assert "starter lines are still there beside your code (f line 7: x = 0; f line 8: y = 0)" in two, two
 
 
 def test_reset_selects_labs_by_number_name_or_path(tmp_path):
@@ -374,6 +393,9 @@ def test_reset_selects_labs_by_number_name_or_path(tmp_path):
     with pytest.raises(ValueError, match="solutions/04-y.ipynb is not in .*labs/, the folder whose labs"):
         pick(str(sol_dir / "04-y.ipynb"))          # a path is that file, not the lab of its name
     assert pick("y") == pick("y.ipynb") == ["04-y.ipynb"]          # the name without its number
+    assert pick("lab04") == pick("Lab 4") == pick("lab-04") == pick("04.ipynb") == ["04-y.ipynb"]   # as titles say it
+    with pytest.raises(ValueError, match="no lab 'lab07'"):
+        pick("lab07")
     assert pick("04", "01", "04") == ["04-y.ipynb", "01-x.ipynb"]
     with pytest.raises(ValueError, match="no lab '07': the labs are 01-x.ipynb, 04-y.ipynb"):
         pick("07")

@@ -12,9 +12,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from feedbeast.course import gpu_devices, roster
 from feedbeast.course import grade as grade_module
 from feedbeast.course.notebook import code, markdown, new
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _homes(tmp: Path, n: int) -> dict:
@@ -248,6 +252,49 @@ def test_what_the_command_line_names_wrong_is_said_with_what_to_do(tmp_path, mon
     assert _main(homes, sols, "--csv", g, "--labs", "4") == 0
     assert "no row for zed: no feedbeast/labs in their folder" in capsys.readouterr().err
     assert graded == ["alice", "bob", "erin"]
+
+
+def test_a_learners_folder_for_homes_a_count_of_jobs_below_one_and_a_gpu_named_twice_are_refused(
+        tmp_path, monkeypatch, capsys):
+    """What grades nobody, or grades wrong, is refused before anyone is graded, with what to give instead."""
+    homes, sols, graded = _room(tmp_path, monkeypatch)
+    g = str(tmp_path / "g.csv")
+    assert _main(homes / "alice", sols, "--csv", g) == 2
+    err = capsys.readouterr().err
+    assert f"--homes {homes / 'alice'} is one learner's folder (it holds feedbeast/labs): give the folder that holds " \
+        f"one folder per learner, {homes} here (and --only alice for that learner alone)" in err, err
+    for jobs in ("0", "-3", "two"):
+        with pytest.raises(SystemExit) as e:
+            _main(homes, sols, "--csv", g, "--jobs", jobs)
+        assert e.value.code == 2 and "a whole number from 1" in capsys.readouterr().err
+    monkeypatch.setattr(gpu_devices, "_listing", lambda: "")        # nvidia-smi lists nothing: still said
+    assert _main(homes, sols, "--csv", g, "--gpus", "0,0") == 2
+    assert "--gpus: 0 and 0 are the same device: name each device once; nothing was graded" in capsys.readouterr().err
+    assert graded == [] and not Path(g).exists()
+    # a device that cannot be checked, and no GPU in reach: not then said to be graded "on GPU 7"
+    assert _main(homes, sols, "--csv", g, "--gpus", "7") == 0
+    err = capsys.readouterr().err
+    assert "--gpus: 7 not checked" in err and "no GPU in reach here" in err and "on GPU 7" not in err, err
+
+
+def test_a_notebook_that_is_no_notebook_is_an_error_row_that_says_what_to_do_and_why_the_exit_is_1(tmp_path, capsys):
+    """The real grader on a learner's lab cut short: the row says error, and what the learner does to get their lab
+    back, on one line without the file's text; the run ends saying why it exits 1."""
+    homes = tmp_path / "homes"
+    labs = homes / "ann" / "feedbeast" / "labs"
+    labs.mkdir(parents=True)
+    (labs / "01-tiled-transpose.ipynb").write_text('{"cells": [\n')
+    assert roster.main(["--homes", str(homes), "--solutions", str(ROOT / "solutions"), "--as-me", "--labs", "1",
+                        "--csv", str(tmp_path / "g.csv")]) == 1
+    out, err = capsys.readouterr()
+    row = next(csv.DictReader((tmp_path / "g.csv").open()))
+    why = row["first failing check"]
+    assert row["lab 01 status"] == "error" and "\\n" not in why and "NotJSONError" not in why, row
+    assert why.startswith("lab 01: not graded: cannot read the notebook: ann's 01-tiled-transpose.ipynb is not a "
+                          "whole notebook (JSON cut short or edited by hand? it breaks at line 2"), why
+    assert why.endswith("or starts again with make reset-labs LAB=01 in their course folder (which keeps this file "
+                        "in labs/backup/)") and why in out, (why, out)
+    assert "roster: exit 1: not every lab handed in was graded (1 learner: ann): their rows in" in err, err
 
 
 def test_the_summary_says_error_where_the_csv_does(tmp_path, monkeypatch, capsys):

@@ -287,3 +287,17 @@ def test_latest_takes_a_regrade_worse_or_better_and_keeps_the_other_labs(tmp_pat
     assert cli(["roster", "merge", "--latest", "--csv", str(kept), str(room), str(broken)]) == 0
     assert _rows(kept)["alice"]["lab 04 status"] == "ok"
     assert f"alice: lab 04 was not graded in {broken}: kept the grade of {room}" in capsys.readouterr().out
+
+
+def test_a_lab_not_started_on_one_server_ranks_below_the_learners_own_work_on_another():
+    """A lab left as given (`not started`, scored 0) never wins over a grade of the learner's own code, even a failed
+    one, whichever file comes first (its status as given may be partial: the checks that need a GPU skipped)."""
+    from feedbeast.course.roster_merge import merge
+    given = {"lab": "03", "status": "partial", "untouched": True,
+             "checks": [{"status": "skipped", "name": "launch", "message": "needs a GPU"}]}
+    mine = {"lab": "03", "status": "failed", "untouched": False,
+            "checks": [{"status": "failed", "name": "rowsum", "message": "relative error 1.0"}]}
+    for order in ((("a", given), ("b", mine)), (("b", mine), ("a", given))):
+        docs, _ = merge([(src, [{"learner": "bob", "labs": [lab]}]) for src, lab in order])
+        kept, = docs[0]["labs"]
+        assert kept["server"] == "b" and roster.lab_status(kept) == "failed", kept

@@ -472,6 +472,11 @@ def test_arrivals_held_back_past_the_consumers_lookahead_deadlock(stages):
     r = check_ring(_gather_producer(stages - 1), late, stages=stages, tiles=2 * stages + 1)
     assert r.kind == "deadlock", r
     assert any(b.startswith("P is stuck at `wait empty[0] parity 0`") for b in r.blocked), r
+    # the line of the step function that waits, as the cell (here this file) numbers it: the learner's line to fix
+    import inspect
+    lines, first = inspect.getsourcelines(_gather_producer(stages - 1))
+    wait = first + next(i for i, ln in enumerate(lines) if "empty[" in ln and ".wait(" in ln)
+    assert f"(producer line {wait}): empty[0]" in str(r), (wait, str(r))
     for lag in range(stages - 1):
         assert check_ring(_gather_producer(lag), late, stages=stages, tiles=2 * stages + 1).ok, lag
     assert check_ring(_gather_producer(stages - 1), [consumer, consumer], stages=stages, tiles=2 * stages + 1).ok

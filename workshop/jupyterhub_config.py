@@ -60,8 +60,7 @@ PER_GPU = per_gpu(os.environ.get("FEEDBEAST_HUB_PER_GPU", "6"))
 # secrets. At the checkout's top: hidden files and folders other than the course's own (tools' state, caches, a
 # .env), the hub's state when it was started there (feedbeast-gpus.json, share/), and the roster's grade files
 # (*.csv, *.json: the course keeps none there). In labs/: backup/, where make reset-labs keeps edited labs.
-SKIP_ANYWHERE = shutil.ignore_patterns(".git", ".venv", "venv", "wheelhouse", "wheelhouse.new", "wheelhouse.full",
-                                       "wheelhouse.notebook", "build", "_book",
+SKIP_ANYWHERE = shutil.ignore_patterns(".git", ".venv", "venv", "wheelhouse", "wheelhouse.*", "build", "_book",
                                        "node_modules", "__pycache__", "*.pyc", ".ipynb_checkpoints", ".pytest_cache",
                                        ".cache", "*.egg-info", "jupyterhub.sqlite", "jupyterhub_cookie_secret",
                                        "jupyterhub-proxy.pid")

@@ -94,22 +94,37 @@ def short_traceback(exc: BaseException) -> list[str]:
 
 
 TODO_MARK = "TODO: your code here"   # what a lab puts where the learner's part goes (feedbeast.labs)
+# what ends a line the lab gives under a TODO line: a starting value that lets the lab run as given, and that, kept
+# beside the learner's own code, still runs (a zero stored after their sum, a `return x;` before their return)
+STARTER_MARK = "starter line: delete it once yours is written"
 
 
 def unwritten(parts) -> str:
     """For [(where, source, first line number)], the lab's TODO lines still there, as one sentence that a failed
-    check puts first ('' when there are none): the failure most likely follows from the part not yet written."""
-    found = []
+    check puts first ('' when there are none): the failure most likely follows from the part not yet written. And
+    the starter lines (STARTER_MARK) kept once the learner's code is written: a failure may follow from one."""
+    found, kept = [], []
     for where, source, first in parts:
+        under_todo = False     # a starter line right under a TODO line (notes between) is part of an unwritten part
         for i, line in enumerate(str(source).splitlines()):
             if TODO_MARK in line:
                 what = line.split(TODO_MARK, 1)[1].strip(" :")
                 what = what[1:-1] if what.startswith("(") and what.endswith(")") else what
                 found.append(f"{where} line {first + i}" + (f": {what}" if what else ""))
-    if not found:
-        return ""
-    return (f"your part is not written yet ({'; '.join(found)}): write it in place of each "
-            f"'{TODO_MARK}' line.\n")
+                under_todo = True
+            elif STARTER_MARK in line:
+                if not under_todo:
+                    code = line.split(STARTER_MARK, 1)[0].rstrip().removesuffix("//").removesuffix("#").strip()
+                    kept.append(f"{where} line {first + i}: {code}")
+            elif line.strip() and not line.strip().startswith(("//", "#")):
+                under_todo = False
+    out = (f"your part is not written yet ({'; '.join(found)}): write it in place of each "
+           f"'{TODO_MARK}' line.\n") if found else ""
+    if kept:
+        out += (f"the lab's starter line{'s are' if len(kept) > 1 else ' is'} still there beside your code "
+                f"({'; '.join(kept)}): it still runs, and what it sets or returns can replace what yours does: "
+                f"delete it.\n")
+    return out
 
 
 

@@ -54,6 +54,9 @@ def problem(devices: list[str], option: str) -> str | None:
     if form:
         return (f"{option}: {', '.join(repr(d) for d in form)} is not a GPU as CUDA_VISIBLE_DEVICES names one: "
                 "give an index (0) or a UUID as nvidia-smi -L prints it (GPU-..., MIG-...)")
+    twice = next((d for d in devices if devices.count(d) > 1), None)
+    if twice:               # (said also where nvidia-smi lists nothing to compare with)
+        return f"{option}: {twice} and {twice} are the same device: name each device once"
     gpus = _gpus(_listing())
     if not gpus:            # nvidia-smi missing or failing: nothing to compare with
         return None

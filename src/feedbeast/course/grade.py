@@ -1126,13 +1126,25 @@ def _chapter_number(nb) -> str | None:
     return m[1] if m else None
 
 
-def _not_a_notebook(path: Path, raw: bytes) -> str:
-    """What to do with a lab file that is not a notebook's JSON (emptied, cut short by a full disk or a crash)."""
+def _not_a_notebook(path: Path, raw: bytes, owner: str | None = None) -> str:
+    """What to do with a lab file that is not a notebook's JSON (emptied, cut short by a full disk or a crash).
+    `owner`: the learner whose copy the roster grades (in a folder of its own): said for the instructor."""
     saved = path.parent / ".ipynb_checkpoints" / f"{path.stem}-checkpoint.ipynb"
     lab = re.match(r"(\d\d)-", path.name)
     in_labs = path.parent.name == "labs" and (path.parent.parent / "solutions").is_dir()   # the course's labs/
-    return ("the file " + ("is empty" if not raw.strip() else "is not a whole notebook (JSON cut short or edited by "
-                           "hand?)") + ": "
+    what = "is empty" if not raw.strip() else "is not a whole notebook (JSON cut short or edited by hand?"
+    if raw.strip():
+        try:
+            json.loads(raw)
+            what += ")"
+        except ValueError as e:      # where the JSON breaks: a file cut short breaks at its end
+            where = re.search(r"line \d+ column \d+", str(e))
+            what += f" it breaks at {where[0]})" if where else ")"
+    if owner:
+        return (f"{owner}'s {path.name} {what}: {owner} gets it back with File > Revert Notebook to Checkpoint, "
+                f"or starts again with make reset-labs LAB={lab[1] if lab else 'NN'} in their course folder "
+                "(which keeps this file in labs/backup/)")
+    return ("the file " + what + ": "
             + (f"Jupyter's last checkpoint of it is {saved} (File > Revert Notebook to Checkpoint); " if saved.is_file()
                else "")
             + ((f"make reset-labs LAB={lab[1]} writes the lab as given again, keeping this file in labs/backup/"
@@ -1161,13 +1173,15 @@ def _well_formed(nb, path: Path) -> None:
 
 
 def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None, kernel: str | None = None,
-          course=None, progress=None) -> Report:
+          course=None, progress=None, owner: str | None = None) -> Report:
     """Grade the learner notebook at `path` (not changed) with the check cells of its solution.
 
     `hazards`: run with FEEDBEAST_HAZARDS=1 (default on a machine with a GPU: labs 03-09, and later labs whose
     kernels include an fb/ header).
     `kernel` is accepted for compatibility and ignored: the checks run in this interpreter's Python.
     `progress`: called with a line when a cell has run a minute and more without ending (the command line prints it).
+    `owner`: the learner whose copy this is (the roster's --learner): what to do with a file that is no notebook
+    is then said for the instructor, in that learner's course folder.
     """
     path = Path(path)
     t0 = time.time()
@@ -1181,8 +1195,10 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         why = f"cannot read the notebook: {e if isinstance(e, NotWellFormed) else f'{type(e).__name__}: {e}'}"
         if str(path) in missing:      # named as a lab (`grade 99`): which labs there are; a folder: what it lacks
             why = f"{why}; {missing[str(path)]}" if path.exists() else missing[str(path)]
+        elif isinstance(e, (nbformat.reader.NotJSONError, UnicodeDecodeError)):   # (nbformat's words quote the file)
+            why = f"cannot read the notebook: {_not_a_notebook(path, raw, owner)}"
         elif raw is not None and not isinstance(e, NotWellFormed):
-            why = f"{why}\n{_not_a_notebook(path, raw)}"
+            why = f"{why}\n{_not_a_notebook(path, raw, owner)}"
         return Report(str(path), [Outcome("failed", "notebook", why)], time.time() - t0, why, toolkit=toolkit,
                       sha256=hashlib.sha256(raw).hexdigest() if raw is not None else "", refused=True)
     sha = hashlib.sha256(raw).hexdigest()
@@ -1855,7 +1871,7 @@ def main(argv=None) -> int:
         if not args.json:
             print(f"grading {path} ...", flush=True)
         rep = grade(path, timeout=args.timeout, solutions=args.solutions, hazards=hazards, course=args.course,
-                    progress=None if args.json else lambda line: print(line, flush=True))
+                    progress=None if args.json else lambda line: print(line, flush=True), owner=args.learner)
         reports.append(rep)
         # nothing graded: no such file (the command line named no notebook), or one refused whole (a chapter, no
         # course or solution found, not a notebook): no FAILED grade

@@ -7,7 +7,8 @@ In a solution notebook, the learner's part of a code cell sits between marker li
 and becomes one TODO line with the same indentation. `# BEGIN SOLUTION: what to write` puts that text in the
 TODO line (`# TODO: your code here: what to write`), which the checks quote while it is there. A line
 `# LAB: code` inside the region is given to the learner as `code` (a starting value that lets the lab run as
-given: `// LAB: const int use = 0;`); in the solution it is a comment. A cell tagged `solution-only` is dropped.
+given: `// LAB: const int use = 0;`), ending in a comment that says to delete it once theirs is written (kept, it
+would still run beside their code); in the solution it is a comment. A cell tagged `solution-only` is dropped.
 
     python -m feedbeast.course.labs build solutions labs    # write labs/, backing up edited ones
     python -m feedbeast.course.labs check solutions labs    # exit 1 if labs/ is stale (or edited)
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..errors import STARTER_MARK
 from .exit_status import NOTHING_RAN
 
 BEGIN = re.compile(r"^(?P<indent>\s*)(?P<c>#|//) BEGIN SOLUTION(?::\s*(?P<what>\S.*?))?\s*$")
@@ -40,6 +42,11 @@ def _todo_line(m: re.Match) -> str:
     """The TODO line a BEGIN SOLUTION line becomes."""
     what = f": {m['what']}" if m["what"] else " (see the hints below)"
     return f"{m['indent']}{m['c']} {TODO}{what}"
+
+
+def _given(code: str, c: str, cuda: bool) -> str:
+    """A LAB line's code as the lab gives it: a line of code ends in the starter mark (comment char `c`)."""
+    return code if is_note(code, cuda) else f"{code}  {c} {STARTER_MARK}"
 
 
 def strip_source(src: str) -> str:
@@ -56,7 +63,7 @@ def strip_source(src: str) -> str:
             inside = False
             continue
         if inside and (given := LAB_LINE.match(line)):
-            out.append(f"{given['indent']}{given['code']}")
+            out.append(f"{given['indent']}{_given(given['code'], given[2], src.startswith('%%cuda'))}")
         elif not inside:
             out.append(line)
     if inside:
@@ -87,7 +94,7 @@ def given_parts(src: str) -> list[tuple[str, tuple[str, ...], str]]:
             out.append((todo, tuple(given), _todo_line(BEGIN.match(after)).strip() if BEGIN.match(after)
                         else after.strip()))
         elif inside and (g := LAB_LINE.match(line)) and not is_note(g["code"], cuda):
-            given.append(g["code"].strip())      # (a given `pass` is read as the learner's lines are: no code)
+            given.append(_given(g["code"].strip(), g[2], cuda))  # (a given `pass` is read as the learner's are: no code)
     return out
 
 
@@ -138,7 +145,7 @@ def stale(solutions, labs) -> list[str]:
 
 
 def select(solutions, labs, which) -> list[tuple[Path, Path]]:
-    """The (solution, lab) pairs that `which` names: lab numbers ("4", "04"), names with or without their number and
+    """The (solution, lab) pairs that `which` names: lab numbers ("4", "04", "lab04", "04.ipynb"), names with or without their number and
     .ipynb ("04-mbarrier-ring", "mbarrier-ring"), whole words of one lab's name ("mbarrier"), or paths of labs in
     `labs`; all when `which` is empty. A name that matches no lab is a ValueError listing the labs there are; so is
     a path into another folder (solutions/04-....ipynb is that file, not lab 04 of `labs`)."""
@@ -153,8 +160,11 @@ def select(solutions, labs, which) -> list[tuple[Path, Path]]:
                              f"path in {labs}/")
         name = Path(w).name
         bare = name.removesuffix(".ipynb")
+        # a number as the labs' titles write it, or with the file's suffix: lab03, Lab 3, lab-03, 03.ipynb
+        if m := re.fullmatch(r"(?:lab[-_ ]?)?(\d{1,2})", bare, re.I):
+            bare = m[1]
         hits = [(s, l) for s, l in every        # 04-mbarrier-ring(.ipynb), mbarrier-ring, 4 or 04
-                if bare == l.stem or bare == l.stem.split("-", 1)[-1] or l.name.split("-", 1)[0] == name.zfill(2)]
+                if bare == l.stem or bare == l.stem.split("-", 1)[-1] or l.name.split("-", 1)[0] == bare.zfill(2)]
         if not hits and not bare.isdigit():     # a part of a name ("mbarrier", "tma-ring") that one lab alone has
             hits = [(s, l) for s, l in every if f"-{bare}-" in f"-{l.stem.split('-', 1)[-1]}-"]
             if len(hits) > 1:

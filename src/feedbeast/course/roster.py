@@ -267,6 +267,19 @@ def _as_owner(folder: Path):
     return drop, (uid, gid)
 
 
+def jobs_count(value: str) -> int:
+    """--jobs: how many learners at once, a whole number from 1."""
+    import argparse
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give how many learners to grade at once, a whole number from 1 "
+                                         "(1 grades one after another)")
+    return n
+
+
 def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learner_timeout: int = 3600,
                   solutions: Path | None = None, as_owner: bool = True, hazards: str = "auto",
                   device: str | None = None) -> dict:
@@ -495,7 +508,8 @@ def first_failing(doc: dict, labs=None) -> str:
     chosen = [lab for lab in sorted(doc.get("labs", []), key=lambda x: x["lab"]) if labs is None or lab["lab"] in labs]
     for lab in chosen:
         if lab.get("setup") or lab.get("refused"):
-            return f"lab {lab['lab']}: not graded: {gist(lab.get('setup') or lab.get('error') or '')}"
+            # (longer than a failed check's gist: why, and what to do, where nothing else in the row says it)
+            return f"lab {lab['lab']}: not graded: {gist(lab.get('setup') or lab.get('error') or '', limit=320)}"
         if lab.get("untouched"):
             continue
         for c in lab.get("checks", []):
@@ -664,7 +678,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hazards", choices=("auto", "on", "off"), default="auto",
                     help=f"hazard builds (FEEDBEAST_HAZARDS=1) for labs {_labs_span(HAZARD_LABS)} and later labs "
                          "whose kernels include an fb/ header (auto: when a GPU is here)")
-    ap.add_argument("--jobs", type=int, default=1,
+    ap.add_argument("--jobs", type=jobs_count, default=1,
                     help="learners graded at once (each in its own process; on a GPU up to 2 GB of host memory each)")
     ap.add_argument("--gpus", default=None, metavar="LIST",
                     help="GPUs to spread the gradings over, as CUDA_VISIBLE_DEVICES names them: 0,1 or "
@@ -682,6 +696,11 @@ def main(argv=None) -> int:
     if not Path(args.homes).is_dir():
         print(f"roster: --homes {args.homes} is not a folder: give the folder that holds one folder per learner "
               "(e.g. /home)", file=sys.stderr)
+        return 2
+    if (Path(args.homes) / args.subdir).is_dir():     # one learner's home: its labs would be nobody's row
+        print(f"roster: --homes {args.homes} is one learner's folder (it holds {args.subdir}): give the folder that "
+              f"holds one folder per learner, {Path(args.homes).resolve().parent} here (and --only "
+              f"{Path(args.homes).resolve().name} for that learner alone); nothing was graded", file=sys.stderr)
         return 2
     for option, path in (("--csv", args.csv), ("--json", args.json)):
         if path and (why := output_problem(option, path)):
@@ -737,12 +756,15 @@ def main(argv=None) -> int:
     # not this process's CUDA_VISIBLE_DEVICES: then what nvidia-smi lists says whether there are any
     if source == "--gpus" and (note := unchecked(devices, source)):
         print(f"roster: note: {note}", file=sys.stderr)
-    if not (listed() if source == "--gpus" else _has_gpu()):
+    no_gpu = not (listed() if source == "--gpus" else _has_gpu())
+    if no_gpu:
         print("roster: no GPU in reach here: every launch is skipped, so a lab with the right SASS and wrong numbers "
               "grades partial and scores 100, as a solved one does; grade on the room's GPUs for ok",
               file=sys.stderr)
     slots = Slots(devices, args.jobs)
-    if slots.devices:       # which GPUs, and why those: a wrong CUDA_VISIBLE_DEVICES shows here, not in the grades
+    # which GPUs, and why those: a wrong CUDA_VISIBLE_DEVICES shows here (not devices --gpus named that nvidia-smi
+    # could not check, and no GPU listed: the note above said so)
+    if slots.devices and not (no_gpu and source == "--gpus"):
         used = slots.used(args.jobs)
         print(f"roster: {_count(max(1, args.jobs), 'grading')} at once on GPU {', '.join(used)} (from {source})"
               + (f" ({-(-max(1, args.jobs) // len(used))} at most on each)" if args.jobs > len(used) > 1 else "")
@@ -786,7 +808,13 @@ def main(argv=None) -> int:
     cols = write()
     print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {_count(len(docs), 'learner')} x labs "
           f"{', '.join(cols)}")
-    return 0 if all(d.get("labs") and not any(lab_status(lab) == "error" for lab in d["labs"]) for d in docs) else 1
+    ungraded = [d for d in docs if not d.get("labs") or any(lab_status(lab) == "error" for lab in d["labs"])]
+    if ungraded:        # the exit status says it; this line says whose and where the why is
+        print(f"roster: exit 1: not every lab handed in was graded ({_count(len(ungraded), 'learner')}: "
+              + ", ".join(d["learner"] for d in ungraded[:8]) + (", ..." if len(ungraded) > 8 else "")
+              + f"): their rows in {args.csv} say error, and why (first failing check); the others' grades stand",
+              file=sys.stderr)
+    return 1 if ungraded else 0
 
 
 if __name__ == "__main__":

@@ -104,6 +104,7 @@ from __future__ import annotations
 import inspect
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import whole
 from .mbarrier import (MBarrierMisuse, bar_arrive, bar_arrive_expect_tx, bar_complete_tx,
@@ -145,10 +146,11 @@ class _Bug(Exception):
 class Op:
     """One operation a step function yields.  Build it with the ``ring`` methods."""
 
-    __slots__ = ("code", "args", "text")
+    __slots__ = ("code", "args", "text", "where")
 
     def __init__(self, code, args, text):
         self.code, self.args, self.text = code, args, text
+        self.where = ""      # set when yielded: the step function's line that yielded it ('producer line 5')
 
     def __repr__(self):
         return f"<op {self.text}>"
@@ -277,6 +279,21 @@ def _n_params(fn):
         return 2
 
 
+def _yielded_at(gen) -> str:
+    """'producer line 5': the function and line a suspended generator yielded from (the innermost of a `yield from`
+    chain), numbered as its file or notebook cell numbers it, as tracebacks and fb.errors.todo_of do; '' for the
+    course's own step functions (rings.bug_variants)."""
+    while inspect.isgenerator(getattr(gen, "gi_yieldfrom", None)):
+        gen = gen.gi_yieldfrom
+    frame = gen.gi_frame
+    if frame is None or gen.gi_code.co_filename.startswith(_PACKAGE):   # the course's own rings: no line to fix
+        return ""
+    return f"{gen.gi_code.co_name} line {frame.f_lineno}"
+
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+
+
 def _record(fn, view, max_ops=100_000):
     """Run a step function once and return its operations as a list of Op."""
     fname = getattr(fn, "__name__", repr(fn))
@@ -318,6 +335,7 @@ def _record(fn, view, max_ops=100_000):
             lost = view._loose[older[0]]
             raise StepFunctionError(f"{view.name} ({fname}): `{lost.text}` was created but never "
                                     "yielded -- write `yield ...` in front of it")
+        op.where = _yielded_at(gen)
         ops.append(op)
         if len(ops) > max_ops:
             raise StepFunctionError(f"{view.name} ({fname}) yielded more than {max_ops} operations")
@@ -382,7 +400,7 @@ class RingModel:
             self.init_error = str(e)
         self.bars0 = tuple(cfg["bars"])
 
-        self.names, self.programs, self.texts = [], [], []
+        self.names, self.programs, self.texts, self.wheres = [], [], [], []
         roles = [("P" if len(producers) == 1 else f"P{i}", "producer", i, f)
                  for i, f in enumerate(producers)]
         roles += [(f"C{i}", "consumer", i, f) for i, f in enumerate(consumers)]
@@ -391,6 +409,7 @@ class RingModel:
             self.names.append(name)
             self.programs.append(tuple((op.code,) + tuple(op.args) for op in ops))
             self.texts.append(tuple(op.text for op in ops))
+            self.wheres.append(tuple(op.where for op in ops))
         self.lengths = tuple(len(p) for p in self.programs)
         # per thread and pc: how many cp_async copies it issued before (the groups a wait_group counts back from)
         self.cp_before = tuple(tuple(sum(op[0] == _CP_ASYNC for op in prog[:pc]) for pc in range(len(prog) + 1))
@@ -570,7 +589,8 @@ class RingModel:
                 out.append(f"{self.names[tid]} is at `{self.texts[tid][pc]}`")
                 continue
             st = bars[op[1]]
-            out.append(f"{self.names[tid]} is stuck at `{self.texts[tid][pc]}`: "
+            at = f" ({self.wheres[tid][pc]})" if self.wheres[tid][pc] else ""
+            out.append(f"{self.names[tid]} is stuck at `{self.texts[tid][pc]}`{at}: "
                        f"{self.bar_names[op[1]]} is in its phase of parity {st[1]} with "
                        f"{st[2]} of {st[0]} arrivals pending and tx-count {st[3]}")
         return out
