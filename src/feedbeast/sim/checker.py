@@ -102,6 +102,7 @@ What counts as a bug
 from __future__ import annotations
 
 import inspect
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,7 +292,7 @@ def _yielded_at(gen) -> str:
     return f"{gen.gi_code.co_name} line {frame.f_lineno}"
 
 
-_PACKAGE = str(Path(__file__).resolve().parents[1])
+_PACKAGE = os.path.join(str(Path(__file__).resolve().parents[1]), "")    # (with its /: not a checkout feedbeast-x/)
 
 
 def _record(fn, view, max_ops=100_000):
