@@ -35,6 +35,7 @@ from test_grade_labs import BUGS as LAB_BUGS, FENCE_PLACE  # noqa: E402
 
 from feedbeast.course import grade as g  # noqa: E402
 from feedbeast.course import notebook as nbm  # noqa: E402
+from feedbeast.errors import STARTER_MARK  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions/05-tma-ring.ipynb"
@@ -1088,7 +1089,8 @@ def test_lab_10s_helpers_are_the_lab_s_own(tmp_path):
                            if c.cell_type == "code" and "TOKENS = (8, 16, 32, 64)" in c.source))
     stub = [("    # TODO: your code here: per-row scales (a row of zeros gets scale 1) and the e4m3 codes of w / scale "
              "(hint 3)\n"
-             "    scale = np.ones(w.shape[0], np.float32)\n    w8 = np.zeros(w.shape, ml_dtypes.float8_e4m3fn)\n",
+             f"    scale = np.ones(w.shape[0], np.float32)  # {STARTER_MARK}\n"
+             f"    w8 = np.zeros(w.shape, ml_dtypes.float8_e4m3fn)  # {STARTER_MARK}\n",
              "    amax = np.abs(w).max(axis=1)\n"
              "    scale = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)\n"
              "    w8 = (w / scale[:, None]).astype(ml_dtypes.float8_e4m3fn)\n"
