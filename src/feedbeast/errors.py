@@ -121,9 +121,11 @@ def unwritten(parts) -> str:
     out = (f"your part is not written yet ({'; '.join(found)}): write it in place of each "
            f"'{TODO_MARK}' line.\n") if found else ""
     if kept:
-        out += (f"the lab's starter line{'s are' if len(kept) > 1 else ' is'} still there beside your code "
-                f"({'; '.join(kept)}): it still runs, and what it sets or returns can replace what yours does: "
-                f"delete it.\n")
+        one = len(kept) == 1
+        out += (f"the lab's starter line{' is' if one else 's are'} still there beside your code "
+                f"({'; '.join(kept)}): {'it still runs' if one else 'they still run'}, and what "
+                f"{'it sets or returns' if one else 'they set or return'} can replace what yours does: "
+                f"delete {'it' if one else 'them'}.\n")
     return out
 
 

@@ -145,8 +145,8 @@ def stale(solutions, labs) -> list[str]:
 
 
 def select(solutions, labs, which) -> list[tuple[Path, Path]]:
-    """The (solution, lab) pairs that `which` names: lab numbers ("4", "04", "lab04", "04.ipynb"), names with or without their number and
-    .ipynb ("04-mbarrier-ring", "mbarrier-ring"), whole words of one lab's name ("mbarrier"), or paths of labs in
+    """The (solution, lab) pairs that `which` names: lab numbers ("4", "04", "lab04", "04.ipynb"), names with or
+    without their number and .ipynb ("04-mbarrier-ring", "mbarrier-ring"), whole words of one lab's name ("mbarrier"), or paths of labs in
     `labs`; all when `which` is empty. A name that matches no lab is a ValueError listing the labs there are; so is
     a path into another folder (solutions/04-....ipynb is that file, not lab 04 of `labs`)."""
     every = list(pairs(solutions, labs))
