@@ -94,7 +94,8 @@ def given_parts(src: str) -> list[tuple[str, tuple[str, ...], str]]:
             out.append((todo, tuple(given), _todo_line(BEGIN.match(after)).strip() if BEGIN.match(after)
                         else after.strip()))
         elif inside and (g := LAB_LINE.match(line)) and not is_note(g["code"], cuda):
-            given.append(_given(g["code"].strip(), g[2], cuda))  # (a given `pass` is read as the learner's are: no code)
+            # (a given `pass` is read as the learner's lines are: no code)
+            given.append(_given(g["code"].strip(), g[2], cuda))
     return out
 
 
@@ -146,9 +147,10 @@ def stale(solutions, labs) -> list[str]:
 
 def select(solutions, labs, which) -> list[tuple[Path, Path]]:
     """The (solution, lab) pairs that `which` names: lab numbers ("4", "04", "lab04", "04.ipynb"), names with or
-    without their number and .ipynb ("04-mbarrier-ring", "mbarrier-ring"), whole words of one lab's name ("mbarrier"), or paths of labs in
-    `labs`; all when `which` is empty. A name that matches no lab is a ValueError listing the labs there are; so is
-    a path into another folder (solutions/04-....ipynb is that file, not lab 04 of `labs`)."""
+    without their number and .ipynb ("04-mbarrier-ring", "mbarrier-ring"), whole words of one lab's name
+    ("mbarrier"), or paths of labs in `labs`; all when `which` is empty. A name that matches no lab is a ValueError
+    listing the labs there are; so is a path into another folder (solutions/04-....ipynb is that file, not lab 04 of
+    `labs`)."""
     every = list(pairs(solutions, labs))
     if not which:
         return every

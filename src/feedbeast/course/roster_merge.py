@@ -5,10 +5,10 @@
 Each input is the `--json` file of one roster run (one server). A learner is known by their username: the same
 name in several files is taken as one person, so give each learner one name on every server. For each lab the
 merge keeps the best grade any server gave it: ok before partial before failed before not started, then the higher
-score; a lab graded on one server wins over the same lab handed in but not graded (`error`) on another. One
-notebook (the same sha256) that failed on one server and not on another keeps its failure, and the merge says so: a check that failed ran
-and found a fault, where a partial grade only could not run some checks (no GPU there, or an older one), and an
-ok on another server is a race or a GPU that the fault does not show on. Each kept lab names the file it
+score; a lab graded on one server wins over the same lab handed in but not graded (`error`) on another. One notebook
+(the same sha256) that failed on one server and not on another keeps its failure, and the merge says so: a check
+that failed ran and found a fault, where a partial grade only could not run some checks (no GPU there, or an older
+one), and an ok on another server is a race or a GPU that the fault does not show on. Each kept lab names the file it
 came from (`"server"` in the merged JSON), and the merge prints which learners it found in more than one file.
 Why a server could not grade a learner shows in their row only while a lab it left ungraded still is (the merged
 JSON keeps every server's reason, in `"errors"`).
