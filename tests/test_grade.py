@@ -1134,3 +1134,24 @@ def test_a_time_limit_is_whole_seconds_from_one(capsys):
         with pytest.raises(SystemExit) as e:
             g.main(["--timeout", bad, str(SOLUTION)])
         assert e.value.code == 3 and "is no time limit: give whole seconds from 1" in capsys.readouterr().err
+
+
+def test_a_renamed_or_deleted_cuda_cell_is_one_failure_that_names_the_cell(tmp_path):
+    """The lab's `%%cuda --name lab` cell renamed or deleted: one failure, naming the renamed cell where there is one;
+    not also a failure per kernel the checks launch, as if a cell of that --name existed without them."""
+    def rename(nb):
+        cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%cuda")
+                    and "--name lab" in c.source.partition("\n")[0])
+        cell.source = cell.source.replace("--name lab", "--name mylab", 1)
+
+    def delete(nb):
+        nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and c.source.startswith("%%cuda")
+                                                and "--name lab" in c.source.partition("\n")[0])]
+    for edit, named in ((rename, True), (delete, False)):
+        path = plant(SOLUTION, edit=edit, to=tmp_path / f"00-{edit.__name__}.ipynb")
+        rep = g.grade(path, hazards=False, timeout=120)
+        failed = rep.failed
+        assert len(failed) == 1 and failed[0].name == "%%cuda --name lab", [(c.name, c.message) for c in failed]
+        assert "has no `%%cuda ... --name lab` cell" in failed[0].message
+        assert ("is `%%cuda ... --name mylab`: if it is the lab's cell, give it `--name lab` again"
+                in failed[0].message) == named, failed[0].message

@@ -650,6 +650,7 @@ class _CheckChild:
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
         self.nb = None               # the learner's notebook (feedbeast.course.notebook.Notebook), once read
         self.unbuilt: set[str] = set()   # what a %%cuda cell that failed would have defined: not reported again
+        self.uncelled: set[str] = set()  # the --names of the lab's %%cuda cells the notebook lacks: reported once
 
     def _channel_restored(self):
         found = []
@@ -724,8 +725,14 @@ class _CheckChild:
             if not cells:
                 bad = "".join(f"; the %%cuda line of {at(nb.cells, i, 1)} does not parse ({why})"
                               for i, why in nb.bad_magic)
+                # a cell of a --name the lab does not give is most likely this one renamed
+                other = [(i, n) for i, s in cuda
+                         if (n := cuda_name(s)) is not None and n not in {w for w, _ in wanted}]
+                bad += "".join(f"; {at(nb.cells, i, 1)} is `%%cuda ... --name {n}`: if it is the lab's cell, give it "
+                               f"`--name {name}` again" for i, n in other)
                 self.fail(f"%%cuda --name {name}", f"your notebook has no `%%cuda ... --name {name}` cell before its "
                           "checks: the checks compile and launch the kernels of that cell" + bad)
+                self.uncelled.add(name)
                 continue
             _, src = cells[-1]
             body = src.partition("\n")[2]
@@ -763,7 +770,8 @@ class _CheckChild:
         import types
         from .notebook import refusals
         ns = self.ns
-        needed = [n for n in needs if n not in ns and n not in self.unbuilt]
+        needed = [n for n in needs if n not in ns and n not in self.unbuilt
+                  and not (n in kernels and kernels[n] in self.uncelled)]
         for n in [n for n in needed if n in kernels]:
             needed.remove(n)
             self.fail(f"%%cuda --name {kernels[n]}", f"the checks launch {n}, which the lab's `%%cuda --name "
