@@ -354,8 +354,12 @@ clean:
 # LAB: a number (4, 04), a lab's name (04-mbarrier-ring or mbarrier-ring, .ipynb or not), a word only one lab's name
 # has (mbarrier) or a lab file's path, as reset-labs takes it.
 LAB ?=
+# TIMEOUT=abc is refused in make's words (grade's own message would name its --timeout, which no one typed)
+TIMEOUT_CHECK = case '$(subst ',,$(TIMEOUT))' in ''|*[!0-9]*|0|00*) echo "make grade: TIMEOUT="'$(subst ',,$(TIMEOUT))'" is no time \
+	limit: give whole seconds from 1 (600 by default). Nothing was graded" >&2; exit 3;; esac;
 grade: $(STAMP)
-	@$(if $(LAB),,echo "make grade: every lab, one after the other (make grade LAB=04 grades one)";) \
+	@$(if $(filter command line,$(origin TIMEOUT)),$(TIMEOUT_CHECK)) \
+	$(if $(LAB),,echo "make grade: every lab, one after the other (make grade LAB=04 grades one)";) \
 	if [ -n "$(LAB)" ] && [ -f "$(LAB)" ]; then set -- "$(LAB)"; \
 	else labs=$$($(PYTHON) -m feedbeast.course.labs find solutions labs $(LAB)) || exit 3; \
 	  nl=$$(printf '\n_'); IFS=$${nl%_}; set -f; set -- $$labs; set +f; unset IFS; fi; \

@@ -1546,3 +1546,26 @@ def test_make_from_inside_labs_runs_the_courses_target_with_its_variables():
                        capture_output=True, text=True)
     assert r.returncode == 0 and "No targets" not in r.stderr and "no makefile" not in r.stderr.lower(), r.stderr
     assert "-m feedbeast.course.labs find solutions labs lab04" in r.stdout, r.stdout   # the variable went along
+
+
+def test_make_from_labs_or_chapters_runs_the_course_s_makefile_with_the_lab_s_path(tmp_path):
+    """From labs/ or chapters/ the course's Makefile runs one folder up: a LAB given as a path from there is passed
+    on whole, and a failure says which Error line is the course's."""
+    import shutil
+    for name in ("Makefile", "pyproject.toml", "chapters/Makefile"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    for folder in ("solutions", "labs", "requirements"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("backup"))
+    env = make_env()
+    common = ["make", "--no-print-directory", "ENV=current", f"PYTHON3={sys.executable}"]
+    r = subprocess.run([*common, "-n", "grade", "LAB=../labs/00-copy-kernel.ipynb"], cwd=tmp_path / "labs", env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and f'[ -f "{tmp_path}/labs/00-copy-kernel.ipynb" ]' in r.stdout, (r.stdout, r.stderr)
+    r = subprocess.run([*common, "grade", "LAB=99"], cwd=tmp_path / "chapters", env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "no lab '99'" in r.stdout + r.stderr and "grade] Error 3" in r.stderr, r
+    assert "its own Error line above says why" in r.stderr, r.stderr
+    r = subprocess.run([*common, "grade", "LAB=00", "TIMEOUT=abc"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)     # in make's words: grade's --timeout is not what was typed
+    assert r.returncode == 2 and "TIMEOUT=abc is no time limit" in r.stderr and "--timeout" not in r.stderr, r

@@ -683,6 +683,15 @@ def test_bug_is_not_passed_without_the_gpu(graded, lab, bug):
         assert any(_is_check(o.name, lab) for o in rep.skipped), str(rep)
 
 
+def test_a_cell_that_stops_after_its_failed_checks_counts_each_failure_once(graded):
+    """Lab 01's check cell records a failed check per shape, then raises CheckFailed so that the notebook stops
+    there: the raise is no further failure; its words go with the cell's first failed check."""
+    rep = graded("01", "tile-not-transposed")
+    assert rep.status == "failed" and not any(o.name.startswith("check cell") for o in rep.failed), str(rep)
+    stopped = [o for o in rep.failed if "(the check cell then stopped: CheckFailed" in o.message]
+    assert len(stopped) == 1 and "not yet correct: see the elements named above" in stopped[0].message, str(rep)
+
+
 # ---- on the lab's GPU ----------------------------------------------------------------------------------
 
 def _fails_on_gpu(rep, lab, bug):

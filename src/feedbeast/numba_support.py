@@ -301,9 +301,9 @@ def expect_uniform_barriers(kernel, *, required: bool = False, per_loop: int | N
                        f"({', '.join(unread_device_functions(kernel))}) cannot be read here", check)
     if required and not sites:
         raise fail(todo_of(kernel) +
-            f"kernel {name} has no cuda.syncthreads(): its threads read shared-memory elements that other threads "
-            "stored, so a barrier must stand between the stores and those reads (without it a thread may read before "
-            "the store lands: elements never written, or stale ones).")
+            f"kernel {name} has no cuda.syncthreads(): the kernel this check is for has its threads read "
+            "shared-memory elements that other threads store, so a barrier must stand between the stores and those "
+            "reads (without it a thread may read before the store lands: elements never written, or stale ones).")
     if per_loop is not None:
         over = {loop: n for loop, n in (most_per_iteration(kernel) or {}).items() if n > per_loop}
         if over:

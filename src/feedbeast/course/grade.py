@@ -1533,6 +1533,13 @@ def _outcomes(msgs, job, error, hazards, exit_status) -> tuple[list[Outcome], st
                 named_errors.add(id(e))
                 records.remove(r)
                 break
+    # A cell that recorded failed checks and then raised CheckFailed to stop (lab 01's "not yet correct: see the
+    # elements named above") failed once per check, not once more: its words go with its first failed check
+    for e in [e for e in errors if id(e) not in named_errors and e.message.startswith("CheckFailed")]:
+        first = next((r for r in records if r.status == "failed" and r.cell == e.cell), None)
+        if first is not None:
+            first.message = f"{first.message}\n(the check cell then stopped: {e.message})".strip()
+            errors.remove(e)
     recorded_names = {o.name for o in records + errors if o.status == "failed"}
     return outcomes + records + errors + [p for p in printed if p.name not in recorded_names], error
 
