@@ -606,7 +606,7 @@ def test_roster_grades_each_learner_in_its_own_process_and_refuses_links(tmp_pat
                         "--csv", str(tmp_path / "g.csv"), "--json", str(tmp_path / "g.json")])
     rows = {r["username"]: r for r in csv.DictReader((tmp_path / "g.csv").open())}
     assert {n: (r["lab 05"], r["lab 05 status"]) for n, r in rows.items()} == \
-        {"ada": ("100.0", "ok"), "bob": ("50.0", "failed"), "cyd": ("0", "missing")}, rows
+        {"ada": ("100.0", "ok"), "bob": ("50.0", "failed"), "cyd": ("", "error")}, rows
     assert rows["bob"]["first failing check"].startswith("lab 05: check cell 1") and \
         "x is 7, expected 42" in rows["bob"]["first failing check"], rows
     assert rows["ada"]["first failing check"] == "lab 05: the solution's code, line for line", rows   # its copy

@@ -294,7 +294,7 @@ def test_a_notebook_that_is_no_notebook_is_an_error_row_that_says_what_to_do_and
                           "whole notebook (JSON cut short or edited by hand? it breaks at line 2"), why
     assert why.endswith("or starts again with make reset-labs LAB=01 in their course folder (which keeps this file "
                         "in labs/backup/)") and why in out, (why, out)
-    assert "roster: exit 1: not every lab handed in was graded (1 learner: ann): their rows in" in err, err
+    assert "roster: exit 1: not every lab handed in was graded (1 learner: ann (lab 01)): their rows in" in err, err
 
 
 def test_the_summary_says_error_where_the_csv_does(tmp_path, monkeypatch, capsys):

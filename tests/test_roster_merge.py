@@ -10,7 +10,7 @@ from pathlib import Path
 
 from feedbeast.course import roster, roster_merge
 from feedbeast.course.__main__ import main as cli
-from feedbeast.course.grade import Outcome, Report
+from feedbeast.course.grade import Outcome, Report, gist
 
 
 def _lab(name: str, passed: int = 0, failed: int = 0, skipped: int = 0) -> dict:
@@ -131,7 +131,7 @@ def test_a_server_s_error_shows_only_while_a_lab_of_the_learner_is_still_ungrade
     assert cli(["roster", "merge", "--csv", str(tmp_path / "g.csv"), str(a), str(b)]) == 0
     rows = _rows(tmp_path / "g.csv")
     assert rows["eve"]["labs ok"] == "2" and rows["eve"]["first failing check"] == "", rows["eve"]
-    assert rows["fay"]["lab 06 status"] == "error" and rows["fay"]["first failing check"] == f"{b}: {why}"[:160]
+    assert rows["fay"]["lab 06 status"] == "error" and rows["fay"]["first failing check"] == gist(f"{b}: {why}")
     assert rows["gus"]["first failing check"] == f"{b}: no lab notebook in /home/gus/feedbeast/labs", rows["gus"]
 
 

@@ -8,7 +8,8 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
 
 1. their lab notebooks (NN-*.ipynb; regular files only: a symbolic link, say to another learner's lab, is refused)
    are copied into a fresh private folder; the learner's own files are only read. Another notebook there
-   (Untitled.ipynb) is no lab of the course: not graded, no column, named in the learner's row;
+   (Untitled.ipynb, or 12-my-notes.ipynb when the course's solutions/ have no lab 12) is no lab of the course: not
+   graded, no column, named in the learner's row;
 2. `python -m feedbeast grade --json` grades the copies in a fresh process, with the checks of the
    course's solutions (the instructor's checkout, never the learner's copy of solutions/). Run as root,
    that process runs as the learner (the owner of their labs folder, `<home>/<subdir>`): their code can then
@@ -18,14 +19,18 @@ which is where the workshop's spawn hook puts it). For each learner, in turn:
 CSV: one row per learner; for each lab a score (see score(): for a failed lab the mean over its check cells of
 100 x passed / (passed + failed), leaving out what the lab as given passes on this machine (graded once per run),
 a cell cut short scoring 0, below 100 for every failed lab; empty when no check ran) and a status (ok, partial,
-failed; not started: nothing of the learner's is written yet, scored 0; missing: no such notebook; error: the
-learner or the notebook could not be graded, e.g. the grader could not start as them, or the notebook cannot be
-read). Columns: username, "lab NN",
+failed; not started: nothing of the learner's is written yet, scored 0; missing: no such notebook, nothing handed
+in; error: the learner or the notebook could not be graded, e.g. the grader could not start as them, the notebook
+cannot be read, the lab handed in was refused (two notebooks, neither named as the course names it; a link), or
+this account cannot read the learner's folder). Columns: username, "lab NN",
 "lab NN status", ..., "labs ok", "first failing check" (the first lab, in order, with a failed check:
 "lab 04: name: why"; for an error row, why it could not be graded).
-Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise; 2 when nothing was graded
-because the command line names something that is not there (--homes, a learner of --only, a lab of --labs, the
-folder of --csv or --json).
+Exit status: 0 when every learner was graded (whatever their grades), 1 otherwise (an error row: a lab handed in
+and not graded, a learner whose folder this account cannot read); 2 when nothing was graded because the command
+line names something that is not there (--homes, a learner of --only, a lab of --labs, the folder of --csv or
+--json), no folder under --homes holds --subdir (the --subdir they hold is suggested), the course found lies under
+--homes (a learner's copy: --solutions or FEEDBEAST_COURSE names the instructor's), or this account can read no
+learner's folder (run as root).
 
 A folder under --homes without `<subdir>` (a learner whose server never started, a system account) gets no row:
 the roster names each such folder in a note. An existing --csv or --json file is kept, renamed beside it
@@ -103,14 +108,52 @@ def _interpreter(python: str) -> str:
     return python if real == python else f"{python}, a link to {real}"
 
 
-def learners(homes: Path, subdir: str) -> dict[str, Path]:
-    """{name: labs folder} for each folder under `homes` holding `subdir`."""
-    found = {}
-    for home in _homes(homes):
-        labs = home / subdir
-        if labs.is_dir():
-            found[home.name] = labs
-    return found
+DEFAULT_SUBDIR = "feedbeast/labs"     # where the workshop's spawn hook puts each learner's course copy
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether `path` is a folder; False where this user may not look."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _closed(home: Path, labs: Path) -> Path:
+    """The first folder on the way from `home` to `labs` that this user may not enter, else `labs` itself (which it
+    may enter but not list)."""
+    folder = home
+    for part in labs.relative_to(home).parts:
+        try:
+            os.stat(folder / part)
+        except PermissionError:
+            return folder
+        folder = folder / part
+    return labs
+
+
+def _look(home: Path, subdir: str) -> bool | Path:
+    """Whether `home` holds `subdir` as a folder this user can list, or the folder it could not read: the hub makes
+    each learner's feedbeast/ theirs alone (0700), which only root reads."""
+    labs = home / subdir
+    try:
+        if not labs.is_dir():
+            return False
+        with os.scandir(labs):
+            return True
+    except PermissionError:
+        return _closed(home, labs)
+
+
+def scan(homes: Path, subdir: str) -> dict[str, bool | Path]:
+    """{name: whether that folder under `homes` holds `subdir`, or the folder of it this user could not read}."""
+    return {h.name: _look(h, subdir) for h in _homes(homes)}
+
+
+def learners(homes: Path, subdir: str, seen: dict | None = None) -> dict[str, Path]:
+    """{name: labs folder} for each folder under `homes` holding `subdir` (`seen`: scan()'s, else scanned now)."""
+    seen = scan(homes, subdir) if seen is None else seen
+    return {name: Path(homes) / name / subdir for name, has in seen.items() if has is True}
 
 
 def _homes(homes: Path) -> list[Path]:
@@ -118,40 +161,126 @@ def _homes(homes: Path) -> list[Path]:
     return [h for h in sorted(Path(homes).iterdir()) if h.is_dir() and not h.is_symlink()]
 
 
-def without_labs(homes: Path, subdir: str) -> list[str]:
+def without_labs(homes: Path, subdir: str, seen: dict | None = None) -> list[str]:
     """The folders under `homes` that hold no `subdir`: no course copy, so no row (the roster names them)."""
-    return [h.name for h in _homes(homes) if not (h / subdir).is_dir()]
+    seen = scan(homes, subdir) if seen is None else seen
+    return [name for name, has in seen.items() if has is False]
 
 
-def unknown_learners(homes: Path, subdir: str, only: list[str], found: dict) -> list[str]:
+def unreadable(homes: Path, subdir: str, seen: dict | None = None) -> dict[str, Path]:
+    """{name: the folder this user could not read} for each learner whose `subdir` it cannot list."""
+    seen = scan(homes, subdir) if seen is None else seen
+    return {name: has for name, has in seen.items() if isinstance(has, Path)}
+
+
+def _read_advice(only: bool = True) -> str:
+    """What to do about a learner's folder this user cannot read (`only`: with the --only way out)."""
+    if os.geteuid() == 0:       # root refused: a network file system that maps root to nobody
+        return "root cannot read it either here: run the roster on the server whose disk holds the homes"
+    return "run the roster as root (sudo)" + (", or with --only for the learners this account can read" if only else "")
+
+
+def unread_doc(name: str, folder: Path) -> dict:
+    """The row of a learner whose folder could not be read: an error in every column (unread: nothing is known of
+    their labs, so not missing), and what to do."""
+    return {"learner": name, "exit": 1, "labs": [], "refused": [], "seconds": 0.0, "unread": str(folder),
+            "error": f"this account cannot read {folder}: {_read_advice(only=False)}"}
+
+
+def fill_unread(docs: list[dict], labs: list[str]) -> None:
+    """Give each unread learner's row the columns' labs as not graded (their ungraded labs)."""
+    for d in docs:
+        if d.get("unread"):
+            d["ungraded"] = list(labs)
+
+
+def unread_note(blocked: dict[str, Path], every: bool) -> str:
+    """The learners whose folders this user cannot read; `every`: no learner could be read, nothing is graded."""
+    folders = ", ".join(str(f) for f in list(blocked.values())[:5]) + (", ..." if len(blocked) > 5 else "")
+    if every:
+        return (f"roster: this account cannot read the learners' folders ({folders}): {_read_advice()}; nothing was "
+                "graded")
+    return (f"roster: this account cannot read the folders of {_count(len(blocked), 'learner')} ({folders}): their "
+            f"rows say error; {_read_advice()}")
+
+
+def _held(home: Path, depth: int) -> set[str]:
+    """The folders `depth` levels down in `home`, as paths relative to it (those this user can see)."""
+    if depth > 3:           # a deeper --subdir: no guess, rather than a walk through whole homes
+        return set()
+    return {str(p.relative_to(home)) for p in home.glob("/".join(["*"] * depth)) if _is_dir(p)}
+
+
+def subdir_guess(homes: Path, subdir: str) -> str | None:
+    """The --subdir that the folders under `homes` hold, when one is evident: the default, else the one closest in
+    name to `subdir` (as deep)."""
+    held = set().union(*(_held(h, len(Path(subdir).parts)) for h in _homes(homes)))
+    if DEFAULT_SUBDIR in held:
+        return DEFAULT_SUBDIR
+    close = difflib.get_close_matches(subdir, sorted(held), n=1)
+    return close[0] if close else None
+
+
+def no_learner(homes: str, subdir: str, seen: dict) -> str:
+    """Why no folder under `homes` is a learner's (none holds `subdir`), with the --subdir to give where one is
+    evident: a command-line problem, said before anything is graded."""
+    if not seen:
+        return (f"roster: --homes {homes} holds no folder: give the folder that holds one folder per learner "
+                "(e.g. /home); nothing was graded")
+    said = f"roster: no folder under {homes} holds {subdir} (of {_count(len(seen), 'folder')})"
+    if guess := subdir_guess(Path(homes), subdir):
+        return f"{said}: they hold {guess}: give --subdir {guess}; nothing was graded"
+    if subdir != DEFAULT_SUBDIR:
+        return (f"{said}: the default --subdir {DEFAULT_SUBDIR} is where the workshop puts each learner's course "
+                "copy; give --subdir the folder that holds the learners' labs; nothing was graded")
+    return (f"{said}: the workshop copies the course there at a learner's first start (has any learner's server "
+            "started?); for another layout give --subdir the folder that holds their labs; nothing was graded")
+
+
+def unknown_learners(homes: Path, subdir: str, only: list[str], found: dict, blocked: dict | None = None) -> list[str]:
     """What is wrong with each --only name that cannot be graded: no such folder (with the close names, or the
-    learners there are), or a folder without `subdir`."""
+    learners there are), or a folder without `subdir`. A learner whose folder cannot be read is no such name: their
+    row says error (unread_doc)."""
     out = []
+    known = sorted([*found, *(blocked or {})])
     for name in only:
-        if name in found:
+        if name in known:
             continue
         if (Path(homes) / name).is_dir():
             out.append(f"{name} has no {subdir} in {Path(homes) / name} (their server never started, or the course "
                        "copy is elsewhere: --subdir)")
             continue
-        close = difflib.get_close_matches(name, list(found), n=3)
+        close = difflib.get_close_matches(name, known, n=3)
         out.append(f"no learner {name} under {homes}: " + (f"did you mean {' or '.join(close)}?" if close else
-                   f"the learners there are {', '.join(found) or 'none'}"))
+                   f"the learners there are {', '.join(known) or 'none'}"))
     return out
 
 
-def unknown_labs(wanted: list[str], solutions: Path, found: dict) -> str | None:
-    """Why --labs names a lab that neither the course (solutions/NN-*.ipynb) nor any learner has, with the labs
-    there are; None when every one is known."""
+def course_labs(solutions: Path) -> set[str]:
+    """The course's lab numbers: those of its solutions (solutions/NN-*.ipynb). A learner's notebook of another
+    number (12-my-notes.ipynb) is no lab of the course: no check grades it."""
+    return {p.name[:2] for p in Path(solutions).glob("[0-9][0-9]-*.ipynb")}
+
+
+def unknown_labs(wanted: list[str], solutions: Path) -> str | None:
+    """Why --labs names a lab the course (solutions/NN-*.ipynb) has not, with the labs there are; None when every
+    one is known."""
     course = sorted(p.name for p in Path(solutions).glob("[0-9][0-9]-*.ipynb"))
     missing = [n for n in wanted if n not in {c[:2] for c in course}]
-    for labs in found.values():            # a lab the learners have and the course not: theirs is graded
-        if missing:
-            missing = [n for n in missing if not any(labs.glob(f"{n}-*.ipynb"))]
     if not missing:
         return None
-    return (f"no lab {', '.join(missing)} in the course ({solutions}) or in any learner's labs: the labs are "
-            f"{', '.join(course) or 'none'}; give their numbers (--labs 0 4)")
+    return (f"no lab {', '.join(missing)} in the course ({solutions}): the labs are {', '.join(course) or 'none'}; "
+            "give their numbers (--labs 0 4)")
+
+
+def course_in_homes(solutions: str, homes: str) -> str | None:
+    """Why the course's solutions/ must not lie under --homes: there it is a learner's copy, which that learner can
+    edit (run from inside it, the roster finds that copy first); None when it lies elsewhere."""
+    if not Path(solutions).resolve().is_relative_to(Path(homes).resolve()):
+        return None
+    return (f"the course found, {Path(solutions).resolve().parent}, lies under --homes {homes}: it is a learner's "
+            "copy, which that learner can edit, so no one is graded against it; name the instructor's checkout with "
+            "--solutions <checkout>/solutions (or set FEEDBEAST_COURSE=<checkout>); nothing was graded")
 
 
 def output_problem(option: str, path: str) -> str | None:
@@ -207,22 +336,37 @@ def write_private(path, text: str) -> None:
         part.unlink(missing_ok=True)
 
 
-def is_lab(name: str) -> bool:
-    """Whether a notebook's name is a lab's, NN-...: another (Untitled.ipynb, which File > New writes in labs/)
-    is no lab of the course, so it gets no grade and no column."""
-    return re.match(r"\d\d-", name) is not None
+def is_lab(name: str, course=None) -> bool:
+    """Whether a notebook's name is a lab's, NN-... (of a lab of the course, `course`'s numbers, when given): another
+    (Untitled.ipynb, which File > New writes in labs/; 12-my-notes.ipynb) is no lab of the course, so it gets no
+    grade and no column."""
+    return re.match(r"\d\d-", name) is not None and (course is None or name[:2] in course)
 
 
-def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None, names=()) -> tuple[list[Path], list[str]]:
+def _not_labs(names: list[str], course=None) -> list[str]:
+    """Why each notebook of `names` that is no lab of the course is not graded."""
+    out = []
+    for name in names:
+        if not is_lab(name):
+            out.append(f"{name}: not a lab (no NN- number in its name): not graded; if it holds a lab's work, name it "
+                       "as in the course's labs/")
+        elif not is_lab(name, course):
+            out.append(f"{name}: no lab {name[:2]} in the course: not graded; the course's labs are "
+                       f"{_labs_span(course) if course else 'none'}: if it holds a lab's work, name it as in labs/")
+    return out
+
+
+def _copy_labs(labs: Path, dest: Path, wanted: list[str] | None, names=(),
+               course=None) -> tuple[list[Path], list[str]]:
     """Copy the regular lab notebooks (NN-*.ipynb) of `labs` into `dest` without following links. One notebook
     per lab: where a lab has several (a copy, a backup), the one with the course's name (`names`) is graded, or
     the only one; the others are refused, by name, so that no grade comes from a file the learner did not mean.
-    A notebook that is no lab's is refused too, whatever `wanted` says: the instructor sees it was not graded."""
+    A notebook that is no lab's, or of a number that is no lab of the course (`course`, when given), is refused too,
+    whatever `wanted` says: the instructor sees it was not graded."""
     notebooks = sorted((e for e in os.scandir(labs) if e.name.endswith(".ipynb")), key=lambda e: e.name)
-    refused = [f"{e.name}: not a lab (no NN- number in its name): not graded; if it holds a lab's work, name it as "
-               "in the course's labs/" for e in notebooks if not is_lab(e.name)]
+    refused = _not_labs([e.name for e in notebooks], course)
     copies = []
-    entries = [e for e in notebooks if is_lab(e.name) and not (wanted and e.name[:2] not in wanted)]
+    entries = [e for e in notebooks if is_lab(e.name, course) and not (wanted and e.name[:2] not in wanted)]
     by_lab: dict[str, list] = {}
     for e in entries:                                  # a lab's notebooks, by their NN- prefix
         by_lab.setdefault(lab_of(e.name), []).append(e)
@@ -288,9 +432,13 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
     solutions = Path(solutions) if solutions else find_course() / "solutions"
     with tempfile.TemporaryDirectory(prefix=f"fb-roster-{name}-") as tmp:
         tmp = Path(tmp)
-        copies, refused = _copy_labs(labs, tmp, wanted, names={p.name for p in solutions.glob("*.ipynb")})
+        course = course_labs(solutions)
+        copies, refused = _copy_labs(labs, tmp, wanted, names={p.name for p in solutions.glob("*.ipynb")},
+                                     course=course)
+        left = refused_labs(refused, copies, course)
         if not copies:
             return {"learner": name, "exit": 1, "labs": [], "refused": refused, "seconds": 0.0,
+                    **({"ungraded": left} if left else {}),
                     "error": (f"no lab notebook graded in {labs}: {refused[0]}" if refused else
                               f"no notebook of lab {', '.join(wanted)} in {labs}" if wanted else
                               f"no lab notebook in {labs}")}
@@ -329,8 +477,9 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
                    "error": f"the grader gave no report (exit {r.returncode}): " + " | ".join(tail)}
             if ids and any(s in r.stderr for s in ("Permission denied", "No module named 'feedbeast'")):
                 doc["hint"] = ACCESS_HINT.format(python=_interpreter(cmd[0]))   # it started, but the course is out of reach
-        if "error" in doc:      # handed in, not graded: these labs' rows say error, not missing
-            doc["ungraded"] = sorted({lab_of(c) for c in copies})
+        # handed in, not graded (refused, or the grader failed): these labs' rows say error, not missing
+        if ungraded := set(left) | ({lab_of(c) for c in copies} if "error" in doc else set()):
+            doc["ungraded"] = sorted(ungraded)
         doc["learner"] = name
         doc["seconds"] = round(time.time() - t0, 1)
         if device is not None:
@@ -339,6 +488,13 @@ def grade_learner(name: str, labs: Path, wanted=None, timeout: int = 600, learne
         for lab in doc.get("labs", []):   # the copy's path means nothing to the reader: the learner's
             lab["notebook"] = str(labs / Path(lab["notebook"]).name)
         return doc
+
+
+def refused_labs(refused: list[str], copies: list[Path], course: set[str]) -> list[str]:
+    """The course's labs handed in and refused whole (two notebooks, neither with the course's name; a link): not
+    graded, so their rows say error, not missing (nothing handed in)."""
+    graded = {lab_of(c) for c in copies}
+    return sorted({n for why in refused if (n := note_lab(why)) in course} - graded)
 
 
 def given_baseline(labs: list[str], solutions: Path, timeout: int = 600, hazards: str = "auto",
@@ -464,11 +620,19 @@ def spreadsheet_safe(value):
     return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
-def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str]:
-    """One row per learner; returns the lab numbers used as columns. Text cells pass spreadsheet_safe."""
-    if labs is None:        # the course's labs only: a notebook graded under another name (an older JSON) is no column
-        labs = sorted(n for n in {lab["lab"] for d in docs for lab in d.get("labs", [])}
-                      | {n for d in docs for n in d.get("ungraded", [])} if re.fullmatch(r"\d\d", n))
+def columns(docs: list[dict], course=None) -> list[str]:
+    """The labs graded or handed in, as the CSV's columns: lab numbers only (a notebook graded under another name, in
+    an older JSON, is no column), and of the course's labs (`course`) where given."""
+    return sorted(n for n in {lab["lab"] for d in docs for lab in d.get("labs", [])}
+                  | {n for d in docs for n in d.get("ungraded", [])}
+                  if re.fullmatch(r"\d\d", n) and (course is None or n in course))
+
+
+def write_csv(docs: list[dict], path, labs: list[str] | None = None, course=None) -> list[str]:
+    """One row per learner; returns the lab numbers used as columns (columns() when `labs` is None). Text cells pass
+    spreadsheet_safe."""
+    if labs is None:
+        labs = columns(docs, course)
     f = io.StringIO()
     w = csv.writer(f)
     w.writerow(["username"] + [h for n in labs for h in (f"lab {n}", f"lab {n} status")]
@@ -482,7 +646,7 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None) -> list[str
                 row += ["", "error"]     # not graded: no number an LMS would take for a grade
                 continue
             if lab is None:
-                row += [0, "missing"]
+                row += [0.0, "missing"]      # written as score() writes a 0: one form in the column
                 continue
             if lab_status(lab) == "error":
                 row += ["", "error"]     # the lab's own cells broke in the learner's grader: nothing graded
@@ -517,8 +681,8 @@ def first_failing(doc: dict, labs=None) -> str:
                 why = gist(c.get("message") or "")
                 return f"lab {lab['lab']}: {c['name']}" + (f": {why}" if why else "")
     # no failed check: why a lab was not graded, if a grader said (also in a merged row whose other labs were graded)
-    if doc.get("error"):
-        return doc["error"][:160]
+    if doc.get("error"):        # on one line, cut at a word
+        return gist(" ".join(doc["error"].split()))
     untouched = [lab["lab"] for lab in chosen if lab.get("untouched")]
     return f"lab {untouched[0]}: not started (its code is the lab's as given)" if untouched else ""
 
@@ -534,16 +698,17 @@ def _fingerprint(path: Path, last: tuple | None) -> tuple:
     return st.st_mtime_ns, st.st_size, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wanted=None) -> list[str]:
+def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wanted=None, course=None) -> list[str]:
     """One round of the live view: grade what changed, keep the rest. `state` carries over between rounds:
-    {learner: {"seen": {file: fingerprint}, "labs": {lab: lab dict}, "doc": last document}}. Returns the
-    "learner lab" pairs graded this round."""
+    {learner: {"seen": {file: fingerprint}, "labs": {lab: lab dict}, "doc": last document}}. `course`: the course's
+    lab numbers (a notebook of another is no lab). Returns the "learner lab" pairs graded this round."""
     todo = {}
     for name, labs in found.items():
         st = state.setdefault(name, {"seen": {}, "labs": {}, "doc": {"learner": name, "labs": []}})
         changed, here = [], set()
         for entry in sorted(os.scandir(labs), key=lambda e: e.name):
-            if not (entry.name.endswith(".ipynb") and is_lab(entry.name)) or (wanted and entry.name[:2] not in wanted):
+            if not (entry.name.endswith(".ipynb") and is_lab(entry.name, course)) \
+                    or (wanted and entry.name[:2] not in wanted):
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
@@ -570,10 +735,16 @@ def watch_round(found: dict[str, Path], state: dict, grade_fn, jobs: int = 1, wa
             st = state[name]
             for lab in doc.get("labs", []):
                 st["labs"][lab["lab"]] = lab
-            # a note about a lab not graded this round (a second notebook of lab 04) stands until that lab is graded
-            kept = [n for n in st["doc"].get("refused", []) if note_lab(n) and note_lab(n) not in todo[name]]
+            for lab in refused_labs(doc.get("refused", []), [], set(doc.get("ungraded", []))):
+                st["labs"].pop(lab, None)         # refused now (two notebooks, a link): an earlier grade stands no more
+            # a note about a lab not graded this round (a second notebook of lab 04) stands until that lab is graded,
+            # and so does a lab left ungraded
+            kept = [n for n in st["doc"].get("refused", []) if note_lab(n) and note_lab(n) not in todo[name]
+                    and (course is None or note_lab(n) in course)]
+            left = {n for n in st["doc"].get("ungraded", []) if n not in todo[name]} | set(doc.get("ungraded", []))
             st["doc"] = {**doc, "labs": [st["labs"][k] for k in sorted(st["labs"])],
-                         "refused": kept + [n for n in doc.get("refused", []) if n not in kept]}
+                         "refused": kept + [n for n in doc.get("refused", []) if n not in kept],
+                         **({"ungraded": sorted(left)} if left else {})}
     return [f"{n} {lab}" for n, labs in todo.items() for lab in labs]
 
 
@@ -584,12 +755,40 @@ def note_lab(note: str) -> str | None:
     return m.group(1) if m else None
 
 
+def statuses(doc: dict) -> list[tuple[str, str]]:
+    """(lab, status) for each lab of a learner, as the CSV says it: a lab handed in and not graded (`ungraded`) is an
+    error."""
+    seen = {lab["lab"]: lab_status(lab) for lab in doc.get("labs", [])}
+    return sorted({**{n: "error" for n in doc.get("ungraded", [])}, **seen}.items())
+
+
+def screen_line(doc: dict, on: str = "") -> str:
+    """A learner's line as graded: each lab's status, why they could not be graded (when so), the first failing
+    check, the notebooks refused. `on`: the GPU it ran on, when said."""
+    labs = ", ".join(f"{n} {st}" for n, st in statuses(doc))
+    head = ": ".join(filter(None, (labs, doc.get("error")))) or "nothing graded"
+    failed = any(lab_status(lab) in ("failed", "error") for lab in doc.get("labs", []))
+    why = [f"  {first_failing(doc)}"] if failed and first_failing(doc) else []
+    return "\n".join([f"{doc['learner']}: {head} ({on}{doc['seconds']:.0f} s)", *why,
+                      *(f"  refused {note}" for note in doc.get("refused", []))])
+
+
+def not_graded(docs: list[dict]) -> list[str]:
+    """Each learner of `docs` with a lab handed in and not graded, or none graded, as 'ann (lab 01, 03)' or 'bob'."""
+    out = []
+    for d in docs:
+        labs = [n for n, st in statuses(d) if st == "error"]
+        if labs or not d.get("labs"):
+            out.append(f"{d['learner']} (lab {', '.join(labs)})" if labs else d["learner"])
+    return out
+
+
 def watch_lines(state: dict) -> list[str]:
     """One line per learner: each lab's status, then the first failing check."""
     out = []
     for name in sorted(state):
         doc = state[name]["doc"]
-        labs = " ".join(f"{lab['lab']}:{lab_status(lab)}" for lab in doc.get("labs", []))
+        labs = " ".join(f"{n}:{st}" for n, st in statuses(doc))
         stuck = first_failing(doc)
         out.append(f"{name:<16} {labs or '-':<40} {stuck}")
     return out
@@ -625,10 +824,12 @@ def _labs_span(labs) -> str:
     return f"{n[0]:02d}-{n[-1]:02d}" if n == list(range(n[0], n[-1] + 1)) else ", ".join(f"{x:02d}" for x in n)
 
 
-def watch(args, found, slots: Slots) -> int:
-    state: dict = {}
+def watch(args, found, slots: Slots, unread=()) -> int:
+    """The live view's rounds; `unread`: the rows of learners whose folders this user cannot read."""
+    state: dict = {d["learner"]: {"seen": {}, "labs": {}, "doc": d} for d in unread}
     rounds = 0
     baseline = baseline_of(args, slots)
+    course = course_labs(args.solutions)
 
     def grade_fn(name, labs, wanted):
         with slots.one() as device:
@@ -638,10 +839,11 @@ def watch(args, found, slots: Slots) -> int:
         while True:
             t0 = time.time()
             found = learners(Path(args.homes), args.subdir) if not args.only else found
-            graded = watch_round(found, state, grade_fn, args.jobs, args.labs)
+            graded = watch_round(found, state, grade_fn, args.jobs, args.labs, course)
             docs = [state[n]["doc"] for n in sorted(state)]
             left = with_baseline(docs, baseline)     # (said every round: the screen is cleared)
-            write_csv(docs, args.csv, args.labs or None)
+            fill_unread(docs, args.labs or columns([d for d in docs if not d.get("unread")], course))
+            write_csv(docs, args.csv, args.labs or None, course)
             if args.json:       # each round, as the CSV: the file a merge or a later roster reads
                 write_private(args.json, json.dumps(docs, indent=1) + "\n")
             if sys.stdout.isatty():
@@ -666,7 +868,7 @@ def main(argv=None) -> int:
                                         "`python -m feedbeast roster merge --csv room.csv a.json b.json ...` "
                                         "(see --help there).")
     ap.add_argument("--homes", required=True, help="folder with one folder per learner (e.g. /home)")
-    ap.add_argument("--subdir", default="feedbeast/labs", help="labs folder inside a learner's folder")
+    ap.add_argument("--subdir", default=DEFAULT_SUBDIR, help="labs folder inside a learner's folder")
     ap.add_argument("--labs", nargs="*", default=None, type=lab_number,
                     help="lab numbers to grade, 4 or 04 (default: all found)")
     ap.add_argument("--only", nargs="*", default=None, help="learner names to grade (default: all)")
@@ -697,7 +899,7 @@ def main(argv=None) -> int:
         print(f"roster: --homes {args.homes} is not a folder: give the folder that holds one folder per learner "
               "(e.g. /home)", file=sys.stderr)
         return 2
-    if (Path(args.homes) / args.subdir).is_dir():     # one learner's home: its labs would be nobody's row
+    if _is_dir(Path(args.homes) / args.subdir):     # one learner's home: its labs would be nobody's row
         print(f"roster: --homes {args.homes} is one learner's folder (it holds {args.subdir}): give the folder that "
               f"holds one folder per learner, {Path(args.homes).resolve().parent} here (and --only "
               f"{Path(args.homes).resolve().name} for that learner alone); nothing was graded", file=sys.stderr)
@@ -706,21 +908,32 @@ def main(argv=None) -> int:
         if path and (why := output_problem(option, path)):
             print(f"roster: {why}; nothing was graded", file=sys.stderr)
             return 2
-    found = learners(Path(args.homes), args.subdir)
+    try:
+        seen = scan(Path(args.homes), args.subdir)
+    except PermissionError as e:
+        print(f"roster: --homes {args.homes}: this account cannot read {e.filename}: {_read_advice()}; nothing was "
+              "graded", file=sys.stderr)
+        return 2
+    found, blocked = learners(args.homes, args.subdir, seen), unreadable(args.homes, args.subdir, seen)
     if args.only:
-        wrong = unknown_learners(args.homes, args.subdir, args.only, found)
+        wrong = unknown_learners(args.homes, args.subdir, args.only, found, blocked)
         if wrong:
             print("roster: " + "\n        ".join(wrong) + "\n        nothing was graded: fix --only and run it again",
                   file=sys.stderr)
             return 2
         found = {k: v for k, v in found.items() if k in args.only}
-    elif (left := without_labs(args.homes, args.subdir)):
+        blocked = {k: v for k, v in blocked.items() if k in args.only}
+    elif not found and not blocked:     # no learner at all: the command line names the wrong folders
+        print(no_learner(args.homes, args.subdir, seen), file=sys.stderr)
+        return 2
+    elif (left := without_labs(args.homes, args.subdir, seen)):
         print(f"roster: note: no row for {', '.join(left)}: no {args.subdir} in their folder (a server never "
               "started, or not a learner)", file=sys.stderr)
-    if not found:
-        print(f"roster: no learner folder with {args.subdir} under {args.homes}: each learner's course copy is "
-              f"<home>/{args.subdir} (--subdir for another layout)")
-        return 1
+    if blocked:         # nothing to grade at all is a setup problem (2); some learners unread are error rows (1)
+        print(unread_note(blocked, every=not found), file=sys.stderr)
+        if not found:
+            return 2
+    unread = [unread_doc(name, folder) for name, folder in blocked.items()]
     if os.geteuid() != 0:
         print("roster: note: grading runs as this user, so learners' code runs with its rights; run as root "
               "to grade each learner as themselves", file=sys.stderr)
@@ -741,11 +954,15 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     args.solutions = str(Path(args.solutions).resolve())     # each learner is graded in a folder of its own
+    if why := course_in_homes(args.solutions, args.homes):
+        print(f"roster: {why}", file=sys.stderr)
+        return 2
+    course = course_labs(args.solutions)
     devices, source = (split(args.gpus), "--gpus") if args.gpus is not None else in_reach()
     if (devices or source == "--gpus") and (why := gpus_problem(devices, source)):
         print(f"roster: {why}; nothing was graded", file=sys.stderr)
         return 2
-    if args.labs and (why := unknown_labs(args.labs, Path(args.solutions), found)):
+    if args.labs and (why := unknown_labs(args.labs, Path(args.solutions))):
         print(f"roster: {why}", file=sys.stderr)
         return 2
     for path in filter(None, (args.csv, args.json)):
@@ -771,7 +988,7 @@ def main(argv=None) -> int:
               + (f"; --jobs {len(slots.devices)} would use all {len(slots.devices)}" if len(used) < len(slots.devices)
                  else ""), file=sys.stderr)
     if args.watch:
-        return watch(args, found, slots)
+        return watch(args, found, slots, unread)
 
     def one(item):
         with slots.one() as device:
@@ -783,21 +1000,17 @@ def main(argv=None) -> int:
         futures = [pool.submit(one, item) for item in found.items()]
         for future in concurrent.futures.as_completed(futures):     # each learner's line as they are graded
             doc = done[id(future)] = future.result()
-            statuses = ", ".join(f"{lab['lab']} {lab_status(lab)}" for lab in doc.get("labs", []))
-            on = f"GPU {doc['device']}, " if len(slots.devices) > 1 and "device" in doc else ""
-            why = first_failing(doc) if any(lab_status(lab) in ("failed", "error") for lab in doc.get("labs", [])) else ""
-            failing = [f"  {why}"] if why else []
-            _say("\n".join([f"{doc['learner']}: {statuses or doc.get('error', 'nothing graded')} "
-                            f"({on}{doc['seconds']:.0f} s)", *failing,
-                            *(f"  refused {why}" for why in doc.get("refused", []))]))
-        docs = [done[id(f)] for f in futures]
+            _say(screen_line(doc, f"GPU {doc['device']}, " if len(slots.devices) > 1 and "device" in doc else ""))
+        docs = sorted([done[id(f)] for f in futures] + unread, key=lambda d: d["learner"])
     for line in hints(docs):
         print(line, file=sys.stderr)
+
+    fill_unread(docs, args.labs or columns([d for d in docs if not d.get("unread")], course))
 
     def write():
         if args.json:
             write_private(args.json, json.dumps(docs, indent=1) + "\n")
-        return write_csv(docs, args.csv, args.labs or None)
+        return write_csv(docs, args.csv, args.labs or None, course)
     write()       # the grades first: stopped while the labs as given are graded, the run loses none of them
     if baseline_labs(docs):
         print(f"roster: wrote {args.csv}: scores before the labs as given are graded (a run stopped now keeps "
@@ -808,10 +1021,10 @@ def main(argv=None) -> int:
     cols = write()
     print(f"wrote {args.csv}{f' and {args.json}' if args.json else ''}: {_count(len(docs), 'learner')} x labs "
           f"{', '.join(cols)}")
-    ungraded = [d for d in docs if not d.get("labs") or any(lab_status(lab) == "error" for lab in d["labs"])]
+    ungraded = not_graded(docs)
     if ungraded:        # the exit status says it; this line says whose and where the why is
         print(f"roster: exit 1: not every lab handed in was graded ({_count(len(ungraded), 'learner')}: "
-              + ", ".join(d["learner"] for d in ungraded[:8]) + (", ..." if len(ungraded) > 8 else "")
+              + ", ".join(ungraded[:8]) + (", ..." if len(ungraded) > 8 else "")
               + f"): their rows in {args.csv} say error, and why (first failing check); the others' grades stand",
               file=sys.stderr)
     return 1 if ungraded else 0
