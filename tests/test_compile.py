@@ -675,3 +675,27 @@ def test_highlight_takes_sass_text_and_opcodes():
     with pytest.raises(fb.FeedbeastError, match=r"highlight\(text, 'LDG.E', 'STG.E'\), not list"):
         fb.sass.highlight(m.sass("copy"), ["LDG", "STG"])
     assert ">> " in fb.sass.highlight(m.sass("copy"), "LDG", context=0)
+
+
+def test_a_cache_that_cannot_be_made_only_costs_the_time(tmp_path, monkeypatch):
+    """FEEDBEAST_CACHE naming a file (or a read-only home): the compile and its SASS still work, nothing is cached;
+    use_cache=False writes nothing in a cache that can be written."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("FEEDBEAST_CACHE", str(blocked))
+    src = 'extern "C" __global__ void bump(float* x) { x[threadIdx.x] += 1.0f; }'
+    m = fb.compile(src, "sm_90a")
+    assert m.kernel_names == ["bump"] and "FADD" in m.sass("bump") and blocked.read_text() == "not a folder"
+    fresh = tmp_path / "cache"
+    monkeypatch.setenv("FEEDBEAST_CACHE", str(fresh))
+    fb.compile(src.replace("1.0f", "2.0f"), "sm_90a", use_cache=False)
+    assert not list((fresh / "cubin").glob("*")) if fresh.exists() else True
+
+
+def test_a_python_without_cuda_s_wheels_is_told_what_to_install(monkeypatch):
+    """A plain `pip install feedbeast` has no CUDA wheels (they are its extras): compiling says so and names the
+    install, as a ModuleNotFoundError, not an ImportError from inside the compile."""
+    import sys
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)     # what an import of a missing package meets
+    with pytest.raises(ModuleNotFoundError, match=r"feedbeast's CUDA wheels.*pip install \"feedbeast\[cu13\]\""):
+        fb.compile('extern "C" __global__ void k() {}', "sm_90a", use_cache=False)

@@ -31,11 +31,11 @@ COPY_BYTES = 1 << 30   # 1 GiB each way: far beyond any L2
 
 @functools.lru_cache(maxsize=None)
 def copy_bandwidth(nbytes: int = COPY_BYTES):
-    from cuda.bindings import driver
-    from .memory import empty
-    skip = needs_gpu("copy ceiling")
+    skip = needs_gpu("copy ceiling")     # no GPU (no CUDA wheels either): a skip, as every GPU step
     if skip is not None:
         return with_recorded(skip, "ceiling/copy")
+    from cuda.bindings import driver
+    from .memory import empty
     src = empty(nbytes, np.uint8, poison=False).fill_bytes(0x5A)
     dst = empty(nbytes, np.uint8, poison=False)
     return bench(lambda: _check(driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, driver.CUstream(0))),

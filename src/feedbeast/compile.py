@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from .cache import cache_dir  # noqa: F401  (feedbeast.compile.cache_dir: the cubins' folder)
+from .cache import cache_dir, cached_file, store  # noqa: F401  (feedbeast.compile.cache_dir: the cubins' folder)
 from .cubin import kernel_max_threads, kernel_names, kernel_params  # noqa: F401  (fb.compile.kernel_names...)
 from .device import current_arch, nvrtc_version, parse_arch, runs_on
 from .errors import CheckFailed, CompileError, FeedbeastError, KernelNotFound, unwritten
@@ -438,6 +438,8 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     include/fb/debug.cuh); options: extra NVRTC flags. Raises CompileError showing the failing lines.
     hazards: the hazard build (FB_HAZARDS=1, debug too): the fb:: wrappers record a trace (feedbeast.hazards).
     """
+    from .device import cuda_wheels
+    cuda_wheels()
     from cuda.core import ProgramOptions
     source, name = _text(source, "the source"), _text(name, "name")
     arch = None if arch is None else _text(arch, "arch")
@@ -483,8 +485,8 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
     key_material = "\0".join([source, arch, repr(define_flags), repr(tuple(options)), repr(nvrtc_version()),
                               _headers_digest()])
     key = hashlib.sha256(key_material.encode()).hexdigest()[:32]
-    cached = cache_dir() / f"{key}.cubin"
-    if use_cache and cached.exists():
+    cached = cached_file(f"{key}.cubin") if use_cache else None
+    if cached is not None and cached.exists():
         log_file = cached.with_suffix(".log")
         hit = Module(source, arch, cached.read_bytes(), log_file.read_text() if log_file.exists() else "",
                      tuple(options), defines=dict(defines or {}), name=name, debug=debug, any_gpu=any_gpu,
@@ -511,14 +513,10 @@ def compile(source: str, arch: str | None = None, *, defines: dict | None = None
         import warnings
         warnings.warn(f"{name}: the compiler's log has no resource report for "
                       f"{sorted(set(mod.kernel_names) - set(mod.resources))}", stacklevel=2)
-    if use_cache:
-        # Several processes may compile the same kernel at once (make sanitize --jobs): each writes its own
-        # temporary file and renames it into place, the log before the cubin, because a reader takes the
-        # cubin's presence to mean that the log is there too.
-        for path, data in ((cached.with_suffix(".log"), mod.log.encode()), (cached, mod.cubin)):
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(path)
+    if cached is not None:
+        # the log before the cubin: a reader takes the cubin's presence to mean that the log is there too
+        store(cached.with_suffix(".log"), mod.log.encode())
+        store(cached, mod.cubin)
     return mod
 
 

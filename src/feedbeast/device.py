@@ -84,14 +84,23 @@ class Gpu:
                 f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]}")
 
 
-def nvrtc_version() -> tuple[int, int]:
+def cuda_wheels(what: str = "compiles with NVRTC") -> None:
+    """Raise, saying what to install, when CUDA's Python wheels (cuda-bindings, cuda-core) are missing: a plain
+    `pip install feedbeast` has none (they are its cu13 and cu12 extras). Other packages' `cuda` folders make `cuda`
+    a namespace package, so their absence is an ImportError ("cannot import name 'bindings'"), not always a
+    ModuleNotFoundError."""
     try:
-        from cuda.bindings import nvrtc
-    except ModuleNotFoundError as e:   # a plain `pip install feedbeast`: the CUDA wheels are the extras
+        import cuda.bindings  # noqa: F401
+        import cuda.core  # noqa: F401
+    except ImportError as e:
         from .errors import MISSING_CUDA_WHEELS, install_command
-        raise ModuleNotFoundError(
-            f"{e}: the course compiles with NVRTC from CUDA's Python wheels, {MISSING_CUDA_WHEELS}: "
-            f"{install_command('cu13')}, or make install in the checkout", name=e.name) from None
+        raise ModuleNotFoundError(f"{e}: feedbeast {what} through CUDA's Python wheels, {MISSING_CUDA_WHEELS}: "
+                                  f"{install_command('cu13')}", name="cuda.bindings") from None
+
+
+def nvrtc_version() -> tuple[int, int]:
+    cuda_wheels()
+    from cuda.bindings import nvrtc
     err, major, minor = nvrtc.nvrtcVersion()
     return (major, minor)
 

@@ -35,11 +35,11 @@ def install_command(extras: str = "cu13", checkout=None) -> str:
     if checkout is not None:
         return (f"{cmd} -r {shlex.quote(str(Path(checkout) / 'requirements' / 'cu13.txt'))} (for a CUDA 12 driver: "
                 "cu12 and cu12.txt)")
-    return (f"{cmd} (with a checkout of the course, add -r requirements/cu13.txt, its pins; for a CUDA 12 driver: cu12 "
-            "and requirements/cu12.txt)")
+    return (f"{cmd} (for a CUDA 12 driver: cu12; in a checkout of the course, add -r requirements/cu13.txt, its pins, "
+            "or cu12.txt)")
 
 
-MISSING_CUDA_WHEELS = "which this Python lacks: install the course's CUDA wheels"
+MISSING_CUDA_WHEELS = "which this Python lacks: install feedbeast's CUDA wheels (its cu13 or cu12 extra)"
 
 
 class FeedbeastError(Exception):

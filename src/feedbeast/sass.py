@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 
 from . import hooks
-from .cache import cache_dir
+from .cache import cached_file, store
 from .errors import FeedbeastError, SassMismatch
 
 
@@ -162,20 +162,11 @@ def _nvdisasm_json(cubin: bytes) -> str:
     nvdisasm = tool("nvdisasm")
     st = os.stat(nvdisasm)
     key = hashlib.sha256(cubin + f"\0{nvdisasm}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
-    try:
-        path = cache_dir("sass") / f"{key}.json"
-    except OSError:
-        path = None
+    path = cached_file(f"{key}.json", "sass")
     if path is not None and path.exists():
         return path.read_text()
     text = _run([nvdisasm, "-json"], cubin)
-    if path is not None:
-        try:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")   # written whole, then renamed: a parallel reader
-            tmp.write_text(text)                            # never sees half a file
-            os.replace(tmp, path)
-        except OSError:
-            pass
+    store(path, text.encode())
     return text
 
 

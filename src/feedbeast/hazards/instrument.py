@@ -14,7 +14,6 @@ call takes the instruction's guard predicate. The driver compiles the result (cu
 """
 from __future__ import annotations
 
-import os
 import re
 
 # bytes of a PTX fundamental type (PTX ISA: Fundamental Types; .f16x2 and friends are 32 bits)
@@ -200,7 +199,8 @@ def ptx_of(module) -> str:
     import hashlib
     from cuda.bindings import nvrtc
     from cuda.core import ProgramOptions
-    from ..compile import _headers_digest, cache_dir, include_path
+    from ..cache import cached_file, store
+    from ..compile import _headers_digest, include_path
     from ..errors import CompileError
     from ..device import nvrtc_version
     arch = module.arch.replace("sm_", "compute_")
@@ -209,8 +209,8 @@ def ptx_of(module) -> str:
                            name=module.name, lineinfo=True).as_bytes("nvrtc") + [o.encode() for o in module.options]
     key = hashlib.sha256("\0".join([module.source or "", repr(flags), repr(nvrtc_version()), _headers_digest(),
                                     "ptx"]).encode()).hexdigest()[:32]
-    cached = cache_dir() / f"{key}.ptx"
-    if cached.exists():
+    cached = cached_file(f"{key}.ptx")
+    if cached is not None and cached.exists():
         return cached.read_text()
     err, prog = nvrtc.nvrtcCreateProgram((module.source or "").encode(), module.name.encode(), 0, [], [])
     try:
@@ -224,9 +224,7 @@ def ptx_of(module) -> str:
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     text = buf.rstrip(b"\0").decode()
-    tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(cached)
+    store(cached, text.encode())
     return text
 
 
