@@ -359,3 +359,14 @@ def test_tally_takes_a_verdict_and_check_ring_its_step_functions():
         check_ring(producer, [])
     with pytest.raises(ValueError, match="stages=2.0: a whole number >= 1"):
         check_ring(producer, [consumer], stages=2.0)
+
+
+def test_an_output_of_the_wrong_shape_is_a_verdict_when_failures_are_collected():
+    """raise_on_fail=False collects a wrong shape as a failed result (raised otherwise); a float64 difference below
+    six digits is shown with the digits that differ."""
+    r = fb.check(np.ones(3, np.float32), np.ones(4), raise_on_fail=False)
+    assert not r and "output has shape (3,) but the reference has (4,)" in repr(r), repr(r)
+    with pytest.raises(fb.CheckFailed, match=r"output has shape \(3,\) but the reference has \(4,\)"):
+        fb.check(np.ones(3, np.float32), np.ones(4))
+    r = fb.check(np.array([2.0000001]), np.array([2.0]), raise_on_fail=False)
+    assert "got 2.0000001, expected 2 " in repr(r), repr(r)

@@ -650,6 +650,13 @@ def test_a_saved_trace_replays_to_the_same_report(tmp_path):
         assert out.returncode == 0 and out.stdout.startswith("usage: python -m feedbeast.hazards replay"), out
     out = run("replay", str(tmp_path / "none.npz"))
     assert out.returncode == 2 and "no trace file" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    # a file that is no trace (not an archive; an archive without the trace's arrays): exit 2, never 1 (a hazard)
+    (tmp_path / "garbage.npz").write_text("garbage")
+    import numpy as np
+    np.savez(tmp_path / "other.npz", x=np.arange(3))
+    for bad in ("garbage.npz", "other.npz"):
+        out = run("replay", str(tmp_path / bad))
+        assert out.returncode == 2 and "is no hazard trace" in out.stderr and "Traceback" not in out.stderr, out
 
 
 def _cluster_ring(relaxed: bool, release_early: bool = False, laps=3, window=False):

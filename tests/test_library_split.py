@@ -161,3 +161,20 @@ def test_a_check_after_a_skipped_launch_is_that_skip_with_the_checks_record(monk
         fb.check(y, np.ones(5), name="ring_rowsum 5", after=fb.Skipped("needs a GPU", "launch"))
     assert not fb.check(y, np.ones(4), name="unwritten", after=None, raise_on_fail=False)
     assert fb.check(np.ones(4, np.float32), np.ones(4), name="written", after=None)
+
+
+def test_the_readme_s_example_of_the_toolkit_alone_runs_outside_the_course(tmp_path):
+    """The README's script for the library in one's own project: run as it stands, in a folder with no checkout and
+    without the course's hooks; the check passes on a GPU and is a skip without one."""
+    import re
+    import sys
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    script = re.search(r"\*\*The toolkit alone.*?```python\n(.*?)```", readme, re.S).group(1)
+    env = {k: v for k, v in os.environ.items() if k not in ("FEEDBEAST_HOOKS", "FEEDBEAST_COURSE")}
+    env["FEEDBEAST_CACHE"] = str(tmp_path / "cache")
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "FMUL" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("check: passed") if fb.device.gpu() else last.startswith("skipped: check: needs a GPU"), last

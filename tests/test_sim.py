@@ -575,3 +575,10 @@ def test_only_the_operations_a_ring_makes_are_run_and_each_once():
     with pytest.raises(StepFunctionError, match="which its ring did not just make"):
         check_ring(producer, [twice, twice], stages=2, tiles=2)
     assert check_ring(producer, [consumer, consumer], stages=2, tiles=2).ok
+
+
+def test_the_mbarrier_model_s_docstring_example_runs_as_shown():
+    import doctest
+
+    import feedbeast.sim.mbarrier as m
+    assert doctest.testmod(m).failed == 0

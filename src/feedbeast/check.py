@@ -191,8 +191,12 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
     tolerance_for(np.float64, tol)          # a tol that is no tolerance is said on every machine, before any skip
     ref = np.asarray(ref)
     # The shapes and dtypes are known without a GPU: a mistake in them is said on every machine, before any skip.
-    _compatible(tuple(out.shape) if isinstance(out, DeviceArray) else np.shape(out),
-                out.dtype if isinstance(out, DeviceArray) else np.asarray(out).dtype, ref, name)
+    shape = tuple(out.shape) if isinstance(out, DeviceArray) else np.shape(out)
+    dtype = out.dtype if isinstance(out, DeviceArray) else np.asarray(out).dtype
+    if shape != ref.shape and not raise_on_fail:     # an output of the wrong shape: a verdict to collect, as any
+        return _verdict(CheckResult(name, False, float("inf"), tolerance_for(dtype, tol), int(ref.size),
+                                    f"  output has shape {shape} but the reference has {ref.shape}"), False)
+    _compatible(shape, dtype, ref, name)
     if isinstance(after, Skipped):
         return with_recorded(after, name, "check")
     overrun = (0, 0)
@@ -217,15 +221,20 @@ def check(out, ref, *, tol=None, name: str = "check", raise_on_fail: bool = True
         lines.append(f"  {c.n_nan} elements are NaN, first at {_idx(c.first_nan, out.shape)}")
     if not passed:
         for flat, got, want, off in c.worst:
-            lines.append(f"  at {_idx([flat], out.shape)}: got {got:.6g}, expected {want:.6g} (off by {off:.3g})")
+            d = next((d for d in (6, 9, 12) if f"{got:.{d}g}" != f"{want:.{d}g}"), 17)   # digits that differ
+            lines.append(f"  at {_idx([flat], out.shape)}: got {got:.{d}g}, expected {want:.{d}g} (off by {off:.3g})")
     if not passed:   # a lab's kernel whose part is not written yet: say that first
         from . import launch
         todo = getattr(getattr(launch.last_launched, "module", None), "todo", "")
         lines = [todo.rstrip("\n")] + lines if todo else lines
-    result = CheckResult(name, bool(passed), c.rel, limit, c.n_bad, "\n".join(lines))
-    hooks.verdict("passed" if result.passed else "failed", name, repr(result))   # what grading reads
+    return _verdict(CheckResult(name, bool(passed), c.rel, limit, c.n_bad, "\n".join(lines)), raise_on_fail)
+
+
+def _verdict(result: CheckResult, raise_on_fail: bool) -> CheckResult:
+    """Record a check's verdict, and raise it when it failed and raise_on_fail."""
+    hooks.verdict("passed" if result.passed else "failed", result.name, repr(result))   # what grading reads
     hooks.emit(hooks.on_check, result)      # the results log keeps it where a GPU is (make bench: results/<gpu>/)
-    if not passed and raise_on_fail:
+    if not result.passed and raise_on_fail:
         raise CheckFailed(repr(result))
     return result
 

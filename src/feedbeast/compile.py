@@ -381,7 +381,7 @@ class Module:
         hint = (f"{mangled[0]} is {name} with its C++-mangled name: declare it extern \"C\" __global__" if mangled
                 else "declare kernels extern \"C\" __global__ so their names are not mangled"
                 if any(k.startswith("_Z") for k in self.kernel_names) else
-                f"the code that calls it names it {name}: give the kernel that name again, or call it by its own"
+                f"ask for one of those; where code you were given asks for {name} (a lab's checks), name the kernel {name}"
                 if self.kernel_names else f"the source defines no __global__ function: write {name} as one")
         raise KernelNotFound(f"no kernel named {name!r} in this module; it has: "
                              f"{', '.join(self.kernel_names) or 'none'} ({hint})")

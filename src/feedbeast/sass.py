@@ -33,8 +33,8 @@ def tool(name: str) -> str:
         p = None
     p = p or shutil.which(name)
     if not p:
-        raise FeedbeastError(f"{name} not found: install the nvidia-cuda-{name} wheel (make lab does) "
-                             "or put a CUDA toolkit's bin/ on PATH")
+        raise FeedbeastError(f"{name} not found: install the nvidia-cuda-{name} wheel (feedbeast's "
+                             "cu13 or cu12 extra has it) or put a CUDA toolkit's bin/ on PATH")
     return p
 
 

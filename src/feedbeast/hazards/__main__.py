@@ -7,7 +7,7 @@ from . import replay
 
 USAGE = ("usage: python -m feedbeast.hazards replay TRACE.npz ...\n"
          "  check each hazard trace that a run saved (feedbeast.hooks.mode.hazard_dump = folder); exit 0 when none\n"
-         "  has a hazard, 1 when one has, 2 for a wrong command or a trace that is not there")
+         "  has a hazard, 1 when one has, 2 for a wrong command or a trace that is not there or is no trace")
 
 
 def main(argv) -> int:
@@ -21,12 +21,18 @@ def main(argv) -> int:
     if gone:
         print(f"no trace file {', '.join(gone)}\n{USAGE}", file=sys.stderr)
         return 2
-    bad = 0
+    from ..errors import FeedbeastError
+    bad, unread = 0, 0
     for p in argv[1:]:
-        r = replay(p)
+        try:
+            r = replay(p)
+        except FeedbeastError as e:     # not a trace: no verdict, so not exit 1 (a hazard)
+            print(e, file=sys.stderr)
+            unread += 1
+            continue
         print(f"{p}: {r}")
         bad += not r.ok
-    return 1 if bad else 0
+    return 1 if bad else 2 if unread else 0
 
 
 if __name__ == "__main__":

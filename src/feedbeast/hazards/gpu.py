@@ -239,8 +239,15 @@ def save(folder, words, meta, violations=0):
 def replay(path) -> Report:
     """Check a trace saved under feedbeast.hooks.mode.hazard_dump (a folder; no GPU needed)."""
     import json
-    z = np.load(path)
-    meta = json.loads(bytes(z["meta"]).decode())
-    meta["maps"] = {int(k): v for k, v in meta["maps"].items()}
-    return check(decode(z["words"]), **meta)
+    import zipfile
+    from ..errors import FeedbeastError
+    try:
+        z = np.load(path)
+        meta = json.loads(bytes(z["meta"]).decode())
+        meta["maps"] = {int(k): v for k, v in meta["maps"].items()}
+        words = z["words"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
+        raise FeedbeastError(f"{path} is no hazard trace ({type(e).__name__}: {e}): give a file that a run saved "
+                             "under feedbeast.hooks.mode.hazard_dump") from None
+    return check(decode(words), **meta)
 

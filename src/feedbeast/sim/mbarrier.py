@@ -189,7 +189,8 @@ class MBarrier:
 
     >>> bar = MBarrier("full[0]")
     >>> bar.init(1)
-    >>> bar.arrive_expect_tx(1024)     # producer: one arrival, 1 KiB to come
+    >>> bar.arrive_expect_tx(1024)     # producer: one arrival, 1 KiB to come; returns the phase it arrived on
+    0
     >>> bar.test_wait(0)               # phase 0 still open
     False
     >>> bar.complete_tx(1024)          # the copy lands
