@@ -335,9 +335,9 @@ def raise_pending_debug_report():
 
 # A trapped or faulting kernel leaves a sticky error: every later CUDA call in this process fails, and
 # the driver offers no way back (resetting the primary context does not clear it). The process must end.
-LOST_HINT = ("The GPU can no longer be used from this process: restart the notebook's kernel (your "
-             "files are untouched). To demonstrate a failure without losing the session, run it with "
-             "fb.isolated(...), which uses a separate process.")
+LOST_HINT = ("The GPU can no longer be used from this process: restart it (in a notebook, its kernel; your "
+             "files are untouched). To demonstrate a failure without losing the process, run it with "
+             "fb.isolated(...), which uses a separate one.")
 
 
 def ensure_usable():
@@ -370,7 +370,7 @@ def sync():
         _, msg = driver.cuGetErrorString(err)
         _device.lost = f"{err.name} ({msg.decode() if msg else ''})"
         raise KernelFault(f"a kernel failed: {_device.lost}. To find the faulting access, run it under "
-                          f"compute-sanitizer (make sanitize) or check its indices on a small size. {LOST_HINT}")
+                          f"compute-sanitizer (in the course, make sanitize) or check its indices on a small size. {LOST_HINT}")
     _check((err,))
 
 
