@@ -251,6 +251,8 @@ def test_the_setup_cell_asks_for_a_restart_when_pip_replaced_a_package_the_kerne
         r = subprocess.run([str(py), "-c", code], cwd=course / "chapters", env=env, capture_output=True,
                            text=True, timeout=120)
         assert "installed the course (cu" in r.stdout, r.stdout + r.stderr
+        # every package of the host's that pip replaced is named, imported or not (numpy on a fresh Colab is not)
+        assert "pip replaced fbdemo 1.0 -> 2.0 (the course's pins" in r.stdout, r.stdout + r.stderr
         # the restart stops the cell (Run All goes no further on the old modules); nothing replaced, nothing said
         restart = "RestartNeeded: pip replaced fbdemo 1.0 -> 2.0, which this kernel had already imported: restart"
         assert (r.returncode != 0 and restart in r.stderr) == imported_first, r.stdout + r.stderr
@@ -1494,6 +1496,8 @@ def test_the_kernelspec_command_writes_no_kernel_that_cannot_start(tmp_path, mon
     assert kernelspec.main([]) == 1 and "could not be written: " in capsys.readouterr().err
     (tmp_path / "share").unlink()
     assert kernelspec.main([]) == 0 and (tmp_path / "share/jupyter/kernels/feedbeast/kernel.json").is_file()
+    # where it is, and how a Jupyter of another Python gets it
+    assert f"jupyter kernelspec install --user {tmp_path}/share/jupyter/kernels/feedbeast" in capsys.readouterr().out
 
 
 def test_a_kernel_tiled_for_more_shared_memory_than_this_gpu_gives_is_skipped_by_name(monkeypatch):

@@ -54,7 +54,10 @@ def main(argv=None) -> int:
     except OSError as e:      # a system Python's prefix, run as a user who may not write there
         print(f"the kernel {DISPLAY!r} could not be written: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    print(f"kernel {DISPLAY!r} ({NAME}) in {folder}")
+    import shlex
+    # in this Python's prefix: a Jupyter run from another Python looks elsewhere, and is told where it is
+    print(f"kernel {DISPLAY!r} ({NAME}) in {folder}: a Jupyter run from this Python lists it; for a Jupyter of another "
+          f"Python: jupyter kernelspec install --user {shlex.quote(str(folder))}")
     return 0
 
 
