@@ -1155,3 +1155,52 @@ def test_a_renamed_or_deleted_cuda_cell_is_one_failure_that_names_the_cell(tmp_p
         assert "has no `%%cuda ... --name lab` cell" in failed[0].message
         assert ("is `%%cuda ... --name mylab`: if it is the lab's cell, give it `--name lab` again"
                 in failed[0].message) == named, failed[0].message
+
+
+def test_a_verdict_the_notebook_s_own_code_records_counts_as_failed(tmp_path):
+    """A function the checks call that itself calls fb.check on data of its choosing would add passes the lab never
+    checked (and raise the roster's score): each such verdict counts as failed, naming the notebook's line."""
+    sols, labs = tmp_path / "solutions", tmp_path / "labs"
+    sols.mkdir()
+    labs.mkdir()
+    md = markdown
+    new([md("# Lab 05 · tiny"), "import numpy as np\nimport feedbeast as fb",
+         "# BEGIN SOLUTION\ndef f():\n    return 42\n# END SOLUTION", md("## Check"),
+         "fb.check(np.array([float(f())]), np.array([42.0]), name='f is 42')"], to=sols / "05-tiny.ipynb")
+    lab = new([md("# Lab 05 · tiny"), "import numpy as np\nimport feedbeast as fb",
+               "def f():\n    for i in range(3):\n        fb.check(np.zeros(1), np.zeros(1), name=f'mine {i}')\n"
+               "    return 41", md("## Check"), "pass"], to=labs / "05-tiny.ipynb")
+    rep = g.grade(lab, solutions=sols, hazards=False, timeout=60)
+    assert rep.status == "failed" and not [o for o in rep.passed if o.name.startswith("mine")], str(rep)
+    mine = [o for o in rep.failed if o.name.startswith("mine")]
+    assert len(mine) == 3 and all("from inside the notebook's own code" in o.message for o in mine), str(rep)
+
+
+def test_a_numba_kernel_of_the_lab_must_be_a_cuda_jit_function(tmp_path):
+    """Lab 01's transpose_tiled replaced by an object that "launches" by writing the answer on the host (with a
+    py_func for the source checks to read): refused as no Numba kernel, and no check of it passes."""
+    def fake(nb):
+        cell = next(c for c in nb.cells if c.cell_type == "code" and "def transpose_tiled" in c.source)
+        cell.source += ("\n\ndef _decoy(x, y):\n    cuda.syncthreads()\n\n\nclass _Launch:\n    py_func = _decoy\n\n"
+                        "    def __getitem__(self, config):\n        return self.run\n\n"
+                        "    def run(self, x, y):\n        y[:, :] = x.T\n\n\ntranspose_tiled = _Launch()\n")
+    lab = plant(ROOT / "solutions/01-tiled-transpose.ipynb", edit=fake, to=tmp_path / "01-fake.ipynb")
+    rep = g.grade(lab, hazards=False, timeout=300)
+    assert rep.status == "failed", str(rep)
+    assert any("transpose_tiled is a _Launch, not a Numba kernel" in o.message for o in rep.failed), str(rep)
+    assert not any(o.name.startswith("transpose_tiled") for o in rep.passed), str(rep)
+
+
+def test_a_form_feed_does_not_move_the_lines_the_source_checks_read(tmp_path):
+    """Form feeds in a comment split str.splitlines' lines but not the compiler's: the source the barrier check reads
+    through linecache would be a decoy def above the kernel. Lab 01 with a kernel that lacks its barrier, a decoy
+    with one above it, and form feeds between: still failed on the missing barrier."""
+    def decoy(nb):
+        cell = next(c for c in nb.cells if c.cell_type == "code" and "def transpose_tiled" in c.source)
+        body = cell.source.replace("    cuda.syncthreads()\n", "", 1)
+        cell.source = ("@cuda.jit\ndef transpose_tiled(x, y):\n    cuda.syncthreads()\n# notes" + "\x0c" * 12 + "\n"
+                       + body)
+    lab = plant(ROOT / "solutions/01-tiled-transpose.ipynb", edit=decoy, to=tmp_path / "01-decoy.ipynb")
+    rep = g.grade(lab, hazards=False, timeout=300)
+    assert rep.status == "failed", str(rep)
+    assert any("has no cuda.syncthreads()" in o.message for o in rep.failed), str(rep)

@@ -80,6 +80,18 @@ def _require_nvvm():
             "kernel.") from None
 
 
+def kernel_types() -> tuple:
+    """The exact types of a Numba kernel: the simulator's and the GPU's dispatcher, where each can be imported."""
+    found = []
+    for module, name in (("numba.cuda.simulator.kernel", "FakeCUDAKernel"),
+                         ("numba.cuda.dispatcher", "CUDADispatcher")):
+        try:
+            found.append(getattr(__import__(module, fromlist=[name]), name))
+        except Exception:      # noqa: BLE001  (no numba-cuda, or not this mode's module)
+            pass
+    return tuple(found)
+
+
 def simulator() -> bool:
     """Is Numba running kernels in its simulator? (setup() must have been called.)"""
     return os.environ.get(_ENV, "0") == "1"

@@ -69,7 +69,7 @@ from ..isolated import environment   # a copy of os.environ that a thread's chan
 from ..magic import KERNEL_NAMES as KERNEL_DECL   # the kernels a %%cuda cell declares
 from .exit_status import NOTHING_RAN, Parser   # a notebook graded as nothing, as a wrong command line
 # places in a learner's notebook, as it names them
-from .notebook import at, binds_of, cuda_name, is_python, place, python_of
+from .notebook import at, binds_of, code_lines, cuda_name, is_python, place, python_of
 
 FAILED_LINE = re.compile(r"^(?P<name>[^\n:][^\n]*?): FAILED(?::\s*(?P<msg>.*))?$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -684,7 +684,7 @@ class _CheckChild:
 
     def run(self, source, where):
         import linecache
-        lines = source.splitlines(keepends=True)
+        lines = code_lines(source)
         linecache.cache[where] = (len(source), None, lines, where)
         # optimize=0: an assert of a check cell stays a check under PYTHONOPTIMIZE or -O (compile's default follows them)
         exec(compile(python_of(source), where, "exec", optimize=0), self.ns)
@@ -884,6 +884,35 @@ def _skip_made_in() -> str:
     return f.f_back.f_code.co_filename if f is not None and f.f_back is not None else ""
 
 
+def _numba_kernels(cells) -> list[str]:
+    """The Numba kernels (@cuda.jit, not device functions) the lab's own Python cells define."""
+    out = []
+    for c in cells:
+        if c.cell_type != "code" or c.source.startswith("%%"):
+            continue
+        try:
+            tree = ast.parse(python_of(c.source))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and any(
+                    ast.unparse(d).startswith("cuda.jit") and "device=True" not in ast.unparse(d)
+                    for d in node.decorator_list):
+                out.append(node.name)
+    return out
+
+
+def _learner_frame(learner_code) -> str:
+    """The learner's code on the stack now, as its file name and line ('' when none is): a verdict being recorded
+    while it runs was asked for by the notebook, not by the lab's checks."""
+    f = sys._getframe(2)
+    while f is not None:
+        if learner_code(f.f_code.co_filename):
+            return f"{f.f_code.co_filename} line {f.f_lineno}"
+        f = f.f_back
+    return ""
+
+
 def _import_what_checks_import(sources) -> None:
     """Import the modules the check cells import, so that the integrity baseline holds them as they were before
     the learner's code ran (a module first imported by a check would be compared with nothing)."""
@@ -927,11 +956,17 @@ def _harness(fd: int) -> int:
     learner_made = [lambda filename: False]     # the learner's cells, once they are known
 
     def sink(r):
+        # A verdict is the lab's checks' to record: one recorded while the notebook's own code runs (a function the
+        # checks call, itself calling fb.check on data of its choosing) would add passes the lab never checked.
         # A skip says a check cannot run on this machine: the toolkit's word. A Skipped the notebook's own code
         # makes (returned where a check expects an output) would turn a failing check into a skipped one.
         if r["status"] == "skipped" and learner_made[0](_skip_made_in()):
             r = {**r, "status": "failed", "message": f"a Skipped made by the notebook's own code ({r['message']}): "
                  "whether a check can run here is the toolkit's to say, so this check counts as failed"}
+        elif inside := _learner_frame(learner_made[0]):
+            r = {**r, "status": "failed", "message": f"a verdict recorded from inside the notebook's own code "
+                 f"({inside}; {r['status']}: {r['message'][:200]}): the checks are the lab's to run, so this one "
+                 "counts as failed"}
         send({"t": "rec", "cell": current[0], **r})
     verdicts._sinks.append(sink)
     launched: list[str] = []
@@ -968,6 +1003,12 @@ def _harness(fd: int) -> int:
     base["state"] = {k: st for k, v in cuda_ns.items() if (st := kernel_state(v)) is not None}
     child.definitions(nb, job["needs"], given | set(cuda_ns), job["kernels"], job.get("theirs", ()),
                       [src for _, src in job["given"]], job.get("given_ids", ()))
+    from ..numba_support import kernel_types
+    for n in job.get("numba_kernels", ()):
+        if n in ns and type(ns[n]) not in kernel_types():     # an object that launches as it likes: not run
+            child.fail("your definitions", f"{n} is a {type(ns[n]).__name__}, not a Numba kernel: the checks launch "
+                       f"the lab's kernel {n} as a @cuda.jit function, so write it as one")
+            del ns[n]
     from .notebook import BUILTIN_NAMES
     problems = _integrity_problems(base, ns) + [
         f"the Python builtin {k} was rebound" for k in sorted(BUILTIN_NAMES - given)
@@ -1246,7 +1287,9 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
            # --name, never from their Python
            "kernels": {k: n for c in sol_mine if c.cell_type == "code" and c.source.startswith("%%cuda")
                        for n in [cuda_name(c.source)] if n for k in [n, *KERNEL_DECL.findall(c.source)]},
-           "needs": reads_of(checks), "checks": [c.source for c in checks]}
+           "needs": reads_of(checks), "checks": [c.source for c in checks],
+           # the lab's Numba kernels the checks launch: the learner's must be @cuda.jit functions too
+           "numba_kernels": sorted(set(_numba_kernels(sol_mine)) & set(reads_of(checks)))}
     # what the check cells bind for themselves, which no code of the learner's may name (notebook.refusals)
     job["theirs"] = sorted(set().union(*(binds_of(c.source) for c in checks)) - set(job["needs"]))
 

@@ -159,6 +159,14 @@ def python_of(source: str) -> str:
     return "\n".join("" if _MAGIC_LINE.match(ln) else ln for ln in source.split("\n"))
 
 
+def code_lines(source: str) -> list[str]:
+    """A cell's lines as Python's compiler counts them (at \n, \r\n and \r only), for linecache: str.splitlines
+    also splits at a form feed and other separators, which would shift every later line that inspect (and the
+    checks that read a kernel's source through it) finds for a function."""
+    import io
+    return io.StringIO(source, newline=None).readlines()
+
+
 def cuda_name(source: str) -> str | None:
     """The --name of a %%cuda cell, None for any other cell or a magic line that does not parse."""
     try:
@@ -410,7 +418,7 @@ class Notebook:
             _own_objects(ns)
         for s in stmts:
             where = f"{self.path.name}, cell {s.pos[0]}"
-            lines = self.cells[s.pos[0]].source.splitlines(keepends=True)
+            lines = code_lines(self.cells[s.pos[0]].source)
             linecache.cache[where] = (sum(map(len, lines)), None, lines, where)
             node = guarded(copy.deepcopy(s.node)) if guard_methods else s.node
             module = ast.Module(body=[node], type_ignores=[])
