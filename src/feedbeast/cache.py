@@ -41,4 +41,7 @@ def store(path: Path | None, data: bytes) -> None:
         tmp.write_bytes(data)
         tmp.replace(path)
     except OSError:
-        tmp.unlink(missing_ok=True) if tmp.parent.is_dir() else None
+        try:
+            tmp.unlink(missing_ok=True)      # a half-written file, where one could be made
+        except OSError:
+            pass

@@ -1287,9 +1287,9 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
            # --name, never from their Python
            "kernels": {k: n for c in sol_mine if c.cell_type == "code" and c.source.startswith("%%cuda")
                        for n in [cuda_name(c.source)] if n for k in [n, *KERNEL_DECL.findall(c.source)]},
-           "needs": reads_of(checks), "checks": [c.source for c in checks],
-           # the lab's Numba kernels the checks launch: the learner's must be @cuda.jit functions too
-           "numba_kernels": sorted(set(_numba_kernels(sol_mine)) & set(reads_of(checks)))}
+           "needs": reads_of(checks), "checks": [c.source for c in checks]}
+    # the lab's Numba kernels the checks launch: the learner's must be @cuda.jit functions too
+    job["numba_kernels"] = sorted(set(_numba_kernels(sol_mine)) & set(job["needs"]))
     # what the check cells bind for themselves, which no code of the learner's may name (notebook.refusals)
     job["theirs"] = sorted(set().union(*(binds_of(c.source) for c in checks)) - set(job["needs"]))
 
