@@ -552,6 +552,17 @@ def test_a_cp_async_wait_in_the_wrong_place_is_rejected_whatever_its_count():
         either = cell.source.replace(wait, "      if (j + STAGES - 1 >= ntiles) fb::cp_async_wait<0>(); "
                                            "else fb::cp_async_wait<STAGES - 2>();\n")
         assert fb.sass.expect_cp_async_wait(fb.compile(either, arch, defines=cell.defines), kernel, 1, "test") == [0, 1]
+        # a wait inside a loop of its own that can run no pass (here: every tile but the first) is no wait; inside a
+        # loop that runs at least once it is; a loop over rows around the ring (the solution's) is judged through it
+        rolled = '_Pragma("unroll 1") '
+        zero_passes = cell.source.replace(wait, f"      {rolled}for (int q = 0; q < (j == 0 ? rows : 0); ++q) "
+                                                "fb::cp_async_wait<STAGES - 2>();\n")
+        with pytest.raises(fb.SassMismatch, match=r"a pass of the loop at .* can skip its wait .* a loop around the "
+                                                  r"wait can run no pass"):
+            fb.sass.expect_cp_async_wait(fb.compile(zero_passes, arch, defines=cell.defines), kernel, 1, "test")
+        one_pass = cell.source.replace(wait, f"      {{ int q = 0; {rolled}do {{ fb::cp_async_wait<STAGES - 2>(); "
+                                             "q += cols; } while (q < rows - 1000); }\n")
+        assert fb.sass.expect_cp_async_wait(fb.compile(one_pass, arch, defines=cell.defines), kernel, 1, "test") == [1]
         # the ring unrolled by its slot, each step's `break` past the last tile jumping over its wait and its read:
         # a pass that reads nothing early (a pass that skips the wait and still reads is the only_first case above)
         static = cell.source.replace(fold, fold + "    }\n", 1).replace(

@@ -540,8 +540,10 @@ def _reads_shared(i) -> bool:
 def cp_async_reads_before_wait(ins) -> list[str]:
     """Places where shared memory is read after cp.async groups were committed with no wait between, in two shapes
     the SASS shows whatever the wait's count: the first read after the first commit (the prologue's) with no wait
-    before it, so the first tile is read before it lands (a wait moved after the fold); and a loop that commits and
-    reads but never waits (a wait before the loop only). A loop is the span of a branch back to an earlier offset."""
+    before it, so the first tile is read before it lands (a wait moved after the fold); a loop that commits and
+    reads but never waits (a wait before the loop only); and a pass of the ring's loop that can read without
+    passing its wait. A loop is the span of a branch back to an earlier offset; the ring's loop is one that waits
+    and reads with no such loop inside it (a loop over rows holding the ring's loop is judged through that one)."""
     ins = list(ins)
     bad = []
     commit = next((k for k, i in enumerate(ins) if matches(i.opcode, "LDGDEPBAR")), None)
@@ -552,41 +554,38 @@ def cp_async_reads_before_wait(ins) -> list[str]:
                        f"(LDGDEPBAR at {ins[commit].offset:#06x}) with no wait (DEPBAR) between: the first tile is "
                        "read before it lands")
     at = {i.offset: k for k, i in enumerate(ins)}
-    for k, b in enumerate(ins):
-        if not matches(b.opcode, "BRA"):
-            continue
-        target = _branch_target(b)
-        if target is None or target not in at or at[target] >= k:
-            continue
-        body = ins[at[target]:k + 1]
+    loops = [(at[t], k) for k, b in enumerate(ins)
+             if matches(b.opcode, "BRA") and (t := _branch_target(b)) is not None and t in at and at[t] < k]
+
+    def waits_and_reads(head, back):
+        body = ins[head:back + 1]
+        return any(_is_wait(i) for i in body) and any(_reads_shared(i) for i in body)
+
+    for head, back in loops:
+        body = ins[head:back + 1]
         if any(matches(i.opcode, "LDGDEPBAR") for i in body) and any(_reads_shared(i) for i in body) \
                 and not any(_is_wait(i) for i in body):
-            bad.append(f"the loop at {ins[at[target]].offset:#06x}-{b.offset:#06x} commits cp.async groups and reads "
-                       "shared memory, and never waits (DEPBAR) inside it")
-        elif any(_is_wait(i) for i in body) and any(_reads_shared(i) for i in body) \
-                and _pass_skips_wait(ins, at, at[target], k):
-            bad.append(f"a pass of the loop at {ins[at[target]].offset:#06x}-{b.offset:#06x} can skip its wait "
-                       "(a branch jumps over the DEPBAR) and still read shared memory: the wait must run on every "
-                       "pass that reads a tile, before the read")
+            bad.append(f"the loop at {ins[head].offset:#06x}-{ins[back].offset:#06x} commits cp.async groups and "
+                       "reads shared memory, and never waits (DEPBAR) inside it")
+        elif waits_and_reads(head, back) and not any(
+                (h, b) != (head, back) and head <= h and b <= back and waits_and_reads(h, b) for h, b in loops) \
+                and _pass_skips_wait(ins, at, head, back):
+            bad.append(f"a pass of the loop at {ins[head].offset:#06x}-{ins[back].offset:#06x} can skip its wait "
+                       "(a branch jumps over the DEPBAR, or a loop around the wait can run no pass) and still read "
+                       "shared memory: the wait must run on every pass that reads a tile, before the read")
     return bad
 
 
 def _pass_skips_wait(ins, at, head: int, back: int) -> bool:
-    """In an innermost loop (instructions head..back, `back` its branch to `head`), can one pass go from the head to
-    the back branch reading shared memory with no cp.async wait? Predicated branches go both ways; a branch out of
-    the loop ends the path. A pass that skips both
-    the wait and the read (a `break` at the top of an unrolled step) reads no tile early: extra commits only make
-    the groups a later wait counts older. Loops with another loop inside, or an indirect branch, are not judged
+    """In a loop (instructions head..back, `back` its branch to `head`), can one pass go from the head to the back
+    branch reading shared memory with no cp.async wait? Predicated branches go both ways; a branch out of the loop
+    ends the path; a loop inside is followed round (its guard may skip it: a wait in a loop that can run zero passes
+    is no wait). A pass that skips both the wait and the read (a `break` at the top of an unrolled step) reads no
+    tile early: extra commits only make the groups a later wait counts older. An indirect branch is not judged
     (False)."""
     region = range(head, back + 1)
-    for k in region:
-        op = ins[k].opcode
-        if matches(op, "BRX") or matches(op, "JMX"):
-            return False
-        if matches(op, "BRA") and k != back:
-            t = _branch_target(ins[k])
-            if t in at and head <= at[t] < k:
-                return False                        # another loop inside: not judged
+    if any(matches(ins[k].opcode, "BRX") or matches(ins[k].opcode, "JMX") for k in region):
+        return False
     seen, todo = set(), [(head, False)]
     while todo:
         k, read = todo.pop()
