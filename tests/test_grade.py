@@ -306,6 +306,40 @@ def test_a_notebook_whose_code_is_the_solution_s_is_said_to_be_and_a_failed_grad
     assert "solution's code" not in rows["ann"]["first failing check"], rows
 
 
+def test_a_near_copy_of_the_solution_is_said_to_be_with_the_lines_it_differs_in():
+    """A copy with a line added or respaced is still named (the lines apart, at most a tenth of the part the lab
+    asks for); the lab as given is not a copy; a part of few lines (lab 10's) is said to be copied only whole, since
+    two people may write it alike."""
+    import copy
+    from feedbeast.course import roster
+    for lab, big in (("03-cp-async-rowsum", True), ("07-persistent-gemm", True), ("10-fp8-gemv", False)):
+        sol = g.learner_part(read(ROOT / f"solutions/{lab}.ipynb"))
+        assert g._lines_apart(sol, sol) == 0, lab
+        assert g._lines_apart(g.learner_part(read(ROOT / f"labs/{lab}.ipynb")), sol) is None, lab
+        near = copy.deepcopy(sol)
+        cell = next(c for c in near if c.cell_type == "code" and "BEGIN SOLUTION" in c.source)
+        lines = cell.source.splitlines()
+        at = next(i for i, x in enumerate(lines) if "BEGIN SOLUTION" in x) + 1
+        lines.insert(at, "  int unused_ = 0;" if cell.source.startswith("%%cuda") else "    unused_ = 0")
+        lines[at + 1] = "  ".join(lines[at + 1].split(" "))        # spaces inside a line are not a change
+        cell.source = "\n".join(lines)
+        assert g._lines_apart(near, sol) == (1 if big else None), lab
+    assert g.copied_words(1) == "but for 1 line" and g.copied_words(0) == "line for line"
+    assert "lab 03: the solution's code, but for 2 lines" in roster_note(roster, 2)
+
+
+def roster_note(roster, apart):
+    import io
+    import contextlib
+    import csv
+    import tempfile
+    with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()):
+        out = Path(d) / "r.csv"
+        roster.write_csv([{"learner": "bob", "labs": [{"lab": "03", "status": "ok", "copied": True,
+                                                        "copied_apart": apart, "checks": [], "cells": []}]}], out)
+        return next(csv.DictReader(out.open()))["first failing check"]
+
+
 def test_a_lab_as_given_scores_0_though_a_check_passes_on_it(tmp_path):
     """Lab 06 as given passed two of its check cell's three checks (the register split and the resources an empty
     kernel meets) and scored 66.7 in the roster. A notebook whose code is the lab's as given scores 0; one line of

@@ -146,7 +146,8 @@ class Report:
     cells: list = dataclasses.field(default_factory=list)
     untrusted: bool = False     # the notebook's code changed what the checks use, or wrote on their channel
     notes: list = dataclasses.field(default_factory=list)     # what the reader should know; no verdict
-    copied: bool = False        # the notebook's own code is the solution's, line for line (a note, no verdict)
+    copied: bool = False        # the notebook's own code is the solution's, or nearly (_lines_apart; a note only)
+    copied_apart: int = 0       # how many lines it is from the solution's: 0 is line for line
     untouched: bool = False     # the notebook's own code is the lab's as given: nothing of the learner's (scores 0)
     refused: bool = False       # not read, or refused whole before any check (a chapter, another lab's title)
 
@@ -217,7 +218,8 @@ class Report:
                 "first_failure": self.first_failure,
                 "passed": len(self.passed), "failed": len(self.failed), "skipped": len(self.skipped),
                 "checks": [o.to_dict() for o in self.outcomes], "cells": self.cells, "untrusted": self.untrusted,
-                "notes": self.notes, "copied": self.copied, "untouched": self.untouched, "refused": self.refused}
+                "notes": self.notes, "copied": self.copied,
+                "copied_apart": self.copied_apart, "untouched": self.untouched, "refused": self.refused}
 
 
 # ---- which cells run -----------------------------------------------------------------------------------
@@ -250,6 +252,35 @@ def _code_lines(cells) -> list[list[str]]:
     from .labs import is_note
     return [[x.strip() for x in c.source.splitlines() if not is_note(x, c.source.startswith("%%cuda"))]
             for c in cells if c.cell_type == "code"]
+
+
+def _lines_apart(cells, solution_cells) -> int | None:
+    """How many lines the learner's code is from the solution's: 0 when it is the solution's line for line, spaces
+    inside a line aside (_code_lines' lines, every cell's together); N for a near copy, at most a tenth of the lines
+    the lab asks the learner to write (the solution's lines the lab as given lacks), lines added, removed or changed;
+    None otherwise (a part of few lines is said to be copied only when it is whole: written twice, it is the same)."""
+    from collections import Counter
+    from difflib import SequenceMatcher
+    from types import SimpleNamespace
+    from .labs import strip_source
+
+    def flat(cs):
+        return ["".join(x.split()) for c in _code_lines(cs) for x in c]
+
+    mine, sol = flat(cells), flat(solution_cells)
+    if mine == sol:
+        return 0
+    given = flat([SimpleNamespace(cell_type=c.cell_type, source=strip_source(c.source)) for c in solution_cells
+                  if "solution-only" not in c.get("metadata", {}).get("tags", [])])
+    written = sum((Counter(sol) - Counter(given)).values())
+    same = sum(b.size for b in SequenceMatcher(None, mine, sol, autojunk=False).get_matching_blocks())
+    apart = max(len(mine), len(sol)) - same
+    return apart if 10 * apart <= written else None
+
+
+def copied_words(apart: int) -> str:
+    """How near a copy of the solution's code a lab is, in words (_lines_apart's count)."""
+    return f"but for {apart} line{'s' * (apart != 1)}" if apart else "line for line"
 
 
 def _as_given(cells, solution_cells) -> bool:
@@ -1334,10 +1365,11 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
     notes = ["this notebook's check cells are not the lab's (changed, added or removed): the grade ran the lab's "
              "own, as it always does, so what they print in the notebook is not the grade"] if edited else []
     # the solutions sit beside the labs: a notebook whose code is the solution's is said to be (the grade stands)
-    copied = (bool(job["given"]) and path.resolve().parent.name != "solutions"     # a solution (a hub's copy too)
-              and _code_lines(mine) == _code_lines(sol_mine))
+    apart = (_lines_apart(mine, sol_mine) if job["given"] and path.resolve().parent.name != "solutions"
+             else None)     # not a solution (a hub's copy too)
+    copied = apart is not None
     if copied:
-        notes.append(f"this notebook's own code is {_shown(sol_path)}'s, line for line")
+        notes.append(f"this notebook's own code is {_shown(sol_path)}'s, {copied_words(apart)}")
     # a check that passes on the lab as given (a register budget an empty kernel meets) earns nothing there
     if untouched and any(o.status == "passed" for o in outcomes):
         notes.append("nothing of yours is written yet: the checks that passed pass on the lab as given, and a "
@@ -1352,7 +1384,7 @@ def grade(path, timeout: int = 600, solutions=None, hazards: bool | None = None,
         saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
         notes.append(f"graded {path.name} as saved at {saved}: changed since? save it (File > Save), then grade again")
     return Report(str(path), _merge(outcomes), time.time() - t0, error, str(sol_path), hz, sha, toolkit, setup, cells,
-                  untrusted, notes, copied, untouched)
+                  untrusted, notes, copied, apart or 0, untouched)
 
 
 def in_course_labs(path: Path) -> bool:

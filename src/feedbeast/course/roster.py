@@ -79,7 +79,7 @@ from pathlib import Path
 from ..isolated import environment
 from .coursedir import find as find_course
 from .gpu_devices import ENV as gpu_env, Slots, in_reach, listed, problem as gpus_problem, split, unchecked
-from .grade import HAZARD_LABS, ended_early, gist, lab_of, time_limit
+from .grade import HAZARD_LABS, copied_words, ended_early, gist, lab_of, time_limit
 
 # Printed when the grader could not start as a learner: what the instructor can do about it.
 ACCESS_HINT = ("the grader runs as each learner, with the course's Python ({python}): that interpreter and its "
@@ -656,7 +656,7 @@ def write_csv(docs: list[dict], path, labs: list[str] | None = None, course=None
             ok += lab["status"] == "ok"
         # a notebook not graded (a second notebook of a lab, a link): named in the row, not only on the screen
         notes = "; ".join([why.split(": not graded")[0] + ": not graded" for why in d.get("refused", [])]
-                          + [f"lab {lab['lab']}: the solution's code, line for line"   # the solutions are there
+                          + [f"lab {lab['lab']}: the solution's code, {copied_words(lab.get('copied_apart', 0))}"
                              for lab in sorted(d.get("labs", []), key=lambda x: x["lab"])
                              if lab.get("copied") and lab["lab"] in labs])
         last = "; ".join(x for x in (first_failing(d, labs), notes) if x)
